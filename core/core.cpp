@@ -1,0 +1,205 @@
+// Core implementations: dtype names and promotion, devices, the CPU allocator, tensor metadata.
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+
+#include "core/allocator.h"
+#include "core/random.h"
+#include "core/tensor.h"
+
+namespace mpx {
+
+// ---- dtype ----
+const char* dtype_name(DType t) {
+  switch (t) {
+    case kFloat32: return "f32";
+    case kFloat16: return "f16";
+    case kBFloat16: return "bf16";
+    case kFloat64: return "f64";
+    case kInt64: return "i64";
+    case kInt32: return "i32";
+    case kUInt8: return "u8";
+    case kBool: return "bool";
+  }
+  return "?";
+}
+
+DType dtype_from_name(const std::string& n) {
+  if (n == "f32" || n == "float32" || n == "float" || n == "fp32") return kFloat32;
+  if (n == "f16" || n == "float16" || n == "half" || n == "fp16") return kFloat16;
+  if (n == "bf16" || n == "bfloat16") return kBFloat16;
+  if (n == "f64" || n == "float64" || n == "double") return kFloat64;
+  if (n == "i64" || n == "int64" || n == "long") return kInt64;
+  if (n == "i32" || n == "int32" || n == "int") return kInt32;
+  if (n == "u8" || n == "uint8") return kUInt8;
+  if (n == "bool") return kBool;
+  MPX_ERROR("unknown dtype '", n, "'; use one of f32, f16, bf16, f64, i64, i32, u8, bool");
+}
+
+DType promote_types(DType a, DType b) {
+  if (a == b) return a;
+  auto rank = [](DType t) {
+    switch (t) {
+      case kBool: return 0;
+      case kUInt8: return 1;
+      case kInt32: return 2;
+      case kInt64: return 3;
+      case kFloat16: case kBFloat16: return 4;
+      case kFloat32: return 5;
+      case kFloat64: return 6;
+    }
+    return 0;
+  };
+  if (is_reduced_float(a) && is_reduced_float(b)) return kFloat32;
+  return rank(a) >= rank(b) ? a : b;
+}
+
+// ---- device ----
+Device::Device(const std::string& spec) {
+  if (spec == "cpu") { *this = cpu(); return; }
+  if (spec.rfind("cuda", 0) == 0) {
+    int idx = 0;
+    if (spec.size() > 4) {
+      MPX_CHECK(spec[4] == ':' && spec.size() > 5, "bad device '", spec, "'; use cpu, cuda or cuda:N");
+      try { idx = std::stoi(spec.substr(5)); } catch (...) { MPX_ERROR("bad device '", spec, "'; use cpu, cuda or cuda:N"); }
+    }
+    *this = cuda(idx);
+    return;
+  }
+  MPX_ERROR("bad device '", spec, "'; use cpu, cuda or cuda:N");
+}
+std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
+
+// The CUDA backend replaces these at load time when it is built and a device is present.
+namespace detail {
+int (*g_cuda_device_count)() = nullptr;
+}
+int cuda_device_count() { return detail::g_cuda_device_count ? detail::g_cuda_device_count() : 0; }
+bool cuda_is_available() { return cuda_device_count() > 0; }
+
+// ---- allocators ----
+namespace {
+struct CpuAllocator final : Allocator {
+  std::shared_ptr<void> allocate(size_t nbytes, Device) override {
+    const size_t rounded = (std::max<size_t>(nbytes, 1) + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+    void* p = std::aligned_alloc(kCpuAlignment, rounded);
+    MPX_CHECK(p, "cpu allocator: out of memory allocating ", nbytes, " bytes");
+    return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  }
+  void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes) override {
+    MPX_CHECK(dst_dev.is_cpu() && src_dev.is_cpu(), "cpu allocator: cannot copy between ", src_dev.str(), " and ",
+              dst_dev.str());
+    std::memcpy(dst, src, nbytes);
+  }
+};
+Allocator* g_allocators[kNumDeviceTypes] = {};
+}  // namespace
+
+Allocator& allocator_for(DeviceType type) {
+  static CpuAllocator cpu;
+  if (type == DeviceType::kCPU) return g_allocators[0] ? *g_allocators[0] : cpu;
+  Allocator* a = g_allocators[static_cast<int>(type)];
+  MPX_CHECK(a, "no allocator for cuda: mpx was built without CUDA or no GPU is present; use Device::cpu()");
+  return *a;
+}
+void set_allocator(DeviceType type, Allocator* alloc) { g_allocators[static_cast<int>(type)] = alloc; }
+
+// ---- random ----
+namespace random {
+Generator& default_generator() {
+  static Generator g;
+  return g;
+}
+}  // namespace random
+void manual_seed(uint64_t seed) { random::default_generator().seed(seed); }
+
+// ---- shapes ----
+int64_t numel_of(const IntList& shape) {
+  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+}
+std::string shape_str(const IntList& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* what) {
+  const int64_t n = std::max<int64_t>(ndim, 1);
+  MPX_CHECK(dim >= -n && dim < n, what, " ", dim, " is out of range for a tensor with ", ndim,
+            " dimensions; use a value in [", -n, ", ", n - 1, "]");
+  return dim < 0 ? dim + n : dim;
+}
+IntList contiguous_strides(const IntList& shape, MemoryFormat fmt) {
+  IntList st(shape.size());
+  if (fmt == MemoryFormat::ChannelsLast && shape.size() == 4) {
+    // NHWC order in memory for NCHW logical sizes.
+    const int64_t C = shape[1], H = shape[2], W = shape[3];
+    st[1] = 1;
+    st[3] = std::max<int64_t>(C, 1);
+    st[2] = st[3] * std::max<int64_t>(W, 1);
+    st[0] = st[2] * std::max<int64_t>(H, 1);
+    return st;
+  }
+  int64_t s = 1;
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 1; i >= 0; --i) {
+    st[i] = s;
+    s *= std::max<int64_t>(shape[i], 1);
+  }
+  return st;
+}
+IntList broadcast_shapes(const IntList& a, const IntList& b, const char* op) {
+  const size_t n = std::max(a.size(), b.size());
+  IntList r(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t x = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const int64_t y = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    MPX_CHECK(x == y || x == 1 || y == 1, op, ": shapes ", shape_str(a), " and ", shape_str(b),
+              " cannot be broadcast together (dimension ", i, ": ", x, " vs ", y, ")");
+    r[i] = x == 1 ? y : x;
+  }
+  return r;
+}
+
+// ---- tensor metadata ----
+int64_t Tensor::size(int64_t d) const { return impl_->sizes[wrap_dim(d, dim())]; }
+int64_t Tensor::stride(int64_t d) const { return impl_->strides[wrap_dim(d, dim())]; }
+int64_t Tensor::numel() const { return numel_of(impl_->sizes); }
+void* Tensor::raw_data() const {
+  return static_cast<char*>(impl_->storage->data.get()) + impl_->offset * static_cast<int64_t>(element_size());
+}
+bool Tensor::is_contiguous(MemoryFormat fmt) const {
+  if (fmt == MemoryFormat::Preserve) return true;
+  if (fmt == MemoryFormat::ChannelsLast && dim() != 4) return false;
+  const IntList expect = contiguous_strides(sizes(), fmt);
+  for (int64_t i = 0; i < dim(); ++i)
+    if (sizes()[i] != 1 && strides()[i] != expect[i]) return false;
+  return true;
+}
+MemoryFormat Tensor::suggest_memory_format() const {
+  if (dim() == 4 && !is_contiguous() && is_contiguous(MemoryFormat::ChannelsLast)) return MemoryFormat::ChannelsLast;
+  return MemoryFormat::Contiguous;
+}
+
+Tensor empty_strided(const IntList& shape, const IntList& strides, const TensorOptions& o) {
+  for (auto s : shape) MPX_CHECK(s >= 0, "empty: negative size in shape ", shape_str(shape));
+  auto st = std::make_shared<StorageImpl>();
+  int64_t span = 1;
+  for (size_t i = 0; i < shape.size(); ++i) span += (shape[i] - 1) * strides[i];
+  if (numel_of(shape) == 0) span = 0;
+  st->nbytes = static_cast<size_t>(span) * mpx::element_size(o.dtype_);
+  st->device = o.device_;
+  st->data = allocator_for(o.device_.type).allocate(st->nbytes, o.device_);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(st);
+  impl->sizes = shape;
+  impl->strides = strides;
+  impl->dtype = o.dtype_;
+  Tensor t(std::move(impl));
+  if (o.requires_grad_) t.set_requires_grad(true);
+  return t;
+}
+Tensor empty(const IntList& shape, const TensorOptions& o) {
+  MemoryFormat fmt = o.memory_format_ == MemoryFormat::Preserve ? MemoryFormat::Contiguous : o.memory_format_;
+  return empty_strided(shape, contiguous_strides(shape, fmt), o);
+}
+
+}  // namespace mpx

@@ -1,0 +1,266 @@
+// Tensor: the strided, reference-counted n-d array handle every layer of mpx works with.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "core/storage.h"
+
+namespace mpx {
+
+/// Shapes, strides and dimension lists.
+using IntList = std::vector<int64_t>;
+
+/// How a 4-d tensor's elements are laid out. ChannelsLast is NHWC with logical NCHW sizes.
+enum class MemoryFormat : uint8_t { Contiguous, ChannelsLast, Preserve };
+
+class Tensor;
+using tensor_list = std::vector<Tensor>;
+
+namespace autograd {
+struct Node;
+struct AutogradMeta;
+}  // namespace autograd
+
+/// Element type -> DType, for templates over kernels and factories.
+template <typename T> struct dtype_of;
+template <> struct dtype_of<float> { static constexpr DType value = kFloat32; };
+template <> struct dtype_of<double> { static constexpr DType value = kFloat64; };
+template <> struct dtype_of<Half> { static constexpr DType value = kFloat16; };
+template <> struct dtype_of<BFloat16> { static constexpr DType value = kBFloat16; };
+template <> struct dtype_of<int64_t> { static constexpr DType value = kInt64; };
+template <> struct dtype_of<int32_t> { static constexpr DType value = kInt32; };
+template <> struct dtype_of<uint8_t> { static constexpr DType value = kUInt8; };
+template <> struct dtype_of<bool> { static constexpr DType value = kBool; };
+template <typename T> inline constexpr DType dtype_v = dtype_of<T>::value;
+
+/// Options for factories: dtype, device, requires_grad, memory format (chained setters).
+struct TensorOptions {
+  DType dtype_ = kFloat32;
+  Device device_ = Device::cpu();
+  bool requires_grad_ = false;
+  MemoryFormat memory_format_ = MemoryFormat::Contiguous;
+  TensorOptions() = default;
+  TensorOptions(DType t) : dtype_(t) {}      // NOLINT: lets `zeros({2}, kFloat16)` read naturally
+  TensorOptions(Device d) : device_(d) {}    // NOLINT
+  TensorOptions& dtype(DType t) { dtype_ = t; return *this; }
+  TensorOptions& device(Device d) { device_ = d; return *this; }
+  TensorOptions& requires_grad(bool r = true) { requires_grad_ = r; return *this; }
+  TensorOptions& memory_format(MemoryFormat m) { memory_format_ = m; return *this; }
+};
+
+/// The shared state behind a Tensor handle. Views share `storage`.
+struct TensorImpl {
+  std::shared_ptr<StorageImpl> storage;
+  IntList sizes;
+  IntList strides;
+  int64_t offset = 0;  // in elements
+  DType dtype = kFloat32;
+  std::shared_ptr<autograd::AutogradMeta> autograd;  // null until autograd needs it
+};
+
+/// An n-d array handle with value semantics of a shared_ptr: copies alias the same data.
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return impl_ != nullptr; }
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+
+  // ---- metadata ----
+  const IntList& sizes() const { return impl_->sizes; }
+  const IntList& strides() const { return impl_->strides; }
+  /// Size of one dimension; negative dims count from the end.
+  int64_t size(int64_t dim) const;
+  int64_t stride(int64_t dim) const;
+  int64_t dim() const { return static_cast<int64_t>(impl_->sizes.size()); }
+  int64_t numel() const;
+  DType dtype() const { return impl_->dtype; }
+  DType scalar_type() const { return impl_->dtype; }
+  Device device() const { return impl_->storage->device; }
+  TensorOptions options() const { return TensorOptions().dtype(dtype()).device(device()); }
+  int64_t storage_offset() const { return impl_->offset; }
+  size_t element_size() const { return mpx::element_size(dtype()); }
+  bool is_floating_point() const { return is_floating(dtype()); }
+  bool is_cuda() const { return device().is_cuda(); }
+  /// True when the layout is dense in the given format (row-major, or NHWC for ChannelsLast).
+  bool is_contiguous(MemoryFormat fmt = MemoryFormat::Contiguous) const;
+  /// The format this tensor is dense in (ChannelsLast only for 4-d NHWC-dense tensors).
+  MemoryFormat suggest_memory_format() const;
+  /// Raw pointer to the first element (storage base + offset).
+  void* raw_data() const;
+  /// Typed pointer; throws if T does not match dtype().
+  template <typename T> T* data_ptr() const {
+    MPX_CHECK(defined(), "data_ptr(): tensor is undefined");
+    MPX_CHECK(dtype_v<std::remove_cv_t<T>> == dtype(), "data_ptr<", dtype_name(dtype_v<std::remove_cv_t<T>>),
+              ">(): tensor holds ", dtype_name(dtype()));
+    return static_cast<T*>(raw_data());
+  }
+  /// The single element of a one-element tensor, converted to T (copies from the device).
+  template <typename T> T item() const { return static_cast<T>(item_double()); }
+  double item_double() const;
+
+  // ---- conversions ----
+  Tensor to(DType t, bool copy = false) const;
+  Tensor to(Device d, bool non_blocking = false) const;
+  Tensor to(MemoryFormat fmt) const;
+  Tensor to(Device d, DType t) const;
+  Tensor to(const TensorOptions& o) const;
+  Tensor cpu() const { return to(Device::cpu()); }
+  Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
+  Tensor contiguous(MemoryFormat fmt = MemoryFormat::Contiguous) const;
+  Tensor clone(MemoryFormat fmt = MemoryFormat::Preserve) const;
+  Tensor half() const { return to(kFloat16); }
+  Tensor bfloat16() const { return to(kBFloat16); }
+  Tensor to_float() const { return to(kFloat32); }
+  Tensor to_double() const { return to(kFloat64); }
+
+  // ---- autograd ----
+  bool requires_grad() const;
+  /// Marks a leaf as needing gradients (LibTorch: requires_grad_).
+  Tensor& set_requires_grad(bool r = true);
+  Tensor& requires_grad_(bool r = true) { return set_requires_grad(r); }
+  /// Accumulated gradient of a leaf (undefined until a backward reaches it).
+  Tensor grad() const;
+  void set_grad(const Tensor& g) const;
+  /// Mutable access to the stored gradient (for optimizers and zero_grad).
+  Tensor& mutable_grad() const;
+  void backward(const Tensor& gradient = {}, bool retain_graph = false, bool create_graph = false) const;
+  /// A tensor sharing this one's data that is cut from the graph.
+  Tensor detach() const;
+  bool is_leaf() const;
+  std::shared_ptr<autograd::Node> grad_fn() const;
+  /// Keeps the gradient of a non-leaf after backward (it is in grad() afterwards).
+  void retain_grad() const;
+  /// Bumped by every in-place write; autograd compares it with the value seen at save time.
+  uint64_t version() const { return impl_->storage->version.load(); }
+  void bump_version() const { impl_->storage->version.fetch_add(1); }
+
+  // ---- views (share storage) ----
+  Tensor view(const IntList& shape) const;
+  Tensor reshape(const IntList& shape) const;
+  Tensor permute(const IntList& dims) const;
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor t() const { return transpose(0, 1); }
+  Tensor flatten(int64_t start = 0, int64_t end = -1) const;
+  Tensor unflatten(int64_t dim, const IntList& sizes) const;
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  /// Python-style slice [start, end) with step along dim (negative bounds count from the end).
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor operator[](int64_t index) const { return select(0, index); }
+  Tensor expand(const IntList& shape) const;
+  Tensor expand_as(const Tensor& other) const { return expand(other.sizes()); }
+  Tensor view_as(const Tensor& other) const { return view(other.sizes()); }
+  Tensor reshape_as(const Tensor& other) const { return reshape(other.sizes()); }
+
+  // ---- in-place (not recorded by autograd; refused on tensors that need grad) ----
+  Tensor& zero_();
+  Tensor& fill_(double value);
+  Tensor& copy_(const Tensor& src);
+  Tensor& add_(const Tensor& other, double alpha = 1.0);
+  Tensor& add_(double value);
+  Tensor& sub_(const Tensor& other, double alpha = 1.0) { return add_(other, -alpha); }
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(double value);
+  Tensor& div_(const Tensor& other);
+  Tensor& div_(double value) { return mul_(1.0 / value); }
+  Tensor& clamp_(double lo, double hi);
+  Tensor& normal_(double mean = 0.0, double std = 1.0);
+  Tensor& uniform_(double from = 0.0, double to = 1.0);
+
+  // ---- math (differentiable; see ops/ for the full list) ----
+  Tensor sum() const;
+  Tensor sum(const IntList& dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(const IntList& dims, bool keepdim = false) const;
+  Tensor max() const;
+  /// Max along dim: (values, indices).
+  std::pair<Tensor, Tensor> max(int64_t dim, bool keepdim = false) const;
+  Tensor min() const;
+  std::pair<Tensor, Tensor> min(int64_t dim, bool keepdim = false) const;
+  Tensor argmax(int64_t dim, bool keepdim = false) const;
+  Tensor argmin(int64_t dim, bool keepdim = false) const;
+  Tensor var(const IntList& dims, bool unbiased = true, bool keepdim = false) const;
+  Tensor matmul(const Tensor& other) const;
+  Tensor mm(const Tensor& other) const;
+  Tensor abs() const;
+  Tensor neg() const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor relu() const;
+  Tensor sigmoid() const;
+  Tensor tanh() const;
+  Tensor pow(double exponent) const;
+  Tensor clamp(double lo, double hi) const;
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+  Tensor eq(const Tensor& o) const;
+  Tensor ne(const Tensor& o) const;
+  Tensor lt(const Tensor& o) const;
+  Tensor le(const Tensor& o) const;
+  Tensor gt(const Tensor& o) const;
+  Tensor ge(const Tensor& o) const;
+  /// True when every element is finite (no inf/NaN).
+  bool all_finite() const;
+  /// Readable dump (shape, dtype, device and up to a few values).
+  std::string str() const;
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+std::string shape_str(const IntList& s);
+
+// ---- factories ----
+Tensor empty(const IntList& shape, const TensorOptions& opts = {});
+Tensor empty_strided(const IntList& shape, const IntList& strides, const TensorOptions& opts = {});
+Tensor zeros(const IntList& shape, const TensorOptions& opts = {});
+Tensor ones(const IntList& shape, const TensorOptions& opts = {});
+Tensor full(const IntList& shape, double value, const TensorOptions& opts = {});
+/// Uniform in [0, 1).
+Tensor rand(const IntList& shape, const TensorOptions& opts = {});
+/// Standard normal.
+Tensor randn(const IntList& shape, const TensorOptions& opts = {});
+/// Integers uniform in [low, high); dtype defaults to i64 when opts leave it at f32.
+Tensor randint(int64_t low, int64_t high, const IntList& shape, const TensorOptions& opts = TensorOptions(kInt64));
+Tensor arange(double end, const TensorOptions& opts = TensorOptions(kInt64));
+Tensor arange(double start, double end, double step = 1.0, const TensorOptions& opts = TensorOptions(kInt64));
+/// A 0-dim tensor holding one value.
+Tensor scalar_tensor(double value, const TensorOptions& opts = {});
+/// Copies `values` into a new tensor of the given shape (1-d when shape is empty).
+template <typename T>
+Tensor tensor(const std::vector<T>& values, const IntList& shape = {}, TensorOptions opts = TensorOptions(dtype_v<T>));
+Tensor zeros_like(const Tensor& t, std::optional<DType> dtype = std::nullopt);
+Tensor ones_like(const Tensor& t, std::optional<DType> dtype = std::nullopt);
+Tensor empty_like(const Tensor& t, std::optional<DType> dtype = std::nullopt);
+Tensor full_like(const Tensor& t, double value, std::optional<DType> dtype = std::nullopt);
+Tensor rand_like(const Tensor& t);
+Tensor randn_like(const Tensor& t);
+
+/// Contiguous strides for a shape in the given format.
+IntList contiguous_strides(const IntList& shape, MemoryFormat fmt = MemoryFormat::Contiguous);
+int64_t numel_of(const IntList& shape);
+/// Wraps a possibly negative dim into [0, ndim); throws naming `what` when out of range.
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* what = "dim");
+/// The broadcast of two shapes (numpy rules); throws naming both shapes.
+IntList broadcast_shapes(const IntList& a, const IntList& b, const char* op = "broadcast");
+
+}  // namespace mpx

@@ -1,0 +1,22 @@
+// The umbrella header: #include <mpx/mpx.h> brings in the whole public API.
+#pragma once
+
+#include "core/tensor.h"
+#include "core/random.h"
+#include "core/allocator.h"
+#include "autograd/grad_mode.h"
+#include "autograd/engine.h"
+#include "autograd/function.h"
+#include "ops/dispatch.h"
+#include "ops/elementwise.h"
+#include "ops/reduction.h"
+#include "ops/shape.h"
+#include "ops/linalg.h"
+#include "ops/conv.h"
+#include "ops/pooling.h"
+#include "ops/norm.h"
+#include "ops/activation.h"
+#include "ops/loss.h"
+#include "core/serialize.h"
+#include "nn/nn.h"
+#include "optim/optim.h"

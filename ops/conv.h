@@ -1,0 +1,39 @@
+// Convolution ops: conv2d (stride, padding, dilation, groups) and conv_transpose2d.
+#pragma once
+#include <array>
+
+#include "core/tensor.h"
+
+namespace mpx {
+
+using Pair = std::array<int64_t, 2>;
+
+/// x [N, C, H, W], w [O, C/groups, kh, kw], b [O] (optional) -> [N, O, H', W'].
+/// Works for contiguous and channels-last inputs; the output keeps the input's format.
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, Pair stride = {1, 1}, Pair padding = {0, 0},
+              Pair dilation = {1, 1}, int64_t groups = 1);
+/// x [N, C, H, W], w [C, O/groups, kh, kw], b [O] -> [N, O, H', W'] with
+/// H' = (H-1)*stride - 2*padding + dilation*(kh-1) + output_padding + 1.
+Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, Pair stride = {1, 1},
+                        Pair padding = {0, 0}, Pair output_padding = {0, 0}, int64_t groups = 1,
+                        Pair dilation = {1, 1});
+
+}  // namespace mpx
+
+namespace mpx::kernels {
+/// Geometry shared by the conv kernels (x/y sizes come from the tensors themselves).
+struct Conv2dParams {
+  Pair stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  int64_t groups = 1;
+};
+/// y = conv2d(x, w) + b: x [N, C, H, W], w [O, C/groups, kh, kw], b [O] or undefined;
+/// all contiguous (NCHW), y contiguous and preallocated.
+using Conv2dFn = void (*)(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p);
+/// gx = the input gradient of conv2d for upstream gy (overwrites gx, whose shape fixes
+/// H and W), plus b[c] per channel when b is defined; this is conv_transpose2d's forward too.
+/// gx, gy, w contiguous.
+using Conv2dBackwardInputFn = void (*)(const Tensor& gx, const Tensor& gy, const Tensor& w, const Tensor& b,
+                                       const Conv2dParams& p);
+/// gw = the weight gradient of conv2d for input x and upstream gy (overwrites gw). All contiguous.
+using Conv2dBackwardWeightFn = void (*)(const Tensor& gw, const Tensor& gy, const Tensor& x, const Conv2dParams& p);
+}  // namespace mpx::kernels

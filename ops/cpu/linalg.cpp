@@ -1,0 +1,101 @@
+// CPU GEMM via Eigen: f32/f64 directly on the strided operands, f16/bf16 through f32 copies.
+#include <Eigen/Core>
+
+#include "ops/cpu/loops.h"
+#include "ops/dispatch.h"
+#include "ops/linalg.h"
+
+namespace mpx::cpu {
+namespace {
+
+template <typename S>
+using Mat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <typename S>
+using StridedMap = Eigen::Map<const Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0,
+                              Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>;
+
+template <typename S>
+StridedMap<S> map(const S* p, const Tensor& t) {
+  // Eigen's Stride is (outer, inner): for RowMajor, outer = row stride, inner = column stride.
+  return StridedMap<S>(p, t.size(0), t.size(1), Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(t.stride(0), t.stride(1)));
+}
+
+template <typename S>
+void gemm_native(S* o, const S* pa, const S* pb, const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
+  Eigen::Map<Mat<S>> O(o, out.size(0), out.size(1));
+  auto A = map(pa, a);
+  auto B = map(pb, b);
+  // Eigen's fast path needs unit inner stride on one side; copy otherwise.
+  auto run = [&](const auto& AA, const auto& BB) {
+    if (beta == 0.0) O.noalias() = static_cast<S>(alpha) * (AA * BB);
+    else { O *= static_cast<S>(beta); O.noalias() += static_cast<S>(alpha) * (AA * BB); }
+  };
+  const bool a_ok = a.stride(1) == 1 || a.stride(0) == 1;
+  const bool b_ok = b.stride(1) == 1 || b.stride(0) == 1;
+  if (a_ok && b_ok) {
+    if (a.stride(1) == 1 && b.stride(1) == 1) {
+      Eigen::Map<const Mat<S>, 0, Eigen::OuterStride<>> AA(pa, a.size(0), a.size(1), Eigen::OuterStride<>(a.stride(0)));
+      Eigen::Map<const Mat<S>, 0, Eigen::OuterStride<>> BB(pb, b.size(0), b.size(1), Eigen::OuterStride<>(b.stride(0)));
+      run(AA, BB);
+    } else if (a.stride(1) == 1) {
+      using CM = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+      Eigen::Map<const Mat<S>, 0, Eigen::OuterStride<>> AA(pa, a.size(0), a.size(1), Eigen::OuterStride<>(a.stride(0)));
+      Eigen::Map<const CM, 0, Eigen::OuterStride<>> BB(pb, b.size(0), b.size(1), Eigen::OuterStride<>(b.stride(1)));
+      run(AA, BB);
+    } else if (b.stride(1) == 1) {
+      using CM = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+      Eigen::Map<const CM, 0, Eigen::OuterStride<>> AA(pa, a.size(0), a.size(1), Eigen::OuterStride<>(a.stride(1)));
+      Eigen::Map<const Mat<S>, 0, Eigen::OuterStride<>> BB(pb, b.size(0), b.size(1), Eigen::OuterStride<>(b.stride(0)));
+      run(AA, BB);
+    } else {
+      using CM = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+      Eigen::Map<const CM, 0, Eigen::OuterStride<>> AA(pa, a.size(0), a.size(1), Eigen::OuterStride<>(a.stride(1)));
+      Eigen::Map<const CM, 0, Eigen::OuterStride<>> BB(pb, b.size(0), b.size(1), Eigen::OuterStride<>(b.stride(1)));
+      run(AA, BB);
+    }
+  } else {
+    Mat<S> AA = A, BB = B;
+    run(AA, BB);
+  }
+}
+
+template <typename T> struct Gemm {
+  static void run(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
+    if (out.numel() == 0) return;
+    if (a.size(1) == 0) {  // empty inner dimension: the product is zero
+      T* o = static_cast<T*>(out.raw_data());
+      for (int64_t i = 0; i < out.numel(); ++i) o[i] = T(static_cast<acc_t<T>>(static_cast<acc_t<T>>(o[i]) * beta));
+      return;
+    }
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      gemm_native<T>(static_cast<T*>(out.raw_data()), static_cast<const T*>(a.raw_data()), static_cast<const T*>(b.raw_data()),
+                     out, a, b, alpha, beta);
+    } else {
+      // f16/bf16: convert to f32 (dense), multiply with f32 accumulation, round back once.
+      auto widen = [](const Tensor& t) {
+        Mat<float> m(t.size(0), t.size(1));
+        const T* p = static_cast<const T*>(t.raw_data());
+        for (int64_t i = 0; i < t.size(0); ++i)
+          for (int64_t j = 0; j < t.size(1); ++j) m(i, j) = static_cast<float>(p[i * t.stride(0) + j * t.stride(1)]);
+        return m;
+      };
+      Mat<float> A = widen(a), B = widen(b);
+      Mat<float> O(out.size(0), out.size(1));
+      T* o = static_cast<T*>(out.raw_data());
+      if (beta != 0.0)
+        for (int64_t i = 0; i < out.numel(); ++i) O.data()[i] = static_cast<float>(o[i]) * static_cast<float>(beta);
+      else
+        O.setZero();
+      O.noalias() += static_cast<float>(alpha) * (A * B);
+      for (int64_t i = 0; i < out.numel(); ++i) o[i] = T(O.data()[i]);
+    }
+  }
+};
+
+}  // namespace
+
+MPX_REGISTER_KERNELS(cpu_linalg) {
+  dispatch::register_types<Gemm, float, double, Half, BFloat16>(OpId::mm, DeviceType::kCPU);
+}
+
+}  // namespace mpx::cpu

@@ -1,0 +1,110 @@
+// CPU loop machinery: parallel ranges and strided elementwise iteration for kernels.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "core/tensor.h"
+
+namespace mpx::cpu {
+
+/// Accumulation / compute type: f16 and bf16 compute in float, f64 in double.
+template <typename T> struct acc_type { using type = T; };
+template <> struct acc_type<Half> { using type = float; };
+template <> struct acc_type<BFloat16> { using type = float; };
+template <typename T> using acc_t = typename acc_type<T>::type;
+
+/// Below this many elements a loop runs on one thread (thread start-up costs more).
+inline constexpr int64_t kGrain = 32768;
+
+/// Calls f(begin, end) over [0, n) split into fixed chunks. Chunk boundaries depend only
+/// on n, never on the thread count, so reductions that combine per-chunk partials in
+/// order give identical results on any number of threads.
+template <typename F>
+void parallel_for(int64_t n, int64_t grain, F&& f) {
+  if (n <= 0) return;
+  if (n <= grain) { f(int64_t{0}, n); return; }
+  const int64_t chunks = (n + grain - 1) / grain;
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) f(c * grain, std::min(n, (c + 1) * grain));
+}
+
+/// Elementwise driver: out[i] = f(ins[i]...) with out contiguous and each input a view
+/// of out's shape (any strides, including 0 for broadcast dims).
+template <typename OutT, typename... InT, typename F>
+void elementwise(const Tensor& out, F f, const std::conditional_t<true, Tensor, InT>&... ins) {
+  constexpr size_t K = sizeof...(InT);
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  OutT* o = static_cast<OutT*>(out.raw_data());
+  std::array<const void*, K> base = {ins.raw_data()...};
+  bool flat = ((ins.is_contiguous()) && ... && true);
+  if (flat) {
+    parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+      [&]<size_t... I>(std::index_sequence<I...>) {
+        for (int64_t i = b; i < e; ++i) o[i] = f(static_cast<const InT*>(base[I])[i]...);
+      }(std::index_sequence_for<InT...>{});
+    });
+    return;
+  }
+  const IntList& sz = out.sizes();
+  const int64_t nd = static_cast<int64_t>(sz.size());
+  const int64_t inner = sz[nd - 1];
+  const int64_t rows = n / inner;
+  std::array<const IntList*, K> st = {&ins.strides()...};
+  parallel_for(rows, std::max<int64_t>(1, kGrain / inner), [&](int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r) {
+      std::array<int64_t, K> off{};
+      int64_t rem = r;
+      for (int64_t d = nd - 2; d >= 0; --d) {
+        const int64_t idx = rem % sz[d];
+        rem /= sz[d];
+        for (size_t k = 0; k < K; ++k) off[k] += idx * (*st[k])[d];
+      }
+      OutT* orow = o + r * inner;
+      [&]<size_t... I>(std::index_sequence<I...>) {
+        const std::array<int64_t, K> is = {(*st[I])[nd - 1]...};
+        for (int64_t i = 0; i < inner; ++i)
+          orow[i] = f(static_cast<const InT*>(base[I])[off[I] + i * is[I]]...);
+      }(std::index_sequence_for<InT...>{});
+    }
+  });
+}
+
+/// Calls f(offset) for every element of a strided tensor in row-major order (serial).
+template <typename F>
+void for_each_offset(const IntList& sizes, const IntList& strides, int64_t start, F f) {
+  const int64_t nd = static_cast<int64_t>(sizes.size());
+  int64_t n = 1;
+  for (auto s : sizes) n *= s;
+  if (n == 0) return;
+  std::vector<int64_t> idx(nd, 0);
+  int64_t off = start;
+  for (int64_t i = 0; i < n; ++i) {
+    f(off);
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      if (++idx[d] < sizes[d]) { off += strides[d]; break; }
+      off -= strides[d] * (sizes[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+/// Runs `f.template operator()<T>()` with T the C++ type of `dt`.
+template <typename F>
+decltype(auto) visit_dtype(DType dt, F&& f) {
+  switch (dt) {
+    case kFloat32: return f.template operator()<float>();
+    case kFloat16: return f.template operator()<Half>();
+    case kBFloat16: return f.template operator()<BFloat16>();
+    case kFloat64: return f.template operator()<double>();
+    case kInt64: return f.template operator()<int64_t>();
+    case kInt32: return f.template operator()<int32_t>();
+    case kUInt8: return f.template operator()<uint8_t>();
+    case kBool: return f.template operator()<bool>();
+  }
+  MPX_ERROR("unknown dtype");
+}
+
+}  // namespace mpx::cpu

@@ -1,0 +1,107 @@
+// CPU reduction kernels over the rows of a contiguous 2-d view; f16/bf16/f32 accumulate in f64.
+#include <cmath>
+#include <limits>
+
+#include "ops/cpu/loops.h"
+#include "ops/dispatch.h"
+#include "ops/reduction.h"
+
+namespace mpx::cpu {
+namespace {
+
+template <typename T> using wide_t = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
+
+// Sum of one row in fixed blocks combined in order: the same result on any thread count.
+template <typename T>
+wide_t<T> row_sum(const T* p, int64_t n) {
+  wide_t<T> s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<wide_t<T>>(static_cast<acc_t<T>>(p[i]));
+  return s;
+}
+
+template <typename T> struct Sum {
+  static void run(const Tensor& out, const Tensor& in, double mean_flag) {
+    const int64_t rows = in.size(0), cols = in.size(1);
+    const T* p = static_cast<const T*>(in.raw_data());
+    T* o = static_cast<T*>(out.raw_data());
+    const bool mean = mean_flag != 0.0;
+    if (rows == 1 && cols > kGrain) {
+      const int64_t blocks = (cols + kGrain - 1) / kGrain;
+      std::vector<wide_t<T>> part(blocks);
+      parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
+        for (int64_t k = b; k < e; ++k) part[k] = row_sum(p + k * kGrain, std::min(kGrain, cols - k * kGrain));
+      });
+      wide_t<T> s = 0;
+      for (auto v : part) s += v;
+      o[0] = static_cast<T>(static_cast<acc_t<T>>(mean ? static_cast<double>(s) / static_cast<double>(cols) : s));
+      return;
+    }
+    parallel_for(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1)), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const wide_t<T> s = row_sum(p + r * cols, cols);
+        o[r] = static_cast<T>(static_cast<acc_t<T>>(mean ? static_cast<double>(s) / static_cast<double>(cols) : s));
+      }
+    });
+  }
+};
+
+template <typename T> struct Var {
+  static void run(const Tensor& out, const Tensor& in, double correction) {
+    const int64_t rows = in.size(0), cols = in.size(1);
+    const T* p = static_cast<const T*>(in.raw_data());
+    T* o = static_cast<T*>(out.raw_data());
+    parallel_for(rows, 1, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const T* q = p + r * cols;
+        const double m = row_sum(q, cols) / static_cast<double>(cols);
+        double ss = 0;
+        for (int64_t i = 0; i < cols; ++i) {
+          const double d = static_cast<double>(static_cast<acc_t<T>>(q[i])) - m;
+          ss += d * d;
+        }
+        o[r] = static_cast<T>(static_cast<acc_t<T>>(ss / std::max(0.0, static_cast<double>(cols) - correction)));
+      }
+    });
+  }
+};
+
+template <bool IsMax>
+struct ArgReduce {
+  template <typename T> struct K {
+    static void run(const Tensor& values, const Tensor& indices, const Tensor& in) {
+      const int64_t rows = in.size(0), cols = in.size(1);
+      const T* p = static_cast<const T*>(in.raw_data());
+      T* v = static_cast<T*>(values.raw_data());
+      int64_t* ix = static_cast<int64_t*>(indices.raw_data());
+      parallel_for(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1)), [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          const T* q = p + r * cols;
+          int64_t best = 0;
+          acc_t<T> bv = static_cast<acc_t<T>>(q[0]);
+          for (int64_t i = 1; i < cols; ++i) {
+            const acc_t<T> x = static_cast<acc_t<T>>(q[i]);
+            if constexpr (std::is_floating_point_v<acc_t<T>>) {
+              if (std::isnan(bv)) break;  // NaN propagates, first NaN wins
+              if (std::isnan(x)) { best = i; bv = x; break; }
+            }
+            if (IsMax ? x > bv : x < bv) { best = i; bv = x; }
+          }
+          v[r] = q[best];
+          ix[r] = best;
+        }
+      });
+    }
+  };
+};
+
+}  // namespace
+
+MPX_REGISTER_KERNELS(cpu_reduction) {
+  using D = DeviceType;
+  dispatch::register_types<Sum, float, double, Half, BFloat16, int64_t>(OpId::sum, D::kCPU);
+  dispatch::register_types<Var, float, double, Half, BFloat16>(OpId::var, D::kCPU);
+  dispatch::register_types<ArgReduce<true>::K, float, double, Half, BFloat16, int64_t, int32_t, uint8_t>(OpId::max_dim, D::kCPU);
+  dispatch::register_types<ArgReduce<false>::K, float, double, Half, BFloat16, int64_t, int32_t, uint8_t>(OpId::min_dim, D::kCPU);
+}
+
+}  // namespace mpx::cpu

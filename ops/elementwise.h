@@ -1,0 +1,118 @@
+// Elementwise ops: unary math and activations, binary arithmetic with broadcasting, comparisons.
+#pragma once
+#include "core/tensor.h"
+
+namespace mpx {
+
+// ---- unary (differentiable unless noted) ----
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor sign(const Tensor& x);  // gradient zero
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor reciprocal(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor erf(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+/// GELU with the exact erf form (PyTorch's default approximate="none").
+Tensor gelu(const Tensor& x);
+Tensor silu(const Tensor& x);
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+Tensor pow(const Tensor& x, double exponent);
+Tensor square(const Tensor& x);
+Tensor clamp(const Tensor& x, double lo, double hi);
+Tensor clamp_min(const Tensor& x, double lo);
+Tensor clamp_max(const Tensor& x, double hi);
+/// grad where x > threshold, else 0 (relu's backward, itself differentiable in grad).
+Tensor threshold_backward(const Tensor& grad, const Tensor& x, double threshold);
+
+// ---- binary, with numpy broadcasting and PyTorch's type promotion ----
+Tensor add(const Tensor& a, const Tensor& b, double alpha = 1.0);
+Tensor sub(const Tensor& a, const Tensor& b, double alpha = 1.0);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double b);
+Tensor sub(const Tensor& a, double b);
+Tensor mul(const Tensor& a, double b);
+Tensor div(const Tensor& a, double b);
+/// self + value * t1 * t2
+Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, double value = 1.0);
+/// self + value * t1 / t2
+Tensor addcdiv(const Tensor& self, const Tensor& t1, const Tensor& t2, double value = 1.0);
+/// cond ? a : b elementwise (cond is bool); differentiable in a and b.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
+// ---- comparisons (bool results, not differentiable) ----
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, double b);
+Tensor ne(const Tensor& a, double b);
+Tensor lt(const Tensor& a, double b);
+Tensor le(const Tensor& a, double b);
+Tensor gt(const Tensor& a, double b);
+Tensor ge(const Tensor& a, double b);
+/// Elementwise |a - b| <= atol + rtol * |b|, reduced over all elements.
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
+/// True when both have the same shape and values (NaNs compare unequal).
+bool equal(const Tensor& a, const Tensor& b);
+
+// ---- operators ----
+inline Tensor operator-(const Tensor& x) { return neg(x); }
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator+(const Tensor& a, double b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, double b) { return div(a, b); }
+inline Tensor operator+(double a, const Tensor& b) { return add(b, a); }
+inline Tensor operator-(double a, const Tensor& b) { return add(neg(b), a); }
+inline Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
+inline Tensor operator/(double a, const Tensor& b) { return mul(reciprocal(b), a); }
+inline Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
+inline Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
+inline Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
+inline Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
+inline Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
+inline Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
+inline Tensor operator==(const Tensor& a, double b) { return eq(a, b); }
+inline Tensor operator!=(const Tensor& a, double b) { return ne(a, b); }
+inline Tensor operator<(const Tensor& a, double b) { return lt(a, b); }
+inline Tensor operator<=(const Tensor& a, double b) { return le(a, b); }
+inline Tensor operator>(const Tensor& a, double b) { return gt(a, b); }
+inline Tensor operator>=(const Tensor& a, double b) { return ge(a, b); }
+inline Tensor& operator+=(Tensor& a, const Tensor& b) { return a.add_(b); }
+inline Tensor& operator-=(Tensor& a, const Tensor& b) { return a.sub_(b); }
+inline Tensor& operator*=(Tensor& a, const Tensor& b) { return a.mul_(b); }
+inline Tensor& operator*=(Tensor& a, double b) { return a.mul_(b); }
+inline Tensor& operator+=(Tensor& a, double b) { return a.add_(b); }
+
+}  // namespace mpx
+
+namespace mpx::kernels {
+/// out = f(in) elementwise; `in` is broadcast to out's shape. p0/p1 carry op parameters.
+using UnaryFn = void (*)(const Tensor& out, const Tensor& in, double p0, double p1);
+/// out = f(a, b); a and b are expanded to out's shape and share the compute dtype.
+using BinaryFn = void (*)(const Tensor& out, const Tensor& a, const Tensor& b, double alpha);
+/// out = f(a, b, c) for where / addcmul / addcdiv.
+using TernaryFn = void (*)(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c, double value);
+/// Strided copy from src (any dtype) into out (the kernel's dtype), shapes equal.
+using CopyFn = void (*)(const Tensor& out, const Tensor& src);
+using FillFn = void (*)(const Tensor& out, double value);
+/// Counter-based random fill: element i uses stream position offset + i of `seed`.
+using RandFn = void (*)(const Tensor& out, uint64_t seed, uint64_t offset, double a, double b);
+}  // namespace mpx::kernels

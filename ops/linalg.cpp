@@ -1,0 +1,166 @@
+// Linear algebra ops on the GEMM kernel; backward formulas are matmuls themselves.
+#include "ops/linalg.h"
+
+#include "ops/elementwise.h"
+#include "ops/op_utils.h"
+#include "ops/reduction.h"
+#include "ops/shape.h"
+
+namespace mpx {
+namespace {
+using autograd::FunctionNode;
+
+void check_float_pair(const char* op, const Tensor& a, const Tensor& b) {
+  MPX_CHECK(is_floating(a.dtype()) && a.dtype() == b.dtype(), op, ": operands must share one floating dtype, got ",
+            ops::describe(a), " and ", ops::describe(b), "; cast one with .to(dtype)");
+  ops::common_device(op, {a, b});
+}
+
+// out = beta * c + alpha * a @ b without autograd.
+Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha, double beta) {
+  Tensor out;
+  if (c.defined() && beta != 0.0) {
+    out = c.expand({a.size(0), b.size(1)}).contiguous();
+    if (out.is_same(c)) out = c.clone();
+  } else {
+    out = empty({a.size(0), b.size(1)}, a.options());
+    beta = 0.0;
+  }
+  dispatch::kernel<kernels::GemmFn>(OpId::mm, a.device(), a.dtype())(out, a, b, alpha, beta);
+  return out;
+}
+}  // namespace
+
+Tensor mm(const Tensor& a0, const Tensor& b0) {
+  auto in = ops::autocast(OpId::mm, {a0, b0});
+  const Tensor& a = in[0];
+  const Tensor& b = in[1];
+  MPX_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "mm: cannot multiply ", ops::describe(a), " by ",
+            ops::describe(b), "; expected [n, k] @ [k, m]");
+  check_float_pair("mm", a, b);
+  Tensor out;
+  {
+    NoGradGuard ng;
+    out = gemm(a, b, {}, 1.0, 0.0);
+  }
+  if (auto n = autograd::record("MmBackward", {a, b}, {out}, [](FunctionNode& self, const tensor_list& g) -> tensor_list {
+        Tensor a = self.saved(0), b = self.saved(1);
+        Tensor ga = self.next_edges[0].valid() ? mm(g[0], b.t()) : Tensor();
+        Tensor gb = self.next_edges[1].valid() ? mm(a.t(), g[0]) : Tensor();
+        return {ga, gb};
+      })) {
+    n->save(a);
+    n->save(b);
+  }
+  return out;
+}
+
+Tensor addmm(const Tensor& c0, const Tensor& a0, const Tensor& b0, double beta, double alpha) {
+  auto in = ops::autocast(OpId::addmm, {c0, a0, b0});
+  const Tensor &c = in[0], &a = in[1], &b = in[2];
+  MPX_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "addmm: cannot multiply ", ops::describe(a), " by ",
+            ops::describe(b));
+  check_float_pair("addmm", a, b);
+  check_float_pair("addmm", a, c);
+  broadcast_shapes(c.sizes(), {a.size(0), b.size(1)}, "addmm");
+  Tensor out;
+  {
+    NoGradGuard ng;
+    out = gemm(a, b, c, alpha, beta);
+  }
+  if (auto n = autograd::record("AddmmBackward", {c, a, b}, {out}, [alpha, beta](FunctionNode& self, const tensor_list& g) -> tensor_list {
+        Tensor c = self.saved(0), a = self.saved(1), b = self.saved(2);
+        Tensor gc = self.next_edges[0].valid() ? ops::reduce_grad(beta == 1.0 ? g[0] : g[0] * beta, c) : Tensor();
+        Tensor ga = self.next_edges[1].valid() ? mm(g[0], b.t()) * alpha : Tensor();
+        Tensor gb = self.next_edges[2].valid() ? mm(a.t(), g[0]) * alpha : Tensor();
+        return {gc, ga, gb};
+      })) {
+    n->save(c);
+    n->save(a);
+    n->save(b);
+  }
+  return out;
+}
+
+Tensor bmm(const Tensor& a0, const Tensor& b0) {
+  auto in = ops::autocast(OpId::bmm, {a0, b0});
+  const Tensor &a = in[0], &b = in[1];
+  MPX_CHECK(a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0) && a.size(2) == b.size(1), "bmm: cannot multiply ",
+            ops::describe(a), " by ", ops::describe(b), "; expected [B, n, k] @ [B, k, m]");
+  check_float_pair("bmm", a, b);
+  Tensor out = empty({a.size(0), a.size(1), b.size(2)}, a.options());
+  {
+    NoGradGuard ng;
+    auto k = dispatch::kernel<kernels::GemmFn>(OpId::mm, a.device(), a.dtype());
+    for (int64_t i = 0; i < a.size(0); ++i) k(out.select(0, i), a.select(0, i), b.select(0, i), 1.0, 0.0);
+  }
+  if (auto n = autograd::record("BmmBackward", {a, b}, {out}, [](FunctionNode& self, const tensor_list& g) -> tensor_list {
+        Tensor a = self.saved(0), b = self.saved(1);
+        return {self.next_edges[0].valid() ? bmm(g[0], b.transpose(1, 2)) : Tensor(),
+                self.next_edges[1].valid() ? bmm(a.transpose(1, 2), g[0]) : Tensor()};
+      })) {
+    n->save(a);
+    n->save(b);
+  }
+  return out;
+}
+
+Tensor dot(const Tensor& a, const Tensor& b) {
+  MPX_CHECK(a.dim() == 1 && b.dim() == 1 && a.size(0) == b.size(0), "dot: expected two 1-d tensors of one length, got ",
+            ops::describe(a), " and ", ops::describe(b));
+  return sum(mul(a, b));
+}
+
+Tensor matmul(const Tensor& a0, const Tensor& b0) {
+  auto in = ops::autocast(OpId::matmul, {a0, b0});
+  const Tensor &a = in[0], &b = in[1];
+  MPX_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least one dim, got ", ops::describe(a), " and ",
+            ops::describe(b));
+  if (a.dim() == 1 && b.dim() == 1) return dot(a, b);
+  if (a.dim() == 2 && b.dim() == 2) return mm(a, b);
+  if (a.dim() == 1 && b.dim() == 2) return mm(a.unsqueeze(0), b).squeeze(0);
+  if (a.dim() == 2 && b.dim() == 1) return mm(a, b.unsqueeze(1)).squeeze(1);
+  if (b.dim() <= 2) {
+    // [..., n, k] @ [k, m]: fold the batch into rows.
+    Tensor bb = b.dim() == 1 ? b.unsqueeze(1) : b;
+    IntList lead(a.sizes().begin(), a.sizes().end() - 1);
+    Tensor r = mm(a.reshape({-1, a.size(-1)}), bb);
+    lead.push_back(bb.size(1));
+    Tensor out = r.reshape(lead);
+    return b.dim() == 1 ? out.squeeze(-1) : out;
+  }
+  // Batched with broadcasting over the leading dims.
+  Tensor aa = a.dim() == 1 ? a.unsqueeze(0) : a;
+  IntList ba(aa.sizes().begin(), aa.sizes().end() - 2), bbz(b.sizes().begin(), b.sizes().end() - 2);
+  IntList batch = broadcast_shapes(ba, bbz, "matmul");
+  IntList ea = batch, eb = batch;
+  ea.push_back(aa.size(-2)); ea.push_back(aa.size(-1));
+  eb.push_back(b.size(-2)); eb.push_back(b.size(-1));
+  const int64_t B = numel_of(batch);
+  Tensor r = bmm(aa.expand(ea).reshape({B, aa.size(-2), aa.size(-1)}), b.expand(eb).reshape({B, b.size(-2), b.size(-1)}));
+  IntList out_shape = batch;
+  out_shape.push_back(aa.size(-2));
+  out_shape.push_back(b.size(-1));
+  Tensor out = r.reshape(out_shape);
+  return a.dim() == 1 ? out.squeeze(-2) : out;
+}
+
+Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
+  auto in = ops::autocast(OpId::linear, {x0, w0, b0});
+  const Tensor &x = in[0], &w = in[1], &b = in[2];
+  MPX_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input ", ops::describe(x),
+            " does not match weight ", ops::describe(w), " (expected input [..., ", w.dim() == 2 ? w.size(1) : -1, "])");
+  MPX_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0)), "linear: bias ", ops::describe(b),
+            " does not match weight ", ops::describe(w));
+  Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, x.size(-1)});
+  Tensor y = b.defined() ? addmm(b, x2, w.t()) : mm(x2, w.t());
+  if (x.dim() == 2) return y;
+  IntList shape(x.sizes().begin(), x.sizes().end() - 1);
+  shape.push_back(w.size(0));
+  return y.reshape(shape);
+}
+
+Tensor Tensor::matmul(const Tensor& o) const { return mpx::matmul(*this, o); }
+Tensor Tensor::mm(const Tensor& o) const { return mpx::mm(*this, o); }
+
+}  // namespace mpx

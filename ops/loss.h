@@ -1,0 +1,45 @@
+// Loss functions. All compute in f32 (or f64) whatever the input dtype.
+#pragma once
+#include <string>
+
+#include "core/tensor.h"
+
+namespace mpx {
+
+/// How a loss combines per-element values.
+enum class Reduction { None, Mean, Sum };
+
+/// logits [N, C] or [N, C, d1, ...], target i64 class indices [N] / [N, d1, ...].
+/// ignore_index targets contribute nothing (and are excluded from the mean);
+/// label_smoothing mixes the one-hot target with the uniform distribution.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::Mean,
+                     int64_t ignore_index = -100, double label_smoothing = 0.0, const Tensor& weight = {});
+/// Negative log-likelihood of log-probabilities [N, C] (or [N, C, ...]) with i64 targets.
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction = Reduction::Mean,
+                int64_t ignore_index = -100, const Tensor& weight = {});
+/// Numerically stable sigmoid + binary cross-entropy; pos_weight optional.
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
+                                        Reduction reduction = Reduction::Mean, const Tensor& weight = {},
+                                        const Tensor& pos_weight = {});
+/// BCE on probabilities; banned under autocast (use binary_cross_entropy_with_logits).
+Tensor binary_cross_entropy(const Tensor& probs, const Tensor& target, Reduction reduction = Reduction::Mean,
+                            const Tensor& weight = {});
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                      double beta = 1.0);
+
+/// Parses "none" | "mean" | "sum".
+Reduction reduction_from_name(const std::string& name);
+
+}  // namespace mpx
+
+namespace mpx::kernels {
+/// Gather along the class dim: out[n, i] = in[n, target[n, i], i] (0 where target is
+/// ignore_index). `in` is a [N, C, inner] view with any strides (stride 0 allowed for an
+/// expanded class weight); target is contiguous i64 [N, inner]; out contiguous [N, inner].
+using NllPickFn = void (*)(const Tensor& out, const Tensor& in, const Tensor& target, int64_t ignore_index);
+/// The adjoint scatter: out (contiguous [N, C, inner], zeroed by the kernel) gets
+/// g[n, i] at class target[n, i]; ignored targets scatter nothing.
+using NllScatterFn = void (*)(const Tensor& out, const Tensor& g, const Tensor& target, int64_t ignore_index);
+}  // namespace mpx::kernels

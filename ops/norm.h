@@ -1,0 +1,34 @@
+// Normalization ops: batch_norm (train/eval, running statistics), layer_norm, group_norm.
+#pragma once
+#include "core/tensor.h"
+
+namespace mpx {
+
+/// Batch norm over dim 1 of [N, C, *]. In training, normalizes with batch statistics and
+/// (when given) updates running_mean/running_var in place with `momentum` (unbiased var);
+/// in eval, uses the running statistics. weight/bias optional (affine=false).
+/// Statistics are computed in f32 (or f64 for f64 input); the output has x's dtype.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
+/// Layer norm over the trailing dims given by normalized_shape.
+Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5);
+/// Group norm of [N, C, *] with C divisible by num_groups.
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5);
+
+}  // namespace mpx
+
+namespace mpx::kernels {
+/// Batch norm forward over x contiguous [N, C, S] -> y (x's dtype). mean/var/invstd are [C]
+/// in the statistics dtype (f32, f64 for f64 input); weight/bias are [C] in that dtype or
+/// undefined. training: computes mean and the biased var from x and writes them;
+/// eval: reads mean/var (the running statistics). invstd = 1/sqrt(var + eps) is written in both.
+using BatchNormFn = void (*)(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd,
+                             const Tensor& x, const Tensor& weight, const Tensor& bias, bool training, double eps);
+/// Batch norm backward: any of gx (x's dtype, [N, C, S]), gweight, gbias ([C], statistics
+/// dtype) may be undefined when not needed. gy and x contiguous [N, C, S].
+using BatchNormBackwardFn = void (*)(const Tensor& gx, const Tensor& gweight, const Tensor& gbias, const Tensor& gy,
+                                     const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
+                                     bool training);
+}  // namespace mpx::kernels

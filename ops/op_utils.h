@@ -1,0 +1,41 @@
+// Helpers for op implementations: the autocast stage, output allocation, gradient reduction.
+#pragma once
+#include "autograd/node.h"
+#include "ops/dispatch.h"
+
+namespace mpx {
+
+/// Thread-local autocast state. amp's AutocastGuard sets it; ops read it in the autocast stage.
+struct AutocastState {
+  bool enabled = false;
+  DType dtype = kFloat16;
+  /// Optional cast hook (amp installs its weight cache here); null means a plain cast.
+  Tensor (*cast)(const Tensor& t, DType to) = nullptr;
+};
+AutocastState& autocast_state();
+
+namespace ops {
+
+/// The autocast stage: casts the floating inputs of `op` according to its policy when
+/// autocast is on (f64 and non-floating inputs are left alone). A no-op otherwise.
+tensor_list autocast(OpId op, tensor_list inputs);
+
+/// The dtype a set of tensors computes in under PyTorch's promotion rules.
+DType result_type(const tensor_list& ts);
+
+/// Checks that all defined tensors share one device; names the op and devices otherwise.
+Device common_device(const char* op, const tensor_list& ts);
+
+/// Sums `g` down to `shape` (undoing broadcasting) and casts it to `dtype`.
+Tensor reduce_grad(const Tensor& g, const IntList& shape, DType dtype);
+inline Tensor reduce_grad(const Tensor& g, const Tensor& like) { return reduce_grad(g, like.sizes(), like.dtype()); }
+
+/// Throws when an in-place op would silently corrupt autograd (a leaf or graph tensor
+/// that requires grad while grad mode is on).
+void check_inplace(const Tensor& t, const char* op);
+
+/// Describes a tensor for error messages: "f32[2, 3] on cpu".
+std::string describe(const Tensor& t);
+
+}  // namespace ops
+}  // namespace mpx

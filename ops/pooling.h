@@ -1,0 +1,35 @@
+// Pooling ops: max_pool2d, avg_pool2d, adaptive_avg_pool2d.
+#pragma once
+#include "ops/conv.h"
+
+namespace mpx {
+
+/// Max pooling over [N, C, H, W]; stride defaults to the kernel size when {0, 0}.
+Tensor max_pool2d(const Tensor& x, Pair kernel, Pair stride = {0, 0}, Pair padding = {0, 0}, Pair dilation = {1, 1},
+                  bool ceil_mode = false);
+/// Average pooling; count_include_pad counts zero padding in the divisor (PyTorch's default).
+Tensor avg_pool2d(const Tensor& x, Pair kernel, Pair stride = {0, 0}, Pair padding = {0, 0}, bool ceil_mode = false,
+                  bool count_include_pad = true);
+/// Average pooling to a fixed output size (PyTorch's bin boundaries).
+Tensor adaptive_avg_pool2d(const Tensor& x, Pair output_size);
+
+}  // namespace mpx
+
+namespace mpx::kernels {
+/// Window geometry of max/avg pooling (stride already defaulted to the kernel size).
+struct Pool2dParams {
+  Pair kernel{1, 1}, stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  bool count_include_pad = true;
+};
+/// y and idx [N, C, Ho, Wo] from x [N, C, H, W] (all contiguous); idx (i64) holds the
+/// argmax as h * W + w within each plane, as PyTorch's indices do.
+using MaxPool2dFn = void (*)(const Tensor& y, const Tensor& idx, const Tensor& x, const Pool2dParams& p);
+/// gx (zeroed by the kernel) receives gy at the saved argmax positions.
+using MaxPool2dBackwardFn = void (*)(const Tensor& gx, const Tensor& gy, const Tensor& idx);
+/// y = window averages of x; the output shape fixes Ho/Wo.
+using AvgPool2dFn = void (*)(const Tensor& y, const Tensor& x, const Pool2dParams& p);
+/// gx = the adjoint of avg pooling applied to gy (overwrites gx).
+using AvgPool2dBackwardFn = void (*)(const Tensor& gx, const Tensor& gy, const Pool2dParams& p);
+/// Adaptive average pooling, shapes given by the tensors; forward writes y from x, backward gx from gy.
+using AdaptiveAvgPool2dFn = void (*)(const Tensor& out, const Tensor& in);
+}  // namespace mpx::kernels

@@ -1,0 +1,204 @@
+// Reductions: move reduced dims last, reduce rows with the kernel, backward by broadcasting back.
+#include "ops/reduction.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "ops/elementwise.h"
+#include "ops/op_utils.h"
+#include "ops/shape.h"
+
+namespace mpx {
+namespace {
+using autograd::FunctionNode;
+
+struct Plan {
+  IntList dims;      // sorted, wrapped
+  IntList kept;      // output shape with keepdim
+  IntList out;       // output shape as requested
+  int64_t rows = 1, cols = 1;
+};
+
+Plan plan(const Tensor& x, const IntList& dims0, bool keepdim) {
+  Plan p;
+  const int64_t nd = x.dim();
+  if (dims0.empty()) for (int64_t d = 0; d < nd; ++d) p.dims.push_back(d);
+  for (auto d : dims0) p.dims.push_back(wrap_dim(d, nd));
+  std::sort(p.dims.begin(), p.dims.end());
+  MPX_CHECK(std::adjacent_find(p.dims.begin(), p.dims.end()) == p.dims.end(), "reduction: dim listed twice in ",
+            shape_str(dims0));
+  for (int64_t d = 0; d < nd; ++d) {
+    const bool red = std::binary_search(p.dims.begin(), p.dims.end(), d);
+    p.kept.push_back(red ? 1 : x.size(d));
+    if (red) p.cols *= x.size(d);
+    else { p.rows *= x.size(d); p.out.push_back(x.size(d)); }
+  }
+  if (keepdim) p.out = p.kept;
+  return p;
+}
+
+// [rows, cols] contiguous view of x with the reduced dims last.
+Tensor as_rows(const Tensor& x, const Plan& p) {
+  NoGradGuard ng;
+  IntList perm;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (!std::binary_search(p.dims.begin(), p.dims.end(), d)) perm.push_back(d);
+  for (auto d : p.dims) perm.push_back(d);
+  Tensor t = x.dim() ? x.permute(perm).contiguous() : x.contiguous();
+  return t.view({p.rows, p.cols});
+}
+
+// Broadcasts a reduced gradient back to x's shape.
+Tensor expand_back(const Tensor& g, const IntList& kept, const IntList& shape) { return g.reshape(kept).expand(shape); }
+
+Tensor reduce(OpId op, const Tensor& x, const Plan& p, DType out_dt, double param) {
+  Tensor rows = as_rows(x.dtype() == out_dt ? x : x.to(out_dt), p);
+  Tensor out = empty({p.rows}, TensorOptions().dtype(out_dt).device(x.device()));
+  if (p.cols == 0) {
+    out.fill_(op == OpId::var ? NAN : 0.0);
+  } else {
+    dispatch::kernel<kernels::ReduceFn>(op, x.device(), out_dt)(out, rows, param);
+  }
+  return out.view(p.out);
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x0, const IntList& dims, bool keepdim) {
+  Tensor x = ops::autocast(OpId::sum, {x0})[0];
+  const DType dt = is_floating(x.dtype()) ? x.dtype() : kInt64;
+  Plan p = plan(x, dims, keepdim);
+  Tensor out = reduce(OpId::sum, x, p, dt, 0.0);
+  if (auto n = autograd::record("SumBackward", {x}, {out}, [](FunctionNode& self, const tensor_list& g) -> tensor_list {
+        return {expand_back(g[0], self.shapes[0], self.shapes[1]).to(static_cast<DType>(self.scalars[0]))};
+      })) {
+    n->shapes = {p.kept, x.sizes()};
+    n->scalars = {static_cast<double>(static_cast<int>(x.dtype()))};
+  }
+  return out;
+}
+Tensor sum(const Tensor& x) { return sum(x, {}, false); }
+
+Tensor mean(const Tensor& x0, const IntList& dims, bool keepdim) {
+  Tensor x = ops::autocast(OpId::mean, {x0})[0];
+  MPX_CHECK(is_floating(x.dtype()), "mean: input must be floating, got ", ops::describe(x),
+            "; convert it with .to(mpx::kFloat32)");
+  Plan p = plan(x, dims, keepdim);
+  Tensor out = reduce(OpId::sum, x, p, x.dtype(), 1.0);
+  if (auto n = autograd::record("MeanBackward", {x}, {out}, [](FunctionNode& self, const tensor_list& g) -> tensor_list {
+        return {expand_back(g[0] / self.scalars[0], self.shapes[0], self.shapes[1])};
+      })) {
+    n->shapes = {p.kept, x.sizes()};
+    n->scalars = {static_cast<double>(std::max<int64_t>(p.cols, 1))};
+  }
+  return out;
+}
+Tensor mean(const Tensor& x) { return mean(x, {}, false); }
+
+Tensor var(const Tensor& x0, const IntList& dims, bool unbiased, bool keepdim) {
+  Tensor x = ops::autocast(OpId::var, {x0})[0];
+  MPX_CHECK(is_floating(x.dtype()), "var: input must be floating, got ", ops::describe(x));
+  Plan p = plan(x, dims, keepdim);
+  const double corr = unbiased ? 1.0 : 0.0;
+  Tensor out = reduce(OpId::var, x, p, x.dtype(), corr);
+  if (auto n = autograd::record("VarBackward", {x}, {out}, [](FunctionNode& self, const tensor_list& g) -> tensor_list {
+        Tensor x = self.saved(0);
+        const IntList& kept = self.shapes[0];
+        IntList dims;
+        for (int64_t d = 0; d < x.dim(); ++d)
+          if (kept[d] == 1 && x.size(d) != 1) dims.push_back(d);
+        Tensor m = mean(x, dims.empty() ? IntList{} : dims, true);
+        const double denom = std::max(0.0, self.scalars[0] - self.scalars[1]);
+        return {(x - m) * expand_back(g[0], kept, x.sizes()) * (2.0 / denom)};
+      })) {
+    n->save(x);
+    n->shapes = {p.kept};
+    n->scalars = {static_cast<double>(p.cols), corr};
+  }
+  return out;
+}
+Tensor std(const Tensor& x, const IntList& dims, bool unbiased, bool keepdim) { return sqrt(var(x, dims, unbiased, keepdim)); }
+
+std::pair<Tensor, Tensor> arg_reduce(OpId op, const Tensor& x, int64_t dim0, bool keepdim) {
+  MPX_CHECK(x.numel() > 0, op_name(op), ": cannot reduce an empty tensor ", ops::describe(x));
+  const int64_t dim = wrap_dim(dim0, x.dim());
+  Plan p = plan(x, x.dim() ? IntList{dim} : IntList{}, keepdim);
+  Tensor rows = as_rows(x, p);
+  Tensor values = empty({p.rows}, x.options());
+  Tensor idx = empty({p.rows}, TensorOptions().dtype(kInt64).device(x.device()));
+  dispatch::kernel<kernels::ArgReduceFn>(op, x.device(), x.dtype())(values, idx, rows);
+  values = values.view(p.out);
+  idx = idx.view(p.out);
+  if (auto n = autograd::record(op == OpId::max_dim ? "MaxBackward" : "MinBackward", {x}, {values, idx},
+                                [dim](FunctionNode& self, const tensor_list& g) -> tensor_list {
+                                  Tensor ix = self.saved(0);
+                                  const IntList& kept = self.shapes[0];
+                                  const IntList& shape = self.shapes[1];
+                                  IntList ar(shape.size(), 1);
+                                  if (!shape.empty()) ar[dim] = shape[dim];
+                                  Tensor pos = arange(static_cast<double>(shape.empty() ? 1 : shape[dim]),
+                                                      TensorOptions(kInt64).device(ix.device())).view(ar);
+                                  Tensor mask = eq(pos, ix.reshape(kept));
+                                  return {where(mask, g[0].reshape(kept), zeros({}, g[0].options()))};
+                                })) {
+    n->save(idx);
+    n->shapes = {p.kept, x.sizes()};
+  }
+  return {values, idx};
+}
+std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) { return arg_reduce(OpId::max_dim, x, dim, keepdim); }
+std::pair<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) { return arg_reduce(OpId::min_dim, x, dim, keepdim); }
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) { NoGradGuard ng; return arg_reduce(OpId::max_dim, x, dim, keepdim).second; }
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) { NoGradGuard ng; return arg_reduce(OpId::min_dim, x, dim, keepdim).second; }
+
+namespace {
+// amax/amin over several dims: reduce rows, gradient shared evenly among tied maxima.
+Tensor extreme(OpId op, const Tensor& x, const IntList& dims, bool keepdim) {
+  MPX_CHECK(x.numel() > 0, op_name(op), ": cannot reduce an empty tensor ", ops::describe(x));
+  Plan p = plan(x, dims, keepdim);
+  Tensor rows = as_rows(x, p);
+  Tensor values = empty({p.rows}, x.options());
+  Tensor idx = empty({p.rows}, TensorOptions().dtype(kInt64).device(x.device()));
+  dispatch::kernel<kernels::ArgReduceFn>(op == OpId::amax ? OpId::max_dim : OpId::min_dim, x.device(), x.dtype())(values, idx, rows);
+  values = values.view(p.out);
+  if (auto n = autograd::record(op == OpId::amax ? "AmaxBackward" : "AminBackward", {x}, {values},
+                                [](FunctionNode& self, const tensor_list& g) -> tensor_list {
+                                  Tensor x = self.saved(0), v = self.saved(1);
+                                  const IntList& kept = self.shapes[0];
+                                  Tensor mask = eq(x, v.reshape(kept)).to(g[0].dtype());
+                                  IntList dims;
+                                  for (int64_t d = 0; d < x.dim(); ++d)
+                                    if (kept[d] == 1 && x.size(d) != 1) dims.push_back(d);
+                                  Tensor count = dims.empty() ? mask : sum(mask, dims, true);
+                                  return {mask * (g[0].reshape(kept) / count)};
+                                })) {
+    n->save(x);
+    n->save(values, true);
+    n->shapes = {p.kept};
+  }
+  return values;
+}
+}  // namespace
+Tensor amax(const Tensor& x, const IntList& dims, bool keepdim) { return extreme(OpId::amax, x, dims, keepdim); }
+Tensor amin(const Tensor& x, const IntList& dims, bool keepdim) { return extreme(OpId::amin, x, dims, keepdim); }
+Tensor max(const Tensor& x) { return amax(x, {}, false); }
+Tensor min(const Tensor& x) { return amin(x, {}, false); }
+
+Tensor norm(const Tensor& x0) {
+  Tensor x = ops::autocast(OpId::norm, {x0})[0];
+  return sqrt(sum(x * x));
+}
+
+Tensor Tensor::sum() const { return mpx::sum(*this); }
+Tensor Tensor::sum(const IntList& dims, bool keepdim) const { return mpx::sum(*this, dims, keepdim); }
+Tensor Tensor::mean() const { return mpx::mean(*this); }
+Tensor Tensor::mean(const IntList& dims, bool keepdim) const { return mpx::mean(*this, dims, keepdim); }
+Tensor Tensor::max() const { return mpx::max(*this); }
+Tensor Tensor::min() const { return mpx::min(*this); }
+std::pair<Tensor, Tensor> Tensor::max(int64_t dim, bool keepdim) const { return mpx::max(*this, dim, keepdim); }
+std::pair<Tensor, Tensor> Tensor::min(int64_t dim, bool keepdim) const { return mpx::min(*this, dim, keepdim); }
+Tensor Tensor::argmax(int64_t dim, bool keepdim) const { return mpx::argmax(*this, dim, keepdim); }
+Tensor Tensor::argmin(int64_t dim, bool keepdim) const { return mpx::argmin(*this, dim, keepdim); }
+Tensor Tensor::var(const IntList& dims, bool unbiased, bool keepdim) const { return mpx::var(*this, dims, unbiased, keepdim); }
+
+}  // namespace mpx

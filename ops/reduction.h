@@ -1,0 +1,37 @@
+// Reductions over dimensions: sum, mean, max/min (values and indices), argmax, var, norm.
+#pragma once
+#include "core/tensor.h"
+
+namespace mpx {
+
+/// Sum of all elements (integral inputs sum in i64). Accumulates in f64 on the CPU.
+Tensor sum(const Tensor& x);
+/// Sum over `dims` (empty: all dims).
+Tensor sum(const Tensor& x, const IntList& dims, bool keepdim = false);
+Tensor mean(const Tensor& x);
+Tensor mean(const Tensor& x, const IntList& dims, bool keepdim = false);
+/// Largest element; the gradient is shared evenly among ties.
+Tensor max(const Tensor& x);
+Tensor min(const Tensor& x);
+/// (values, i64 indices) along dim; the gradient goes to the returned index.
+std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);
+std::pair<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor amax(const Tensor& x, const IntList& dims, bool keepdim = false);
+Tensor amin(const Tensor& x, const IntList& dims, bool keepdim = false);
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
+/// Variance over dims with Bessel's correction when `unbiased`.
+Tensor var(const Tensor& x, const IntList& dims, bool unbiased = true, bool keepdim = false);
+Tensor std(const Tensor& x, const IntList& dims, bool unbiased = true, bool keepdim = false);
+/// Euclidean (p = 2) norm of all elements.
+Tensor norm(const Tensor& x);
+
+}  // namespace mpx
+
+namespace mpx::kernels {
+/// Row reduction: `in` is contiguous [rows, cols]; out is contiguous [rows].
+/// param: the correction for var, unused otherwise.
+using ReduceFn = void (*)(const Tensor& out, const Tensor& in, double param);
+/// Arg-reduction over rows of a contiguous [rows, cols] input: values and i64 indices.
+using ArgReduceFn = void (*)(const Tensor& values, const Tensor& indices, const Tensor& in);
+}  // namespace mpx::kernels

@@ -1,0 +1,321 @@
+// Views (sharing storage, recorded by autograd), cat/stack, sum_to and slice gradients.
+#include "ops/shape.h"
+
+#include <cstring>
+
+#include "ops/elementwise.h"
+#include "ops/op_utils.h"
+#include "ops/reduction.h"
+
+namespace mpx {
+namespace {
+using autograd::FunctionNode;
+
+Tensor make_view(const Tensor& x, IntList sizes, IntList strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = x.impl()->storage;
+  impl->sizes = std::move(sizes);
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  impl->dtype = x.dtype();
+  return Tensor(std::move(impl));
+}
+
+// Records a view whose backward reshapes the gradient back to the input's shape.
+Tensor reshape_view(const Tensor& x, const IntList& shape, const IntList& strides, const char* node) {
+  Tensor out = make_view(x, shape, strides, x.storage_offset());
+  if (auto n = autograd::record(node, {x}, {out}, [](FunctionNode& self, const tensor_list& g) -> tensor_list {
+        return {g[0].reshape(self.shapes[0])};
+      }))
+    n->shapes = {x.sizes()};
+  return out;
+}
+
+IntList infer_shape(const IntList& shape, int64_t numel, const char* op) {
+  IntList r = shape;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (r[i] == -1) {
+      MPX_CHECK(infer < 0, op, ": only one dimension can be -1 in ", shape_str(shape));
+      infer = static_cast<int64_t>(i);
+    } else {
+      MPX_CHECK(r[i] >= 0, op, ": invalid size in ", shape_str(shape));
+      known *= r[i];
+    }
+  }
+  if (infer >= 0) {
+    MPX_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape_str(shape), " is invalid for input of size ", numel);
+    r[infer] = numel / known;
+  }
+  MPX_CHECK(numel_of(r) == numel, op, ": shape ", shape_str(shape), " is invalid for input of size ", numel);
+  return r;
+}
+
+// Strides for viewing x as `shape` without a copy, if its layout allows (PyTorch's rule).
+bool view_strides(const Tensor& x, const IntList& shape, IntList* out) {
+  if (x.is_contiguous()) { *out = contiguous_strides(shape); return true; }
+  const IntList& os = x.sizes();
+  const IntList& ost = x.strides();
+  IntList st(shape.size());
+  int64_t view_d = static_cast<int64_t>(shape.size()) - 1;
+  int64_t chunk_base_stride = ost.empty() ? 1 : ost.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t d = static_cast<int64_t>(os.size()) - 1; d >= 0; --d) {
+    tensor_numel *= os[d];
+    if (d == 0 || (os[d - 1] != 1 && ost[d - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
+        st[view_d] = view_numel * chunk_base_stride;
+        view_numel *= shape[view_d];
+        view_d--;
+      }
+      if (view_numel != tensor_numel) return false;
+      if (d > 0) {
+        chunk_base_stride = ost[d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return false;
+  *out = st;
+  return true;
+}
+}  // namespace
+
+Tensor Tensor::view(const IntList& shape0) const {
+  IntList shape = infer_shape(shape0, numel(), "view");
+  IntList st;
+  MPX_CHECK(view_strides(*this, shape, &st), "view: shape ", shape_str(shape), " is incompatible with the strides of ",
+            ops::describe(*this), " (a transposed or sliced tensor); use reshape(), which copies when needed");
+  return reshape_view(*this, shape, st, "ViewBackward");
+}
+Tensor Tensor::reshape(const IntList& shape0) const {
+  IntList shape = infer_shape(shape0, numel(), "reshape");
+  IntList st;
+  if (view_strides(*this, shape, &st)) return reshape_view(*this, shape, st, "ViewBackward");
+  return contiguous().view(shape);
+}
+Tensor Tensor::flatten(int64_t start, int64_t end) const {
+  if (dim() == 0) return reshape({1});
+  start = wrap_dim(start, dim(), "flatten start");
+  end = wrap_dim(end, dim(), "flatten end");
+  MPX_CHECK(start <= end, "flatten: start dim ", start, " is after end dim ", end);
+  IntList s(sizes().begin(), sizes().begin() + start);
+  int64_t m = 1;
+  for (int64_t d = start; d <= end; ++d) m *= size(d);
+  s.push_back(m);
+  s.insert(s.end(), sizes().begin() + end + 1, sizes().end());
+  return reshape(s);
+}
+Tensor Tensor::unflatten(int64_t d, const IntList& sz) const {
+  d = wrap_dim(d, dim());
+  IntList s(sizes().begin(), sizes().begin() + d);
+  s.insert(s.end(), sz.begin(), sz.end());
+  s.insert(s.end(), sizes().begin() + d + 1, sizes().end());
+  return reshape(s);
+}
+Tensor Tensor::squeeze() const {
+  IntList s, st;
+  for (int64_t d = 0; d < dim(); ++d)
+    if (size(d) != 1) { s.push_back(size(d)); st.push_back(stride(d)); }
+  return reshape_view(*this, s, st, "SqueezeBackward");
+}
+Tensor Tensor::squeeze(int64_t d) const {
+  if (dim() == 0) return *this;
+  d = wrap_dim(d, dim());
+  if (size(d) != 1) return *this;
+  IntList s = sizes(), st = strides();
+  s.erase(s.begin() + d);
+  st.erase(st.begin() + d);
+  return reshape_view(*this, s, st, "SqueezeBackward");
+}
+Tensor Tensor::unsqueeze(int64_t d) const {
+  d = wrap_dim(d, dim() + 1);
+  IntList s = sizes(), st = strides();
+  const int64_t stv = d < dim() ? stride(d) * size(d) : 1;
+  s.insert(s.begin() + d, 1);
+  st.insert(st.begin() + d, stv);
+  return reshape_view(*this, s, st, "UnsqueezeBackward");
+}
+Tensor Tensor::permute(const IntList& dims) const {
+  MPX_CHECK(static_cast<int64_t>(dims.size()) == dim(), "permute: got ", dims.size(), " dims for ", ops::describe(*this));
+  IntList s(dim()), st(dim()), inv(dim(), -1);
+  for (int64_t i = 0; i < dim(); ++i) {
+    const int64_t d = wrap_dim(dims[i], dim());
+    MPX_CHECK(inv[d] < 0, "permute: dim ", d, " repeated in ", shape_str(dims));
+    inv[d] = i;
+    s[i] = size(d);
+    st[i] = stride(d);
+  }
+  Tensor out = make_view(*this, s, st, storage_offset());
+  if (auto n = autograd::record("PermuteBackward", {*this}, {out}, [](FunctionNode& self, const tensor_list& g) -> tensor_list {
+        return {g[0].permute(self.shapes[0])};
+      }))
+    n->shapes = {inv};
+  return out;
+}
+Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  if (dim() < 2 && d0 == 0 && d1 == 1 && dim() <= 1) return *this;
+  d0 = wrap_dim(d0, dim());
+  d1 = wrap_dim(d1, dim());
+  IntList p(dim());
+  for (int64_t i = 0; i < dim(); ++i) p[i] = i;
+  std::swap(p[d0], p[d1]);
+  return permute(p);
+}
+Tensor Tensor::expand(const IntList& shape) const {
+  MPX_CHECK(shape.size() >= sizes().size(), "expand: target ", shape_str(shape), " has fewer dims than ", ops::describe(*this));
+  const size_t lead = shape.size() - sizes().size();
+  IntList s(shape.size()), st(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i < lead) { MPX_CHECK(shape[i] >= 0, "expand: bad size in ", shape_str(shape)); s[i] = shape[i]; st[i] = 0; continue; }
+    const int64_t cur = sizes()[i - lead];
+    const int64_t want = shape[i] == -1 ? cur : shape[i];
+    MPX_CHECK(cur == want || cur == 1, "expand: cannot expand ", shape_str(sizes()), " to ", shape_str(shape),
+              " (dimension ", i, " has size ", cur, ", only size-1 dims expand)");
+    s[i] = want;
+    st[i] = cur == want ? strides()[i - lead] : 0;
+  }
+  if (s == sizes()) return *this;
+  Tensor out = make_view(*this, s, st, storage_offset());
+  if (auto n = autograd::record("ExpandBackward", {*this}, {out}, [](FunctionNode& self, const tensor_list& g) -> tensor_list {
+        return {sum_to(g[0], self.shapes[0])};
+      }))
+    n->shapes = {sizes()};
+  return out;
+}
+Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  d = wrap_dim(d, dim());
+  MPX_CHECK(step > 0, "slice: step must be positive, got ", step);
+  const int64_t n = size(d);
+  if (start < 0) start += n;
+  if (end < 0) end += n;
+  start = std::clamp<int64_t>(start, 0, n);
+  end = std::clamp<int64_t>(end, start, n);
+  IntList s = sizes(), st = strides();
+  s[d] = (end - start + step - 1) / step;
+  st[d] *= step;
+  Tensor out = make_view(*this, s, st, storage_offset() + start * stride(d));
+  if (auto node = autograd::record("SliceBackward", {*this}, {out}, [d, start, step](FunctionNode& self, const tensor_list& g) -> tensor_list {
+        return {slice_backward(g[0], self.shapes[0], d, start, step)};
+      }))
+    node->shapes = {sizes()};
+  return out;
+}
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  d = wrap_dim(d, dim());
+  if (start < 0) start += size(d);
+  MPX_CHECK(start >= 0 && length >= 0 && start + length <= size(d), "narrow: range [", start, ", ", start + length,
+            ") is out of bounds for dim ", d, " of ", ops::describe(*this));
+  return slice(d, start, start + length);
+}
+Tensor Tensor::select(int64_t d, int64_t index) const {
+  d = wrap_dim(d, dim());
+  const int64_t n = size(d);
+  MPX_CHECK(index >= -n && index < n, "select: index ", index, " is out of range for dim ", d, " of ", ops::describe(*this));
+  if (index < 0) index += n;
+  return slice(d, index, index + 1).squeeze(d);
+}
+
+Tensor slice_backward(const Tensor& g, const IntList& shape, int64_t d, int64_t start, int64_t step) {
+  Tensor out = zeros(shape, g.options());
+  {
+    NoGradGuard ng;
+    Tensor region = out.slice(d, start, start + (g.size(d) - 1) * step + 1, step);
+    region.copy_(g);
+  }
+  if (auto n = autograd::record("SliceBackwardBackward", {g}, {out}, [d, start, step](FunctionNode& self, const tensor_list& gg) -> tensor_list {
+        return {gg[0].slice(d, start, start + (self.shapes[0][d] - 1) * step + 1, step)};
+      }))
+    n->shapes = {g.sizes()};
+  return out;
+}
+
+Tensor sum_to(const Tensor& t, const IntList& shape) {
+  if (t.sizes() == shape) return t;
+  const int64_t lead = t.dim() - static_cast<int64_t>(shape.size());
+  MPX_CHECK(lead >= 0, "sum_to: cannot sum ", shape_str(t.sizes()), " to the larger shape ", shape_str(shape));
+  IntList dims;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (d < lead || (shape[d - lead] == 1 && t.size(d) != 1)) dims.push_back(d);
+  Tensor r = dims.empty() ? t : sum(t, dims, true);
+  return r.reshape(shape);
+}
+
+Tensor cat(const tensor_list& ts0, int64_t dim) {
+  MPX_CHECK(!ts0.empty(), "cat: expected a non-empty list of tensors");
+  tensor_list ts = ops::autocast(OpId::cat, ts0);
+  const DType dt = ops::result_type(ts);
+  const Device dev = ops::common_device("cat", ts);
+  const Tensor& ref = ts[0];
+  dim = wrap_dim(dim, ref.dim());
+  IntList shape = ref.sizes();
+  shape[dim] = 0;
+  IntList lens;
+  for (const auto& t : ts) {
+    MPX_CHECK(t.dim() == ref.dim(), "cat: tensors must have the same number of dims, got ", shape_str(ref.sizes()),
+              " and ", shape_str(t.sizes()));
+    for (int64_t d = 0; d < t.dim(); ++d)
+      MPX_CHECK(d == dim || t.size(d) == ref.size(d), "cat: sizes must match except in dim ", dim, ", got ",
+                shape_str(ref.sizes()), " and ", shape_str(t.sizes()));
+    shape[dim] += t.size(dim);
+    lens.push_back(t.size(dim));
+  }
+  Tensor out = empty(shape, TensorOptions().dtype(dt).device(dev));
+  {
+    NoGradGuard ng;
+    int64_t off = 0;
+    for (const auto& t : ts) {
+      if (t.size(dim)) out.narrow(dim, off, t.size(dim)).copy_(t);
+      off += t.size(dim);
+    }
+  }
+  if (auto n = autograd::record("CatBackward", ts, {out}, [dim, lens](FunctionNode& self, const tensor_list& g) -> tensor_list {
+        tensor_list r;
+        int64_t off = 0;
+        for (size_t i = 0; i < lens.size(); ++i) {
+          r.push_back(g[0].narrow(dim, off, lens[i]).to(static_cast<DType>(self.shapes[0][i])));
+          off += lens[i];
+        }
+        return r;
+      })) {
+    IntList dts;
+    for (const auto& t : ts) dts.push_back(static_cast<int64_t>(t.dtype()));
+    n->shapes = {dts};
+  }
+  return out;
+}
+Tensor stack(const tensor_list& ts, int64_t dim) {
+  MPX_CHECK(!ts.empty(), "stack: expected a non-empty list of tensors");
+  dim = wrap_dim(dim, ts[0].dim() + 1);
+  tensor_list u;
+  for (const auto& t : ts) {
+    MPX_CHECK(t.sizes() == ts[0].sizes(), "stack: all tensors must have one shape, got ", shape_str(ts[0].sizes()),
+              " and ", shape_str(t.sizes()));
+    u.push_back(t.unsqueeze(dim));
+  }
+  return cat(u, dim);
+}
+tensor_list split(const Tensor& t, int64_t size, int64_t dim) {
+  MPX_CHECK(size > 0, "split: size must be positive");
+  dim = wrap_dim(dim, t.dim());
+  tensor_list r;
+  for (int64_t s = 0; s < t.size(dim); s += size) r.push_back(t.narrow(dim, s, std::min(size, t.size(dim) - s)));
+  return r;
+}
+tensor_list chunk(const Tensor& t, int64_t chunks, int64_t dim) {
+  MPX_CHECK(chunks > 0, "chunk: chunks must be positive");
+  const int64_t n = t.size(dim);
+  return split(t, std::max<int64_t>(1, (n + chunks - 1) / chunks), dim);
+}
+Tensor one_hot(const Tensor& idx, int64_t num_classes) {
+  MPX_CHECK(idx.dtype() == kInt64, "one_hot: indices must be i64, got ", ops::describe(idx));
+  IntList shape = idx.sizes();
+  shape.push_back(1);
+  IntList ar(shape.size(), 1);
+  ar.back() = num_classes;
+  Tensor pos = arange(static_cast<double>(num_classes), TensorOptions(kInt64).device(idx.device())).view(ar);
+  return eq(idx.reshape(shape), pos).to(kInt64);
+}
+
+}  // namespace mpx

@@ -1,0 +1,22 @@
+// Shape ops: views (as Tensor methods), cat/stack, and sum_to for broadcasting gradients.
+#pragma once
+#include "core/tensor.h"
+
+namespace mpx {
+
+/// Concatenates along `dim`; shapes must agree elsewhere. Differentiable.
+Tensor cat(const tensor_list& tensors, int64_t dim = 0);
+/// Stacks along a new dimension `dim`. Differentiable.
+Tensor stack(const tensor_list& tensors, int64_t dim = 0);
+/// Splits into pieces of `size` along dim (views).
+tensor_list split(const Tensor& t, int64_t size, int64_t dim = 0);
+tensor_list chunk(const Tensor& t, int64_t chunks, int64_t dim = 0);
+/// Sums a broadcast tensor back down to `shape`. Differentiable.
+Tensor sum_to(const Tensor& t, const IntList& shape);
+/// Copies `src` into a zero tensor of `shape` at the region given by a strided view;
+/// the backward of narrow/slice/select. Differentiable in src.
+Tensor slice_backward(const Tensor& src, const IntList& shape, int64_t dim, int64_t start, int64_t step);
+/// One-hot encoding of i64 class indices (not differentiable).
+Tensor one_hot(const Tensor& indices, int64_t num_classes);
+
+}  // namespace mpx

@@ -1,0 +1,321 @@
+# Generates the float64 torch reference values (safetensors files) that the mpx C++ tests compare against.
+#
+# Regenerate with:  /usr/bin/python3 tests/golden/gen_golden.py
+#
+# The safetensors writer/reader is hand-rolled on purpose: the C++ side has its
+# own reader, and this keeps the generator free of the `safetensors` package so
+# both sides are checked against the format spec rather than one library.
+
+import json
+import os
+import struct
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+OUT_DIR = os.path.dirname(os.path.abspath(__file__))
+
+# Everything in float64 so the C++ tests can use tight tolerances.
+torch.set_default_dtype(torch.float64)
+
+_DTYPES = {
+    torch.float64: ("F64", "<f8"),
+    torch.int64: ("I64", "<i8"),
+}
+_NP_FROM_CODE = {code: np_dt for code, np_dt in _DTYPES.values()}
+
+
+# --------------------------------------------------------------------------
+# safetensors I/O
+# --------------------------------------------------------------------------
+
+def write_safetensors(path, tensors, metadata=None):
+    header = {}
+    chunks = []
+    offset = 0
+    for name, t in tensors.items():
+        t = t.detach()
+        if t.dtype not in _DTYPES:
+            raise TypeError(f"{name}: unsupported dtype {t.dtype}")
+        code, np_dt = _DTYPES[t.dtype]
+        # Explicit little-endian dtype so the bytes are correct regardless of host order.
+        raw = np.ascontiguousarray(t.contiguous().numpy()).astype(np_dt, copy=False).tobytes(order="C")
+        header[name] = {"dtype": code, "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    if metadata:
+        # The spec only allows string -> string in __metadata__.
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    hdr = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    # Pad so the data buffer starts 8-byte aligned, which lets readers mmap and cast directly.
+    hdr += b" " * ((-len(hdr)) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hdr)))
+        f.write(hdr)
+        for c in chunks:
+            f.write(c)
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack_from("<Q", blob, 0)
+    assert n % 8 == 0, "header not padded to 8 bytes"
+    header = json.loads(blob[8:8 + n].decode("utf-8"))
+    data = blob[8 + n:]
+    metadata = header.pop("__metadata__", {})
+    out = {}
+    spans = []
+    for name, info in header.items():
+        begin, end = info["data_offsets"]
+        np_dt = np.dtype(_NP_FROM_CODE[info["dtype"]])
+        shape = info["shape"]
+        count = int(np.prod(shape)) if shape else 1
+        assert end - begin == count * np_dt.itemsize, f"{name}: size mismatch"
+        arr = np.frombuffer(data, dtype=np_dt, count=count, offset=begin).reshape(shape)
+        out[name] = torch.from_numpy(arr.astype(np_dt.newbyteorder("="), copy=True))
+        spans.append((begin, end))
+    # The spec requires the buffer to be fully covered without holes or overlaps.
+    spans.sort()
+    pos = 0
+    for b, e in spans:
+        assert b == pos, f"hole/overlap at byte {pos}"
+        pos = e
+    assert pos == len(data), "trailing bytes after last tensor"
+    return out, metadata
+
+
+# --------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------
+
+def leaf(t):
+    return t.detach().clone().requires_grad_(True)
+
+
+def put_grads(store, prefix, y, named_inputs):
+    """Backprop sum(y * gy) with a random gy and store gy plus each input's grad."""
+    gy = torch.randn_like(y)
+    (y * gy).sum().backward()
+    store[f"{prefix}.gy"] = gy
+    for name, t in named_inputs.items():
+        store[f"{prefix}.{name}"] = t.grad.detach().clone()
+
+
+# --------------------------------------------------------------------------
+# conv.safetensors
+# --------------------------------------------------------------------------
+
+def gen_conv():
+    torch.manual_seed(0)
+    store, meta = {}, {}
+
+    conv_cases = [
+        # name, x shape, w shape, b shape, stride, padding, dilation, groups
+        ("conv2d_a", [2, 4, 7, 6], [6, 4, 3, 3], [6], (2, 2), (1, 1), (1, 1), 1),
+        ("conv2d_b", [2, 4, 9, 8], [6, 2, 3, 2], [6], (1, 2), (2, 1), (2, 1), 2),
+    ]
+    for name, xs, ws, bs, stride, padding, dilation, groups in conv_cases:
+        x, w, b = leaf(torch.randn(xs)), leaf(torch.randn(ws)), leaf(torch.randn(bs))
+        y = F.conv2d(x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups)
+        store.update({f"{name}.x": x, f"{name}.w": w, f"{name}.b": b, f"{name}.y": y})
+        put_grads(store, name, y, {"gx": x, "gw": w, "gb": b})
+        meta[name] = json.dumps({"op": "conv2d", "stride": stride, "padding": padding,
+                                 "dilation": dilation, "groups": groups})
+
+    convt_cases = [
+        # name, x shape, w shape (in, out/groups, kh, kw), b shape, stride, padding, output_padding, groups, dilation
+        ("conv_t_a", [2, 4, 5, 5], [4, 3, 3, 3], [3], (2, 2), (1, 1), (1, 1), 1, (1, 1)),
+        ("conv_t_b", [1, 4, 4, 3], [4, 2, 3, 3], [4], (2, 2), (0, 0), (0, 0), 2, (1, 1)),
+    ]
+    for name, xs, ws, bs, stride, padding, out_pad, groups, dilation in convt_cases:
+        x, w, b = leaf(torch.randn(xs)), leaf(torch.randn(ws)), leaf(torch.randn(bs))
+        y = F.conv_transpose2d(x, w, b, stride=stride, padding=padding, output_padding=out_pad,
+                               groups=groups, dilation=dilation)
+        store.update({f"{name}.x": x, f"{name}.w": w, f"{name}.b": b, f"{name}.y": y})
+        put_grads(store, name, y, {"gx": x, "gw": w, "gb": b})
+        meta[name] = json.dumps({"op": "conv_transpose2d", "stride": stride, "padding": padding,
+                                 "output_padding": out_pad, "dilation": dilation, "groups": groups})
+    return store, meta
+
+
+# --------------------------------------------------------------------------
+# norm_pool.safetensors
+# --------------------------------------------------------------------------
+
+def gen_norm_pool():
+    torch.manual_seed(0)
+    store, meta = {}, {}
+
+    # Batch norm, training mode. Non-zero mean / non-unit std so normalisation actually matters.
+    p = "bn_train"
+    x = leaf(torch.randn(4, 3, 5, 5) * 2 + 1)
+    weight = leaf(torch.rand(3) + 0.5)
+    bias = leaf(torch.randn(3))
+    rm, rv = torch.zeros(3), torch.ones(3)
+    y = F.batch_norm(x, rm, rv, weight, bias, training=True, momentum=0.1, eps=1e-5)
+    store.update({f"{p}.x": x, f"{p}.weight": weight, f"{p}.bias": bias, f"{p}.y": y})
+    put_grads(store, p, y, {"gx": x, "gweight": weight, "gbias": bias})
+    # batch_norm updated rm/rv in place; torch uses the unbiased (n-1) variance here.
+    store[f"{p}.running_mean"] = rm.clone()
+    store[f"{p}.running_var"] = rv.clone()
+    meta[p] = json.dumps({"op": "batch_norm", "training": True, "momentum": 0.1, "eps": 1e-5,
+                          "running_mean_init": "zeros", "running_var_init": "ones",
+                          "running_var_update": "unbiased"})
+
+    # Batch norm, eval mode: uses the stored running statistics only.
+    p = "bn_eval"
+    x = leaf(torch.randn(4, 3, 5, 5) * 2 + 1)
+    weight = leaf(torch.rand(3) + 0.5)
+    bias = leaf(torch.randn(3))
+    rm = torch.randn(3)
+    rv = torch.rand(3) + 0.5
+    y = F.batch_norm(x, rm, rv, weight, bias, training=False, momentum=0.1, eps=1e-5)
+    store.update({f"{p}.x": x, f"{p}.weight": weight, f"{p}.bias": bias,
+                  f"{p}.running_mean": rm.clone(), f"{p}.running_var": rv.clone(), f"{p}.y": y})
+    put_grads(store, p, y, {"gx": x, "gweight": weight, "gbias": bias})
+    meta[p] = json.dumps({"op": "batch_norm", "training": False, "eps": 1e-5})
+
+    # Max pool: distinct values, so the argmax (and hence gx) is unambiguous.
+    p = "maxpool"
+    n = 2 * 3 * 7 * 7
+    x = leaf(((torch.randperm(n).to(torch.float64) - n / 2) / 37.0).reshape(2, 3, 7, 7))
+    y = F.max_pool2d(x, kernel_size=3, stride=2, padding=1)
+    store.update({f"{p}.x": x, f"{p}.y": y})
+    put_grads(store, p, y, {"gx": x})
+    meta[p] = json.dumps({"op": "max_pool2d", "kernel": [3, 3], "stride": [2, 2], "padding": [1, 1]})
+
+    p = "avgpool"
+    x = leaf(torch.randn(2, 3, 7, 7))
+    y = F.avg_pool2d(x, kernel_size=3, stride=2, padding=1, count_include_pad=True)
+    store.update({f"{p}.x": x, f"{p}.y": y})
+    put_grads(store, p, y, {"gx": x})
+    meta[p] = json.dumps({"op": "avg_pool2d", "kernel": [3, 3], "stride": [2, 2], "padding": [1, 1],
+                          "count_include_pad": True})
+
+    # Non-divisible sizes (7->3, 5->2) so the overlapping-window index math is exercised.
+    p = "adaptive"
+    x = leaf(torch.randn(2, 3, 7, 5))
+    y = F.adaptive_avg_pool2d(x, (3, 2))
+    store.update({f"{p}.x": x, f"{p}.y": y})
+    put_grads(store, p, y, {"gx": x})
+    meta[p] = json.dumps({"op": "adaptive_avg_pool2d", "output_size": [3, 2]})
+    return store, meta
+
+
+# --------------------------------------------------------------------------
+# loss.safetensors
+# --------------------------------------------------------------------------
+
+def gen_loss():
+    torch.manual_seed(0)
+    store, meta = {}, {}
+
+    def ce_case(p, n, c, target, **kw):
+        logits = leaf(torch.randn(n, c) * 2)
+        loss = F.cross_entropy(logits, target, **kw)
+        loss.backward()
+        store.update({f"{p}.logits": logits, f"{p}.target": target, f"{p}.loss": loss,
+                      f"{p}.glogits": logits.grad.clone()})
+        meta[p] = json.dumps({"op": "cross_entropy", **kw})
+
+    ce_case("ce_plain", 6, 5, torch.randint(0, 5, (6,)), reduction="mean")
+
+    tgt = torch.randint(0, 5, (8,))
+    # Two ignored rows: they must drop out of both the sum and the mean's denominator.
+    tgt[2] = -100
+    tgt[5] = -100
+    ce_case("ce_smooth_ignore", 8, 5, tgt, reduction="mean", ignore_index=-100, label_smoothing=0.1)
+
+    ce_case("ce_sum", 5, 4, torch.randint(0, 4, (5,)), reduction="sum")
+
+    p = "bce"
+    logits = leaf(torch.randn(7) * 2)
+    # Soft targets strictly inside (0,1) so both log terms contribute.
+    target = torch.rand(7) * 0.9 + 0.05
+    loss = F.binary_cross_entropy_with_logits(logits, target, reduction="mean")
+    loss.backward()
+    store.update({f"{p}.logits": logits, f"{p}.target": target, f"{p}.loss": loss,
+                  f"{p}.glogits": logits.grad.clone()})
+    meta[p] = json.dumps({"op": "binary_cross_entropy_with_logits", "reduction": "mean"})
+    return store, meta
+
+
+# --------------------------------------------------------------------------
+# optim.safetensors
+# --------------------------------------------------------------------------
+
+def gen_optim():
+    torch.manual_seed(0)
+    store, meta = {}, {}
+
+    cases = [
+        ("sgd", torch.optim.SGD,
+         dict(lr=0.1, momentum=0.9, dampening=0.0, weight_decay=1e-4, nesterov=False)),
+        ("sgd_nesterov", torch.optim.SGD,
+         dict(lr=0.1, momentum=0.9, dampening=0.0, weight_decay=0.0, nesterov=True)),
+        ("adamw", torch.optim.AdamW,
+         dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2)),
+        # Adam's weight_decay is classic L2 (added to the gradient), unlike AdamW's decoupled decay.
+        ("adam", torch.optim.Adam,
+         dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2)),
+    ]
+    for prefix, cls, kw in cases:
+        p = torch.randn(5, 3, requires_grad=True)
+        q = torch.randn(4, requires_grad=True)
+        store[f"{prefix}.p0"] = p.detach().clone()
+        store[f"{prefix}.q0"] = q.detach().clone()
+        # Pin the non-default algorithm switches so a torch upgrade can't silently change the reference.
+        extra = {"foreach": False}
+        if cls is not torch.optim.SGD:
+            extra.update(amsgrad=False, maximize=False)
+        opt = cls([p, q], **kw, **extra)
+        for step in (1, 2):
+            gp, gq = torch.randn(5, 3), torch.randn(4)
+            store[f"{prefix}.g{step}_p"] = gp
+            store[f"{prefix}.g{step}_q"] = gq
+            p.grad, q.grad = gp.clone(), gq.clone()
+            opt.step()
+        store[f"{prefix}.p2"] = p.detach().clone()
+        store[f"{prefix}.q2"] = q.detach().clone()
+        meta[prefix] = json.dumps({"optimizer": cls.__name__, "steps": 2, **kw})
+    return store, meta
+
+
+# --------------------------------------------------------------------------
+
+def main():
+    generators = {
+        "conv.safetensors": gen_conv,
+        "norm_pool.safetensors": gen_norm_pool,
+        "loss.safetensors": gen_loss,
+        "optim.safetensors": gen_optim,
+    }
+    total = 0
+    for fname, gen in generators.items():
+        tensors, case_meta = gen()
+        tensors = {k: v.detach().clone() for k, v in tensors.items()}
+        for k, v in tensors.items():
+            assert v.dtype in (torch.float64, torch.int64), f"{k}: {v.dtype}"
+        meta = {"generator": "tests/golden/gen_golden.py", "torch": torch.__version__, **case_meta}
+        path = os.path.join(OUT_DIR, fname)
+        write_safetensors(path, tensors, meta)
+
+        # Round-trip check with the independent reader above.
+        back, back_meta = read_safetensors(path)
+        assert set(back) == set(tensors), f"{fname}: tensor names differ"
+        for k, v in tensors.items():
+            r = back[k]
+            assert r.dtype == v.dtype and list(r.shape) == list(v.shape), f"{fname}:{k} dtype/shape"
+            assert torch.equal(r, v), f"{fname}:{k} values differ"
+        assert back_meta == {k: str(v) for k, v in meta.items()}, f"{fname}: metadata differs"
+
+        size = os.path.getsize(path)
+        total += size
+        print(f"{fname}: {len(tensors)} tensors, {size} bytes, round-trip OK")
+    print(f"total {total} bytes")
+
+
+if __name__ == "__main__":
+    main()

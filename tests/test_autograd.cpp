@@ -1,0 +1,142 @@
+// Tests of the autograd engine: accumulation, retain_graph, no-grad, detach, grad(), custom
+// Functions, in-place detection and second derivatives.
+#include <catch2/catch.hpp>
+
+#include "autograd/function.h"
+#include "gradcheck.h"
+#include "ops/linalg.h"
+#include "ops/shape.h"
+
+using namespace mpx;
+
+TEST_CASE("backward accumulates into leaves through shared subgraphs", "[autograd]") {
+  Tensor x = tensor(std::vector<double>{1, 2, 3}).set_requires_grad(true);
+  Tensor y = x * x;          // dy/dx = 2x
+  Tensor z = sum(y + y * 3.0);  // 4 * x^2 -> 8x
+  z.backward();
+  CHECK(allclose(x.grad(), tensor(std::vector<double>{8, 16, 24})));
+  // A second backward on a new graph accumulates.
+  sum(x).backward();
+  CHECK(allclose(x.grad(), tensor(std::vector<double>{9, 17, 25})));
+  CHECK(x.is_leaf());
+  CHECK_FALSE(y.is_leaf());
+  CHECK(y.grad_fn()->name() == "MulBackward");
+}
+
+TEST_CASE("retain_graph: a second backward needs it", "[autograd]") {
+  Tensor x = tensor(std::vector<double>{2}).set_requires_grad(true);
+  Tensor y = sum(exp(x) * x);
+  y.backward({}, /*retain_graph=*/true);
+  y.backward();
+  CHECK(x.grad().item<double>() == Approx(2 * (std::exp(2.0) * 3)));
+  CHECK_THROWS_WITH(y.backward(), Catch::Contains("second time") && Catch::Contains("retain_graph=true"));
+}
+
+TEST_CASE("NoGradGuard and detach cut the graph", "[autograd]") {
+  Tensor x = ones({2}).set_requires_grad(true);
+  {
+    NoGradGuard g;
+    Tensor y = x * 2.0;
+    CHECK_FALSE(y.requires_grad());
+  }
+  CHECK((x * 2.0).requires_grad());
+  Tensor d = x.detach();
+  CHECK_FALSE(d.requires_grad());
+  CHECK(d.raw_data() == x.raw_data());
+  CHECK_THROWS_WITH(sum(d).backward(), Catch::Contains("does not require grad"));
+  CHECK_THROWS_WITH((x * 2.0).backward(), Catch::Contains("only for scalar outputs"));
+}
+
+TEST_CASE("autograd::grad returns gradients without touching .grad", "[autograd]") {
+  Tensor x = tensor(std::vector<double>{1, 2}).set_requires_grad(true);
+  Tensor w = tensor(std::vector<double>{3, 4}).set_requires_grad(true);
+  Tensor y = sum(x * w);
+  auto g = autograd::grad({y}, {x, w});
+  CHECK(allclose(g[0], w.detach()));
+  CHECK(allclose(g[1], x.detach()));
+  CHECK_FALSE(x.grad().defined());
+  Tensor unused = ones({1}).set_requires_grad(true);
+  CHECK_THROWS_WITH(autograd::grad({sum(x * 2.0)}, {unused}), Catch::Contains("allow_unused"));
+  auto g2 = autograd::grad({sum(x * 2.0)}, {unused}, {}, std::nullopt, false, true);
+  CHECK_FALSE(g2[0].defined());
+}
+
+TEST_CASE("create_graph gives second derivatives (gradient penalty pattern)", "[autograd]") {
+  Tensor x = tensor(std::vector<double>{0.5, -1.0, 2.0}).set_requires_grad(true);
+  Tensor y = sum(pow(x, 3.0));  // dy/dx = 3x^2, d2 = 6x
+  auto g = autograd::grad({y}, {x}, {}, std::nullopt, true);
+  CHECK(g[0].requires_grad());
+  Tensor penalty = sum(g[0] * g[0]);  // sum 9x^4 -> 36 x^3
+  penalty.backward();
+  CHECK(allclose(x.grad(), tensor(std::vector<double>{36 * 0.125, -36.0, 36 * 8.0})));
+  // Through a non-leaf saved output (sigmoid saves its output).
+  Tensor z = tensor(std::vector<double>{0.3}).set_requires_grad(true);
+  auto gs = autograd::grad({sum(sigmoid(z))}, {z}, {}, std::nullopt, true);
+  auto gg = autograd::grad({sum(gs[0])}, {z});
+  const double s = 1 / (1 + std::exp(-0.3));
+  CHECK(gg[0].item<double>() == Approx(s * (1 - s) * (1 - 2 * s)));
+}
+
+TEST_CASE("in-place modification of a saved tensor is detected", "[autograd]") {
+  Tensor x = ones({3}, kFloat64).set_requires_grad(true);
+  Tensor a = x * 2.0;
+  Tensor e = exp(a);  // saves its output
+  {
+    NoGradGuard ng;  // in-place writes are only allowed outside recording
+    e.detach().add_(1.0);
+  }
+  CHECK_THROWS_WITH(sum(e).backward(), Catch::Contains("modified by an in-place operation") && Catch::Contains("ExpBackward"));
+  CHECK_THROWS_WITH(x.add_(1.0), Catch::Contains("requires grad"));
+}
+
+TEST_CASE("retain_grad keeps a non-leaf's gradient", "[autograd]") {
+  Tensor x = ones({2}, kFloat64).set_requires_grad(true);
+  Tensor h = x * 3.0;
+  h.retain_grad();
+  sum(h * h).backward();
+  CHECK(allclose(h.grad(), full({2}, 6.0, kFloat64)));
+}
+
+namespace {
+struct ScaledSquare : autograd::Function<ScaledSquare> {
+  static Tensor forward(autograd::Context& ctx, const Tensor& x, double k) {
+    ctx.save_for_backward({x});
+    ctx.saved_data["k"] = k;
+    return x * x * k;
+  }
+  static tensor_list backward(autograd::Context& ctx, const tensor_list& g) {
+    Tensor x = ctx.get_saved_variables()[0];
+    return {g[0] * x * (2.0 * ctx.saved_data["k"].toDouble())};
+  }
+};
+struct TwoIn : autograd::Function<TwoIn> {
+  static Tensor forward(autograd::Context& ctx, const Tensor& a, const Tensor& b) {
+    ctx.save_for_backward({a, b});
+    return a * b;
+  }
+  static tensor_list backward(autograd::Context& ctx, const tensor_list& g) {
+    auto s = ctx.get_saved_variables();
+    return {g[0] * s[1], g[0] * s[0]};
+  }
+};
+}  // namespace
+
+TEST_CASE("custom Function API", "[autograd][function]") {
+  Tensor x = tensor(std::vector<double>{1, 2, 3}).set_requires_grad(true);
+  Tensor y = ScaledSquare::apply(x, 0.5);
+  CHECK(y.requires_grad());
+  sum(y).backward();
+  CHECK(allclose(x.grad(), x.detach()));
+  CHECK(testing::gradcheck([](const tensor_list& in) { return TwoIn::apply(in[0], in[1]); },
+                           {testing::leaf({3}), testing::leaf({3})}) == "");
+  Tensor nograd = tensor(std::vector<double>{1.0});
+  CHECK_FALSE(ScaledSquare::apply(nograd, 2.0).requires_grad());
+}
+
+TEST_CASE("gradients flow through casts into the parameter's dtype", "[autograd]") {
+  Tensor w = ones({4}, kFloat32).set_requires_grad(true);
+  Tensor y = sum(w.to(kFloat16) * 3.0);
+  y.backward();
+  CHECK(w.grad().dtype() == kFloat32);
+  CHECK(allclose(w.grad(), full({4}, 3.0)));
+}
