@@ -133,7 +133,10 @@ tensor_list AccumulateGrad::apply(tensor_list&& grads) {
   if (g.dtype() != var.dtype()) g = g.to(var.dtype());
   if (!m.grad.defined()) {
     // Own the buffer unless the graph is being recorded (then keep it differentiable).
-    m.grad = GradMode::is_enabled() ? g : (g.is_contiguous() && g.impl_ptr().use_count() <= 2 ? g.detach() : g.clone());
+    // Steal the buffer only when nothing else can see it (a gradient routed to two leaves
+    // by the same node must not alias, or accumulating into one would change the other).
+    const bool sole_owner = g.impl_ptr().use_count() == 1 && g.impl()->storage.use_count() == 1;
+    m.grad = GradMode::is_enabled() ? g : (g.is_contiguous() && sole_owner ? g.detach() : g.clone());
   } else if (GradMode::is_enabled()) {
     m.grad = add(m.grad, g);
   } else {

@@ -140,3 +140,14 @@ TEST_CASE("gradients flow through casts into the parameter's dtype", "[autograd]
   CHECK(w.grad().dtype() == kFloat32);
   CHECK(allclose(w.grad(), full({4}, 3.0)));
 }
+
+TEST_CASE("leaves fed the same gradient buffer do not alias", "[autograd]") {
+  Tensor a = zeros({3}, kFloat64).set_requires_grad(true);
+  Tensor b = zeros({3}, kFloat64).set_requires_grad(true);
+  sum(a + b).backward();  // AddBackward hands one buffer to both
+  {
+    NoGradGuard ng;
+    a.mutable_grad().add_(5.0);
+  }
+  CHECK(allclose(b.grad(), ones({3}, kFloat64)));
+}
