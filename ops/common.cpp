@@ -37,14 +37,25 @@ Device common_device(const char* op, const tensor_list& ts) {
 }
 
 DType result_type(const tensor_list& ts) {
-  bool any = false;
-  DType r = kBool;
+  // PyTorch's rule: 0-dim tensors only decide the dtype when they are of a higher category
+  // (bool < integral < floating) than every dimensioned operand, so `f16 * scalar_tensor(f32)`
+  // stays f16.
+  auto category = [](DType t) { return t == kBool ? 0 : is_floating(t) ? 2 : 1; };
+  bool any_dim = false, any_zero = false;
+  DType dim_t = kBool, zero_t = kBool;
   for (const auto& t : ts) {
     if (!t.defined()) continue;
-    r = any ? promote_types(r, t.dtype()) : t.dtype();
-    any = true;
+    if (t.dim() > 0) {
+      dim_t = any_dim ? promote_types(dim_t, t.dtype()) : t.dtype();
+      any_dim = true;
+    } else {
+      zero_t = any_zero ? promote_types(zero_t, t.dtype()) : t.dtype();
+      any_zero = true;
+    }
   }
-  return r;
+  if (!any_dim) return zero_t;
+  if (any_zero && category(zero_t) > category(dim_t)) return zero_t;
+  return dim_t;
 }
 
 tensor_list autocast(OpId op, tensor_list in) {

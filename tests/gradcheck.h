@@ -72,6 +72,8 @@ inline std::string gradcheck(const Fn& fn, const tensor_list& inputs, double eps
 inline std::string gradgradcheck(const Fn& fn, const tensor_list& inputs, double eps = 1e-6, double atol = 1e-4,
                                  double rtol = 1e-3) {
   Fn first = [&fn](const tensor_list& in) {
+    // gradcheck evaluates under NoGradGuard; the first derivative still needs its graph.
+    AutoGradMode grad_on(true);
     tensor_list diff;
     for (const auto& t : in)
       if (t.requires_grad()) diff.push_back(t);

@@ -1,0 +1,677 @@
+// Safetensors reader and writer: a small strict JSON parser for the header, full validation, atomic saves.
+#include "core/serialize.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <unordered_set>
+#include <vector>
+
+namespace mpx {
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// dtype codes
+// ---------------------------------------------------------------------------------------
+const char* st_code(DType t) {
+  switch (t) {
+    case kFloat32: return "F32";
+    case kFloat16: return "F16";
+    case kBFloat16: return "BF16";
+    case kFloat64: return "F64";
+    case kInt64: return "I64";
+    case kInt32: return "I32";
+    case kUInt8: return "U8";
+    case kBool: return "BOOL";
+  }
+  return "?";
+}
+bool st_dtype(const std::string& code, DType* out) {
+  static const std::pair<const char*, DType> kCodes[] = {
+      {"F32", kFloat32}, {"F16", kFloat16}, {"BF16", kBFloat16}, {"F64", kFloat64},
+      {"I64", kInt64},   {"I32", kInt32},   {"U8", kUInt8},      {"BOOL", kBool}};
+  for (const auto& [c, t] : kCodes)
+    if (code == c) { *out = t; return true; }
+  return false;
+}
+
+// ---------------------------------------------------------------------------------------
+// A minimal strict JSON parser (RFC 8259). Every failure throws a message naming the byte
+// offset; nesting depth is bounded so hostile input cannot exhaust the stack.
+// ---------------------------------------------------------------------------------------
+struct Json {
+  enum Kind { Null, Bool, Number, String, Array, Object } kind = Null;
+  bool b = false;
+  std::string text;  // String: the decoded value; Number: the literal as written
+  std::vector<Json> items;
+  std::vector<std::pair<std::string, Json>> members;  // in file order
+};
+
+struct JsonError {
+  size_t pos;
+  std::string what;
+};
+
+class JsonParser {
+ public:
+  JsonParser(const char* s, size_t n) : s_(s), n_(n) {}
+  Json parse_document() {
+    skip_ws();
+    Json v = parse_value(0);
+    skip_ws();
+    if (i_ != n_) fail("unexpected trailing characters after the JSON value");
+    return v;
+  }
+
+ private:
+  static constexpr int kMaxDepth = 64;
+  // Bounds the parse tree's memory for hostile headers (a real header needs ~10 values per tensor).
+  static constexpr size_t kMaxValues = 1'000'000;
+  size_t values_ = 0;
+  const char* s_;
+  size_t n_;
+  size_t i_ = 0;
+
+  [[noreturn]] void fail(const std::string& what) const { throw JsonError{i_, what}; }
+  void skip_ws() {
+    while (i_ < n_ && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
+  }
+  bool literal(const char* word) {
+    const size_t len = std::strlen(word);
+    if (n_ - i_ >= len && std::memcmp(s_ + i_, word, len) == 0) { i_ += len; return true; }
+    return false;
+  }
+  Json parse_value(int depth) {
+    if (depth > kMaxDepth) fail("nesting deeper than 64 levels");
+    if (++values_ > kMaxValues) fail("more than 1000000 JSON values (mpx reads about 100000 tensors per file at most)");
+    if (i_ >= n_) fail("unexpected end of header");
+    Json v;
+    const char c = s_[i_];
+    if (c == '{') {
+      v.kind = Json::Object;
+      ++i_;
+      skip_ws();
+      if (i_ < n_ && s_[i_] == '}') { ++i_; return v; }
+      std::unordered_set<std::string> seen;
+      for (;;) {
+        skip_ws();
+        if (i_ >= n_ || s_[i_] != '"') fail("expected a string key");
+        std::string key = parse_string();
+        skip_ws();
+        if (i_ >= n_ || s_[i_] != ':') fail("expected ':' after key \"" + key + "\"");
+        ++i_;
+        skip_ws();
+        if (!seen.insert(key).second) fail("duplicate name \"" + key + "\" (each tensor name and field may appear only once)");
+        Json child = parse_value(depth + 1);
+        v.members.emplace_back(std::move(key), std::move(child));
+        skip_ws();
+        if (i_ < n_ && s_[i_] == ',') { ++i_; continue; }
+        if (i_ < n_ && s_[i_] == '}') { ++i_; return v; }
+        fail("expected ',' or '}' in object");
+      }
+    }
+    if (c == '[') {
+      v.kind = Json::Array;
+      ++i_;
+      skip_ws();
+      if (i_ < n_ && s_[i_] == ']') { ++i_; return v; }
+      for (;;) {
+        skip_ws();
+        v.items.push_back(parse_value(depth + 1));
+        skip_ws();
+        if (i_ < n_ && s_[i_] == ',') { ++i_; continue; }
+        if (i_ < n_ && s_[i_] == ']') { ++i_; return v; }
+        fail("expected ',' or ']' in array");
+      }
+    }
+    if (c == '"') { v.kind = Json::String; v.text = parse_string(); return v; }
+    if (literal("true")) { v.kind = Json::Bool; v.b = true; return v; }
+    if (literal("false")) { v.kind = Json::Bool; return v; }
+    if (literal("null")) return v;
+    if (c == '-' || (c >= '0' && c <= '9')) { v.kind = Json::Number; v.text = parse_number(); return v; }
+    fail(std::string("unexpected character '") + (c >= 0x20 && c < 0x7f ? std::string(1, c) : "\\x" + hex2(c)) + "'");
+  }
+  static std::string hex2(char c) {
+    static const char* d = "0123456789abcdef";
+    const auto u = static_cast<unsigned char>(c);
+    return {d[u >> 4], d[u & 15]};
+  }
+  std::string parse_number() {
+    const size_t start = i_;
+    auto digits = [&] {
+      const size_t b = i_;
+      while (i_ < n_ && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
+      return i_ - b;
+    };
+    if (s_[i_] == '-') ++i_;
+    if (i_ < n_ && s_[i_] == '0') ++i_;
+    else if (digits() == 0) fail("invalid number");
+    if (i_ < n_ && s_[i_] == '.') { ++i_; if (digits() == 0) fail("invalid number: digits expected after '.'"); }
+    if (i_ < n_ && (s_[i_] == 'e' || s_[i_] == 'E')) {
+      ++i_;
+      if (i_ < n_ && (s_[i_] == '+' || s_[i_] == '-')) ++i_;
+      if (digits() == 0) fail("invalid number: digits expected in the exponent");
+    }
+    return std::string(s_ + start, i_ - start);
+  }
+  unsigned hex4() {
+    if (n_ - i_ < 4) fail("truncated \\u escape");
+    unsigned v = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = s_[i_++];
+      v <<= 4;
+      if (c >= '0' && c <= '9') v |= c - '0';
+      else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
+      else fail("invalid hex digit in \\u escape");
+    }
+    return v;
+  }
+  static void put_utf8(std::string& out, unsigned cp) {
+    if (cp < 0x80) {
+      out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      out += static_cast<char>(0xc0 | (cp >> 6));
+      out += static_cast<char>(0x80 | (cp & 0x3f));
+    } else if (cp < 0x10000) {
+      out += static_cast<char>(0xe0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+      out += static_cast<char>(0x80 | (cp & 0x3f));
+    } else {
+      out += static_cast<char>(0xf0 | (cp >> 18));
+      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+      out += static_cast<char>(0x80 | (cp & 0x3f));
+    }
+  }
+  std::string parse_string() {
+    ++i_;  // opening quote
+    std::string out;
+    for (;;) {
+      if (i_ >= n_) fail("unterminated string");
+      const char c = s_[i_];
+      if (c == '"') { ++i_; return out; }
+      if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
+      if (c != '\\') { out += c; ++i_; continue; }
+      ++i_;
+      if (i_ >= n_) fail("unterminated escape");
+      const char e = s_[i_++];
+      switch (e) {
+        case '"': out += '"'; break;
+        case '\\': out += '\\'; break;
+        case '/': out += '/'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          unsigned cp = hex4();
+          if (cp >= 0xd800 && cp < 0xdc00) {
+            if (n_ - i_ < 6 || s_[i_] != '\\' || s_[i_ + 1] != 'u') fail("unpaired surrogate in \\u escape");
+            i_ += 2;
+            const unsigned lo = hex4();
+            if (lo < 0xdc00 || lo >= 0xe000) fail("invalid low surrogate in \\u escape");
+            cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+          } else if (cp >= 0xdc00 && cp < 0xe000) {
+            fail("unpaired low surrogate in \\u escape");
+          }
+          put_utf8(out, cp);
+          break;
+        }
+        default: --i_; fail(std::string("invalid escape '\\") + (e >= 0x20 && e < 0x7f ? std::string(1, e) : "?") + "'");
+      }
+    }
+  }
+};
+
+/// Returns the offset of the first byte that breaks UTF-8, or npos when the text is valid.
+size_t invalid_utf8_at(const char* s, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t len;
+    unsigned cp;
+    if (c < 0x80) { ++i; continue; }
+    if ((c & 0xe0) == 0xc0) { len = 2; cp = c & 0x1f; }
+    else if ((c & 0xf0) == 0xe0) { len = 3; cp = c & 0x0f; }
+    else if ((c & 0xf8) == 0xf0) { len = 4; cp = c & 0x07; }
+    else return i;
+    if (n - i < len) return i;
+    for (size_t k = 1; k < len; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xc0) != 0x80) return i;
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    // Overlong forms, surrogates and code points past U+10FFFF are invalid.
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff ||
+        (cp >= 0xd800 && cp < 0xe000))
+      return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
+void json_escape(std::string& out, const std::string& s) {
+  out += '"';
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"') out += "\\\"";
+    else if (c == '\\') out += "\\\\";
+    else if (u < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+}
+
+// ---------------------------------------------------------------------------------------
+// Header validation
+// ---------------------------------------------------------------------------------------
+struct Entry {
+  std::string name;
+  DType dtype;
+  IntList shape;
+  uint64_t begin, end;
+};
+
+[[noreturn]] void bad(const std::string& file, const std::string& what) {
+  MPX_ERROR("load_tensors('", file, "'): ", what);
+}
+
+/// A JSON number as a non-negative integer that fits in int64 (shapes and offsets).
+bool as_u63(const Json& v, uint64_t* out) {
+  if (v.kind != Json::Number || v.text.empty() || v.text[0] == '-') return false;
+  if (v.text.find_first_not_of("0123456789") != std::string::npos) return false;  // fraction / exponent
+  if (v.text.size() > 19) return false;
+  uint64_t r = 0;
+  for (char c : v.text) r = r * 10 + static_cast<uint64_t>(c - '0');
+  if (r > static_cast<uint64_t>(INT64_MAX)) return false;
+  *out = r;
+  return true;
+}
+
+/// Parses and validates the header; `buffer_size` is the number of data bytes after it.
+std::vector<Entry> parse_header(const char* hdr, size_t n, uint64_t buffer_size, const std::string& file,
+                                Metadata* metadata) {
+  if (n == 0) bad(file, "the JSON header is empty; the file is not a safetensors file");
+  const size_t u8 = invalid_utf8_at(hdr, n);
+  if (u8 != std::string::npos) bad(file, "the header is not valid UTF-8 (byte " + std::to_string(u8) + " of the header)");
+  Json root;
+  try {
+    root = JsonParser(hdr, n).parse_document();
+  } catch (const JsonError& e) {
+    bad(file, "invalid JSON header at byte " + std::to_string(e.pos) + " of the header: " + e.what);
+  }
+  if (root.kind != Json::Object) bad(file, "the JSON header is not an object");
+
+  std::vector<Entry> entries;
+  entries.reserve(root.members.size());
+  for (const auto& [name, info] : root.members) {
+    const std::string who = "tensor '" + name + "'";
+    if (name == "__metadata__") {
+      if (info.kind != Json::Object) bad(file, "\"__metadata__\" must be an object of string values");
+      for (const auto& [k, v] : info.members) {
+        if (v.kind != Json::String) bad(file, "\"__metadata__\" entry '" + k + "' is not a string");
+        if (metadata) (*metadata)[k] = v.text;
+      }
+      continue;
+    }
+    if (info.kind != Json::Object) bad(file, who + ": its header entry is not an object");
+    const Json *dt = nullptr, *shape = nullptr, *offs = nullptr;
+    for (const auto& [k, v] : info.members) {
+      if (k == "dtype") dt = &v;
+      else if (k == "shape") shape = &v;
+      else if (k == "data_offsets") offs = &v;
+    }
+    if (!dt || !shape || !offs) bad(file, who + ": the header entry needs \"dtype\", \"shape\" and \"data_offsets\"");
+    Entry e;
+    e.name = name;
+    if (dt->kind != Json::String) bad(file, who + ": \"dtype\" is not a string");
+    if (!st_dtype(dt->text, &e.dtype))
+      bad(file, who + ": unknown or unsupported dtype '" + dt->text + "'; mpx reads F32, F16, BF16, F64, I64, I32, U8 and BOOL");
+    if (shape->kind != Json::Array) bad(file, who + ": \"shape\" is not an array");
+    // Even with a zero dim, the strides (products of the other dims) must fit in int64.
+    uint64_t count = 1;
+    bool overflow = false, has_zero = false;
+    for (const auto& d : shape->items) {
+      uint64_t v;
+      if (!as_u63(d, &v)) bad(file, who + ": \"shape\" holds a value that is not a non-negative integer");
+      e.shape.push_back(static_cast<int64_t>(v));
+      if (v == 0) has_zero = true;
+      else if (!overflow && __builtin_mul_overflow(count, v, &count)) overflow = true;
+    }
+    uint64_t nbytes = 0;
+    if (overflow || __builtin_mul_overflow(count, static_cast<uint64_t>(element_size(e.dtype)), &nbytes) ||
+        nbytes > static_cast<uint64_t>(INT64_MAX))
+      bad(file, who + ": shape " + shape_str(e.shape) + " is too large");
+    if (has_zero) nbytes = 0;
+    if (offs->kind != Json::Array || offs->items.size() != 2 || !as_u63(offs->items[0], &e.begin) ||
+        !as_u63(offs->items[1], &e.end))
+      bad(file, who + ": \"data_offsets\" must be two non-negative integers [begin, end]");
+    const std::string span = "[" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
+    if (e.end < e.begin) bad(file, who + ": data_offsets " + span + " end before they begin");
+    if (e.end > buffer_size)
+      bad(file, who + ": data_offsets " + span + " lie outside the data buffer of " + std::to_string(buffer_size) +
+                    " bytes; the file is truncated or corrupt");
+    if (e.end - e.begin != nbytes)
+      bad(file, who + ": data_offsets " + span + " span " + std::to_string(e.end - e.begin) + " bytes but " +
+                    dt->text + " " + shape_str(e.shape) + " needs " + std::to_string(nbytes));
+    entries.push_back(std::move(e));
+  }
+
+  // The tensors must tile the buffer exactly: no overlaps, no holes, nothing left over.
+  std::vector<const Entry*> order;
+  for (const auto& e : entries) order.push_back(&e);
+  std::sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  uint64_t expected = 0;
+  const Entry* prev = nullptr;
+  for (const Entry* e : order) {
+    if (e->begin < expected)
+      bad(file, "tensor '" + e->name + "' overlaps tensor '" + prev->name + "' (its data starts at byte " +
+                    std::to_string(e->begin) + ", before " + std::to_string(expected) + ")");
+    if (e->begin > expected)
+      bad(file, "the data buffer has a hole: bytes [" + std::to_string(expected) + ", " + std::to_string(e->begin) +
+                    ") belong to no tensor (before tensor '" + e->name + "')");
+    expected = e->end;
+    prev = e;
+  }
+  if (expected != buffer_size)
+    bad(file, "the tensors cover " + std::to_string(expected) + " bytes but the data buffer holds " +
+                  std::to_string(buffer_size) + "; the file has trailing garbage or is corrupt");
+  return entries;
+}
+
+void swap_bytes_inplace(void* p, size_t nbytes, size_t width) {
+  if (width == 1) return;
+  auto* b = static_cast<unsigned char*>(p);
+  for (size_t i = 0; i + width <= nbytes; i += width) std::reverse(b + i, b + i + width);
+}
+
+/// Reads the data of validated entries with `read(offset_in_buffer, dst, n)`.
+TensorDict materialize(const std::vector<Entry>& entries, const std::function<void(uint64_t, void*, size_t)>& read) {
+  TensorDict out;
+  for (const auto& e : entries) {
+    Tensor t = empty(e.shape, TensorOptions().dtype(e.dtype));
+    const size_t nbytes = static_cast<size_t>(e.end - e.begin);
+    if (nbytes) read(e.begin, t.raw_data(), nbytes);
+    if constexpr (std::endian::native == std::endian::big) swap_bytes_inplace(t.raw_data(), nbytes, element_size(e.dtype));
+    if (e.dtype == kBool) {
+      // Any byte other than 0/1 would be an invalid C++ bool; normalise like numpy does.
+      auto* b = static_cast<unsigned char*>(t.raw_data());
+      for (size_t i = 0; i < nbytes; ++i) b[i] = b[i] != 0;
+    }
+    out.emplace(e.name, std::move(t));
+  }
+  return out;
+}
+
+uint64_t read_u64_le(const unsigned char* b) {
+  uint64_t v = 0;
+  for (int k = 7; k >= 0; --k) v = (v << 8) | b[k];
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------
+// Writer
+// ---------------------------------------------------------------------------------------
+struct Layout {
+  std::string prefix;  // 8-byte length + padded header
+  std::vector<std::pair<std::string, Tensor>> order;
+};
+
+Layout plan(const TensorDict& tensors, const Metadata& metadata, const char* who, const std::string& file) {
+  for (const auto& [name, t] : tensors) {
+    MPX_CHECK(!name.empty(), who, "('", file, "'): tensor names must not be empty");
+    MPX_CHECK(name != "__metadata__", who, "('", file, "'): '__metadata__' is reserved by the format; rename the tensor");
+    MPX_CHECK(t.defined(), who, "('", file, "'): tensor '", name, "' is undefined; only defined tensors can be saved");
+    MPX_CHECK(invalid_utf8_at(name.data(), name.size()) == std::string::npos, who, "('", file, "'): tensor name '",
+              name, "' is not valid UTF-8");
+  }
+  for (const auto& [k, v] : metadata)
+    MPX_CHECK(invalid_utf8_at(k.data(), k.size()) == std::string::npos &&
+                  invalid_utf8_at(v.data(), v.size()) == std::string::npos,
+              who, "('", file, "'): metadata entry '", k, "' is not valid UTF-8");
+  Layout L;
+  for (const auto& kv : tensors) L.order.emplace_back(kv.first, kv.second);
+  // Widest elements first, so every tensor starts aligned to its element size when the
+  // buffer is 8-byte aligned (readers that mmap can then cast in place).
+  std::stable_sort(L.order.begin(), L.order.end(), [](const auto& a, const auto& b) {
+    return a.second.element_size() > b.second.element_size();
+  });
+  std::string h = "{";
+  bool first = true;
+  if (!metadata.empty()) {
+    h += "\"__metadata__\":{";
+    bool f2 = true;
+    for (const auto& [k, v] : metadata) {
+      if (!f2) h += ',';
+      f2 = false;
+      json_escape(h, k);
+      h += ':';
+      json_escape(h, v);
+    }
+    h += '}';
+    first = false;
+  }
+  uint64_t offset = 0;
+  for (const auto& [name, t] : L.order) {
+    if (!first) h += ',';
+    first = false;
+    json_escape(h, name);
+    h += ":{\"dtype\":\"";
+    h += st_code(t.dtype());
+    h += "\",\"shape\":[";
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      if (d) h += ',';
+      h += std::to_string(t.sizes()[d]);
+    }
+    const uint64_t nbytes = static_cast<uint64_t>(t.numel()) * t.element_size();
+    h += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + nbytes) + "]}";
+    offset += nbytes;
+  }
+  h += '}';
+  h.append((8 - h.size() % 8) % 8, ' ');
+  MPX_CHECK(h.size() <= kMaxSafetensorsHeader, who, "('", file, "'): the header would be ", h.size(),
+            " bytes, over the format's 100 MB limit; save fewer tensors per file");
+  L.prefix.resize(8);
+  const uint64_t n = h.size();
+  for (int k = 0; k < 8; ++k) L.prefix[k] = static_cast<char>((n >> (8 * k)) & 0xff);
+  L.prefix += h;
+  return L;
+}
+
+/// Streams the file through `sink`, one tensor at a time (at most one tensor's CPU copy alive).
+void emit(const Layout& L, const std::function<void(const void*, size_t)>& sink) {
+  sink(L.prefix.data(), L.prefix.size());
+  for (const auto& [name, t] : L.order) {
+    if (t.numel() == 0) continue;
+    Tensor c = t.detach();
+    if (!c.device().is_cpu()) c = c.to(Device::cpu());
+    c = c.contiguous();
+    const size_t nbytes = static_cast<size_t>(c.numel()) * c.element_size();
+    if constexpr (std::endian::native == std::endian::big) {
+      std::vector<unsigned char> tmp(static_cast<const unsigned char*>(c.raw_data()),
+                                     static_cast<const unsigned char*>(c.raw_data()) + nbytes);
+      swap_bytes_inplace(tmp.data(), nbytes, c.element_size());
+      sink(tmp.data(), nbytes);
+    } else {
+      sink(c.raw_data(), nbytes);
+    }
+  }
+}
+
+std::atomic<int64_t> g_fail_after{-1};
+
+std::string errno_str(int e) { return std::strerror(e); }
+
+}  // namespace
+
+namespace detail {
+void inject_save_failure(int64_t bytes) { g_fail_after.store(bytes); }
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------
+// Public API
+// ---------------------------------------------------------------------------------------
+std::string serialize_tensors(const TensorDict& tensors, const Metadata& metadata) {
+  Layout L = plan(tensors, metadata, "serialize_tensors", "<memory>");
+  std::string out;
+  emit(L, [&](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); });
+  return out;
+}
+
+TensorDict deserialize_tensors(const void* data, size_t size, Metadata* metadata, const std::string& name) {
+  const auto* b = static_cast<const unsigned char*>(data);
+  if (size < 8)
+    bad(name, "only " + std::to_string(size) + " bytes, too short for the 8-byte header length; the data is truncated "
+              "or not safetensors");
+  const uint64_t n = read_u64_le(b);
+  if (n > kMaxSafetensorsHeader)
+    bad(name, "the header length " + std::to_string(n) + " is over the 100 MB limit; the data is corrupt or not safetensors");
+  if (n > size - 8)
+    bad(name, "the header length " + std::to_string(n) + " exceeds the " + std::to_string(size - 8) +
+              " bytes that follow it; the data is truncated");
+  Metadata meta;
+  auto entries = parse_header(reinterpret_cast<const char*>(b + 8), n, size - 8 - n, name, &meta);
+  const unsigned char* buf = b + 8 + n;
+  TensorDict out = materialize(entries, [&](uint64_t off, void* dst, size_t len) { std::memcpy(dst, buf + off, len); });
+  if (metadata) *metadata = std::move(meta);
+  return out;
+}
+
+TensorDict load_tensors(const std::string& path, Metadata* metadata) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) bad(path, "cannot open the file: " + errno_str(errno));
+  struct Closer {
+    std::FILE* f;
+    ~Closer() { std::fclose(f); }
+  } closer{f};
+  struct stat st {};
+  if (fstat(fileno(f), &st) != 0) bad(path, "cannot stat the file: " + errno_str(errno));
+  if (!S_ISREG(st.st_mode)) bad(path, "not a regular file");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size < 8)
+    bad(path, "the file is " + std::to_string(size) + " bytes, too short for the 8-byte header length; it is truncated "
+              "or not a safetensors file");
+  auto read_at = [&](uint64_t off, void* dst, size_t len, const char* what) {
+    if (fseeko(f, static_cast<off_t>(off), SEEK_SET) != 0 || std::fread(dst, 1, len, f) != len)
+      bad(path, std::string("read error in ") + what + " (the file changed or is unreadable)");
+  };
+  unsigned char lenbuf[8];
+  read_at(0, lenbuf, 8, "the header length");
+  const uint64_t n = read_u64_le(lenbuf);
+  if (n > kMaxSafetensorsHeader)
+    bad(path, "the header length " + std::to_string(n) + " is over the 100 MB limit; the file is corrupt or not a "
+              "safetensors file");
+  if (n > size - 8)
+    bad(path, "the header length " + std::to_string(n) + " exceeds the " + std::to_string(size - 8) +
+              " bytes after it; the file is truncated");
+  std::string hdr(static_cast<size_t>(n), '\0');
+  if (n) read_at(8, hdr.data(), hdr.size(), "the header");
+  Metadata meta;
+  auto entries = parse_header(hdr.data(), hdr.size(), size - 8 - n, path, &meta);
+  TensorDict out = materialize(entries, [&](uint64_t off, void* dst, size_t len) { read_at(8 + n + off, dst, len, "tensor data"); });
+  if (metadata) *metadata = std::move(meta);
+  return out;
+}
+
+void save_tensors(const TensorDict& tensors, const std::string& path, const Metadata& metadata) {
+  MPX_CHECK(!path.empty(), "save_tensors: the path is empty");
+  Layout L = plan(tensors, metadata, "save_tensors", path);
+
+  // Temp file next to the target so the final rename stays within one file system.
+  std::random_device rd;
+  static std::atomic<uint64_t> counter{0};
+  std::string tmp;
+  int fd = -1;
+  for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
+    char suffix[32];
+    const uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ (counter.fetch_add(1) * 0x9E3779B97F4A7C15ull) ^
+                       static_cast<uint64_t>(getpid());
+    std::snprintf(suffix, sizeof(suffix), ".tmp-%016llx", static_cast<unsigned long long>(r));
+    tmp = path + suffix;
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd < 0)
+    MPX_ERROR("save_tensors('", path, "'): cannot create the temporary file '", tmp, "': ", errno_str(errno),
+              "; check that the directory exists and is writable");
+  struct stat old {};
+  if (::stat(path.c_str(), &old) == 0 && S_ISREG(old.st_mode)) (void)::fchmod(fd, old.st_mode & 07777);
+
+  try {
+    int64_t budget = g_fail_after.exchange(-1);
+    auto sink = [&](const void* p, size_t n) {
+      const char* c = static_cast<const char*>(p);
+      while (n > 0) {
+        size_t chunk = std::min<size_t>(n, size_t{1} << 30);
+        if (budget >= 0) {
+          if (static_cast<int64_t>(chunk) > budget) chunk = static_cast<size_t>(budget);
+          if (chunk == 0) MPX_ERROR("save_tensors('", path, "'): write failed: injected failure (test hook)");
+          budget -= static_cast<int64_t>(chunk);
+        }
+        const ssize_t w = ::write(fd, c, chunk);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) MPX_ERROR("save_tensors('", path, "'): write failed: ", errno_str(errno), " (disk full?)");
+        c += w;
+        n -= static_cast<size_t>(w);
+      }
+    };
+    emit(L, sink);
+    if (::fsync(fd) != 0) MPX_ERROR("save_tensors('", path, "'): fsync failed: ", errno_str(errno));
+    const int cfd = fd;
+    fd = -1;
+    if (::close(cfd) != 0) MPX_ERROR("save_tensors('", path, "'): close failed: ", errno_str(errno));
+    if (::rename(tmp.c_str(), path.c_str()) != 0)
+      MPX_ERROR("save_tensors('", path, "'): cannot replace the target: ", errno_str(errno));
+  } catch (...) {
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  // Make the rename itself durable; failure here cannot lose data that is already in place.
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+void save(const TensorDict& tensors, const std::string& path, const Metadata& metadata) {
+  save_tensors(tensors, path, metadata);
+}
+void save(const Tensor& tensor, const std::string& path) { save_tensors({{"tensor", tensor}}, path); }
+
+Tensor load_tensor(const std::string& path) {
+  TensorDict all = load_tensors(path);
+  if (all.size() != 1) {
+    std::string names;
+    for (const auto& kv : all) names += (names.empty() ? "" : ", ") + kv.first;
+    MPX_ERROR("load_tensor('", path, "'): expected exactly one tensor, the file holds ", all.size(),
+              all.empty() ? "" : " (" + names + ")", "; use load_tensors() for several");
+  }
+  return all.begin()->second;
+}
+void load(Tensor& tensor, const std::string& path) { tensor = load_tensor(path); }
+void load(TensorDict& tensors, const std::string& path) { tensors = load_tensors(path); }
+
+}  // namespace mpx

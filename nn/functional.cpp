@@ -1,0 +1,173 @@
+// nn::functional: thin, option-struct front ends over the differentiable ops in ops/.
+#include "nn/functional.h"
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "ops/activation.h"
+#include "ops/conv.h"
+#include "ops/elementwise.h"
+#include "ops/linalg.h"
+#include "ops/loss.h"
+#include "ops/norm.h"
+#include "ops/op_utils.h"
+#include "ops/pooling.h"
+#include "ops/shape.h"
+
+namespace mpx::nn::functional {
+
+// ---- activations ----
+Tensor relu(const Tensor& x, const ReLUFuncOptions&) { return mpx::relu(x); }
+Tensor relu6(const Tensor& x, const ReLU6FuncOptions&) { return mpx::clamp(x, 0.0, 6.0); }
+Tensor leaky_relu(const Tensor& x, const LeakyReLUFuncOptions& o) { return mpx::leaky_relu(x, o.negative_slope()); }
+Tensor gelu(const Tensor& x, const GELUFuncOptions& o) {
+  if (o.approximate() == "none") return mpx::gelu(x);
+  MPX_CHECK(o.approximate() == "tanh", "gelu: approximate must be \"none\" or \"tanh\", got \"", o.approximate(), "\"");
+  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  const double k = std::sqrt(2.0 / M_PI);
+  Tensor inner = mpx::mul(mpx::add(x, mpx::mul(mpx::pow(x, 3.0), 0.044715)), k);
+  return mpx::mul(mpx::mul(x, 0.5), mpx::add(mpx::tanh(inner), 1.0));
+}
+Tensor silu(const Tensor& x) { return mpx::silu(x); }
+Tensor sigmoid(const Tensor& x) { return mpx::sigmoid(x); }
+Tensor tanh(const Tensor& x) { return mpx::tanh(x); }
+Tensor softmax(const Tensor& x, const SoftmaxFuncOptions& o) { return mpx::softmax(x, o.dim(), o.dtype()); }
+Tensor log_softmax(const Tensor& x, const LogSoftmaxFuncOptions& o) { return mpx::log_softmax(x, o.dim(), o.dtype()); }
+Tensor dropout(const Tensor& x, const DropoutFuncOptions& o) {
+  MPX_CHECK(o.p() >= 0.0 && o.p() <= 1.0, "dropout: probability must be in [0, 1], got ", o.p());
+  return mpx::dropout(x, o.p(), o.training());
+}
+
+// ---- linear and convolution ----
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) { return mpx::linear(x, weight, bias); }
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Conv2dFuncOptions& o) {
+  return mpx::conv2d(x, weight, o.bias(), o.stride(), o.padding(), o.dilation(), o.groups());
+}
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const ConvTranspose2dFuncOptions& o) {
+  return mpx::conv_transpose2d(x, weight, o.bias(), o.stride(), o.padding(), o.output_padding(), o.groups(),
+                               o.dilation());
+}
+
+// ---- pooling ----
+Tensor max_pool2d(const Tensor& x, const MaxPool2dFuncOptions& o) {
+  return mpx::max_pool2d(x, o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.ceil_mode());
+}
+Tensor max_pool2d(const Tensor& x, int64_t kernel_size) { return max_pool2d(x, MaxPool2dFuncOptions(kernel_size)); }
+Tensor avg_pool2d(const Tensor& x, const AvgPool2dFuncOptions& o) {
+  return mpx::avg_pool2d(x, o.kernel_size(), o.stride(), o.padding(), o.ceil_mode(), o.count_include_pad());
+}
+Tensor avg_pool2d(const Tensor& x, int64_t kernel_size) { return avg_pool2d(x, AvgPool2dFuncOptions(kernel_size)); }
+Tensor adaptive_avg_pool2d(const Tensor& x, const AdaptiveAvgPool2dFuncOptions& o) {
+  return mpx::adaptive_avg_pool2d(x, o.output_size());
+}
+
+// ---- normalization ----
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const BatchNormFuncOptions& o) {
+  MPX_CHECK(o.training() || (running_mean.defined() && running_var.defined()),
+            "batch_norm: running_mean and running_var are required when training is false; pass "
+            "BatchNormFuncOptions().training(true) to normalize with batch statistics");
+  return mpx::batch_norm(x, running_mean, running_var, o.weight(), o.bias(), o.training(), o.momentum().value_or(0.1),
+                         o.eps());
+}
+Tensor layer_norm(const Tensor& x, const LayerNormFuncOptions& o) {
+  return mpx::layer_norm(x, o.normalized_shape(), o.weight(), o.bias(), o.eps());
+}
+Tensor group_norm(const Tensor& x, const GroupNormFuncOptions& o) {
+  return mpx::group_norm(x, o.num_groups(), o.weight(), o.bias(), o.eps());
+}
+
+// ---- losses ----
+Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyFuncOptions& o) {
+  return mpx::cross_entropy(input, target, o.reduction(), o.ignore_index(), o.label_smoothing(), o.weight());
+}
+Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossFuncOptions& o) {
+  return mpx::nll_loss(input, target, o.reduction(), o.ignore_index(), o.weight());
+}
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        const BinaryCrossEntropyWithLogitsFuncOptions& o) {
+  return mpx::binary_cross_entropy_with_logits(input, target, o.reduction(), o.weight(), o.pos_weight());
+}
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BinaryCrossEntropyFuncOptions& o) {
+  return mpx::binary_cross_entropy(input, target, o.reduction(), o.weight());
+}
+Tensor mse_loss(const Tensor& input, const Tensor& target, const MSELossFuncOptions& o) {
+  return mpx::mse_loss(input, target, o.reduction());
+}
+Tensor l1_loss(const Tensor& input, const Tensor& target, const L1LossFuncOptions& o) {
+  return mpx::l1_loss(input, target, o.reduction());
+}
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const SmoothL1LossFuncOptions& o) {
+  return mpx::smooth_l1_loss(input, target, o.reduction(), o.beta());
+}
+
+// ---- shape ----
+Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) { return x.flatten(start_dim, end_dim); }
+
+Tensor pad(const Tensor& x, const PadFuncOptions& o) {
+  const IntList& p = o.pad();
+  MPX_CHECK(p.size() % 2 == 0 && static_cast<int64_t>(p.size()) / 2 <= x.dim(), "pad: expected an even number of ",
+            "pad values covering at most ", x.dim(), " dims of ", ops::describe(x), ", got ", p.size());
+  Tensor out = x;
+  Tensor mask;  // 1 where data came from x; only needed for a non-zero fill value
+  const bool fill = o.value() != 0.0;
+  if (fill) mask = ones_like(x);
+  for (size_t i = 0; i < p.size() / 2; ++i) {
+    const int64_t d = x.dim() - 1 - static_cast<int64_t>(i);
+    int64_t left = p[2 * i], right = p[2 * i + 1];
+    // Negative pads crop first, then positive pads grow.
+    const int64_t lc = left < 0 ? -left : 0, rc = right < 0 ? -right : 0;
+    if (lc || rc) {
+      MPX_CHECK(lc + rc < out.size(d), "pad: cropping ", lc + rc, " from dim ", d, " of ", ops::describe(out),
+                " leaves nothing");
+      out = out.narrow(d, lc, out.size(d) - lc - rc);
+      if (fill) mask = mask.narrow(d, lc, mask.size(d) - lc - rc);
+    }
+    left = std::max<int64_t>(left, 0);
+    right = std::max<int64_t>(right, 0);
+    if (left || right) {
+      IntList shape = out.sizes();
+      shape[d] += left + right;
+      out = slice_backward(out, shape, d, left, 1);
+      if (fill) {
+        NoGradGuard ng;
+        mask = slice_backward(mask, shape, d, left, 1);
+      }
+    }
+  }
+  if (!fill) return out;
+  Tensor outside;
+  {
+    NoGradGuard ng;
+    outside = mpx::mul(mpx::sub(ones_like(mask), mask), o.value());
+  }
+  return mpx::add(out, outside);
+}
+
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx) {
+  MPX_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32, "embedding: indices must be i64 or i32, got ",
+            ops::describe(indices));
+  MPX_CHECK(weight.dim() == 2, "embedding: weight must be [num_embeddings, dim], got ", ops::describe(weight));
+  const int64_t n = weight.size(0);
+  Tensor idx = indices.dtype() == kInt64 ? indices : indices.to(kInt64);
+  if (idx.numel() > 0) {
+    const int64_t lo = idx.min().item<int64_t>(), hi = idx.max().item<int64_t>();
+    MPX_CHECK(lo >= 0 && hi < n, "embedding: indices must be in [0, ", n, "), got values in [", lo, ", ", hi, "]");
+  }
+  // A one-hot matmul: O(N * num_embeddings), fine for the small vocabularies mpx's models use.
+  Tensor oh;
+  {
+    NoGradGuard ng;
+    oh = mpx::one_hot(idx.reshape({-1}), n).to(weight.dtype());
+    if (padding_idx) {
+      const int64_t pi = *padding_idx < 0 ? *padding_idx + n : *padding_idx;
+      MPX_CHECK(pi >= 0 && pi < n, "embedding: padding_idx ", *padding_idx, " is out of range for ", n, " embeddings");
+      oh.select(1, pi).zero_();
+    }
+  }
+  IntList shape = indices.sizes();
+  shape.push_back(weight.size(1));
+  return mpx::mm(oh, weight).reshape(shape);
+}
+
+}  // namespace mpx::nn::functional

@@ -1,0 +1,69 @@
+// nn::functional: free-function forms of every layer and loss (LibTorch's torch::nn::functional).
+// Use as `namespace F = mpx::nn::functional;`.
+#pragma once
+#include <optional>
+
+#include "core/tensor.h"
+#include "nn/options.h"
+
+namespace mpx::nn::functional {
+
+// ---- activations ----
+Tensor relu(const Tensor& x, const ReLUFuncOptions& options = {});
+/// min(max(x, 0), 6).
+Tensor relu6(const Tensor& x, const ReLU6FuncOptions& options = {});
+Tensor leaky_relu(const Tensor& x, const LeakyReLUFuncOptions& options = {});
+/// Exact (erf) GELU, or the tanh approximation with GELUFuncOptions().approximate("tanh").
+Tensor gelu(const Tensor& x, const GELUFuncOptions& options = {});
+Tensor silu(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor softmax(const Tensor& x, const SoftmaxFuncOptions& options);
+Tensor log_softmax(const Tensor& x, const LogSoftmaxFuncOptions& options);
+/// Inverted dropout (identity when options.training() is false); uses the seeded generator.
+Tensor dropout(const Tensor& x, const DropoutFuncOptions& options = {});
+
+// ---- linear and convolution ----
+/// x @ w^T + b.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Conv2dFuncOptions& options = {});
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const ConvTranspose2dFuncOptions& options = {});
+
+// ---- pooling ----
+Tensor max_pool2d(const Tensor& x, const MaxPool2dFuncOptions& options);
+/// Square kernel, stride = kernel: `F::max_pool2d(x, 2)`.
+Tensor max_pool2d(const Tensor& x, int64_t kernel_size);
+Tensor avg_pool2d(const Tensor& x, const AvgPool2dFuncOptions& options);
+Tensor avg_pool2d(const Tensor& x, int64_t kernel_size);
+Tensor adaptive_avg_pool2d(const Tensor& x, const AdaptiveAvgPool2dFuncOptions& options);
+
+// ---- normalization ----
+/// Batch norm over dim 1 with the given running statistics (either may be undefined when
+/// training). In training, running stats are updated in place with options.momentum().
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const BatchNormFuncOptions& options = {});
+Tensor layer_norm(const Tensor& x, const LayerNormFuncOptions& options);
+Tensor group_norm(const Tensor& x, const GroupNormFuncOptions& options);
+
+// ---- losses ----
+Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyFuncOptions& options = {});
+Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossFuncOptions& options = {});
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        const BinaryCrossEntropyWithLogitsFuncOptions& options = {});
+/// BCE on probabilities; refused under autocast (use binary_cross_entropy_with_logits).
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target,
+                            const BinaryCrossEntropyFuncOptions& options = {});
+Tensor mse_loss(const Tensor& input, const Tensor& target, const MSELossFuncOptions& options = {});
+Tensor l1_loss(const Tensor& input, const Tensor& target, const L1LossFuncOptions& options = {});
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const SmoothL1LossFuncOptions& options = {});
+
+// ---- shape ----
+/// Flattens dims start_dim..end_dim into one (torch.flatten's defaults: all dims).
+Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
+/// Constant padding; negative pads crop.
+Tensor pad(const Tensor& x, const PadFuncOptions& options);
+/// Rows of `weight` [num_embeddings, dim] selected by the i64 `indices` -> [*indices.shape, dim].
+/// With padding_idx, that row receives no gradient (and reads as zeros).
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt);
+
+}  // namespace mpx::nn::functional

@@ -1,0 +1,347 @@
+// nn layers and losses: construction with PyTorch's reset_parameters, forward via nn::functional.
+#include "nn/modules.h"
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "nn/functional.h"
+#include "nn/init.h"
+#include "ops/op_utils.h"
+
+namespace mpx::nn {
+
+namespace F = functional;
+
+namespace {
+std::ostream& operator<<(std::ostream& os, const ExpandingArray2& a) { return os << "[" << a[0] << ", " << a[1] << "]"; }
+const char* bool_str(bool b) { return b ? "true" : "false"; }
+
+/// PyTorch's Linear/_ConvNd.reset_parameters: kaiming_uniform_(a=sqrt(5)) on the weight,
+/// U(-1/sqrt(fan_in), 1/sqrt(fan_in)) on the bias.
+void reset_weight_and_bias(Tensor& weight, Tensor& bias) {
+  init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (bias.defined()) {
+    const int64_t fan_in = init::calculate_fan_in_and_fan_out(weight).first;
+    const double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
+    init::uniform_(bias, -bound, bound);
+  }
+}
+
+void check_positive(int64_t v, const char* module, const char* what) {
+  MPX_CHECK(v > 0, module, ": ", what, " must be positive, got ", v);
+}
+}  // namespace
+
+// ---------------------------------------------------------------- Linear
+
+LinearImpl::LinearImpl(const LinearOptions& o) : options(o) {
+  MPX_CHECK(o.in_features() >= 0 && o.out_features() >= 0, "Linear: in_features (", o.in_features(),
+            ") and out_features (", o.out_features(), ") must be non-negative");
+  weight = register_parameter("weight", empty({o.out_features(), o.in_features()}));
+  if (o.bias()) bias = register_parameter("bias", empty({o.out_features()}));
+  reset_parameters();
+}
+void LinearImpl::reset_parameters() { reset_weight_and_bias(weight, bias); }
+Tensor LinearImpl::forward(const Tensor& x) { return F::linear(x, weight, bias); }
+void LinearImpl::pretty_print(std::ostream& os) const {
+  os << "Linear(in_features=" << options.in_features() << ", out_features=" << options.out_features()
+     << ", bias=" << bool_str(options.bias()) << ")";
+}
+
+// ---------------------------------------------------------------- Conv2d
+
+Conv2dImpl::Conv2dImpl(const Conv2dOptions& o) : options(o) {
+  check_positive(o.in_channels(), "Conv2d", "in_channels");
+  check_positive(o.out_channels(), "Conv2d", "out_channels");
+  check_positive(o.groups(), "Conv2d", "groups");
+  MPX_CHECK(o.in_channels() % o.groups() == 0 && o.out_channels() % o.groups() == 0, "Conv2d: in_channels (",
+            o.in_channels(), ") and out_channels (", o.out_channels(), ") must be divisible by groups (", o.groups(),
+            ")");
+  weight = register_parameter(
+      "weight", empty({o.out_channels(), o.in_channels() / o.groups(), o.kernel_size()[0], o.kernel_size()[1]}));
+  if (o.bias()) bias = register_parameter("bias", empty({o.out_channels()}));
+  reset_parameters();
+}
+void Conv2dImpl::reset_parameters() { reset_weight_and_bias(weight, bias); }
+Tensor Conv2dImpl::forward(const Tensor& x) {
+  return F::conv2d(x, weight,
+                   F::Conv2dFuncOptions()
+                       .bias(bias)
+                       .stride(options.stride())
+                       .padding(options.padding())
+                       .dilation(options.dilation())
+                       .groups(options.groups()));
+}
+void Conv2dImpl::pretty_print(std::ostream& os) const {
+  os << "Conv2d(" << options.in_channels() << ", " << options.out_channels() << ", kernel_size=" << options.kernel_size()
+     << ", stride=" << options.stride();
+  if (options.padding() != ExpandingArray2(0)) os << ", padding=" << options.padding();
+  if (options.dilation() != ExpandingArray2(1)) os << ", dilation=" << options.dilation();
+  if (options.groups() != 1) os << ", groups=" << options.groups();
+  if (!options.bias()) os << ", bias=false";
+  os << ")";
+}
+
+// ---------------------------------------------------------------- ConvTranspose2d
+
+ConvTranspose2dImpl::ConvTranspose2dImpl(const ConvTranspose2dOptions& o) : options(o) {
+  check_positive(o.in_channels(), "ConvTranspose2d", "in_channels");
+  check_positive(o.out_channels(), "ConvTranspose2d", "out_channels");
+  check_positive(o.groups(), "ConvTranspose2d", "groups");
+  MPX_CHECK(o.in_channels() % o.groups() == 0 && o.out_channels() % o.groups() == 0, "ConvTranspose2d: in_channels (",
+            o.in_channels(), ") and out_channels (", o.out_channels(), ") must be divisible by groups (", o.groups(),
+            ")");
+  weight = register_parameter(
+      "weight", empty({o.in_channels(), o.out_channels() / o.groups(), o.kernel_size()[0], o.kernel_size()[1]}));
+  if (o.bias()) bias = register_parameter("bias", empty({o.out_channels()}));
+  reset_parameters();
+}
+void ConvTranspose2dImpl::reset_parameters() { reset_weight_and_bias(weight, bias); }
+Tensor ConvTranspose2dImpl::forward(const Tensor& x) {
+  return F::conv_transpose2d(x, weight,
+                             F::ConvTranspose2dFuncOptions()
+                                 .bias(bias)
+                                 .stride(options.stride())
+                                 .padding(options.padding())
+                                 .output_padding(options.output_padding())
+                                 .groups(options.groups())
+                                 .dilation(options.dilation()));
+}
+void ConvTranspose2dImpl::pretty_print(std::ostream& os) const {
+  os << "ConvTranspose2d(" << options.in_channels() << ", " << options.out_channels()
+     << ", kernel_size=" << options.kernel_size() << ", stride=" << options.stride();
+  if (options.padding() != ExpandingArray2(0)) os << ", padding=" << options.padding();
+  if (options.output_padding() != ExpandingArray2(0)) os << ", output_padding=" << options.output_padding();
+  if (options.dilation() != ExpandingArray2(1)) os << ", dilation=" << options.dilation();
+  if (options.groups() != 1) os << ", groups=" << options.groups();
+  if (!options.bias()) os << ", bias=false";
+  os << ")";
+}
+
+// ---------------------------------------------------------------- BatchNorm
+
+BatchNormImplBase::BatchNormImplBase(const BatchNormOptions& o) : options(o) {
+  check_positive(o.num_features(), "BatchNorm", "num_features");
+  if (o.affine()) {
+    weight = register_parameter("weight", empty({o.num_features()}));
+    bias = register_parameter("bias", empty({o.num_features()}));
+  }
+  if (o.track_running_stats()) {
+    running_mean = register_buffer("running_mean", zeros({o.num_features()}));
+    running_var = register_buffer("running_var", ones({o.num_features()}));
+    num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, TensorOptions(kInt64)));
+  }
+  reset_parameters();
+}
+void BatchNormImplBase::reset_running_stats() {
+  if (!options.track_running_stats()) return;
+  init::zeros_(running_mean);
+  init::ones_(running_var);
+  NoGradGuard ng;
+  num_batches_tracked.zero_();
+}
+void BatchNormImplBase::reset_parameters() {
+  reset_running_stats();
+  if (options.affine()) {
+    init::ones_(weight);
+    init::zeros_(bias);
+  }
+}
+Tensor BatchNormImplBase::forward(const Tensor& x) {
+  check_input_dim(x);
+  MPX_CHECK(x.size(1) == options.num_features(), name(), ": expected ", options.num_features(),
+            " channels in dim 1, got input ", ops::describe(x));
+  double factor = options.momentum().value_or(0.0);
+  if (is_training() && options.track_running_stats()) {
+    NoGradGuard ng;
+    num_batches_tracked.add_(1.0);
+    // momentum = None: a cumulative moving average over the batches seen so far.
+    if (!options.momentum()) factor = 1.0 / num_batches_tracked.item<double>();
+  }
+  // Without running statistics eval also normalizes with the batch's own statistics.
+  const bool use_batch_stats = is_training() || !running_mean.defined();
+  const bool pass_running = !is_training() || options.track_running_stats();
+  return F::batch_norm(x, pass_running ? running_mean : Tensor(), pass_running ? running_var : Tensor(),
+                       F::BatchNormFuncOptions()
+                           .weight(weight)
+                           .bias(bias)
+                           .training(use_batch_stats)
+                           .momentum(factor)
+                           .eps(options.eps()));
+}
+void BatchNormImplBase::pretty_print(std::ostream& os) const {
+  os << name() << "(" << options.num_features() << ", eps=" << options.eps() << ", momentum=";
+  if (options.momentum()) os << *options.momentum();
+  else os << "None";
+  os << ", affine=" << bool_str(options.affine())
+     << ", track_running_stats=" << bool_str(options.track_running_stats()) << ")";
+}
+void BatchNorm1dImpl::check_input_dim(const Tensor& x) const {
+  MPX_CHECK(x.dim() == 2 || x.dim() == 3, "BatchNorm1d: expected 2D or 3D input ([N, C] or [N, C, L]), got ",
+            ops::describe(x));
+}
+void BatchNorm2dImpl::check_input_dim(const Tensor& x) const {
+  MPX_CHECK(x.dim() == 4, "BatchNorm2d: expected 4D input [N, C, H, W], got ", ops::describe(x));
+}
+
+// ---------------------------------------------------------------- LayerNorm, GroupNorm, Embedding
+
+LayerNormImpl::LayerNormImpl(const LayerNormOptions& o) : options(o) {
+  MPX_CHECK(!o.normalized_shape().empty(), "LayerNorm: normalized_shape must not be empty");
+  if (o.elementwise_affine()) {
+    weight = register_parameter("weight", empty(o.normalized_shape()));
+    bias = register_parameter("bias", empty(o.normalized_shape()));
+  }
+  reset_parameters();
+}
+void LayerNormImpl::reset_parameters() {
+  if (!options.elementwise_affine()) return;
+  init::ones_(weight);
+  init::zeros_(bias);
+}
+Tensor LayerNormImpl::forward(const Tensor& x) {
+  return F::layer_norm(x, F::LayerNormFuncOptions(options.normalized_shape()).weight(weight).bias(bias).eps(options.eps()));
+}
+void LayerNormImpl::pretty_print(std::ostream& os) const {
+  os << "LayerNorm(" << shape_str(options.normalized_shape()) << ", eps=" << options.eps()
+     << ", elementwise_affine=" << bool_str(options.elementwise_affine()) << ")";
+}
+
+GroupNormImpl::GroupNormImpl(const GroupNormOptions& o) : options(o) {
+  check_positive(o.num_groups(), "GroupNorm", "num_groups");
+  MPX_CHECK(o.num_channels() % o.num_groups() == 0, "GroupNorm: num_channels (", o.num_channels(),
+            ") must be divisible by num_groups (", o.num_groups(), ")");
+  if (o.affine()) {
+    weight = register_parameter("weight", empty({o.num_channels()}));
+    bias = register_parameter("bias", empty({o.num_channels()}));
+  }
+  reset_parameters();
+}
+void GroupNormImpl::reset_parameters() {
+  if (!options.affine()) return;
+  init::ones_(weight);
+  init::zeros_(bias);
+}
+Tensor GroupNormImpl::forward(const Tensor& x) {
+  return F::group_norm(x, F::GroupNormFuncOptions(options.num_groups()).weight(weight).bias(bias).eps(options.eps()));
+}
+void GroupNormImpl::pretty_print(std::ostream& os) const {
+  os << "GroupNorm(" << options.num_groups() << ", " << options.num_channels() << ", eps=" << options.eps()
+     << ", affine=" << bool_str(options.affine()) << ")";
+}
+
+EmbeddingImpl::EmbeddingImpl(const EmbeddingOptions& o) : options(o) {
+  check_positive(o.num_embeddings(), "Embedding", "num_embeddings");
+  check_positive(o.embedding_dim(), "Embedding", "embedding_dim");
+  if (o.padding_idx()) {
+    const int64_t p = *o.padding_idx();
+    MPX_CHECK(p >= -o.num_embeddings() && p < o.num_embeddings(), "Embedding: padding_idx ", p,
+              " must be within [-", o.num_embeddings(), ", ", o.num_embeddings(), ")");
+    if (p < 0) options.padding_idx(p + o.num_embeddings());
+  }
+  weight = register_parameter("weight", empty({o.num_embeddings(), o.embedding_dim()}));
+  reset_parameters();
+}
+void EmbeddingImpl::reset_parameters() {
+  init::normal_(weight);
+  if (options.padding_idx()) {
+    NoGradGuard ng;
+    weight.select(0, *options.padding_idx()).zero_();
+  }
+}
+Tensor EmbeddingImpl::forward(const Tensor& indices) { return F::embedding(indices, weight, options.padding_idx()); }
+void EmbeddingImpl::pretty_print(std::ostream& os) const {
+  os << "Embedding(num_embeddings=" << options.num_embeddings() << ", embedding_dim=" << options.embedding_dim();
+  if (options.padding_idx()) os << ", padding_idx=" << *options.padding_idx();
+  os << ")";
+}
+
+// ---------------------------------------------------------------- activations
+
+Tensor ReLUImpl::forward(const Tensor& x) { return F::relu(x); }
+void ReLUImpl::pretty_print(std::ostream& os) const { os << "ReLU(" << (options.inplace() ? "inplace=true" : "") << ")"; }
+Tensor ReLU6Impl::forward(const Tensor& x) { return F::relu6(x); }
+void ReLU6Impl::pretty_print(std::ostream& os) const {
+  os << "ReLU6(" << (options.inplace() ? "inplace=true" : "") << ")";
+}
+Tensor LeakyReLUImpl::forward(const Tensor& x) { return F::leaky_relu(x, options); }
+void LeakyReLUImpl::pretty_print(std::ostream& os) const {
+  os << "LeakyReLU(negative_slope=" << options.negative_slope() << ")";
+}
+Tensor GELUImpl::forward(const Tensor& x) { return F::gelu(x, options); }
+void GELUImpl::pretty_print(std::ostream& os) const { os << "GELU(approximate=" << options.approximate() << ")"; }
+Tensor SiLUImpl::forward(const Tensor& x) { return F::silu(x); }
+Tensor TanhImpl::forward(const Tensor& x) { return F::tanh(x); }
+Tensor SigmoidImpl::forward(const Tensor& x) { return F::sigmoid(x); }
+Tensor SoftmaxImpl::forward(const Tensor& x) { return F::softmax(x, options.dim()); }
+void SoftmaxImpl::pretty_print(std::ostream& os) const { os << "Softmax(dim=" << options.dim() << ")"; }
+Tensor LogSoftmaxImpl::forward(const Tensor& x) { return F::log_softmax(x, options.dim()); }
+void LogSoftmaxImpl::pretty_print(std::ostream& os) const { os << "LogSoftmax(dim=" << options.dim() << ")"; }
+
+// ---------------------------------------------------------------- pooling, dropout, shape
+
+Tensor MaxPool2dImpl::forward(const Tensor& x) { return F::max_pool2d(x, options); }
+void MaxPool2dImpl::pretty_print(std::ostream& os) const {
+  os << "MaxPool2d(kernel_size=" << options.kernel_size() << ", stride=" << options.stride()
+     << ", padding=" << options.padding() << ", dilation=" << options.dilation()
+     << ", ceil_mode=" << bool_str(options.ceil_mode()) << ")";
+}
+Tensor AvgPool2dImpl::forward(const Tensor& x) { return F::avg_pool2d(x, options); }
+void AvgPool2dImpl::pretty_print(std::ostream& os) const {
+  os << "AvgPool2d(kernel_size=" << options.kernel_size() << ", stride=" << options.stride()
+     << ", padding=" << options.padding() << ")";
+}
+Tensor AdaptiveAvgPool2dImpl::forward(const Tensor& x) { return F::adaptive_avg_pool2d(x, options); }
+void AdaptiveAvgPool2dImpl::pretty_print(std::ostream& os) const {
+  os << "AdaptiveAvgPool2d(output_size=" << options.output_size() << ")";
+}
+
+DropoutImpl::DropoutImpl(const DropoutOptions& o) : options(o) {
+  MPX_CHECK(o.p() >= 0.0 && o.p() <= 1.0, "Dropout: probability must be in [0, 1], got ", o.p());
+}
+Tensor DropoutImpl::forward(const Tensor& x) {
+  return F::dropout(x, F::DropoutFuncOptions().p(options.p()).training(is_training()));
+}
+void DropoutImpl::pretty_print(std::ostream& os) const {
+  os << "Dropout(p=" << options.p() << ", inplace=" << bool_str(options.inplace()) << ")";
+}
+Tensor FlattenImpl::forward(const Tensor& x) { return F::flatten(x, options.start_dim(), options.end_dim()); }
+void FlattenImpl::pretty_print(std::ostream& os) const {
+  os << "Flatten(start_dim=" << options.start_dim() << ", end_dim=" << options.end_dim() << ")";
+}
+
+// ---------------------------------------------------------------- losses
+
+CrossEntropyLossImpl::CrossEntropyLossImpl(const CrossEntropyLossOptions& o) : options(o) {
+  MPX_CHECK(o.label_smoothing() >= 0.0 && o.label_smoothing() <= 1.0,
+            "CrossEntropyLoss: label_smoothing must be in [0, 1], got ", o.label_smoothing());
+  // Registered as buffers so to(device) moves them; options share the same handles.
+  if (o.weight().defined()) weight = register_buffer("weight", o.weight());
+}
+Tensor CrossEntropyLossImpl::forward(const Tensor& input, const Tensor& target) {
+  return F::cross_entropy(input, target, options);
+}
+NLLLossImpl::NLLLossImpl(const NLLLossOptions& o) : options(o) {
+  if (o.weight().defined()) weight = register_buffer("weight", o.weight());
+}
+Tensor NLLLossImpl::forward(const Tensor& input, const Tensor& target) { return F::nll_loss(input, target, options); }
+BCEWithLogitsLossImpl::BCEWithLogitsLossImpl(const BCEWithLogitsLossOptions& o) : options(o) {
+  if (o.weight().defined()) weight = register_buffer("weight", o.weight());
+  if (o.pos_weight().defined()) pos_weight = register_buffer("pos_weight", o.pos_weight());
+}
+Tensor BCEWithLogitsLossImpl::forward(const Tensor& input, const Tensor& target) {
+  return F::binary_cross_entropy_with_logits(input, target, options);
+}
+BCELossImpl::BCELossImpl(const BCELossOptions& o) : options(o) {
+  if (o.weight().defined()) weight = register_buffer("weight", o.weight());
+}
+Tensor BCELossImpl::forward(const Tensor& input, const Tensor& target) {
+  return F::binary_cross_entropy(input, target, options);
+}
+Tensor MSELossImpl::forward(const Tensor& input, const Tensor& target) { return F::mse_loss(input, target, options); }
+Tensor L1LossImpl::forward(const Tensor& input, const Tensor& target) { return F::l1_loss(input, target, options); }
+Tensor SmoothL1LossImpl::forward(const Tensor& input, const Tensor& target) {
+  return F::smooth_l1_loss(input, target, options);
+}
+
+}  // namespace mpx::nn

@@ -1,0 +1,388 @@
+// nn layers and losses: XxxImpl modules with PyTorch's default initialization, and their
+// MPX_MODULE holders (Linear, Conv2d, BatchNorm2d, ReLU, ..., CrossEntropyLoss).
+#pragma once
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "nn/container.h"
+#include "nn/module.h"
+#include "nn/options.h"
+
+namespace mpx::nn {
+
+// ---------------------------------------------------------------- linear and convolution
+
+/// y = x W^T + b with W [out, in]; init: kaiming_uniform_(a=sqrt(5)) weight, U(+-1/sqrt(in)) bias.
+class LinearImpl : public Module {
+ public:
+  LinearImpl(int64_t in_features, int64_t out_features, bool bias = true)
+      : LinearImpl(LinearOptions(in_features, out_features).bias(bias)) {}
+  explicit LinearImpl(const LinearOptions& options);
+  /// Re-draws the parameters with PyTorch's default init.
+  void reset_parameters();
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "Linear"; }
+  void pretty_print(std::ostream& os) const override;
+
+  LinearOptions options;
+  Tensor weight;
+  Tensor bias;
+};
+MPX_MODULE(Linear);
+
+/// 2-d convolution, weight [out, in/groups, kh, kw]; PyTorch's default init (as Linear).
+class Conv2dImpl : public Module {
+ public:
+  Conv2dImpl(int64_t in_channels, int64_t out_channels, ExpandingArray2 kernel_size)
+      : Conv2dImpl(Conv2dOptions(in_channels, out_channels, kernel_size)) {}
+  explicit Conv2dImpl(const Conv2dOptions& options);
+  void reset_parameters();
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "Conv2d"; }
+  void pretty_print(std::ostream& os) const override;
+
+  Conv2dOptions options;
+  Tensor weight;
+  Tensor bias;
+};
+MPX_MODULE(Conv2d);
+
+/// Transposed 2-d convolution, weight [in, out/groups, kh, kw]; PyTorch's default init.
+class ConvTranspose2dImpl : public Module {
+ public:
+  ConvTranspose2dImpl(int64_t in_channels, int64_t out_channels, ExpandingArray2 kernel_size)
+      : ConvTranspose2dImpl(ConvTranspose2dOptions(in_channels, out_channels, kernel_size)) {}
+  explicit ConvTranspose2dImpl(const ConvTranspose2dOptions& options);
+  void reset_parameters();
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "ConvTranspose2d"; }
+  void pretty_print(std::ostream& os) const override;
+
+  ConvTranspose2dOptions options;
+  Tensor weight;
+  Tensor bias;
+};
+MPX_MODULE(ConvTranspose2d);
+
+// ---------------------------------------------------------------- normalization
+
+/// Shared by BatchNorm1d/2d: weight (ones), bias (zeros), buffers running_mean (zeros),
+/// running_var (ones), num_batches_tracked (i64 0). Training normalizes with batch
+/// statistics and updates the running ones; eval uses the running statistics.
+class BatchNormImplBase : public Module {
+ public:
+  explicit BatchNormImplBase(const BatchNormOptions& options);
+  void reset_running_stats();
+  void reset_parameters();
+  Tensor forward(const Tensor& x);
+  bool is_batchnorm() const override { return true; }
+  void pretty_print(std::ostream& os) const override;
+
+  BatchNormOptions options;
+  Tensor weight;
+  Tensor bias;
+  Tensor running_mean;
+  Tensor running_var;
+  Tensor num_batches_tracked;
+
+ protected:
+  virtual void check_input_dim(const Tensor& x) const = 0;
+};
+
+/// Batch norm over [N, C] or [N, C, L].
+class BatchNorm1dImpl : public BatchNormImplBase {
+ public:
+  explicit BatchNorm1dImpl(const BatchNormOptions& options) : BatchNormImplBase(options) {}
+  explicit BatchNorm1dImpl(int64_t num_features) : BatchNormImplBase(BatchNormOptions(num_features)) {}
+  std::string name() const override { return "BatchNorm1d"; }
+
+ protected:
+  void check_input_dim(const Tensor& x) const override;
+};
+MPX_MODULE(BatchNorm1d);
+
+/// Batch norm over [N, C, H, W].
+class BatchNorm2dImpl : public BatchNormImplBase {
+ public:
+  explicit BatchNorm2dImpl(const BatchNormOptions& options) : BatchNormImplBase(options) {}
+  explicit BatchNorm2dImpl(int64_t num_features) : BatchNormImplBase(BatchNormOptions(num_features)) {}
+  std::string name() const override { return "BatchNorm2d"; }
+
+ protected:
+  void check_input_dim(const Tensor& x) const override;
+};
+MPX_MODULE(BatchNorm2d);
+
+/// Layer norm over the trailing normalized_shape dims; weight ones, bias zeros.
+class LayerNormImpl : public Module {
+ public:
+  explicit LayerNormImpl(const LayerNormOptions& options);
+  explicit LayerNormImpl(IntList normalized_shape) : LayerNormImpl(LayerNormOptions(std::move(normalized_shape))) {}
+  void reset_parameters();
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "LayerNorm"; }
+  void pretty_print(std::ostream& os) const override;
+
+  LayerNormOptions options;
+  Tensor weight;
+  Tensor bias;
+};
+MPX_MODULE(LayerNorm);
+
+/// Group norm of [N, C, *]; weight ones, bias zeros (per channel).
+class GroupNormImpl : public Module {
+ public:
+  explicit GroupNormImpl(const GroupNormOptions& options);
+  GroupNormImpl(int64_t num_groups, int64_t num_channels) : GroupNormImpl(GroupNormOptions(num_groups, num_channels)) {}
+  void reset_parameters();
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "GroupNorm"; }
+  void pretty_print(std::ostream& os) const override;
+
+  GroupNormOptions options;
+  Tensor weight;
+  Tensor bias;
+};
+MPX_MODULE(GroupNorm);
+
+/// Lookup table [num_embeddings, dim], init N(0, 1) (padding row zero).
+class EmbeddingImpl : public Module {
+ public:
+  explicit EmbeddingImpl(const EmbeddingOptions& options);
+  EmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim)
+      : EmbeddingImpl(EmbeddingOptions(num_embeddings, embedding_dim)) {}
+  void reset_parameters();
+  Tensor forward(const Tensor& indices);
+  std::string name() const override { return "Embedding"; }
+  void pretty_print(std::ostream& os) const override;
+
+  EmbeddingOptions options;
+  Tensor weight;
+};
+MPX_MODULE(Embedding);
+
+// ---------------------------------------------------------------- activations
+
+class ReLUImpl : public Module {
+ public:
+  explicit ReLUImpl(const ReLUOptions& options = {}) : options(options) {}
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "ReLU"; }
+  void pretty_print(std::ostream& os) const override;
+  ReLUOptions options;
+};
+MPX_MODULE(ReLU);
+
+class ReLU6Impl : public Module {
+ public:
+  explicit ReLU6Impl(const ReLU6Options& options = {}) : options(options) {}
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "ReLU6"; }
+  void pretty_print(std::ostream& os) const override;
+  ReLU6Options options;
+};
+MPX_MODULE(ReLU6);
+
+class LeakyReLUImpl : public Module {
+ public:
+  explicit LeakyReLUImpl(const LeakyReLUOptions& options = {}) : options(options) {}
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "LeakyReLU"; }
+  void pretty_print(std::ostream& os) const override;
+  LeakyReLUOptions options;
+};
+MPX_MODULE(LeakyReLU);
+
+class GELUImpl : public Module {
+ public:
+  explicit GELUImpl(const GELUOptions& options = {}) : options(options) {}
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "GELU"; }
+  void pretty_print(std::ostream& os) const override;
+  GELUOptions options;
+};
+MPX_MODULE(GELU);
+
+class SiLUImpl : public Module {
+ public:
+  explicit SiLUImpl(const SiLUOptions& options = {}) : options(options) {}
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "SiLU"; }
+  SiLUOptions options;
+};
+MPX_MODULE(SiLU);
+
+class TanhImpl : public Module {
+ public:
+  TanhImpl() = default;
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "Tanh"; }
+};
+MPX_MODULE(Tanh);
+
+class SigmoidImpl : public Module {
+ public:
+  SigmoidImpl() = default;
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "Sigmoid"; }
+};
+MPX_MODULE(Sigmoid);
+
+class SoftmaxImpl : public Module {
+ public:
+  explicit SoftmaxImpl(const SoftmaxOptions& options) : options(options) {}
+  explicit SoftmaxImpl(int64_t dim) : options(dim) {}
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "Softmax"; }
+  void pretty_print(std::ostream& os) const override;
+  SoftmaxOptions options;
+};
+MPX_MODULE(Softmax);
+
+class LogSoftmaxImpl : public Module {
+ public:
+  explicit LogSoftmaxImpl(const LogSoftmaxOptions& options) : options(options) {}
+  explicit LogSoftmaxImpl(int64_t dim) : options(dim) {}
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "LogSoftmax"; }
+  void pretty_print(std::ostream& os) const override;
+  LogSoftmaxOptions options;
+};
+MPX_MODULE(LogSoftmax);
+
+// ---------------------------------------------------------------- pooling, dropout, shape
+
+class MaxPool2dImpl : public Module {
+ public:
+  explicit MaxPool2dImpl(const MaxPool2dOptions& options) : options(options) {}
+  explicit MaxPool2dImpl(ExpandingArray2 kernel_size) : options(kernel_size) {}
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "MaxPool2d"; }
+  void pretty_print(std::ostream& os) const override;
+  MaxPool2dOptions options;
+};
+MPX_MODULE(MaxPool2d);
+
+class AvgPool2dImpl : public Module {
+ public:
+  explicit AvgPool2dImpl(const AvgPool2dOptions& options) : options(options) {}
+  explicit AvgPool2dImpl(ExpandingArray2 kernel_size) : options(kernel_size) {}
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "AvgPool2d"; }
+  void pretty_print(std::ostream& os) const override;
+  AvgPool2dOptions options;
+};
+MPX_MODULE(AvgPool2d);
+
+class AdaptiveAvgPool2dImpl : public Module {
+ public:
+  explicit AdaptiveAvgPool2dImpl(const AdaptiveAvgPool2dOptions& options) : options(options) {}
+  explicit AdaptiveAvgPool2dImpl(ExpandingArray2 output_size) : options(output_size) {}
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "AdaptiveAvgPool2d"; }
+  void pretty_print(std::ostream& os) const override;
+  AdaptiveAvgPool2dOptions options;
+};
+MPX_MODULE(AdaptiveAvgPool2d);
+
+/// Zeroes elements with probability p in training mode (scaling the rest by 1/(1-p)).
+class DropoutImpl : public Module {
+ public:
+  explicit DropoutImpl(const DropoutOptions& options = {});
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "Dropout"; }
+  void pretty_print(std::ostream& os) const override;
+  DropoutOptions options;
+};
+MPX_MODULE(Dropout);
+
+class FlattenImpl : public Module {
+ public:
+  explicit FlattenImpl(const FlattenOptions& options = {}) : options(options) {}
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "Flatten"; }
+  void pretty_print(std::ostream& os) const override;
+  FlattenOptions options;
+};
+MPX_MODULE(Flatten);
+
+class IdentityImpl : public Module {
+ public:
+  IdentityImpl() = default;
+  Tensor forward(const Tensor& x) { return x; }
+  std::string name() const override { return "Identity"; }
+};
+MPX_MODULE(Identity);
+
+// ---------------------------------------------------------------- losses (forward(input, target))
+
+class CrossEntropyLossImpl : public Module {
+ public:
+  explicit CrossEntropyLossImpl(const CrossEntropyLossOptions& options = {});
+  Tensor forward(const Tensor& input, const Tensor& target);
+  std::string name() const override { return "CrossEntropyLoss"; }
+  CrossEntropyLossOptions options;
+  Tensor weight;
+};
+MPX_MODULE(CrossEntropyLoss);
+
+class NLLLossImpl : public Module {
+ public:
+  explicit NLLLossImpl(const NLLLossOptions& options = {});
+  Tensor forward(const Tensor& input, const Tensor& target);
+  std::string name() const override { return "NLLLoss"; }
+  NLLLossOptions options;
+  Tensor weight;
+};
+MPX_MODULE(NLLLoss);
+
+class BCEWithLogitsLossImpl : public Module {
+ public:
+  explicit BCEWithLogitsLossImpl(const BCEWithLogitsLossOptions& options = {});
+  Tensor forward(const Tensor& input, const Tensor& target);
+  std::string name() const override { return "BCEWithLogitsLoss"; }
+  BCEWithLogitsLossOptions options;
+  Tensor weight;
+  Tensor pos_weight;
+};
+MPX_MODULE(BCEWithLogitsLoss);
+
+class BCELossImpl : public Module {
+ public:
+  explicit BCELossImpl(const BCELossOptions& options = {});
+  Tensor forward(const Tensor& input, const Tensor& target);
+  std::string name() const override { return "BCELoss"; }
+  BCELossOptions options;
+  Tensor weight;
+};
+MPX_MODULE(BCELoss);
+
+class MSELossImpl : public Module {
+ public:
+  explicit MSELossImpl(const MSELossOptions& options = {}) : options(options) {}
+  Tensor forward(const Tensor& input, const Tensor& target);
+  std::string name() const override { return "MSELoss"; }
+  MSELossOptions options;
+};
+MPX_MODULE(MSELoss);
+
+class L1LossImpl : public Module {
+ public:
+  explicit L1LossImpl(const L1LossOptions& options = {}) : options(options) {}
+  Tensor forward(const Tensor& input, const Tensor& target);
+  std::string name() const override { return "L1Loss"; }
+  L1LossOptions options;
+};
+MPX_MODULE(L1Loss);
+
+class SmoothL1LossImpl : public Module {
+ public:
+  explicit SmoothL1LossImpl(const SmoothL1LossOptions& options = {}) : options(options) {}
+  Tensor forward(const Tensor& input, const Tensor& target);
+  std::string name() const override { return "SmoothL1Loss"; }
+  SmoothL1LossOptions options;
+};
+MPX_MODULE(SmoothL1Loss);
+
+}  // namespace mpx::nn

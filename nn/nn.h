@@ -1,0 +1,11 @@
+// The nn umbrella header: Module, holders, containers, layers, losses, functional, init, utils.
+#pragma once
+
+#include "nn/ordered_dict.h"
+#include "nn/module.h"
+#include "nn/options.h"
+#include "nn/container.h"
+#include "nn/modules.h"
+#include "nn/functional.h"
+#include "nn/init.h"
+#include "nn/utils.h"

@@ -1,0 +1,335 @@
+// Options structs with chained setters for nn layers, losses and functional calls (LibTorch names).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include "core/tensor.h"
+#include "ops/loss.h"
+
+/// Declares an option `name` of type T: a chained setter `name(v)`, a getter `name()` and the
+/// member `name_`. Follow it with `= default_value;` (LibTorch's TORCH_ARG).
+#define MPX_ARG(T, name)                                                 \
+ public:                                                                 \
+  auto name(const T& new_##name)->decltype(*this) {                      \
+    this->name##_ = new_##name;                                          \
+    return *this;                                                        \
+  }                                                                      \
+  const T& name() const noexcept { return this->name##_; }               \
+  T& name() noexcept { return this->name##_; }                           \
+                                                                         \
+ public:                                                                 \
+  T name##_
+
+namespace mpx::nn {
+
+/// A 2-element size: accepts one integer (used for both) or a pair `{h, w}`.
+struct ExpandingArray2 {
+  std::array<int64_t, 2> v{0, 0};
+  ExpandingArray2() = default;
+  ExpandingArray2(int64_t x) : v{x, x} {}  // NOLINT: `.stride(2)` reads naturally
+  ExpandingArray2(std::array<int64_t, 2> p) : v(p) {}  // NOLINT
+  ExpandingArray2(std::initializer_list<int64_t> l) {
+    MPX_CHECK(l.size() == 2 || l.size() == 1, "expected 1 or 2 values for a 2-d size, got ", l.size());
+    v = {*l.begin(), *(l.end() - 1)};
+  }
+  operator std::array<int64_t, 2>() const { return v; }  // NOLINT
+  int64_t operator[](size_t i) const { return v[i]; }
+  int64_t& operator[](size_t i) { return v[i]; }
+  bool operator==(const ExpandingArray2& o) const = default;
+};
+
+/// LibTorch-style reduction constants: `.reduction(mpx::nn::kSum)`.
+inline constexpr Reduction kNone = Reduction::None;
+inline constexpr Reduction kMean = Reduction::Mean;
+inline constexpr Reduction kSum = Reduction::Sum;
+
+/// A loss reduction given as the enum or as its name ("none", "mean", "sum").
+struct ReductionArg {
+  Reduction value = Reduction::Mean;
+  ReductionArg() = default;
+  ReductionArg(Reduction r) : value(r) {}  // NOLINT
+  ReductionArg(const char* name) : value(reduction_from_name(name)) {}  // NOLINT
+  ReductionArg(const std::string& name) : value(reduction_from_name(name)) {}  // NOLINT
+  operator Reduction() const { return value; }  // NOLINT
+};
+
+// ---------------------------------------------------------------- layers
+
+struct LinearOptions {
+  LinearOptions(int64_t in_features, int64_t out_features) : in_features_(in_features), out_features_(out_features) {}
+  MPX_ARG(int64_t, in_features);
+  MPX_ARG(int64_t, out_features);
+  MPX_ARG(bool, bias) = true;
+};
+
+struct Conv2dOptions {
+  Conv2dOptions(int64_t in_channels, int64_t out_channels, ExpandingArray2 kernel_size)
+      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
+  MPX_ARG(int64_t, in_channels);
+  MPX_ARG(int64_t, out_channels);
+  MPX_ARG(ExpandingArray2, kernel_size);
+  MPX_ARG(ExpandingArray2, stride) = 1;
+  MPX_ARG(ExpandingArray2, padding) = 0;
+  MPX_ARG(ExpandingArray2, dilation) = 1;
+  MPX_ARG(int64_t, groups) = 1;
+  MPX_ARG(bool, bias) = true;
+};
+
+struct ConvTranspose2dOptions {
+  ConvTranspose2dOptions(int64_t in_channels, int64_t out_channels, ExpandingArray2 kernel_size)
+      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
+  MPX_ARG(int64_t, in_channels);
+  MPX_ARG(int64_t, out_channels);
+  MPX_ARG(ExpandingArray2, kernel_size);
+  MPX_ARG(ExpandingArray2, stride) = 1;
+  MPX_ARG(ExpandingArray2, padding) = 0;
+  MPX_ARG(ExpandingArray2, output_padding) = 0;
+  MPX_ARG(ExpandingArray2, dilation) = 1;
+  MPX_ARG(int64_t, groups) = 1;
+  MPX_ARG(bool, bias) = true;
+};
+
+/// Options of BatchNorm1d/2d. momentum = nullopt uses a cumulative moving average.
+struct BatchNormOptions {
+  BatchNormOptions(int64_t num_features) : num_features_(num_features) {}  // NOLINT
+  MPX_ARG(int64_t, num_features);
+  MPX_ARG(double, eps) = 1e-5;
+  MPX_ARG(std::optional<double>, momentum) = 0.1;
+  MPX_ARG(bool, affine) = true;
+  MPX_ARG(bool, track_running_stats) = true;
+};
+
+struct LayerNormOptions {
+  LayerNormOptions(IntList normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}  // NOLINT
+  MPX_ARG(IntList, normalized_shape);
+  MPX_ARG(double, eps) = 1e-5;
+  MPX_ARG(bool, elementwise_affine) = true;
+};
+
+struct GroupNormOptions {
+  GroupNormOptions(int64_t num_groups, int64_t num_channels) : num_groups_(num_groups), num_channels_(num_channels) {}
+  MPX_ARG(int64_t, num_groups);
+  MPX_ARG(int64_t, num_channels);
+  MPX_ARG(double, eps) = 1e-5;
+  MPX_ARG(bool, affine) = true;
+};
+
+struct EmbeddingOptions {
+  EmbeddingOptions(int64_t num_embeddings, int64_t embedding_dim)
+      : num_embeddings_(num_embeddings), embedding_dim_(embedding_dim) {}
+  MPX_ARG(int64_t, num_embeddings);
+  MPX_ARG(int64_t, embedding_dim);
+  MPX_ARG(std::optional<int64_t>, padding_idx) = std::nullopt;
+};
+
+/// `inplace` is accepted for source compatibility; mpx always computes out of place.
+struct ReLUOptions {
+  ReLUOptions(bool inplace = false) : inplace_(inplace) {}  // NOLINT
+  MPX_ARG(bool, inplace);
+};
+struct ReLU6Options {
+  ReLU6Options(bool inplace = false) : inplace_(inplace) {}  // NOLINT
+  MPX_ARG(bool, inplace);
+};
+struct LeakyReLUOptions {
+  LeakyReLUOptions() = default;
+  MPX_ARG(double, negative_slope) = 0.01;
+  MPX_ARG(bool, inplace) = false;
+};
+/// approximate: "none" (exact erf form) or "tanh".
+struct GELUOptions {
+  GELUOptions() = default;
+  MPX_ARG(std::string, approximate) = "none";
+};
+struct SiLUOptions {
+  SiLUOptions(bool inplace = false) : inplace_(inplace) {}  // NOLINT
+  MPX_ARG(bool, inplace);
+};
+struct SoftmaxOptions {
+  SoftmaxOptions(int64_t dim) : dim_(dim) {}  // NOLINT
+  MPX_ARG(int64_t, dim);
+};
+struct LogSoftmaxOptions {
+  LogSoftmaxOptions(int64_t dim) : dim_(dim) {}  // NOLINT
+  MPX_ARG(int64_t, dim);
+};
+
+/// stride defaults to the kernel size.
+struct MaxPool2dOptions {
+  MaxPool2dOptions(ExpandingArray2 kernel_size) : kernel_size_(kernel_size), stride_(kernel_size) {}  // NOLINT
+  MPX_ARG(ExpandingArray2, kernel_size);
+  MPX_ARG(ExpandingArray2, stride);
+  MPX_ARG(ExpandingArray2, padding) = 0;
+  MPX_ARG(ExpandingArray2, dilation) = 1;
+  MPX_ARG(bool, ceil_mode) = false;
+};
+struct AvgPool2dOptions {
+  AvgPool2dOptions(ExpandingArray2 kernel_size) : kernel_size_(kernel_size), stride_(kernel_size) {}  // NOLINT
+  MPX_ARG(ExpandingArray2, kernel_size);
+  MPX_ARG(ExpandingArray2, stride);
+  MPX_ARG(ExpandingArray2, padding) = 0;
+  MPX_ARG(bool, ceil_mode) = false;
+  MPX_ARG(bool, count_include_pad) = true;
+};
+struct AdaptiveAvgPool2dOptions {
+  AdaptiveAvgPool2dOptions(ExpandingArray2 output_size) : output_size_(output_size) {}  // NOLINT
+  MPX_ARG(ExpandingArray2, output_size);
+};
+
+struct DropoutOptions {
+  DropoutOptions(double p = 0.5) : p_(p) {}  // NOLINT
+  MPX_ARG(double, p);
+  MPX_ARG(bool, inplace) = false;
+};
+struct FlattenOptions {
+  FlattenOptions() = default;
+  MPX_ARG(int64_t, start_dim) = 1;
+  MPX_ARG(int64_t, end_dim) = -1;
+};
+
+// ---------------------------------------------------------------- losses
+
+struct CrossEntropyLossOptions {
+  CrossEntropyLossOptions() = default;
+  MPX_ARG(Tensor, weight) = {};
+  MPX_ARG(int64_t, ignore_index) = -100;
+  MPX_ARG(ReductionArg, reduction) = Reduction::Mean;
+  MPX_ARG(double, label_smoothing) = 0.0;
+};
+struct NLLLossOptions {
+  NLLLossOptions() = default;
+  MPX_ARG(Tensor, weight) = {};
+  MPX_ARG(int64_t, ignore_index) = -100;
+  MPX_ARG(ReductionArg, reduction) = Reduction::Mean;
+};
+struct BCEWithLogitsLossOptions {
+  BCEWithLogitsLossOptions() = default;
+  MPX_ARG(Tensor, weight) = {};
+  MPX_ARG(ReductionArg, reduction) = Reduction::Mean;
+  MPX_ARG(Tensor, pos_weight) = {};
+};
+struct BCELossOptions {
+  BCELossOptions() = default;
+  MPX_ARG(Tensor, weight) = {};
+  MPX_ARG(ReductionArg, reduction) = Reduction::Mean;
+};
+struct MSELossOptions {
+  MSELossOptions() = default;
+  /// `L1Loss(kSum)` / `F::l1_loss(a, b, "sum")`: the reduction converts to the options.
+  template <typename R>
+    requires std::is_convertible_v<R, ReductionArg>
+  MSELossOptions(R reduction) : reduction_(reduction) {}  // NOLINT
+  MPX_ARG(ReductionArg, reduction) = Reduction::Mean;
+};
+struct L1LossOptions {
+  L1LossOptions() = default;
+  /// `L1Loss(kSum)` / `F::l1_loss(a, b, "sum")`: the reduction converts to the options.
+  template <typename R>
+    requires std::is_convertible_v<R, ReductionArg>
+  L1LossOptions(R reduction) : reduction_(reduction) {}  // NOLINT
+  MPX_ARG(ReductionArg, reduction) = Reduction::Mean;
+};
+struct SmoothL1LossOptions {
+  SmoothL1LossOptions() = default;
+  /// `L1Loss(kSum)` / `F::l1_loss(a, b, "sum")`: the reduction converts to the options.
+  template <typename R>
+    requires std::is_convertible_v<R, ReductionArg>
+  SmoothL1LossOptions(R reduction) : reduction_(reduction) {}  // NOLINT
+  MPX_ARG(ReductionArg, reduction) = Reduction::Mean;
+  MPX_ARG(double, beta) = 1.0;
+};
+
+// ---------------------------------------------------------------- functional-only options
+
+namespace functional {
+
+struct SoftmaxFuncOptions {
+  SoftmaxFuncOptions(int64_t dim) : dim_(dim) {}  // NOLINT
+  MPX_ARG(int64_t, dim);
+  MPX_ARG(std::optional<DType>, dtype) = std::nullopt;
+};
+struct LogSoftmaxFuncOptions {
+  LogSoftmaxFuncOptions(int64_t dim) : dim_(dim) {}  // NOLINT
+  MPX_ARG(int64_t, dim);
+  MPX_ARG(std::optional<DType>, dtype) = std::nullopt;
+};
+struct DropoutFuncOptions {
+  DropoutFuncOptions() = default;
+  MPX_ARG(double, p) = 0.5;
+  MPX_ARG(bool, training) = true;
+  MPX_ARG(bool, inplace) = false;
+};
+using ReLUFuncOptions = ReLUOptions;
+using ReLU6FuncOptions = ReLU6Options;
+using LeakyReLUFuncOptions = LeakyReLUOptions;
+using GELUFuncOptions = GELUOptions;
+
+struct Conv2dFuncOptions {
+  Conv2dFuncOptions() = default;
+  MPX_ARG(Tensor, bias) = {};
+  MPX_ARG(ExpandingArray2, stride) = 1;
+  MPX_ARG(ExpandingArray2, padding) = 0;
+  MPX_ARG(ExpandingArray2, dilation) = 1;
+  MPX_ARG(int64_t, groups) = 1;
+};
+struct ConvTranspose2dFuncOptions {
+  ConvTranspose2dFuncOptions() = default;
+  MPX_ARG(Tensor, bias) = {};
+  MPX_ARG(ExpandingArray2, stride) = 1;
+  MPX_ARG(ExpandingArray2, padding) = 0;
+  MPX_ARG(ExpandingArray2, output_padding) = 0;
+  MPX_ARG(int64_t, groups) = 1;
+  MPX_ARG(ExpandingArray2, dilation) = 1;
+};
+using MaxPool2dFuncOptions = MaxPool2dOptions;
+using AvgPool2dFuncOptions = AvgPool2dOptions;
+using AdaptiveAvgPool2dFuncOptions = AdaptiveAvgPool2dOptions;
+
+struct BatchNormFuncOptions {
+  BatchNormFuncOptions() = default;
+  MPX_ARG(Tensor, weight) = {};
+  MPX_ARG(Tensor, bias) = {};
+  MPX_ARG(bool, training) = false;
+  MPX_ARG(std::optional<double>, momentum) = 0.1;
+  MPX_ARG(double, eps) = 1e-5;
+};
+struct LayerNormFuncOptions {
+  LayerNormFuncOptions(IntList normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}  // NOLINT
+  MPX_ARG(IntList, normalized_shape);
+  MPX_ARG(Tensor, weight) = {};
+  MPX_ARG(Tensor, bias) = {};
+  MPX_ARG(double, eps) = 1e-5;
+};
+struct GroupNormFuncOptions {
+  GroupNormFuncOptions(int64_t num_groups) : num_groups_(num_groups) {}  // NOLINT
+  MPX_ARG(int64_t, num_groups);
+  MPX_ARG(Tensor, weight) = {};
+  MPX_ARG(Tensor, bias) = {};
+  MPX_ARG(double, eps) = 1e-5;
+};
+
+using CrossEntropyFuncOptions = CrossEntropyLossOptions;
+using NLLLossFuncOptions = NLLLossOptions;
+using BinaryCrossEntropyWithLogitsFuncOptions = BCEWithLogitsLossOptions;
+using BinaryCrossEntropyFuncOptions = BCELossOptions;
+using MSELossFuncOptions = MSELossOptions;
+using L1LossFuncOptions = L1LossOptions;
+using SmoothL1LossFuncOptions = SmoothL1LossOptions;
+
+/// Padding mode of F::pad.
+enum class PadMode { Constant };
+inline constexpr PadMode kConstant = PadMode::Constant;
+/// pad lists (left, right) pairs starting from the last dimension, as in PyTorch.
+struct PadFuncOptions {
+  PadFuncOptions(IntList pad) : pad_(std::move(pad)) {}  // NOLINT
+  MPX_ARG(IntList, pad);
+  MPX_ARG(PadMode, mode) = PadMode::Constant;
+  MPX_ARG(double, value) = 0.0;
+};
+
+}  // namespace functional
+}  // namespace mpx::nn

@@ -1,0 +1,102 @@
+// CPU kernels for softmax / log_softmax (forward and fused backward) and dropout.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/random.h"
+#include "ops/activation.h"
+#include "ops/cpu/loops.h"
+#include "ops/dispatch.h"
+
+namespace mpx::cpu {
+namespace {
+
+// One lane is the n elements at base + k * inner; lanes are independent, so the
+// result does not depend on how they are split across threads.
+template <typename T> struct Softmax {
+  static void run(const Tensor& out, const Tensor& in, int64_t outer, int64_t n, int64_t inner, bool log) {
+    using A = acc_t<T>;
+    const T* x = static_cast<const T*>(in.raw_data());
+    T* y = static_cast<T*>(out.raw_data());
+    const int64_t lanes = outer * inner;
+    parallel_for(lanes, std::max<int64_t>(1, kGrain / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {
+      std::vector<A> buf(n);
+      for (int64_t l = b; l < e; ++l) {
+        const int64_t base = (l / inner) * n * inner + (l % inner);
+        A mx = -std::numeric_limits<A>::infinity();
+        for (int64_t k = 0; k < n; ++k) {
+          buf[k] = static_cast<A>(x[base + k * inner]);
+          // NaN must win so that it propagates instead of being hidden by the max.
+          if (!(buf[k] <= mx)) mx = buf[k];
+        }
+        // An all -inf lane: subtracting -inf would give NaN; keep the inputs as they are.
+        const A shift = std::isinf(mx) && mx < 0 ? A(0) : mx;
+        A s = 0;
+        for (int64_t k = 0; k < n; ++k) s += std::exp(buf[k] - shift);
+        if (log) {
+          const A ls = std::log(s);
+          for (int64_t k = 0; k < n; ++k) y[base + k * inner] = static_cast<T>(buf[k] - shift - ls);
+        } else {
+          const A inv = A(1) / s;
+          for (int64_t k = 0; k < n; ++k) y[base + k * inner] = static_cast<T>(std::exp(buf[k] - shift) * inv);
+        }
+      }
+    });
+  }
+};
+
+template <typename T> struct SoftmaxBackward {
+  static void run(const Tensor& gin, const Tensor& g, const Tensor& yt, int64_t outer, int64_t n, int64_t inner,
+                  bool log) {
+    using A = acc_t<T>;
+    const T* gp = static_cast<const T*>(g.raw_data());
+    const T* y = static_cast<const T*>(yt.raw_data());
+    T* o = static_cast<T*>(gin.raw_data());
+    const int64_t lanes = outer * inner;
+    parallel_for(lanes, std::max<int64_t>(1, kGrain / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {
+      for (int64_t l = b; l < e; ++l) {
+        const int64_t base = (l / inner) * n * inner + (l % inner);
+        A s = 0;
+        for (int64_t k = 0; k < n; ++k) {
+          const int64_t i = base + k * inner;
+          s += log ? static_cast<A>(gp[i]) : static_cast<A>(gp[i]) * static_cast<A>(y[i]);
+        }
+        for (int64_t k = 0; k < n; ++k) {
+          const int64_t i = base + k * inner;
+          const A gv = static_cast<A>(gp[i]), yv = static_cast<A>(y[i]);
+          o[i] = static_cast<T>(log ? gv - std::exp(yv) * s : yv * (gv - s));
+        }
+      }
+    });
+  }
+};
+
+template <typename T> struct Dropout {
+  static void run(const Tensor& out, const Tensor& mask, const Tensor& in, uint64_t seed, uint64_t offset, double p,
+                  double scale, bool draw) {
+    using A = acc_t<T>;
+    const T* x = static_cast<const T*>(in.raw_data());
+    T* y = static_cast<T*>(out.raw_data());
+    uint8_t* m = static_cast<uint8_t*>(mask.raw_data());
+    const A sc = static_cast<A>(scale);
+    parallel_for(out.numel(), kGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        if (draw) m[i] = random::uniform(seed, offset + static_cast<uint64_t>(i)) >= p ? 1 : 0;
+        y[i] = m[i] ? static_cast<T>(static_cast<A>(x[i]) * sc) : static_cast<T>(A(0));
+      }
+    });
+  }
+};
+
+}  // namespace
+
+MPX_REGISTER_KERNELS(cpu_activation) {
+  using D = DeviceType;
+  dispatch::register_types<Softmax, float, double, Half, BFloat16>(OpId::softmax, D::kCPU);
+  dispatch::register_types<Softmax, float, double, Half, BFloat16>(OpId::log_softmax, D::kCPU);
+  dispatch::register_types<SoftmaxBackward, float, double, Half, BFloat16>(OpId::softmax_backward, D::kCPU);
+  dispatch::register_types<SoftmaxBackward, float, double, Half, BFloat16>(OpId::log_softmax_backward, D::kCPU);
+  dispatch::register_types<Dropout, float, double, Half, BFloat16>(OpId::dropout, D::kCPU);
+}
+
+}  // namespace mpx::cpu

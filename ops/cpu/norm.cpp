@@ -1,0 +1,120 @@
+// CPU batch-norm kernels: per-channel statistics (accumulated in double), normalization and backward.
+#include <cmath>
+
+#include "ops/cpu/loops.h"
+#include "ops/dispatch.h"
+#include "ops/norm.h"
+
+namespace mpx::cpu {
+namespace {
+
+// f16/bf16/f32 inputs keep their statistics in f32, f64 inputs in f64.
+template <typename T> using stat_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+template <typename S>
+S* mut(const Tensor& t) { return t.defined() ? static_cast<S*>(t.raw_data()) : nullptr; }
+
+// Channels are independent; a channel's work is N segments of S contiguous elements.
+template <typename F>
+void for_channels(int64_t C, int64_t per_channel, F f) {
+  parallel_for(C, std::max<int64_t>(1, kGrain / std::max<int64_t>(per_channel, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) f(c);
+  });
+}
+
+template <typename T> struct BatchNorm {
+  static void run(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd, const Tensor& x,
+                  const Tensor& weight, const Tensor& bias, bool training, double eps) {
+    using St = stat_t<T>;
+    using A = acc_t<T>;
+    const int64_t N = x.size(0), C = x.size(1), S = x.size(2), M = N * S;
+    const T* xp = static_cast<const T*>(x.raw_data());
+    T* yp = static_cast<T*>(y.raw_data());
+    St *mp = mut<St>(mean), *vp = mut<St>(var), *ip = mut<St>(invstd);
+    const St *wp = mut<St>(weight), *bp = mut<St>(bias);
+    for_channels(C, M, [&](int64_t c) {
+      if (training) {
+        double s = 0;
+        for (int64_t n = 0; n < N; ++n) {
+          const T* r = xp + (n * C + c) * S;
+          for (int64_t i = 0; i < S; ++i) s += static_cast<double>(static_cast<A>(r[i]));
+        }
+        const double m = M > 0 ? s / static_cast<double>(M) : 0.0;
+        double ss = 0;
+        for (int64_t n = 0; n < N; ++n) {
+          const T* r = xp + (n * C + c) * S;
+          for (int64_t i = 0; i < S; ++i) {
+            const double d = static_cast<double>(static_cast<A>(r[i])) - m;
+            ss += d * d;
+          }
+        }
+        mp[c] = static_cast<St>(m);
+        vp[c] = static_cast<St>(M > 0 ? ss / static_cast<double>(M) : 0.0);
+      }
+      const double is = 1.0 / std::sqrt(static_cast<double>(vp[c]) + eps);
+      ip[c] = static_cast<St>(is);
+      // y = x * scale + shift
+      const double w = wp ? static_cast<double>(wp[c]) : 1.0;
+      const A scale = static_cast<A>(is * w);
+      const A shift = static_cast<A>((bp ? static_cast<double>(bp[c]) : 0.0) - static_cast<double>(mp[c]) * is * w);
+      for (int64_t n = 0; n < N; ++n) {
+        const T* r = xp + (n * C + c) * S;
+        T* o = yp + (n * C + c) * S;
+        for (int64_t i = 0; i < S; ++i) o[i] = T(static_cast<A>(static_cast<A>(r[i]) * scale + shift));
+      }
+    });
+  }
+};
+
+template <typename T> struct BatchNormBackward {
+  static void run(const Tensor& gx, const Tensor& gweight, const Tensor& gbias, const Tensor& gy, const Tensor& x,
+                  const Tensor& mean, const Tensor& invstd, const Tensor& weight, bool training) {
+    using St = stat_t<T>;
+    using A = acc_t<T>;
+    const int64_t N = x.size(0), C = x.size(1), S = x.size(2), M = N * S;
+    const T* xp = static_cast<const T*>(x.raw_data());
+    const T* gp = static_cast<const T*>(gy.raw_data());
+    T* gxp = mut<T>(gx);
+    St *gwp = mut<St>(gweight), *gbp = mut<St>(gbias);
+    const St *mp = mut<St>(mean), *ip = mut<St>(invstd), *wp = mut<St>(weight);
+    for_channels(C, M, [&](int64_t c) {
+      const double m = static_cast<double>(mp[c]), is = static_cast<double>(ip[c]);
+      double sg = 0, sgx = 0;  // sum(gy), sum(gy * (x - mean))
+      for (int64_t n = 0; n < N; ++n) {
+        const T* r = xp + (n * C + c) * S;
+        const T* g = gp + (n * C + c) * S;
+        for (int64_t i = 0; i < S; ++i) {
+          const double gv = static_cast<double>(static_cast<A>(g[i]));
+          sg += gv;
+          sgx += gv * (static_cast<double>(static_cast<A>(r[i])) - m);
+        }
+      }
+      if (gbp) gbp[c] = static_cast<St>(sg);
+      if (gwp) gwp[c] = static_cast<St>(sgx * is);
+      if (!gxp) return;
+      const double w = wp ? static_cast<double>(wp[c]) : 1.0;
+      // training: gx = w * is * (gy - mean(gy) - xhat * mean(gy * xhat)), xhat = (x - m) * is
+      const A k = static_cast<A>(w * is);
+      const A gmean = training && M > 0 ? static_cast<A>(sg / static_cast<double>(M)) : A(0);
+      const A xcoef = training && M > 0 ? static_cast<A>(sgx * is * is / static_cast<double>(M)) : A(0);
+      const A am = static_cast<A>(m);
+      for (int64_t n = 0; n < N; ++n) {
+        const T* r = xp + (n * C + c) * S;
+        const T* g = gp + (n * C + c) * S;
+        T* o = gxp + (n * C + c) * S;
+        for (int64_t i = 0; i < S; ++i)
+          o[i] = T(static_cast<A>(k * (static_cast<A>(g[i]) - gmean - (static_cast<A>(r[i]) - am) * xcoef)));
+      }
+    });
+  }
+};
+
+}  // namespace
+
+MPX_REGISTER_KERNELS(cpu_norm) {
+  dispatch::register_types<BatchNorm, float, double, Half, BFloat16>(OpId::batch_norm, DeviceType::kCPU);
+  dispatch::register_types<BatchNormBackward, float, double, Half, BFloat16>(OpId::batch_norm_backward,
+                                                                             DeviceType::kCPU);
+}
+
+}  // namespace mpx::cpu

@@ -1,0 +1,139 @@
+// CPU kernels for the fused optimizer steps: one pass reads the gradient, updates master and state, writes the model copy.
+#include <algorithm>
+#include <cmath>
+
+#include "ops/cpu/loops.h"
+#include "ops/dispatch.h"
+#include "ops/optim_kernels.h"
+
+namespace mpx::cpu {
+namespace {
+
+// Runs f.template operator()<T>() for the floating dtypes a gradient or model copy can have.
+template <typename F>
+void visit_floating(DType dt, F&& f) {
+  switch (dt) {
+    case kFloat32: f.template operator()<float>(); return;
+    case kFloat16: f.template operator()<Half>(); return;
+    case kBFloat16: f.template operator()<BFloat16>(); return;
+    case kFloat64: f.template operator()<double>(); return;
+    default: MPX_ERROR("optimizer step: expected a floating tensor, got ", dtype_name(dt));
+  }
+}
+
+template <typename A, typename S> inline A load_as(S v) {
+  if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) return static_cast<A>(static_cast<float>(v));
+  else return static_cast<A>(v);
+}
+template <typename D, typename A> inline D store_as(A v) {
+  if constexpr (std::is_same_v<D, Half> || std::is_same_v<D, BFloat16>) return D(static_cast<float>(v));
+  else return static_cast<D>(v);
+}
+
+// The element type of an optional model copy; `void` selects the variant with no copy.
+template <typename F>
+void visit_model(const Tensor& model, F&& f) {
+  if (!model.defined()) { f.template operator()<void>(); return; }
+  visit_floating(model.dtype(), f);
+}
+
+template <typename T> T* ptr(const Tensor& t) { return t.defined() ? static_cast<T*>(t.raw_data()) : nullptr; }
+
+// Hyper-parameters are rounded to the compute type once, like PyTorch's scalar arguments.
+template <typename A>
+struct Sgd {
+  static void run(const kernels::StepTensors& ts, const kernels::SgdHyper& h) {
+    const A wd = static_cast<A>(h.weight_decay), mom = static_cast<A>(h.momentum);
+    const A damp1 = static_cast<A>(1.0 - h.dampening), neg_lr = static_cast<A>(-h.lr);
+    const bool use_wd = h.weight_decay != 0, use_mom = h.momentum != 0;
+    for (size_t i = 0; i < ts.params.size(); ++i) {
+      A* p = ptr<A>(ts.params[i]);
+      A* buf = use_mom ? ptr<A>(ts.states[0][i]) : nullptr;
+      const bool fresh = ts.fresh[i] != 0;
+      const int64_t n = ts.params[i].numel();
+      visit_floating(ts.grads[i].dtype(), [&]<typename G>() {
+        const G* g = ptr<const G>(ts.grads[i]);
+        visit_model(ts.models[i], [&]<typename M>() {
+          M* model = nullptr;
+          if constexpr (!std::is_void_v<M>) model = ptr<M>(ts.models[i]);
+          parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+            for (int64_t j = b; j < e; ++j) {
+              A d = load_as<A>(g[j]);
+              if (h.maximize) d = -d;
+              if (use_wd) d = d + wd * p[j];
+              if (use_mom) {
+                const A nb = fresh ? d : static_cast<A>(buf[j] * mom) + damp1 * d;
+                buf[j] = nb;
+                d = h.nesterov ? d + mom * nb : nb;
+              }
+              p[j] = p[j] + neg_lr * d;
+              if constexpr (!std::is_void_v<M>) model[j] = store_as<M>(p[j]);
+            }
+          });
+        });
+      });
+    }
+  }
+};
+
+template <typename A>
+struct Adam {
+  static void run(const kernels::StepTensors& ts, const kernels::AdamHyper& h) {
+    const A b1 = static_cast<A>(h.beta1), b2 = static_cast<A>(h.beta2);
+    const A omb1 = static_cast<A>(1.0 - h.beta1), omb2 = static_cast<A>(1.0 - h.beta2);
+    const A wd = static_cast<A>(h.weight_decay), eps = static_cast<A>(h.eps);
+    const A decay = static_cast<A>(1.0 - h.lr * h.weight_decay);
+    const bool l2 = !h.decoupled_weight_decay && h.weight_decay != 0;
+    const bool decoupled = h.decoupled_weight_decay && h.weight_decay != 0;
+    for (size_t i = 0; i < ts.params.size(); ++i) {
+      // Bias corrections in double, as the Python scalars of torch's single-tensor path.
+      const double step = static_cast<double>(ts.steps[i]);
+      const double bc1 = 1.0 - std::pow(h.beta1, step), bc2 = 1.0 - std::pow(h.beta2, step);
+      const A neg_step_size = static_cast<A>(-(h.lr / bc1));
+      const A bc2_sqrt = static_cast<A>(std::sqrt(bc2));
+      A* p = ptr<A>(ts.params[i]);
+      A* m1 = ptr<A>(ts.states[0][i]);
+      A* m2 = ptr<A>(ts.states[1][i]);
+      A* vmax = h.amsgrad ? ptr<A>(ts.states[2][i]) : nullptr;
+      const int64_t n = ts.params[i].numel();
+      visit_floating(ts.grads[i].dtype(), [&]<typename G>() {
+        const G* g = ptr<const G>(ts.grads[i]);
+        visit_model(ts.models[i], [&]<typename M>() {
+          M* model = nullptr;
+          if constexpr (!std::is_void_v<M>) model = ptr<M>(ts.models[i]);
+          parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+            for (int64_t j = b; j < e; ++j) {
+              A gv = load_as<A>(g[j]);
+              if (h.maximize) gv = -gv;
+              A pv = p[j];
+              if (decoupled) pv = pv * decay;
+              if (l2) gv = gv + wd * pv;
+              const A m = static_cast<A>(m1[j] * b1) + omb1 * gv;
+              const A v = static_cast<A>(m2[j] * b2) + static_cast<A>(omb2 * gv) * gv;
+              m1[j] = m;
+              m2[j] = v;
+              A vd = v;
+              if (vmax) {
+                vd = std::isnan(vmax[j]) || vmax[j] > v ? vmax[j] : v;
+                vmax[j] = vd;
+              }
+              const A denom = static_cast<A>(std::sqrt(vd) / bc2_sqrt) + eps;
+              pv = pv + static_cast<A>(neg_step_size * m) / denom;
+              p[j] = pv;
+              if constexpr (!std::is_void_v<M>) model[j] = store_as<M>(pv);
+            }
+          });
+        });
+      });
+    }
+  }
+};
+
+}  // namespace
+
+MPX_REGISTER_KERNELS(cpu_optim) {
+  dispatch::register_types<Sgd, float, double>(OpId::sgd_step, DeviceType::kCPU);
+  dispatch::register_types<Adam, float, double>(OpId::adam_step, DeviceType::kCPU);
+}
+
+}  // namespace mpx::cpu

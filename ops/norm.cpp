@@ -1,0 +1,205 @@
+// Normalization ops: batch_norm on its own kernels (running statistics, f32 statistics for
+// low-precision input), layer_norm and group_norm composed from differentiable ops.
+#include "ops/norm.h"
+
+#include "ops/elementwise.h"
+#include "ops/op_utils.h"
+#include "ops/reduction.h"
+
+namespace mpx {
+namespace {
+using autograd::FunctionNode;
+
+DType stat_dtype(DType x) { return x == kFloat64 ? kFloat64 : kFloat32; }
+
+bool channels_last(const Tensor& t) {
+  return t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(MemoryFormat::ChannelsLast);
+}
+
+// Every dim but 1, and the [1, C, 1, ...] shape per-channel values broadcast with.
+IntList non_channel_dims(int64_t nd) {
+  IntList d{0};
+  for (int64_t i = 2; i < nd; ++i) d.push_back(i);
+  return d;
+}
+IntList channel_shape(int64_t nd, int64_t C) {
+  IntList s(static_cast<size_t>(nd), 1);
+  s[1] = C;
+  return s;
+}
+
+// A dense [C] copy in the statistics dtype (no autograd), or undefined.
+Tensor stat_copy(const Tensor& t, DType sd) {
+  if (!t.defined()) return t;
+  NoGradGuard ng;
+  return t.to(sd).contiguous();
+}
+
+// Batch-norm backward written with differentiable ops, used when the backward itself is
+// recorded (create_graph): the statistics are recomputed from x so second derivatives are exact.
+tensor_list batch_norm_backward_composite(const Tensor& gy, const Tensor& x, const Tensor& w, const Tensor& mean_s,
+                                          const Tensor& invstd_s, bool training, double eps) {
+  const DType sd = stat_dtype(x.dtype());
+  const IntList dims = non_channel_dims(x.dim());
+  const IntList cs = channel_shape(x.dim(), x.size(1));
+  Tensor xf = x.to(sd), gf = gy.to(sd);
+  Tensor mean, invstd;
+  if (training) {
+    mean = mpx::mean(xf, dims, true);
+    invstd = rsqrt(var(xf, dims, false, true) + eps);
+  } else {
+    mean = mean_s.reshape(cs);
+    invstd = invstd_s.reshape(cs);
+  }
+  Tensor xhat = (xf - mean) * invstd;
+  Tensor scale = w.defined() ? invstd * w.to(sd).reshape(cs) : invstd;
+  Tensor gx = training ? (gf - mpx::mean(gf, dims, true) - xhat * mpx::mean(gf * xhat, dims, true)) * scale : gf * scale;
+  return {gx.to(x.dtype()), sum(gf * xhat, dims), sum(gf, dims)};
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight0,
+                  const Tensor& bias0, bool training, double momentum, double eps) {
+  MPX_CHECK(x0.defined(), "batch_norm: input is undefined");
+  // The running statistics are updated in place, so they never go through autocast.
+  auto in = ops::autocast(OpId::batch_norm, {x0, weight0, bias0});
+  const Tensor &x = in[0], &w = in[1], &b = in[2];
+  MPX_CHECK(x.dim() >= 2, "batch_norm: expected an input [N, C, *] with at least 2 dims, got ", ops::describe(x));
+  MPX_CHECK(is_floating(x.dtype()), "batch_norm: input must be floating point, got ", ops::describe(x));
+  const int64_t C = x.size(1);
+  auto check_vec = [&](const Tensor& t, const char* what) {
+    MPX_CHECK(!t.defined() || (t.dim() == 1 && t.size(0) == C && is_floating(t.dtype())), "batch_norm: ", what, " ",
+              ops::describe(t), " must be a floating 1-d tensor of ", C, " elements (the channels of input ",
+              ops::describe(x), ")");
+  };
+  check_vec(w, "weight");
+  check_vec(b, "bias");
+  check_vec(running_mean, "running_mean");
+  check_vec(running_var, "running_var");
+  MPX_CHECK(running_mean.defined() == running_var.defined(),
+            "batch_norm: give both running_mean and running_var, or neither");
+  MPX_CHECK(training || running_mean.defined(),
+            "batch_norm: evaluation mode needs running_mean and running_var (or call with training=true)");
+  ops::common_device("batch_norm", {x, w, b, running_mean, running_var});
+  const int64_t M = x.numel() / std::max<int64_t>(C, 1);
+  MPX_CHECK(!training || M > 1, "batch_norm: expected more than 1 value per channel when training, got input ",
+            ops::describe(x));
+
+  const DType sd = stat_dtype(x.dtype());
+  const TensorOptions so = TensorOptions().dtype(sd).device(x.device());
+  Tensor mean = empty({C}, so), var = empty({C}, so), invstd = empty({C}, so);
+  Tensor y = empty(x.sizes(), x.options());
+  const IntList s3{x.size(0), C, x.numel() == 0 ? 0 : x.numel() / (x.size(0) * C)};
+  {
+    NoGradGuard ng;
+    if (!training) {
+      mean.copy_(running_mean);
+      var.copy_(running_var);
+    }
+    Tensor xc = x.contiguous();
+    if (x.numel() > 0)
+      dispatch::kernel<kernels::BatchNormFn>(OpId::batch_norm, x.device(), x.dtype())(
+          y.view(s3), mean, var, invstd, xc.view(s3), stat_copy(w, sd), stat_copy(b, sd), training, eps);
+    if (channels_last(x)) y = y.contiguous(MemoryFormat::ChannelsLast);
+    if (training && running_mean.defined()) {
+      // PyTorch's update: the running variance uses the unbiased batch variance.
+      const double unbias = static_cast<double>(M) / static_cast<double>(M - 1);
+      Tensor rm = running_mean, rv = running_var;
+      rm.copy_(running_mean * (1.0 - momentum) + mean * momentum);
+      rv.copy_(running_var * (1.0 - momentum) + var * (momentum * unbias));
+    }
+  }
+  if (auto n = autograd::record("BatchNormBackward", {x, w, b}, {y},
+                                [training, eps](FunctionNode& self, const tensor_list& g) -> tensor_list {
+                                  Tensor x = self.saved(0), w = self.saved(1), b = self.saved(2);
+                                  Tensor mean = self.saved(3), invstd = self.saved(4);
+                                  Tensor gy = g[0].dtype() == x.dtype() ? g[0] : g[0].to(x.dtype());
+                                  tensor_list r;
+                                  if (GradMode::is_enabled()) {
+                                    r = batch_norm_backward_composite(gy, x, w, mean, invstd, training, eps);
+                                  } else {
+                                    const DType sd = mean.dtype();
+                                    const int64_t C = x.size(1);
+                                    const IntList s3{x.size(0), C, x.numel() == 0 ? 0 : x.numel() / (x.size(0) * C)};
+                                    const TensorOptions so = TensorOptions().dtype(sd).device(x.device());
+                                    Tensor gx = self.next_edges[0].valid() ? empty(x.sizes(), x.options()) : Tensor();
+                                    Tensor gw = self.next_edges[1].valid() ? empty({C}, so) : Tensor();
+                                    Tensor gb = self.next_edges[2].valid() ? empty({C}, so) : Tensor();
+                                    if (x.numel() > 0) {
+                                      dispatch::kernel<kernels::BatchNormBackwardFn>(OpId::batch_norm_backward,
+                                                                                     x.device(), x.dtype())(
+                                          gx.defined() ? gx.view(s3) : gx, gw, gb, gy.contiguous().view(s3),
+                                          x.contiguous().view(s3), mean, invstd, stat_copy(w, sd), training);
+                                    } else {
+                                      if (gw.defined()) gw.zero_();
+                                      if (gb.defined()) gb.zero_();
+                                    }
+                                    if (gx.defined() && channels_last(x)) gx = gx.contiguous(MemoryFormat::ChannelsLast);
+                                    r = {gx, gw, gb};
+                                  }
+                                  if (r[1].defined() && w.defined() && r[1].dtype() != w.dtype()) r[1] = r[1].to(w.dtype());
+                                  if (r[2].defined() && b.defined() && r[2].dtype() != b.dtype()) r[2] = r[2].to(b.dtype());
+                                  if (!self.next_edges[0].valid()) r[0] = Tensor();
+                                  if (!self.next_edges[1].valid()) r[1] = Tensor();
+                                  if (!self.next_edges[2].valid()) r[2] = Tensor();
+                                  return r;
+                                })) {
+    n->save(x);
+    n->save(w);
+    n->save(b);
+    n->save(mean);
+    n->save(invstd);
+  }
+  return y;
+}
+
+Tensor layer_norm(const Tensor& x0, const IntList& normalized_shape, const Tensor& weight0, const Tensor& bias0,
+                  double eps) {
+  MPX_CHECK(x0.defined(), "layer_norm: input is undefined");
+  auto in = ops::autocast(OpId::layer_norm, {x0, weight0, bias0});
+  const Tensor &x = in[0], &w = in[1], &b = in[2];
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  MPX_CHECK(is_floating(x.dtype()), "layer_norm: input must be floating point, got ", ops::describe(x));
+  bool match = k >= 1 && k <= x.dim();
+  for (int64_t i = 0; match && i < k; ++i) match = x.size(x.dim() - k + i) == normalized_shape[i];
+  MPX_CHECK(match, "layer_norm: normalized_shape ", shape_str(normalized_shape),
+            " must be non-empty and equal the trailing dims of input ", ops::describe(x));
+  MPX_CHECK(!w.defined() || w.sizes() == normalized_shape, "layer_norm: weight ", ops::describe(w),
+            " must have shape normalized_shape ", shape_str(normalized_shape));
+  MPX_CHECK(!b.defined() || b.sizes() == normalized_shape, "layer_norm: bias ", ops::describe(b),
+            " must have shape normalized_shape ", shape_str(normalized_shape));
+  IntList dims;
+  for (int64_t i = x.dim() - k; i < x.dim(); ++i) dims.push_back(i);
+  const DType sd = stat_dtype(x.dtype());
+  Tensor xf = x.to(sd);
+  Tensor y = (xf - mean(xf, dims, true)) * rsqrt(var(xf, dims, false, true) + eps);
+  if (w.defined()) y = y * w.to(sd);
+  if (b.defined()) y = y + b.to(sd);
+  return y.to(x.dtype());
+}
+
+Tensor group_norm(const Tensor& x0, int64_t num_groups, const Tensor& weight0, const Tensor& bias0, double eps) {
+  MPX_CHECK(x0.defined(), "group_norm: input is undefined");
+  auto in = ops::autocast(OpId::group_norm, {x0, weight0, bias0});
+  const Tensor &x = in[0], &w = in[1], &b = in[2];
+  MPX_CHECK(x.dim() >= 2, "group_norm: expected an input [N, C, *] with at least 2 dims, got ", ops::describe(x));
+  MPX_CHECK(is_floating(x.dtype()), "group_norm: input must be floating point, got ", ops::describe(x));
+  const int64_t C = x.size(1);
+  MPX_CHECK(num_groups > 0 && C % num_groups == 0, "group_norm: the ", C, " channels of input ", ops::describe(x),
+            " are not divisible by num_groups=", num_groups);
+  MPX_CHECK(!w.defined() || (w.dim() == 1 && w.size(0) == C), "group_norm: weight ", ops::describe(w), " must be [",
+            C, "]");
+  MPX_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == C), "group_norm: bias ", ops::describe(b), " must be [", C,
+            "]");
+  const DType sd = stat_dtype(x.dtype());
+  const int64_t N = x.size(0);
+  Tensor xg = x.to(sd).reshape({N, num_groups, -1});
+  Tensor y = ((xg - mean(xg, {2}, true)) * rsqrt(var(xg, {2}, false, true) + eps)).reshape(x.sizes());
+  const IntList cs = channel_shape(x.dim(), C);
+  if (w.defined()) y = y * w.to(sd).reshape(cs);
+  if (b.defined()) y = y + b.to(sd).reshape(cs);
+  return y.to(x.dtype());
+}
+
+}  // namespace mpx

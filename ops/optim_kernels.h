@@ -1,0 +1,48 @@
+// Kernel signatures of the fused multi-tensor optimizer steps (ops.def rows sgd_step, adam_step).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace mpx::kernels {
+
+/// The tensors one fused optimizer kernel call updates; entry i of every list belongs to
+/// parameter i. All tensors of one entry share shape and strides and are dense (row-major or
+/// channels-last), so a kernel may walk them as flat arrays.
+struct StepTensors {
+  /// What the update is computed on, in the kernel's dtype (f32 or f64): the f32 master of a
+  /// f16/bf16 parameter, or the parameter itself.
+  tensor_list params;
+  /// Gradients, any floating dtype (read as the kernel's dtype).
+  tensor_list grads;
+  /// Low-precision model copies to overwrite with the rounded result (undefined when
+  /// params[i] is the model parameter).
+  tensor_list models;
+  /// states[k][i]: the k-th state buffer of parameter i, in the kernel's dtype. SGD: {momentum}
+  /// (undefined when momentum is 0); Adam: {exp_avg, exp_avg_sq, max_exp_avg_sq (amsgrad only)}.
+  std::vector<tensor_list> states;
+  /// Per parameter: the step number being taken (1 for the first; Adam's bias corrections).
+  std::vector<int64_t> steps;
+  /// Per parameter: true when its state buffers were just created (SGD initialises the
+  /// momentum buffer to the gradient, as PyTorch does).
+  std::vector<uint8_t> fresh;
+};
+
+/// Hyper-parameters of an SGD step with PyTorch's semantics.
+struct SgdHyper {
+  double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false, maximize = false;
+};
+
+/// Hyper-parameters of an Adam / AdamW step (torch 1.13's single-tensor formulas).
+struct AdamHyper {
+  double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  bool decoupled_weight_decay = false;  // AdamW: p *= 1 - lr * wd instead of g += wd * p
+  bool amsgrad = false, maximize = false;
+};
+
+using SgdStepFn = void (*)(const StepTensors& tensors, const SgdHyper& hyper);
+using AdamStepFn = void (*)(const StepTensors& tensors, const AdamHyper& hyper);
+
+}  // namespace mpx::kernels

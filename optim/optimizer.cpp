@@ -1,0 +1,491 @@
+// Optimizer base: group bookkeeping, master weights, batching of the fused steps, state dicts and their files.
+#include "optim/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <unordered_set>
+
+#include "autograd/grad_mode.h"
+#include "core/serialize.h"
+#include "ops/op_utils.h"
+
+namespace mpx::optim {
+
+// ---- ParamGroup ----
+ParamGroup::ParamGroup(std::vector<Tensor> params) : params_(std::move(params)) {}
+ParamGroup::ParamGroup(std::vector<Tensor> params, std::unique_ptr<OptimizerOptions> options)
+    : params_(std::move(params)), options_(std::move(options)) {}
+ParamGroup::ParamGroup(const ParamGroup& o)
+    : params_(o.params_), options_(o.options_ ? o.options_->clone() : nullptr), initial_lr_(o.initial_lr_) {}
+ParamGroup& ParamGroup::operator=(const ParamGroup& o) {
+  if (this != &o) {
+    params_ = o.params_;
+    options_ = o.options_ ? o.options_->clone() : nullptr;
+    initial_lr_ = o.initial_lr_;
+  }
+  return *this;
+}
+OptimizerOptions& ParamGroup::options() {
+  MPX_CHECK(options_, "ParamGroup::options(): the group has no options yet; add it to an optimizer first");
+  return *options_;
+}
+const OptimizerOptions& ParamGroup::options() const {
+  MPX_CHECK(options_, "ParamGroup::options(): the group has no options yet; add it to an optimizer first");
+  return *options_;
+}
+
+namespace {
+
+// How a dense tensor's elements are ordered in memory: 0 row-major, 1 channels-last, -1 not dense.
+int layout_kind(const Tensor& t) {
+  if (t.is_contiguous()) return 0;
+  if (t.dim() == 4 && t.is_contiguous(MemoryFormat::ChannelsLast)) return 1;
+  return -1;
+}
+bool same_layout(const Tensor& a, const Tensor& b) {
+  const int k = layout_kind(a);
+  return k >= 0 && k == layout_kind(b) && a.sizes() == b.sizes();
+}
+// A new dense tensor laid out like `like` (row-major when `like` is not dense).
+Tensor empty_like_layout(const Tensor& like, DType dt) {
+  TensorOptions o = TensorOptions().dtype(dt).device(like.device());
+  if (layout_kind(like) == 1) o.memory_format(MemoryFormat::ChannelsLast);
+  return empty(like.sizes(), o);
+}
+// `src` converted to dtype `dt` with `like`'s layout and device.
+Tensor copy_like(const Tensor& src, const Tensor& like, DType dt) {
+  NoGradGuard ng;
+  Tensor out = empty_like_layout(like, dt);
+  Tensor s = src.detach();
+  if (s.device() != out.device()) s = s.to(out.device());
+  out.copy_(s);
+  return out;
+}
+DType compute_dtype_for(const Tensor& p) { return p.dtype() == kFloat64 ? kFloat64 : kFloat32; }
+
+Tensor make_master(const Tensor& param) {
+  Tensor m = copy_like(param, param, kFloat32);
+  m.set_requires_grad(true);
+  return m;
+}
+
+std::string fmt_double(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
+}  // namespace
+
+// ---- Optimizer ----
+Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, std::unique_ptr<OptimizerOptions> defaults)
+    : name_(std::move(name)), defaults_(std::move(defaults)) {
+  defaults_->validate();
+  size_t total = 0;
+  for (const auto& g : groups) total += g.params().size();
+  MPX_CHECK(total > 0, name_, ": optimizer got an empty parameter list; pass the model's parameters()");
+  for (const auto& g : groups) add_param_group(g);
+}
+
+void Optimizer::add_param_group(const ParamGroup& group) {
+  ParamGroup g(group.params(), group.has_options() ? group.options().clone() : defaults_->clone());
+  if (group.has_initial_lr()) g.set_initial_lr(group.initial_lr());
+  g.options().validate();
+  std::unordered_set<const TensorImpl*> seen;
+  for (const auto& pg : param_groups_)
+    for (const auto& p : pg.params()) seen.insert(p.impl());
+  for (size_t i = 0; i < g.params().size(); ++i) {
+    const Tensor& p = g.params()[i];
+    MPX_CHECK(p.defined(), name(), ": parameter ", i, " of the new group is undefined");
+    MPX_CHECK(p.is_floating_point(), name(), ": can only optimize floating tensors, parameter ", i, " is ",
+              ops::describe(p));
+    MPX_CHECK(p.is_leaf(), name(), ": can't optimize a non-leaf tensor (parameter ", i, ", ", ops::describe(p),
+              "); pass the leaf (e.g. detach().set_requires_grad())");
+    MPX_CHECK(seen.insert(p.impl()).second, name(), ": parameter ", i, " (", ops::describe(p),
+              ") appears in more than one parameter group or twice in one group");
+  }
+  param_groups_.push_back(std::move(g));
+  // Masters exist from the start so the amp layer can see them before the first step.
+  for (const auto& p : param_groups_.back().params())
+    if (is_reduced_float(p.dtype())) state_for(p);
+}
+
+std::vector<Tensor> Optimizer::parameters() const {
+  std::vector<Tensor> r;
+  for (const auto& g : param_groups_) r.insert(r.end(), g.params().begin(), g.params().end());
+  return r;
+}
+size_t Optimizer::size() const {
+  size_t n = 0;
+  for (const auto& g : param_groups_) n += g.params().size();
+  return n;
+}
+
+const Tensor& Optimizer::find_param(const Tensor& param) const {
+  MPX_CHECK(param.defined(), name(), ": undefined tensor passed as a parameter");
+  for (const auto& g : param_groups_)
+    for (const auto& p : g.params())
+      if (p.impl() == param.impl()) return p;
+  MPX_ERROR(name(), ": the tensor ", ops::describe(param), " is not a parameter of this optimizer");
+}
+
+ParamState& Optimizer::state_for(const Tensor& p) {
+  ParamState& st = state_[p.impl()];
+  const bool reduced = is_reduced_float(p.dtype());
+  if (reduced && !st.master.defined()) st.master = make_master(p);
+  if (!reduced && st.master.defined()) st.master = Tensor();
+  return st;
+}
+
+ParamState& Optimizer::state(const Tensor& param) { return state_for(find_param(param)); }
+bool Optimizer::has_state(const Tensor& param) const { return state_.count(param.impl()) > 0; }
+
+const Tensor& Optimizer::master(const Tensor& param) {
+  const Tensor& p = find_param(param);
+  if (!is_reduced_float(p.dtype())) return p;
+  return state_for(p).master;
+}
+
+void Optimizer::set_master(const Tensor& param, const Tensor& value) {
+  const Tensor& p = find_param(param);
+  MPX_CHECK(is_reduced_float(p.dtype()), name_, ": set_master: ", ops::describe(p),
+            " is not f16/bf16; f32/f64 parameters are their own master");
+  MPX_CHECK(value.defined() && value.sizes() == p.sizes() && value.is_floating_point(), name_,
+            ": set_master: the value ", value.defined() ? ops::describe(value) : "undefined",
+            " must be floating with the parameter's shape ", shape_str(p.sizes()));
+  Tensor m = copy_like(value, p, kFloat32);
+  m.set_requires_grad(true);
+  state_for(p).master = m;
+}
+
+std::vector<Tensor> Optimizer::master_params() {
+  std::vector<Tensor> r;
+  for (const auto& g : param_groups_)
+    for (const auto& p : g.params()) r.push_back(master(p));
+  return r;
+}
+
+void Optimizer::sync_masters() {
+  for (const auto& g : param_groups_)
+    for (const auto& p : g.params()) {
+      auto it = state_.find(p.impl());
+      if (is_reduced_float(p.dtype()) || it != state_.end()) state_for(p);
+    }
+}
+
+int Optimizer::add_step_pre_hook(StepPreHook hook) {
+  hooks_.emplace_back(next_hook_id_, std::move(hook));
+  return next_hook_id_++;
+}
+void Optimizer::remove_step_pre_hook(int id) {
+  std::erase_if(hooks_, [id](const auto& h) { return h.first == id; });
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  NoGradGuard ng;
+  auto clear = [set_to_none](const Tensor& t) {
+    Tensor& g = t.mutable_grad();
+    if (!g.defined()) return;
+    if (set_to_none) {
+      g = Tensor();
+    } else {
+      if (g.grad_fn()) g = g.detach();
+      g.zero_();
+    }
+  };
+  for (const auto& grp : param_groups_)
+    for (const auto& p : grp.params()) {
+      clear(p);
+      auto it = state_.find(p.impl());
+      if (it != state_.end() && it->second.master.defined()) clear(it->second.master);
+    }
+}
+
+Tensor Optimizer::step(const LossClosure& closure) {
+  Tensor loss;
+  if (closure) {
+    AutoGradMode enable(true);
+    loss = closure();
+  }
+  for (auto& [id, hook] : hooks_)
+    if (!hook(*this)) return loss;
+  NoGradGuard ng;
+  for (auto& g : param_groups_) step_group(g);
+  return loss;
+}
+
+void Optimizer::step_group(ParamGroup& group) {
+  const OptimizerOptions& opts = group.options();
+  const std::vector<std::string> names = buffer_names(opts);
+
+  struct Pending {
+    Tensor param, work, model;
+    bool copy_work = false, copy_model = false;
+  };
+  struct Batch {
+    Device device;
+    DType dtype;
+    kernels::StepTensors ts;
+    std::vector<Pending> pending;
+  };
+  std::vector<Batch> batches;
+
+  for (const Tensor& p : group.params()) {
+    const bool reduced = is_reduced_float(p.dtype());
+    // Master gradients (written by the amp layer's unscale) take precedence.
+    auto it = state_.find(p.impl());
+    Tensor grad;
+    if (reduced && it != state_.end() && it->second.master.defined()) grad = it->second.master.grad();
+    if (!grad.defined()) grad = p.grad();
+    if (!grad.defined()) continue;
+    MPX_CHECK(grad.sizes() == p.sizes(), name(), ": gradient of shape ", shape_str(grad.sizes()),
+              " does not match its parameter ", ops::describe(p));
+    MPX_CHECK(grad.device() == p.device(), name(), ": gradient on ", grad.device().str(), " but its parameter is on ",
+              p.device().str());
+    MPX_CHECK(grad.is_floating_point(), name(), ": gradient of ", ops::describe(p), " is ", ops::describe(grad));
+
+    ParamState& st = state_for(p);
+    Pending pd;
+    pd.param = p;
+    const Tensor target = reduced ? st.master : p;
+    pd.work = target;
+    if (layout_kind(target) < 0) {  // a strided view: update a dense copy, write it back after
+      pd.work = copy_like(target, target, target.dtype());
+      pd.copy_work = true;
+    }
+    if (reduced) {
+      if (same_layout(p, pd.work)) {
+        pd.model = p;
+      } else {
+        pd.model = empty_like_layout(pd.work, p.dtype());
+        pd.copy_model = true;
+      }
+    }
+    if (!same_layout(grad, pd.work)) grad = copy_like(grad, pd.work, grad.dtype());
+
+    const DType cdt = pd.work.dtype();
+    bool fresh = false;
+    tensor_list bufs;
+    for (const auto& n : names) {
+      Tensor& b = st.buffers[n];
+      if (!b.defined()) {
+        b = empty_like_layout(pd.work, cdt);
+        b.zero_();
+        fresh = true;
+      } else if (!same_layout(b, pd.work) || b.dtype() != cdt || b.device() != pd.work.device()) {
+        b = copy_like(b, pd.work, cdt);
+      }
+      bufs.push_back(b);
+    }
+    st.step += 1;
+
+    Batch* batch = nullptr;
+    for (auto& b : batches)
+      if (b.device == pd.work.device() && b.dtype == cdt) batch = &b;
+    if (!batch) {
+      batches.push_back(Batch{pd.work.device(), cdt, {}, {}});
+      batch = &batches.back();
+      batch->ts.states.resize(names.size());
+    }
+    batch->ts.params.push_back(pd.work);
+    batch->ts.grads.push_back(grad);
+    batch->ts.models.push_back(pd.model);
+    for (size_t k = 0; k < names.size(); ++k) batch->ts.states[k].push_back(bufs[k]);
+    batch->ts.steps.push_back(st.step);
+    batch->ts.fresh.push_back(fresh ? 1 : 0);
+    batch->pending.push_back(std::move(pd));
+  }
+
+  for (auto& b : batches) {
+    apply(opts, b.ts, b.device, b.dtype);
+    for (auto& pd : b.pending) {
+      const bool reduced = is_reduced_float(pd.param.dtype());
+      if (pd.copy_work) {
+        Tensor target = reduced ? state_for(pd.param).master : pd.param;
+        target.copy_(pd.work);
+      }
+      if (pd.copy_model) pd.param.copy_(pd.model);
+      else pd.param.bump_version();
+      if (reduced) state_for(pd.param).master.bump_version();
+    }
+  }
+}
+
+// ---- state dicts ----
+OptimizerState Optimizer::state_dict() const {
+  OptimizerState s;
+  s.optimizer = name();
+  int64_t idx = 0;
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    const ParamGroup& grp = param_groups_[g];
+    const std::string gp = "param_groups." + std::to_string(g) + ".";
+    std::vector<int64_t> ids;
+    for (const Tensor& p : grp.params()) {
+      ids.push_back(idx);
+      auto it = state_.find(p.impl());
+      if (it != state_.end()) {
+        const std::string sp = "state." + std::to_string(idx) + ".";
+        const ParamState& st = it->second;
+        s.scalars[sp + "step"] = static_cast<double>(st.step);
+        for (const auto& [n, b] : st.buffers)
+          if (b.defined()) s.tensors[sp + n] = b.detach();
+        if (st.master.defined()) s.tensors[sp + "master"] = st.master.detach();
+      }
+      ++idx;
+    }
+    s.tensors[gp + "params"] = ids.empty() ? empty({0}, TensorOptions(kInt64)) : tensor<int64_t>(ids);
+    for (const auto& [k, v] : grp.options().to_map()) s.scalars[gp + k] = v;
+    if (grp.has_initial_lr()) s.scalars[gp + "initial_lr"] = grp.initial_lr();
+  }
+  return s;
+}
+
+void Optimizer::load_state_dict(const OptimizerState& s) {
+  const std::string who = name_ + "::load_state_dict: ";
+  MPX_CHECK(s.optimizer.empty() || s.optimizer == name(), who, "the state was saved by ", s.optimizer,
+            "; load it into a ", s.optimizer, " optimizer");
+  // Count groups and check that every key is one we understand.
+  size_t groups = 0;
+  while (s.tensors.count("param_groups." + std::to_string(groups) + ".params")) ++groups;
+  MPX_CHECK(groups == param_groups_.size(), who, "the state has ", groups, " parameter groups, this optimizer has ",
+            param_groups_.size());
+
+  std::vector<std::unique_ptr<OptimizerOptions>> new_opts;
+  std::vector<double> new_initial(groups, -1);
+  std::unordered_map<const TensorImpl*, ParamState> new_state;
+  std::set<std::string> used;
+  auto split_key = [](const std::string& key, const std::string& prefix, int64_t* idx, std::string* rest) {
+    if (key.rfind(prefix, 0) != 0) return false;
+    const size_t dot = key.find('.', prefix.size());
+    if (dot == std::string::npos || dot == prefix.size()) return false;
+    const std::string num = key.substr(prefix.size(), dot - prefix.size());
+    if (num.find_first_not_of("0123456789") != std::string::npos || num.size() > 12) return false;
+    *idx = std::stoll(num);
+    *rest = key.substr(dot + 1);
+    return true;
+  };
+
+  // Group options.
+  std::vector<std::map<std::string, double>> hyper(groups);
+  for (const auto& [k, v] : s.scalars) {
+    int64_t g;
+    std::string rest;
+    if (split_key(k, "param_groups.", &g, &rest)) {
+      MPX_CHECK(g >= 0 && static_cast<size_t>(g) < groups, who, "entry '", k, "' names a group that does not exist");
+      if (rest == "initial_lr") new_initial[g] = v;
+      else hyper[g][rest] = v;
+      used.insert(k);
+    }
+  }
+  for (size_t g = 0; g < groups; ++g) {
+    auto o = param_groups_[g].options().clone();
+    try {
+      o->from_map(hyper[g]);
+      o->validate();
+    } catch (const Error& e) {
+      MPX_ERROR(who, "parameter group ", g, ": ", e.what());
+    }
+    new_opts.push_back(std::move(o));
+  }
+
+  // Per-parameter state, matched to our parameters by the saved group index lists.
+  for (size_t g = 0; g < groups; ++g) {
+    const std::string key = "param_groups." + std::to_string(g) + ".params";
+    const Tensor& ids_t = s.tensors.at(key);
+    used.insert(key);
+    const auto& params = param_groups_[g].params();
+    MPX_CHECK(ids_t.dtype() == kInt64 && ids_t.dim() == 1, who, "'", key, "' must be a 1-d i64 tensor, got ",
+              ops::describe(ids_t));
+    MPX_CHECK(ids_t.numel() == static_cast<int64_t>(params.size()), who, "parameter group ", g, " has ",
+              params.size(), " parameters but the state lists ", ids_t.numel());
+    const Tensor ids = ids_t.cpu().contiguous();
+    const std::vector<std::string> allowed = buffer_names(*new_opts[g]);
+    for (size_t j = 0; j < params.size(); ++j) {
+      const Tensor& p = params[j];
+      const int64_t id = ids.data_ptr<int64_t>()[j];
+      const std::string sp = "state." + std::to_string(id) + ".";
+      ParamState ns;
+      bool any = false;
+      if (auto it = s.scalars.find(sp + "step"); it != s.scalars.end()) {
+        MPX_CHECK(it->second >= 0 && std::floor(it->second) == it->second, who, "'", it->first,
+                  "' must be a non-negative integer, got ", it->second);
+        ns.step = static_cast<int64_t>(it->second);
+        used.insert(it->first);
+        any = true;
+      }
+      for (auto it = s.tensors.lower_bound(sp); it != s.tensors.end() && it->first.rfind(sp, 0) == 0; ++it) {
+        const std::string bname = it->first.substr(sp.size());
+        const Tensor& t = it->second;
+        MPX_CHECK(t.defined() && t.sizes() == p.sizes(), who, "'", it->first, "' has shape ",
+                  t.defined() ? shape_str(t.sizes()) : "undefined", " but parameter ", j, " of group ", g, " is ",
+                  ops::describe(p));
+        MPX_CHECK(t.is_floating_point(), who, "'", it->first, "' must be floating, got ", ops::describe(t));
+        if (bname == "master") {
+          if (is_reduced_float(p.dtype())) ns.master = copy_like(t, p, kFloat32);
+        } else {
+          MPX_CHECK(std::find(allowed.begin(), allowed.end(), bname) != allowed.end(), who, "unexpected state entry '",
+                    it->first, "' for ", name(), " with these options");
+          ns.buffers[bname] = copy_like(t, p, compute_dtype_for(p));
+        }
+        used.insert(it->first);
+        any = true;
+      }
+      if (is_reduced_float(p.dtype()) && !ns.master.defined()) {
+        ns.master = make_master(p);
+        any = true;
+      }
+      if (ns.master.defined()) ns.master.set_requires_grad(true);
+      if (any) new_state[p.impl()] = std::move(ns);
+    }
+  }
+  for (const auto& [k, v] : s.tensors)
+    MPX_CHECK(used.count(k), who, "unexpected entry '", k, "' (no parameter or group of this optimizer has it)");
+  for (const auto& [k, v] : s.scalars)
+    MPX_CHECK(used.count(k), who, "unexpected entry '", k, "' (no parameter or group of this optimizer has it)");
+
+  // Everything checked: commit.
+  for (size_t g = 0; g < groups; ++g) {
+    param_groups_[g].set_options(std::move(new_opts[g]));
+    if (new_initial[g] >= 0) param_groups_[g].set_initial_lr(new_initial[g]);
+  }
+  state_ = std::move(new_state);
+}
+
+}  // namespace mpx::optim
+
+namespace mpx {
+
+void save(const optim::Optimizer& optimizer, const std::string& path) {
+  optim::OptimizerState s = optimizer.state_dict();
+  Metadata meta{{"format", "mpx.optimizer"}, {"optimizer", s.optimizer}};
+  for (const auto& [k, v] : s.scalars) meta[k] = optim::fmt_double(v);
+  save_tensors(s.tensors, path, meta);
+}
+
+void load(optim::Optimizer& optimizer, const std::string& path) {
+  Metadata meta;
+  optim::OptimizerState s;
+  s.tensors = load_tensors(path, &meta);
+  auto f = meta.find("format");
+  MPX_CHECK(f != meta.end() && f->second == "mpx.optimizer", "load(optimizer, '", path,
+            "'): the file is not an optimizer state written by mpx::save(optimizer, path)");
+  s.optimizer = meta.count("optimizer") ? meta.at("optimizer") : "";
+  for (const auto& [k, v] : meta) {
+    if (k.rfind("state.", 0) != 0 && k.rfind("param_groups.", 0) != 0) continue;
+    char* end = nullptr;
+    const double d = std::strtod(v.c_str(), &end);
+    MPX_CHECK(!v.empty() && end && *end == '\0', "load(optimizer, '", path, "'): metadata entry '",
+              k, "' = '", v, "' is not a number");
+    s.scalars[k] = d;
+  }
+  try {
+    optimizer.load_state_dict(s);
+  } catch (const Error& e) {
+    MPX_ERROR("load(optimizer, '", path, "'): ", e.what());
+  }
+}
+
+}  // namespace mpx

@@ -1,0 +1,193 @@
+// Optimizer base: param groups with their own options, per-parameter state, FP32 master weights, state dicts.
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/tensor.h"
+#include "ops/optim_kernels.h"
+
+namespace mpx::optim {
+
+/// Declares a hyper-parameter with a chained setter `name(v)` and getters `name()` (LibTorch's TORCH_ARG).
+#define MPX_OPTIM_ARG(T, name)                                      \
+ public:                                                            \
+  auto& name(const T& v) { name##_ = v; return *this; }             \
+  const T& name() const noexcept { return name##_; }                \
+  T& name() noexcept { return name##_; }                            \
+                                                                    \
+ private:                                                           \
+  T name##_
+
+/// Per-group hyper-parameters. Each optimizer has its own options type deriving from this.
+class OptimizerOptions {
+ public:
+  virtual ~OptimizerOptions() = default;
+  virtual std::unique_ptr<OptimizerOptions> clone() const = 0;
+  virtual double get_lr() const = 0;
+  virtual void set_lr(double lr) = 0;
+  /// The hyper-parameters as named scalars (booleans as 0/1), for state dicts.
+  virtual std::map<std::string, double> to_map() const = 0;
+  /// Sets the hyper-parameters named in `m`; throws on a name this type does not have.
+  virtual void from_map(const std::map<std::string, double>& m) = 0;
+  /// Throws mpx::Error naming the first invalid value (negative lr, betas outside [0, 1), ...).
+  virtual void validate() const = 0;
+};
+
+/// CRTP helper that supplies clone().
+template <class Derived>
+class OptimizerCloneableOptions : public OptimizerOptions {
+ public:
+  std::unique_ptr<OptimizerOptions> clone() const override {
+    return std::make_unique<Derived>(static_cast<const Derived&>(*this));
+  }
+};
+
+/// A set of parameters optimized with the same options (LibTorch's OptimizerParamGroup).
+class ParamGroup {
+ public:
+  /// A group that takes the optimizer's default options when added.
+  ParamGroup(std::vector<Tensor> params);  // NOLINT: lets `{params}` read naturally
+  ParamGroup(std::vector<Tensor> params, std::unique_ptr<OptimizerOptions> options);
+  ParamGroup(const ParamGroup& other);
+  ParamGroup& operator=(const ParamGroup& other);
+  ParamGroup(ParamGroup&&) noexcept = default;
+  ParamGroup& operator=(ParamGroup&&) noexcept = default;
+
+  std::vector<Tensor>& params() { return params_; }
+  const std::vector<Tensor>& params() const { return params_; }
+  bool has_options() const { return options_ != nullptr; }
+  OptimizerOptions& options();
+  const OptimizerOptions& options() const;
+  void set_options(std::unique_ptr<OptimizerOptions> options) { options_ = std::move(options); }
+  /// Shorthands for options().get_lr() / set_lr().
+  double lr() const { return options().get_lr(); }
+  void set_lr(double lr) { options().set_lr(lr); }
+  /// The lr the first scheduler attached to this group started from (PyTorch's "initial_lr").
+  double initial_lr() const { return initial_lr_ >= 0 ? initial_lr_ : lr(); }
+  bool has_initial_lr() const { return initial_lr_ >= 0; }
+  void set_initial_lr(double lr) { initial_lr_ = lr; }
+
+ private:
+  std::vector<Tensor> params_;
+  std::unique_ptr<OptimizerOptions> options_;
+  double initial_lr_ = -1;
+};
+
+/// What an optimizer keeps per parameter.
+struct ParamState {
+  /// Steps taken for this parameter.
+  int64_t step = 0;
+  /// FP32 master copy of a f16/bf16 parameter (undefined for f32/f64 parameters). The step
+  /// updates it and writes the rounded value into the parameter.
+  Tensor master;
+  /// Named state buffers in the compute dtype (f32, or f64 for f64 parameters), laid out like
+  /// the parameter: "momentum_buffer"; "exp_avg", "exp_avg_sq", "max_exp_avg_sq".
+  std::map<std::string, Tensor> buffers;
+};
+
+/// A flat, serializable optimizer state (what state_dict returns and save_tensors can write).
+/// Names follow PyTorch's layout with parameters numbered in group order:
+///   tensors: "state.<i>.<buffer>", "state.<i>.master", "param_groups.<g>.params" (i64 indices)
+///   scalars: "state.<i>.step", "param_groups.<g>.<hyper-parameter>" (lr, momentum, ...)
+struct OptimizerState {
+  std::string optimizer;  // "SGD", "Adam", "AdamW"
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, double> scalars;
+};
+
+/// Base class of the optimizers. Parameters are identified by their TensorImpl: keep the same
+/// Tensor objects alive (modules do) and change them in place.
+class Optimizer {
+ public:
+  using LossClosure = std::function<Tensor()>;
+  /// Called at the start of step(); returning false skips the update (amp's overflow skip).
+  using StepPreHook = std::function<bool(Optimizer&)>;
+
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  /// Updates every parameter that has a gradient. With a closure, evaluates it first (with grad
+  /// mode on) and returns its loss. Runs under NoGradGuard; bumps the parameters' versions.
+  Tensor step(const LossClosure& closure = nullptr);
+  /// Clears gradients (of masters too): drops them with set_to_none, zeros them otherwise.
+  void zero_grad(bool set_to_none = true);
+
+  std::vector<ParamGroup>& param_groups() { return param_groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return param_groups_; }
+  /// Adds a group; options it lacks come from the optimizer's defaults. A parameter may be in one group only.
+  void add_param_group(const ParamGroup& group);
+  /// All parameters in group order.
+  std::vector<Tensor> parameters() const;
+  /// Number of parameters across groups.
+  size_t size() const;
+  const OptimizerOptions& defaults() const { return *defaults_; }
+  OptimizerOptions& defaults() { return *defaults_; }
+  /// "SGD", "Adam", "AdamW".
+  const std::string& name() const { return name_; }
+
+  /// The flat state (see OptimizerState); includes masters, so resuming loses nothing.
+  OptimizerState state_dict() const;
+  /// Restores a state from state_dict(): same optimizer type, group count and group sizes, and
+  /// state tensors of the parameters' shapes. Validates everything before changing anything.
+  void load_state_dict(const OptimizerState& state);
+
+  /// The state of one parameter (created on first use); throws if it is not optimized here.
+  ParamState& state(const Tensor& param);
+  /// True when the parameter has state (it was stepped, or has a master).
+  bool has_state(const Tensor& param) const;
+
+  /// The FP32 master of a f16/bf16 parameter (created from the parameter's current value if
+  /// missing), or the parameter itself for f32/f64 parameters. When the master has a gradient
+  /// (the amp layer unscales into it), step() uses that instead of the parameter's gradient.
+  const Tensor& master(const Tensor& param);
+  /// What the steps update, in group order: masters for f16/bf16 parameters, the parameters
+  /// themselves otherwise (apex's amp.master_params).
+  std::vector<Tensor> master_params();
+  /// Sets the FP32 master of a f16/bf16 parameter to (an f32 copy of) `value`, e.g. the f32
+  /// weights from before the model was cast, so the cast's rounding is not baked into the master.
+  void set_master(const Tensor& param, const Tensor& value);
+  /// Creates masters for parameters that became f16/bf16 since (after the model was cast) and
+  /// drops those of parameters that are f32/f64 again. Called by step() too.
+  void sync_masters();
+
+  /// Registers a pre-step hook; returns an id for remove_step_pre_hook.
+  int add_step_pre_hook(StepPreHook hook);
+  void remove_step_pre_hook(int id);
+
+ protected:
+  Optimizer(std::string name, std::vector<ParamGroup> groups, std::unique_ptr<OptimizerOptions> defaults);
+
+  /// Names of the state buffers a parameter needs under `options` (SGD: momentum_buffer when
+  /// momentum != 0).
+  virtual std::vector<std::string> buffer_names(const OptimizerOptions& options) const = 0;
+  /// Runs the kernel over one batch of parameters sharing a group, device and compute dtype.
+  virtual void apply(const OptimizerOptions& options, const kernels::StepTensors& tensors, Device device,
+                     DType compute_dtype) = 0;
+
+ private:
+  void step_group(ParamGroup& group);
+  ParamState& state_for(const Tensor& param);
+  const Tensor& find_param(const Tensor& param) const;
+
+  std::string name_;
+  std::unique_ptr<OptimizerOptions> defaults_;
+  std::vector<ParamGroup> param_groups_;
+  std::unordered_map<const TensorImpl*, ParamState> state_;
+  std::vector<std::pair<int, StepPreHook>> hooks_;
+  int next_hook_id_ = 0;
+};
+
+}  // namespace mpx::optim
+
+namespace mpx {
+/// Writes an optimizer's state_dict() as safetensors: tensors as tensors, scalars (and the
+/// optimizer's name) in "__metadata__" with round-trip precision.
+void save(const optim::Optimizer& optimizer, const std::string& path);
+/// Loads a file written by save(optimizer, path) into an optimizer of the same type and layout.
+void load(optim::Optimizer& optimizer, const std::string& path);
+}  // namespace mpx

@@ -1,0 +1,225 @@
+// Learning-rate schedulers: PyTorch's chainable update rules, closed forms, and scalar state dicts.
+#include "optim/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+namespace mpx::optim {
+
+// ---- base ----
+LRScheduler::LRScheduler(Optimizer& optimizer) : opt_(&optimizer) {
+  for (auto& g : opt_->param_groups()) {
+    if (!g.has_initial_lr()) g.set_initial_lr(g.lr());
+    base_lrs_.push_back(g.initial_lr());
+  }
+}
+
+std::vector<double> LRScheduler::current_lrs() const {
+  std::vector<double> r;
+  for (const auto& g : opt_->param_groups()) r.push_back(g.lr());
+  return r;
+}
+
+void LRScheduler::set_lrs(const std::vector<double>& lrs) {
+  auto& groups = opt_->param_groups();
+  MPX_CHECK(groups.size() == lrs.size(), "LR scheduler: the optimizer has ", groups.size(),
+            " param groups but the scheduler was built for ", lrs.size(), "; create the scheduler after adding groups");
+  for (size_t g = 0; g < groups.size(); ++g) groups[g].set_lr(lrs[g]);
+  last_lr_ = lrs;
+}
+
+void LRScheduler::initial_step() {
+  last_epoch_ = 0;
+  set_lrs(chained_lr());
+}
+
+void LRScheduler::advance() {
+  ++last_epoch_;
+  set_lrs(chained_lr());
+}
+
+void LRScheduler::step() { advance(); }
+
+void LRScheduler::restart() {
+  last_epoch_ = 0;
+  set_lrs(closed_form_lr(0));
+}
+
+std::map<std::string, double> LRScheduler::state_dict() const {
+  std::map<std::string, double> s{{"last_epoch", static_cast<double>(last_epoch_)}};
+  for (size_t g = 0; g < base_lrs_.size(); ++g) s["base_lrs." + std::to_string(g)] = base_lrs_[g];
+  for (size_t g = 0; g < last_lr_.size(); ++g) s["last_lr." + std::to_string(g)] = last_lr_[g];
+  return s;
+}
+
+void LRScheduler::load_state_dict(const std::map<std::string, double>& s) {
+  auto it = s.find("last_epoch");
+  MPX_CHECK(it != s.end(), "LR scheduler load_state_dict: 'last_epoch' is missing");
+  std::vector<double> base(base_lrs_.size()), last(base_lrs_.size());
+  for (size_t g = 0; g < base.size(); ++g) {
+    auto b = s.find("base_lrs." + std::to_string(g));
+    auto l = s.find("last_lr." + std::to_string(g));
+    MPX_CHECK(b != s.end() && l != s.end(), "LR scheduler load_state_dict: no learning rates for param group ", g,
+              "; the state was saved for a different optimizer");
+    base[g] = b->second;
+    last[g] = l->second;
+  }
+  MPX_CHECK(!s.count("base_lrs." + std::to_string(base.size())), "LR scheduler load_state_dict: the state has more "
+            "param groups than the optimizer (", base.size(), ")");
+  last_epoch_ = static_cast<int64_t>(it->second);
+  base_lrs_ = base;
+  last_lr_ = last;
+}
+
+// ---- StepLR ----
+StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
+    : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
+  MPX_CHECK(step_size >= 1, "StepLR: step_size must be >= 1, got ", step_size);
+  MPX_CHECK(std::isfinite(gamma) && gamma >= 0, "StepLR: gamma must be finite and >= 0, got ", gamma);
+  initial_step();
+}
+std::vector<double> StepLR::chained_lr() const {
+  std::vector<double> r = current_lrs();
+  if (last_epoch_ == 0 || last_epoch_ % step_size_ != 0) return r;
+  for (auto& v : r) v *= gamma_;
+  return r;
+}
+std::vector<double> StepLR::closed_form_lr(int64_t e) const {
+  std::vector<double> r;
+  for (double b : base_lrs_) r.push_back(b * std::pow(gamma_, static_cast<double>(e / step_size_)));
+  return r;
+}
+
+// ---- MultiStepLR ----
+MultiStepLR::MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma)
+    : LRScheduler(optimizer), milestones_(std::move(milestones)), gamma_(gamma) {
+  MPX_CHECK(std::isfinite(gamma) && gamma >= 0, "MultiStepLR: gamma must be finite and >= 0, got ", gamma);
+  std::sort(milestones_.begin(), milestones_.end());
+  initial_step();
+}
+std::vector<double> MultiStepLR::chained_lr() const {
+  std::vector<double> r = current_lrs();
+  const auto hits = std::count(milestones_.begin(), milestones_.end(), last_epoch_);
+  if (hits == 0) return r;
+  for (auto& v : r) v *= std::pow(gamma_, static_cast<double>(hits));
+  return r;
+}
+std::vector<double> MultiStepLR::closed_form_lr(int64_t e) const {
+  const auto passed = std::upper_bound(milestones_.begin(), milestones_.end(), e) - milestones_.begin();
+  std::vector<double> r;
+  for (double b : base_lrs_) r.push_back(b * std::pow(gamma_, static_cast<double>(passed)));
+  return r;
+}
+
+// ---- CosineAnnealingLR ----
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min)
+    : LRScheduler(optimizer), t_max_(T_max), eta_min_(eta_min) {
+  MPX_CHECK(T_max >= 1, "CosineAnnealingLR: T_max must be >= 1, got ", T_max);
+  MPX_CHECK(std::isfinite(eta_min) && eta_min >= 0, "CosineAnnealingLR: eta_min must be finite and >= 0, got ", eta_min);
+  initial_step();
+}
+std::vector<double> CosineAnnealingLR::chained_lr() const {
+  constexpr double pi = std::numbers::pi;
+  std::vector<double> r = current_lrs();
+  if (last_epoch_ == 0) return r;
+  const double T = static_cast<double>(t_max_), e = static_cast<double>(last_epoch_);
+  const int64_t m = 2 * t_max_;
+  const int64_t phase = (((last_epoch_ - 1 - t_max_) % m) + m) % m;  // Python's modulo
+  for (size_t g = 0; g < r.size(); ++g) {
+    if (phase == 0) r[g] = r[g] + (base_lrs_[g] - eta_min_) * (1 - std::cos(pi / T)) / 2;
+    else r[g] = (1 + std::cos(pi * e / T)) / (1 + std::cos(pi * (e - 1) / T)) * (r[g] - eta_min_) + eta_min_;
+  }
+  return r;
+}
+std::vector<double> CosineAnnealingLR::closed_form_lr(int64_t e) const {
+  std::vector<double> r;
+  for (double b : base_lrs_)
+    r.push_back(eta_min_ + (b - eta_min_) * (1 + std::cos(std::numbers::pi * static_cast<double>(e) / t_max_)) / 2);
+  return r;
+}
+
+// ---- LinearWarmup ----
+LinearWarmup::LinearWarmup(Optimizer& optimizer, int64_t warmup_steps, double start_factor,
+                           std::unique_ptr<LRScheduler> after)
+    : LRScheduler(optimizer), warmup_steps_(warmup_steps), start_factor_(start_factor), after_(std::move(after)) {
+  MPX_CHECK(warmup_steps >= 0, "LinearWarmup: warmup_steps must be >= 0, got ", warmup_steps);
+  MPX_CHECK(start_factor > 0 && start_factor <= 1, "LinearWarmup: start_factor must lie in (0, 1], got ", start_factor);
+  MPX_CHECK(!after_ || &after_->optimizer() == opt_, "LinearWarmup: the wrapped scheduler must drive the same optimizer");
+  // Like SequentialLR: whatever the wrapped scheduler did at construction is undone.
+  set_lrs(base_lrs_);
+  last_epoch_ = 0;
+  if (warmup_steps_ == 0) {
+    if (after_) {
+      after_->restart();
+      last_lr_ = after_->get_last_lr();
+    }
+  } else {
+    set_lrs(chained_lr());
+  }
+}
+
+std::vector<double> LinearWarmup::chained_lr() const {
+  std::vector<double> r = current_lrs();
+  const double s = start_factor_, T = static_cast<double>(warmup_steps_);
+  if (last_epoch_ == 0) {
+    for (auto& v : r) v *= s;
+  } else if (last_epoch_ <= warmup_steps_) {
+    const double f = 1 + (1 - s) / (T * s + static_cast<double>(last_epoch_ - 1) * (1 - s));
+    for (auto& v : r) v *= f;
+  }
+  return r;
+}
+
+void LinearWarmup::advance() {
+  ++last_epoch_;
+  if (after_ && last_epoch_ >= warmup_steps_) {
+    if (last_epoch_ == warmup_steps_) after_->restart();
+    else after_->step();
+    last_lr_ = after_->get_last_lr();
+    return;
+  }
+  set_lrs(chained_lr());
+}
+
+void LinearWarmup::restart() {
+  last_epoch_ = 0;
+  if (warmup_steps_ == 0 && after_) {
+    after_->restart();
+    last_lr_ = after_->get_last_lr();
+    return;
+  }
+  set_lrs(closed_form_lr(0));
+}
+
+std::vector<double> LinearWarmup::closed_form_lr(int64_t e) const {
+  if (e >= warmup_steps_) {
+    if (after_) return after_->closed_form_lr(e - warmup_steps_);
+    return base_lrs_;
+  }
+  std::vector<double> r;
+  const double f = start_factor_ + (1 - start_factor_) * static_cast<double>(e) / static_cast<double>(warmup_steps_);
+  for (double b : base_lrs_) r.push_back(b * f);
+  return r;
+}
+
+std::map<std::string, double> LinearWarmup::state_dict() const {
+  auto s = LRScheduler::state_dict();
+  if (after_)
+    for (const auto& [k, v] : after_->state_dict()) s["after." + k] = v;
+  return s;
+}
+
+void LinearWarmup::load_state_dict(const std::map<std::string, double>& state) {
+  std::map<std::string, double> own, inner;
+  for (const auto& [k, v] : state) {
+    if (k.rfind("after.", 0) == 0) inner[k.substr(6)] = v;
+    else own[k] = v;
+  }
+  MPX_CHECK(inner.empty() == (after_ == nullptr), "LinearWarmup load_state_dict: the state ",
+            inner.empty() ? "has no" : "has a", " wrapped scheduler but this one ", after_ ? "has one" : "does not");
+  if (after_) after_->load_state_dict(inner);
+  LRScheduler::load_state_dict(own);
+}
+
+}  // namespace mpx::optim

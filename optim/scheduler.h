@@ -1,0 +1,125 @@
+// Learning-rate schedulers (StepLR, MultiStepLR, CosineAnnealingLR, LinearWarmup) with PyTorch's chainable formulas.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "optim/optimizer.h"
+
+namespace mpx::optim {
+
+/// Base of the schedulers. Like PyTorch's, each step() computes the new lr of every group
+/// from the group's *current* lr (the "chainable" form), so several schedulers stepping the
+/// same optimizer compose (e.g. two multiplicative decays). The first scheduler attached to
+/// a group records its lr as the group's initial_lr; every scheduler starts from that.
+class LRScheduler {
+ public:
+  virtual ~LRScheduler() = default;
+  LRScheduler(const LRScheduler&) = delete;
+  LRScheduler& operator=(const LRScheduler&) = delete;
+
+  /// Advances one step (or epoch) and writes the new learning rates into the optimizer.
+  void step();
+  /// The learning rates this scheduler set last, one per param group.
+  const std::vector<double>& get_last_lr() const { return last_lr_; }
+  /// Steps taken since construction (0 right after it).
+  int64_t last_epoch() const { return last_epoch_; }
+  const std::vector<double>& base_lrs() const { return base_lrs_; }
+  Optimizer& optimizer() { return *opt_; }
+  /// The closed-form learning rates at `epoch` (what an uninterrupted run gives, up to rounding).
+  virtual std::vector<double> closed_form_lr(int64_t epoch) const = 0;
+  /// Goes back to epoch 0 and sets the epoch-0 learning rates (PyTorch's step(0)).
+  virtual void restart();
+
+  /// Counters and learning rates as named scalars ("last_epoch", "base_lrs.<g>", "last_lr.<g>").
+  virtual std::map<std::string, double> state_dict() const;
+  /// Restores state_dict(); does not touch the optimizer (its lrs live in its own state dict).
+  virtual void load_state_dict(const std::map<std::string, double>& state);
+
+ protected:
+  explicit LRScheduler(Optimizer& optimizer);
+  /// PyTorch's chainable get_lr() at last_epoch_, from the groups' current lrs.
+  virtual std::vector<double> chained_lr() const = 0;
+  /// One step: ++last_epoch_ and apply chained_lr(). LinearWarmup overrides it to hand over.
+  virtual void advance();
+  /// Derived constructors call this last: epoch 0 and its learning rates.
+  void initial_step();
+  std::vector<double> current_lrs() const;
+  void set_lrs(const std::vector<double>& lrs);
+
+  Optimizer* opt_;
+  std::vector<double> base_lrs_;
+  std::vector<double> last_lr_;
+  int64_t last_epoch_ = -1;
+};
+
+/// lr = initial_lr * gamma^(epoch / step_size).
+class StepLR : public LRScheduler {
+ public:
+  StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1);
+  std::vector<double> closed_form_lr(int64_t epoch) const override;
+
+ protected:
+  std::vector<double> chained_lr() const override;
+
+ private:
+  int64_t step_size_;
+  double gamma_;
+};
+
+/// lr = initial_lr * gamma^(number of milestones <= epoch); repeated milestones count twice.
+class MultiStepLR : public LRScheduler {
+ public:
+  MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma = 0.1);
+  std::vector<double> closed_form_lr(int64_t epoch) const override;
+
+ protected:
+  std::vector<double> chained_lr() const override;
+
+ private:
+  std::vector<int64_t> milestones_;  // sorted
+  double gamma_;
+};
+
+/// lr = eta_min + (initial_lr - eta_min) * (1 + cos(pi * epoch / T_max)) / 2 (and back up after T_max, as PyTorch).
+class CosineAnnealingLR : public LRScheduler {
+ public:
+  CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min = 0.0);
+  std::vector<double> closed_form_lr(int64_t epoch) const override;
+
+ protected:
+  std::vector<double> chained_lr() const override;
+
+ private:
+  int64_t t_max_;
+  double eta_min_;
+};
+
+/// Linear warm-up from start_factor * initial_lr to initial_lr over warmup_steps steps (PyTorch's
+/// LinearLR). With `after`, hands over when the warm-up ends: at step warmup_steps the wrapped
+/// scheduler restarts at its epoch 0 and every later step() steps it (PyTorch's
+/// SequentialLR([LinearLR, after], milestones=[warmup_steps])). Construct `after` on the same
+/// optimizer; this scheduler owns it.
+class LinearWarmup : public LRScheduler {
+ public:
+  LinearWarmup(Optimizer& optimizer, int64_t warmup_steps, double start_factor = 1.0 / 3.0,
+               std::unique_ptr<LRScheduler> after = nullptr);
+  std::vector<double> closed_form_lr(int64_t epoch) const override;
+  void restart() override;
+  /// The scheduler that takes over after the warm-up (null when none).
+  LRScheduler* after() { return after_.get(); }
+  std::map<std::string, double> state_dict() const override;
+  void load_state_dict(const std::map<std::string, double>& state) override;
+
+ protected:
+  std::vector<double> chained_lr() const override;
+  void advance() override;
+
+ private:
+  int64_t warmup_steps_;
+  double start_factor_;
+  std::unique_ptr<LRScheduler> after_;
+};
+
+}  // namespace mpx::optim

@@ -1,0 +1,313 @@
+// Tests for pooling and normalization: PyTorch goldens, gradchecks, running statistics, mixed precision, errors.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/serialize.h"
+#include "gradcheck.h"
+#include "ops/elementwise.h"
+#include "ops/norm.h"
+#include "ops/pooling.h"
+#include "ops/reduction.h"
+
+using namespace mpx;
+using testing::gradcheck;
+using testing::gradgradcheck;
+using testing::leaf;
+
+namespace {
+
+const TensorDict& np_golden() {
+  static const TensorDict d = load_tensors(std::string(MPX_TEST_DATA) + "/golden/norm_pool.safetensors");
+  return d;
+}
+Tensor golden(const std::string& name) {
+  auto it = np_golden().find(name);
+  REQUIRE(it != np_golden().end());
+  return it->second;
+}
+Tensor golden_leaf(const std::string& name) { return golden(name).clone().detach().set_requires_grad(true); }
+
+// max |a - ref| <= atol + rtol * max |ref|, in f64.
+bool close(const Tensor& a, const Tensor& ref, double rtol, double atol = 0.0) {
+  if (a.sizes() != ref.sizes()) {
+    INFO("shape " << shape_str(a.sizes()) << " vs " << shape_str(ref.sizes()));
+    return false;
+  }
+  NoGradGuard ng;
+  Tensor ad = a.to(kFloat64).contiguous(), rd = ref.to(kFloat64).contiguous();
+  const double* pa = ad.data_ptr<double>();
+  const double* pr = rd.data_ptr<double>();
+  double diff = 0, scale = 0;
+  for (int64_t i = 0; i < ad.numel(); ++i) {
+    diff = std::max(diff, std::abs(pa[i] - pr[i]));
+    scale = std::max(scale, std::abs(pr[i]));
+  }
+  INFO("max abs diff " << diff << ", max |ref| " << scale);
+  return diff <= atol + rtol * scale;
+}
+
+// Distinct, well separated values in random order, so finite differences never flip an argmax.
+Tensor distinct_leaf(const IntList& shape) {
+  const int64_t n = numel_of(shape);
+  Tensor r = rand({n}, kFloat64);
+  std::vector<std::pair<double, int64_t>> kv;
+  for (int64_t i = 0; i < n; ++i) kv.push_back({r.data_ptr<double>()[i], i});
+  std::sort(kv.begin(), kv.end());
+  std::vector<double> p;
+  for (auto& e : kv) p.push_back((static_cast<double>(e.second) - n / 2.0) / 10.0);
+  return tensor(p, shape).set_requires_grad(true);
+}
+
+// Linear ops have no second derivative in x; instead check that their backward is itself
+// differentiable in the upstream gradient: gradcheck of gy -> dL/dx built with create_graph.
+std::string backward_gradcheck(const testing::Fn& f, const Tensor& x) {
+  Tensor gy = leaf(f({x}).sizes());
+  return gradcheck([&](const tensor_list& t) {
+    AutoGradMode on(true);  // gradcheck evaluates under no-grad for its finite differences
+    return autograd::grad({f({x})}, {x}, {t[0]}, true, true)[0];
+  }, {gy});
+}
+
+std::vector<double> values(const Tensor& t) {
+  Tensor d = t.to(kFloat64).contiguous();
+  return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+}
+
+}  // namespace
+
+// ---- goldens ----
+TEST_CASE("batch_norm training golden, running statistics included", "[norm][golden]") {
+  Tensor x = golden_leaf("bn_train.x"), w = golden_leaf("bn_train.weight"), b = golden_leaf("bn_train.bias");
+  Tensor rm = zeros({3}, kFloat64), rv = ones({3}, kFloat64);
+  const uint64_t v0 = rm.version();
+  Tensor y = batch_norm(x, rm, rv, w, b, true, 0.1, 1e-5);
+  CHECK(close(y, golden("bn_train.y"), 1e-10));
+  CHECK(close(rm, golden("bn_train.running_mean"), 1e-10));
+  CHECK(close(rv, golden("bn_train.running_var"), 1e-10));
+  CHECK(rm.version() > v0);
+  sum(y * golden("bn_train.gy")).backward();
+  CHECK(close(x.grad(), golden("bn_train.gx"), 1e-9));
+  CHECK(close(w.grad(), golden("bn_train.gweight"), 1e-10));
+  CHECK(close(b.grad(), golden("bn_train.gbias"), 1e-10));
+}
+
+TEST_CASE("batch_norm eval golden", "[norm][golden]") {
+  Tensor x = golden_leaf("bn_eval.x"), w = golden_leaf("bn_eval.weight"), b = golden_leaf("bn_eval.bias");
+  Tensor rm = golden("bn_eval.running_mean").clone(), rv = golden("bn_eval.running_var").clone();
+  Tensor y = batch_norm(x, rm, rv, w, b, false, 0.1, 1e-5);
+  CHECK(close(y, golden("bn_eval.y"), 1e-10));
+  CHECK(close(rm, golden("bn_eval.running_mean"), 0.0));  // untouched in eval
+  sum(y * golden("bn_eval.gy")).backward();
+  CHECK(close(x.grad(), golden("bn_eval.gx"), 1e-10));
+  CHECK(close(w.grad(), golden("bn_eval.gweight"), 1e-10));
+  CHECK(close(b.grad(), golden("bn_eval.gbias"), 1e-10));
+}
+
+TEST_CASE("pooling goldens in every dtype", "[pool][golden]") {
+  struct Tol { DType dt; double rtol; };
+  for (Tol t : {Tol{kFloat64, 1e-12}, Tol{kFloat32, 1e-6}, Tol{kFloat16, 1e-2}, Tol{kBFloat16, 2e-2}}) {
+    INFO("dtype " << dtype_name(t.dt));
+    auto run = [&](const std::string& p, auto fn) {
+      INFO(p);
+      Tensor x = golden(p + ".x").to(t.dt).detach().set_requires_grad(true);
+      Tensor y = fn(x);
+      CHECK(y.dtype() == t.dt);
+      CHECK(close(y, golden(p + ".y"), t.rtol));
+      sum(y * golden(p + ".gy").to(t.dt)).backward();
+      CHECK(close(x.grad(), golden(p + ".gx"), t.rtol));
+    };
+    run("maxpool", [](const Tensor& x) { return max_pool2d(x, {3, 3}, {2, 2}, {1, 1}); });
+    run("avgpool", [](const Tensor& x) { return avg_pool2d(x, {3, 3}, {2, 2}, {1, 1}, false, true); });
+    run("adaptive", [](const Tensor& x) { return adaptive_avg_pool2d(x, {3, 2}); });
+  }
+}
+
+// ---- pooling details ----
+TEST_CASE("pooling ceil_mode and count_include_pad follow PyTorch", "[pool]") {
+  Tensor x = arange(9.0, TensorOptions(kFloat64)).reshape({1, 1, 3, 3});
+  // Windows at the bottom/right edge are cut by the image: divisor counts only rows/cols
+  // up to the (right) padding limit.
+  Tensor a = avg_pool2d(x, {2, 2}, {2, 2}, {0, 0}, true, true);
+  CHECK(values(a) == std::vector<double>{2.0, 3.5, 6.5, 8.0});
+  Tensor m = max_pool2d(x, {2, 2}, {2, 2}, {0, 0}, {1, 1}, true);
+  CHECK(values(m) == std::vector<double>{4, 5, 7, 8});
+  CHECK(max_pool2d(x, {2, 2}).sizes() == IntList{1, 1, 1, 1});
+  // count_include_pad=false divides by the in-image window only.
+  Tensor c = avg_pool2d(x, {3, 3}, {1, 1}, {1, 1}, false, false);
+  CHECK(values(c)[0] == Approx((0 + 1 + 3 + 4) / 4.0));
+  Tensor ci = avg_pool2d(x, {3, 3}, {1, 1}, {1, 1}, false, true);
+  CHECK(values(ci)[0] == Approx((0 + 1 + 3 + 4) / 9.0));
+  // Adaptive to a larger size repeats values.
+  CHECK(values(adaptive_avg_pool2d(x, {6, 6})).size() == 36);
+  // NaN propagates through max pooling.
+  Tensor xn = x.clone();
+  xn.data_ptr<double>()[4] = NAN;
+  CHECK(std::isnan(values(max_pool2d(xn, {2, 2}, {1, 1}))[0]));
+}
+
+TEST_CASE("pooling gradcheck", "[pool][gradcheck]") {
+  manual_seed(11);
+  SECTION("max_pool2d: padding, dilation, ceil_mode") {
+    Tensor x = distinct_leaf({2, 2, 7, 6});
+    CHECK(gradcheck([](const tensor_list& t) { return max_pool2d(t[0], {3, 2}, {2, 1}, {1, 1}, {1, 2}, true); }, {x}) == "");
+    CHECK(gradcheck([](const tensor_list& t) { return max_pool2d(t[0], {2, 2}); }, {x}) == "");
+  }
+  SECTION("avg_pool2d") {
+    Tensor x = leaf({2, 2, 7, 6});
+    for (bool ceil : {false, true})
+      for (bool incl : {false, true}) {
+        INFO("ceil_mode " << ceil << " count_include_pad " << incl);
+        auto f = [=](const tensor_list& t) { return avg_pool2d(t[0], {3, 2}, {2, 2}, {1, 1}, ceil, incl); };
+        CHECK(gradcheck(f, {x}) == "");
+        CHECK(backward_gradcheck(f, x) == "");
+      }
+  }
+  SECTION("adaptive_avg_pool2d") {
+    Tensor x = leaf({2, 2, 7, 5});
+    for (Pair o : {Pair{3, 2}, Pair{1, 1}, Pair{9, 6}}) {
+      auto f = [=](const tensor_list& t) { return adaptive_avg_pool2d(t[0], o); };
+      CHECK(gradcheck(f, {x}) == "");
+      CHECK(backward_gradcheck(f, x) == "");
+    }
+  }
+}
+
+TEST_CASE("pooling keeps channels-last and matches contiguous", "[pool]") {
+  manual_seed(12);
+  Tensor x = randn({2, 3, 6, 6}, kFloat32);
+  Tensor xc = x.contiguous(MemoryFormat::ChannelsLast);
+  Tensor a = max_pool2d(xc, {2, 2}), b = max_pool2d(x, {2, 2});
+  CHECK(a.is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK(close(a, b, 0.0));
+  CHECK(close(avg_pool2d(xc, {3, 3}, {1, 1}, {1, 1}), avg_pool2d(x, {3, 3}, {1, 1}, {1, 1}), 1e-6));
+  CHECK(close(adaptive_avg_pool2d(xc, {1, 1}), adaptive_avg_pool2d(x, {1, 1}), 1e-6));
+}
+
+TEST_CASE("pooling validation errors", "[pool][errors]") {
+  Tensor x = randn({2, 3, 5, 5});
+  REQUIRE_THROWS_WITH(max_pool2d(randn({5, 5}), {2, 2}), Catch::Contains("4-d input"));
+  REQUIRE_THROWS_WITH(max_pool2d(x, {0, 2}), Catch::Contains("kernel size must be positive"));
+  REQUIRE_THROWS_WITH(max_pool2d(x, {2, 2}, {2, 2}, {2, 0}), Catch::Contains("at most half the kernel"));
+  REQUIRE_THROWS_WITH(max_pool2d(x, {6, 6}), Catch::Contains("too small") && Catch::Contains("[2, 3, 5, 5]"));
+  REQUIRE_THROWS_WITH(avg_pool2d(x.to(kInt64), {2, 2}), Catch::Contains("floating"));
+  REQUIRE_THROWS_WITH(adaptive_avg_pool2d(x, {0, 2}), Catch::Contains("output_size must be positive"));
+  CHECK_THROWS_AS(avg_pool2d(x, {2, 2}, {-1, 1}), Error);
+}
+
+// ---- normalization ----
+TEST_CASE("batch_norm gradcheck", "[norm][gradcheck]") {
+  manual_seed(21);
+  Tensor x = leaf({3, 2, 4, 3}, 2.0, 1.0), w = leaf({2}, 0.5, 1.0), b = leaf({2});
+  Tensor rm = randn({2}, kFloat64), rv = rand({2}, kFloat64) + 0.5;
+  SECTION("training, affine") {
+    auto f = [](const tensor_list& t) { return batch_norm(t[0], {}, {}, t[1], t[2], true); };
+    CHECK(gradcheck(f, {x, w, b}) == "");
+    CHECK(gradgradcheck(f, {x, w, b}) == "");
+  }
+  SECTION("training, no affine, 2-d input") {
+    Tensor x2 = leaf({5, 3});
+    CHECK(gradcheck([](const tensor_list& t) { return batch_norm(t[0], {}, {}, {}, {}, true); }, {x2}) == "");
+  }
+  SECTION("eval, affine and not") {
+    auto f = [&](const tensor_list& t) { return batch_norm(t[0], rm, rv, t[1], t[2], false); };
+    CHECK(gradcheck(f, {x, w, b}) == "");
+    CHECK(gradgradcheck(f, {x, w, b}) == "");
+    CHECK(gradcheck([&](const tensor_list& t) { return batch_norm(t[0], rm, rv, {}, {}, false); }, {x}) == "");
+  }
+}
+
+TEST_CASE("batch_norm f16 input with f32 weights and running statistics", "[norm][amp]") {
+  manual_seed(22);
+  Tensor x64 = randn({4, 3, 5, 5}, kFloat64) * 2.0 + 1.0;
+  Tensor x = x64.to(kFloat16).detach().set_requires_grad(true);
+  Tensor w = (rand({3}) + 0.5).detach().set_requires_grad(true), b = randn({3}).detach().set_requires_grad(true);
+  Tensor rm = zeros({3}), rv = ones({3});
+  Tensor y = batch_norm(x, rm, rv, w, b, true, 0.1, 1e-5);
+  CHECK(y.dtype() == kFloat16);
+  CHECK(rm.dtype() == kFloat32);
+
+  // Reference in f64 from the same (f16-rounded) input.
+  Tensor xr = x.detach().to(kFloat64).set_requires_grad(true);
+  Tensor wr = w.detach().to(kFloat64).set_requires_grad(true), br = b.detach().to(kFloat64).set_requires_grad(true);
+  Tensor rmr = zeros({3}, kFloat64), rvr = ones({3}, kFloat64);
+  Tensor yr = batch_norm(xr, rmr, rvr, wr, br, true, 0.1, 1e-5);
+  CHECK(close(y, yr, 2e-3));
+  CHECK(close(rm, rmr, 1e-6));
+  CHECK(close(rv, rvr, 1e-6));
+
+  Tensor gy = randn(y.sizes(), kFloat64);
+  sum(y * gy.to(kFloat16)).backward();
+  sum(yr * gy.to(kFloat16).to(kFloat64)).backward();
+  CHECK(x.grad().dtype() == kFloat16);
+  CHECK(w.grad().dtype() == kFloat32);
+  CHECK(close(x.grad(), xr.grad(), 5e-3));
+  CHECK(close(w.grad(), wr.grad(), 1e-4));
+  CHECK(close(b.grad(), br.grad(), 1e-4));
+
+  // bf16 eval with f32 running statistics.
+  Tensor ye = batch_norm(x64.to(kBFloat16), rm, rv, w.detach(), b.detach(), false);
+  CHECK(ye.dtype() == kBFloat16);
+  CHECK(close(ye, batch_norm(x64, rm.to(kFloat64), rv.to(kFloat64), w.detach().to(kFloat64), b.detach().to(kFloat64), false),
+              2e-2));
+}
+
+TEST_CASE("batch_norm channels-last matches contiguous", "[norm]") {
+  manual_seed(23);
+  Tensor x = randn({2, 3, 4, 4}, kFloat64);
+  Tensor xc = x.contiguous(MemoryFormat::ChannelsLast).detach().set_requires_grad(true);
+  Tensor xr = x.detach().set_requires_grad(true);
+  Tensor yc = batch_norm(xc, {}, {}, {}, {}, true), yr = batch_norm(xr, {}, {}, {}, {}, true);
+  CHECK(yc.is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK(close(yc, yr, 1e-12));
+  Tensor gy = randn(x.sizes(), kFloat64);
+  sum(yc * gy).backward();
+  sum(yr * gy).backward();
+  CHECK(close(xc.grad(), xr.grad(), 1e-12));
+}
+
+TEST_CASE("batch_norm validation errors", "[norm][errors]") {
+  Tensor x = randn({4, 3, 2, 2});
+  REQUIRE_THROWS_WITH(batch_norm(randn({4}), {}, {}, {}, {}, true), Catch::Contains("at least 2 dims"));
+  REQUIRE_THROWS_WITH(batch_norm(x, {}, {}, ones({4}), {}, true), Catch::Contains("weight") && Catch::Contains("3 elements"));
+  REQUIRE_THROWS_WITH(batch_norm(x, {}, {}, {}, {}, false), Catch::Contains("running_mean"));
+  REQUIRE_THROWS_WITH(batch_norm(randn({1, 3}), {}, {}, {}, {}, true), Catch::Contains("more than 1 value per channel"));
+}
+
+TEST_CASE("layer_norm and group_norm", "[norm][gradcheck]") {
+  manual_seed(24);
+  SECTION("layer_norm forward normalizes the trailing dims") {
+    Tensor x = randn({3, 4, 5}, kFloat64) * 3.0 + 2.0;
+    Tensor y = layer_norm(x, {4, 5});
+    CHECK(close(mean(y, {1, 2}), zeros({3}, kFloat64), 0.0, 1e-12));
+    CHECK(close(var(y, {1, 2}, false), ones({3}, kFloat64), 1e-4));
+  }
+  SECTION("layer_norm gradcheck") {
+    Tensor x = leaf({2, 3, 4}), w = leaf({4}), b = leaf({4});
+    auto f = [](const tensor_list& t) { return layer_norm(t[0], {4}, t[1], t[2]); };
+    CHECK(gradcheck(f, {x, w, b}) == "");
+    CHECK(gradgradcheck(f, {x, w, b}) == "");
+    CHECK(gradcheck([](const tensor_list& t) { return layer_norm(t[0], {3, 4}); }, {x}) == "");
+  }
+  SECTION("group_norm gradcheck and per-group statistics") {
+    Tensor x = leaf({2, 4, 3, 2}), w = leaf({4}), b = leaf({4});
+    auto f = [](const tensor_list& t) { return group_norm(t[0], 2, t[1], t[2]); };
+    CHECK(gradcheck(f, {x, w, b}) == "");
+    Tensor y = group_norm(x.detach(), 2);
+    CHECK(close(mean(y.reshape({2, 2, -1}), {2}), zeros({2, 2}, kFloat64), 0.0, 1e-12));
+  }
+  SECTION("low precision input keeps its dtype") {
+    Tensor x = randn({2, 4, 3}).to(kFloat16);
+    CHECK(layer_norm(x, {3}).dtype() == kFloat16);
+    CHECK(group_norm(x, 2).dtype() == kFloat16);
+    CHECK(close(group_norm(x, 2), group_norm(x.to(kFloat64), 2), 5e-3));
+  }
+  SECTION("errors") {
+    Tensor x = randn({2, 4, 3});
+    REQUIRE_THROWS_WITH(layer_norm(x, {4}), Catch::Contains("trailing dims"));
+    REQUIRE_THROWS_WITH(layer_norm(x, {3}, ones({4})), Catch::Contains("weight"));
+    REQUIRE_THROWS_WITH(group_norm(x, 3), Catch::Contains("not divisible by num_groups=3"));
+  }
+}
