@@ -29,11 +29,16 @@ TEST_CASE("small CNN reaches 85% on Fashion-MNIST", "[train][slow]") {
 
   models::SmallCnn net;
   optim::SGD opt(net->parameters(), optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-4));
-  for (int64_t s = 0; s + batch <= n_train; s += batch) {
-    opt.zero_grad();
-    Tensor loss = F::cross_entropy(net(xs.narrow(0, s, batch)), ys.narrow(0, s, batch));
-    loss.backward();
-    opt.step();
+  // Two epochs, the second at a fifth of the rate, keep a margin over the bar (one epoch
+  // lands near 85.5 %).
+  optim::StepLR sched(opt, 1, 0.2);
+  for (int epoch = 0; epoch < 2; ++epoch, sched.step()) {
+    for (int64_t s = 0; s + batch <= n_train; s += batch) {
+      opt.zero_grad();
+      Tensor loss = F::cross_entropy(net(xs.narrow(0, s, batch)), ys.narrow(0, s, batch));
+      loss.backward();
+      opt.step();
+    }
   }
   net->eval();
   NoGradGuard ng;
