@@ -14,13 +14,13 @@ template <bool Decoupled>
 class AdamOptionsT : public OptimizerCloneableOptions<AdamOptionsT<Decoupled>> {
  public:
   AdamOptionsT(double lr = 1e-3) : lr_(lr) {}  // NOLINT: LibTorch's AdamOptions(lr)
-  MPX_OPTIM_ARG(double, lr);
-  MPX_OPTIM_ARG(Betas, betas) = Betas(0.9, 0.999);
-  MPX_OPTIM_ARG(double, eps) = 1e-8;
+  MPX_ARG(double, lr);
+  MPX_ARG(Betas, betas) = Betas(0.9, 0.999);
+  MPX_ARG(double, eps) = 1e-8;
   /// Adam: L2 penalty added to the gradient; AdamW: decoupled decay p *= 1 - lr * wd (default 1e-2).
-  MPX_OPTIM_ARG(double, weight_decay) = Decoupled ? 1e-2 : 0.0;
-  MPX_OPTIM_ARG(bool, amsgrad) = false;
-  MPX_OPTIM_ARG(bool, maximize) = false;
+  MPX_ARG(double, weight_decay) = Decoupled ? 1e-2 : 0.0;
+  MPX_ARG(bool, amsgrad) = false;
+  MPX_ARG(bool, maximize) = false;
 
  public:
   double get_lr() const override { return lr_; }

@@ -7,20 +7,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/arg.h"
 #include "core/tensor.h"
 #include "ops/optim_kernels.h"
 
 namespace mpx::optim {
-
-/// Declares a hyper-parameter with a chained setter `name(v)` and getters `name()` (LibTorch's TORCH_ARG).
-#define MPX_OPTIM_ARG(T, name)                                      \
- public:                                                            \
-  auto& name(const T& v) { name##_ = v; return *this; }             \
-  const T& name() const noexcept { return name##_; }                \
-  T& name() noexcept { return name##_; }                            \
-                                                                    \
- private:                                                           \
-  T name##_
 
 /// Per-group hyper-parameters. Each optimizer has its own options type deriving from this.
 class OptimizerOptions {

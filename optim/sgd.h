@@ -8,13 +8,13 @@ namespace mpx::optim {
 class SGDOptions : public OptimizerCloneableOptions<SGDOptions> {
  public:
   SGDOptions(double lr) : lr_(lr) {}  // NOLINT: LibTorch's SGDOptions(lr)
-  MPX_OPTIM_ARG(double, lr);
-  MPX_OPTIM_ARG(double, momentum) = 0;
-  MPX_OPTIM_ARG(double, dampening) = 0;
-  MPX_OPTIM_ARG(double, weight_decay) = 0;
-  MPX_OPTIM_ARG(bool, nesterov) = false;
+  MPX_ARG(double, lr);
+  MPX_ARG(double, momentum) = 0;
+  MPX_ARG(double, dampening) = 0;
+  MPX_ARG(double, weight_decay) = 0;
+  MPX_ARG(bool, nesterov) = false;
   /// Maximizes the objective (steps along +grad).
-  MPX_OPTIM_ARG(bool, maximize) = false;
+  MPX_ARG(bool, maximize) = false;
 
  public:
   double get_lr() const override { return lr_; }
