@@ -1,6 +1,7 @@
 // Tests of the op registry: ops.def-generated names and policies, overrides, missing kernels, autocast stage.
 #include <catch2/catch.hpp>
 
+#include "amp/autocast.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "ops/linalg.h"
@@ -39,21 +40,27 @@ TEST_CASE("a missing kernel is a clear error naming op, dtype and device", "[reg
 }
 
 TEST_CASE("the autocast stage follows each op's policy", "[registry][autocast]") {
-  AutocastState saved = autocast_state();
-  autocast_state().enabled = true;
-  autocast_state().dtype = kBFloat16;
   Tensor a = ones({2, 2}), b = ones({2, 2});
-  CHECK(mm(a, b).dtype() == kBFloat16);                                   // lower
-  CHECK(exp(a.to(kFloat16)).dtype() == kFloat32);                         // fp32
-  CHECK(add(a.to(kBFloat16), a).dtype() == kFloat32);                     // promote: widest
-  CHECK(relu(a.to(kBFloat16)).dtype() == kBFloat16);                      // none
-  CHECK(mm(a.to(kFloat64), b.to(kFloat64)).dtype() == kFloat64);          // f64 is left alone
-  CHECK_THROWS_WITH(add(a.to(kFloat16), a.to(kBFloat16)), Catch::Contains("mix f16 and bf16"));
-  CHECK_THROWS_WITH(binary_cross_entropy(full({2}, 0.5), full({2}, 1.0)), Catch::Contains("bce_with_logits"));
-  // Gradients reach f32 leaves in f32 through the recorded casts.
-  Tensor w = ones({2, 2}).set_requires_grad(true);
-  sum(mm(a, w)).backward();
-  CHECK(w.grad().dtype() == kFloat32);
-  autocast_state() = saved;
+  {
+    amp::AutocastGuard guard(kBFloat16);
+    CHECK(mm(a, b).dtype() == kBFloat16);                                   // lower
+    CHECK(exp(a.to(kFloat16)).dtype() == kFloat32);                         // fp32
+    CHECK(add(a.to(kBFloat16), a).dtype() == kFloat32);                     // promote: widest
+    CHECK(relu(a.to(kBFloat16)).dtype() == kBFloat16);                      // none
+    CHECK(mm(a.to(kFloat64), b.to(kFloat64)).dtype() == kFloat64);          // f64 is left alone
+    CHECK_THROWS_WITH(add(a.to(kFloat16), a.to(kBFloat16)), Catch::Contains("mix f16 and bf16"));
+    CHECK_THROWS_WITH(binary_cross_entropy(full({2}, 0.5), full({2}, 1.0)), Catch::Contains("bce_with_logits"));
+    // Gradients reach f32 leaves in f32 through the recorded casts.
+    Tensor w = ones({2, 2}).set_requires_grad(true);
+    sum(mm(a, w)).backward();
+    CHECK(w.grad().dtype() == kFloat32);
+    {
+      amp::AutocastGuard off(kBFloat16, false);  // a nested disabled region
+      CHECK(mm(a, b).dtype() == kFloat32);
+    }
+    CHECK(mm(a, b).dtype() == kBFloat16);
+  }
+  CHECK_FALSE(amp::is_autocast_enabled());
   CHECK(mm(a, b).dtype() == kFloat32);
+  CHECK_THROWS_WITH(amp::AutocastGuard(kFloat32), Catch::Contains("kFloat16 or kBFloat16"));
 }

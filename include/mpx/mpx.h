@@ -20,3 +20,4 @@
 #include "core/serialize.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "amp/autocast.h"
