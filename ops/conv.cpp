@@ -30,9 +30,14 @@ bool channels_last(const Tensor& t) {
   return t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(MemoryFormat::ChannelsLast);
 }
 
-// The output in the input's memory format.
-Tensor in_format_of(const Tensor& y, const Tensor& like) {
-  return channels_last(like) ? y.contiguous(MemoryFormat::ChannelsLast) : y;
+// An activation as the kernels take it: channels-last stays so (oneDNN runs NHWC without
+// copies), anything else becomes contiguous.
+Tensor kernel_act(const Tensor& t) { return channels_last(t) ? t : t.contiguous(); }
+
+// A fresh output in the format of the activation it comes from.
+Tensor empty_like_format(const IntList& shape, const Tensor& like) {
+  return empty(shape, like.options().memory_format(channels_last(like) ? MemoryFormat::ChannelsLast
+                                                                         : MemoryFormat::Contiguous));
 }
 
 void check_params(const char* op, const Conv2dParams& p) {
@@ -71,7 +76,7 @@ Tensor conv_weight_grad(const Tensor& x, const Tensor& gy0, const IntList& wsize
   {
     NoGradGuard ng;
     dispatch::kernel<kernels::Conv2dBackwardWeightFn>(OpId::conv2d_backward_weight, x.device(), x.dtype())(
-        gw, gy.contiguous(), x.contiguous(), p);
+        gw, kernel_act(gy), kernel_act(x), p);
   }
   if (auto n = autograd::record("Conv2dBackwardWeightBackward", {x, gy}, {gw},
                                 [p](FunctionNode& self, const tensor_list& g) -> tensor_list {
@@ -96,12 +101,11 @@ Tensor conv_weight_grad(const Tensor& x, const Tensor& gy0, const IntList& wsize
 Tensor conv2d_impl(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
   const int64_t Ho = conv_out(x.size(2), w.size(2), p.stride[0], p.padding[0], p.dilation[0]);
   const int64_t Wo = conv_out(x.size(3), w.size(3), p.stride[1], p.padding[1], p.dilation[1]);
-  Tensor y = empty({x.size(0), w.size(0), Ho, Wo}, x.options());
+  Tensor y = empty_like_format({x.size(0), w.size(0), Ho, Wo}, x);
   {
     NoGradGuard ng;
     dispatch::kernel<kernels::Conv2dFn>(OpId::conv2d, x.device(), x.dtype())(
-        y, x.contiguous(), w.contiguous(), b.defined() ? b.contiguous() : b, p);
-    y = in_format_of(y, x);
+        y, kernel_act(x), w.contiguous(), b.defined() ? b.contiguous() : b, p);
   }
   if (auto n = autograd::record("Conv2dBackward", {x, w, b}, {y}, [p](FunctionNode& self, const tensor_list& g) -> tensor_list {
         Tensor x = self.saved(0), w = self.saved(1);
@@ -123,12 +127,11 @@ Tensor conv2d_impl(const Tensor& x, const Tensor& w, const Tensor& b, const Conv
 // slot): x [N, C, H, W], w [C, O/groups, kh, kw] -> [N, O, Hout, Wout].
 Tensor conv_transpose_impl(OpId op, const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p,
                            int64_t Hout, int64_t Wout) {
-  Tensor y = empty({x.size(0), w.size(1) * p.groups, Hout, Wout}, x.options());
+  Tensor y = empty_like_format({x.size(0), w.size(1) * p.groups, Hout, Wout}, x);
   {
     NoGradGuard ng;
     dispatch::kernel<kernels::Conv2dBackwardInputFn>(op, x.device(), x.dtype())(
-        y, x.contiguous(), w.contiguous(), b.defined() ? b.contiguous() : b, p);
-    y = in_format_of(y, x);
+        y, kernel_act(x), w.contiguous(), b.defined() ? b.contiguous() : b, p);
   }
   if (auto n = autograd::record("ConvTranspose2dBackward", {x, w, b}, {y},
                                 [p](FunctionNode& self, const tensor_list& g) -> tensor_list {

@@ -1,6 +1,7 @@
 // Convolution ops: conv2d (stride, padding, dilation, groups) and conv_transpose2d.
 #pragma once
 #include <array>
+#include <string>
 
 #include "core/tensor.h"
 
@@ -18,22 +19,27 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, 
                         Pair padding = {0, 0}, Pair output_padding = {0, 0}, int64_t groups = 1,
                         Pair dilation = {1, 1});
 
+/// What runs f32 convolutions on the CPU in this build: "oneDNN 2.6.3 (CPU ISA ...)" when
+/// mpx was built with oneDNN, else "im2col + Eigen GEMM". f64/f16/bf16 always use the latter.
+std::string cpu_conv_backend();
+
 }  // namespace mpx
 
 namespace mpx::kernels {
 /// Geometry shared by the conv kernels (x/y sizes come from the tensors themselves).
+/// Activations (x, y, gx, gy) each arrive NCHW-contiguous or channels-last (NHWC-dense),
+/// outputs in the format of the activation they come from; weights and bias are contiguous.
 struct Conv2dParams {
   Pair stride{1, 1}, padding{0, 0}, dilation{1, 1};
   int64_t groups = 1;
 };
 /// y = conv2d(x, w) + b: x [N, C, H, W], w [O, C/groups, kh, kw], b [O] or undefined;
-/// all contiguous (NCHW), y contiguous and preallocated.
+/// y preallocated.
 using Conv2dFn = void (*)(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p);
 /// gx = the input gradient of conv2d for upstream gy (overwrites gx, whose shape fixes
 /// H and W), plus b[c] per channel when b is defined; this is conv_transpose2d's forward too.
-/// gx, gy, w contiguous.
 using Conv2dBackwardInputFn = void (*)(const Tensor& gx, const Tensor& gy, const Tensor& w, const Tensor& b,
                                        const Conv2dParams& p);
-/// gw = the weight gradient of conv2d for input x and upstream gy (overwrites gw). All contiguous.
+/// gw = the weight gradient of conv2d for input x and upstream gy (overwrites gw).
 using Conv2dBackwardWeightFn = void (*)(const Tensor& gw, const Tensor& gy, const Tensor& x, const Conv2dParams& p);
 }  // namespace mpx::kernels

@@ -35,6 +35,7 @@ int info() {
 #endif
   std::printf("CUDA devices: %d\n", cuda_device_count());
   std::printf("CPU threads (OpenMP): %d\n", omp_get_max_threads());
+  std::printf("CPU f32 convolutions: %s\n", cpu_conv_backend().c_str());
   std::printf("ops in the registry: %d\n", kNumOps);
   return 0;
 }

@@ -1,4 +1,5 @@
-// CPU convolution kernels: im2col/col2im + Eigen GEMM, parallel over chunks of images.
+// CPU convolution kernels: im2col/col2im + Eigen GEMM, parallel over chunks of images; f32 goes
+// to oneDNN first when the library is built with it (MPX_WITH_ONEDNN).
 #include <omp.h>
 
 #include <Eigen/Core>
@@ -10,6 +11,9 @@
 #include "ops/conv.h"
 #include "ops/cpu/loops.h"
 #include "ops/dispatch.h"
+#ifdef MPX_WITH_ONEDNN
+#include "ops/cpu/conv_onednn.h"
+#endif
 
 namespace mpx::cpu {
 namespace {
@@ -262,20 +266,34 @@ void backward_weight(S* gw, const S* gy, const S* x, const Geom& g) {
   }
 }
 
+// f32 tries oneDNN first (it returns false for what it cannot run). The choice is made here,
+// in the entry points, rather than by a second registration, so it never depends on the order
+// in which files' static registrations run. f64 and f16/bf16 (whose "compute in f32, round
+// once" numerics are ours) stay on the Eigen kernels.
 template <typename T>
 constexpr bool kNative = std::is_same_v<T, float> || std::is_same_v<T, double>;
 
 // f16/bf16 inputs compute in f32 (dense copies) and round the result back once.
 Tensor widen(const Tensor& t) { return t.defined() ? t.to(kFloat32).contiguous() : t; }
+// The Eigen kernels run on NCHW: channels-last outputs are computed in a dense temporary.
+Tensor dense_out(const Tensor& t) { return t.is_contiguous() ? t : empty(t.sizes(), t.options()); }
+void finish(const Tensor& out, const Tensor& dense) {
+  if (!dense.is_same(out)) Tensor(out).copy_(dense);
+}
 template <typename S>
 const S* ptr(const Tensor& t) { return t.defined() ? static_cast<const S*>(t.raw_data()) : nullptr; }
 
 template <typename T> struct ConvForward {
   static void run(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
     if (y.numel() == 0) return;
+#ifdef MPX_WITH_ONEDNN
+    if constexpr (std::is_same_v<T, float>) if (onednn::conv_forward(y, x, w, b, p)) return;
+#endif
     const Geom g = geom(x.sizes(), w.sizes(), y.sizes(), p);
     if constexpr (kNative<T>) {
-      forward<T>(static_cast<T*>(y.raw_data()), ptr<T>(x), ptr<T>(w), ptr<T>(b), g);
+      const Tensor xc = x.contiguous(), yc = dense_out(y);
+      forward<T>(static_cast<T*>(yc.raw_data()), ptr<T>(xc), ptr<T>(w), ptr<T>(b), g);
+      finish(y, yc);
     } else {
       Tensor xf = widen(x), wf = widen(w), bf = widen(b);
       Tensor yf = empty(y.sizes(), TensorOptions(kFloat32));
@@ -293,9 +311,14 @@ template <typename T> struct ConvBackwardInput {
       if (b.defined()) Tensor(gx).add_(b.view({1, -1, 1, 1}));
       return;
     }
+#ifdef MPX_WITH_ONEDNN
+    if constexpr (std::is_same_v<T, float>) if (onednn::conv_backward_input(gx, gy, w, b, p)) return;
+#endif
     const Geom g = geom(gx.sizes(), w.sizes(), gy.sizes(), p);
     if constexpr (kNative<T>) {
-      backward_input<T>(static_cast<T*>(gx.raw_data()), ptr<T>(gy), ptr<T>(w), ptr<T>(b), g);
+      const Tensor gyc = gy.contiguous(), gxc = dense_out(gx);
+      backward_input<T>(static_cast<T*>(gxc.raw_data()), ptr<T>(gyc), ptr<T>(w), ptr<T>(b), g);
+      finish(gx, gxc);
     } else {
       Tensor gyf = widen(gy), wf = widen(w), bf = widen(b);
       Tensor gxf = empty(gx.sizes(), TensorOptions(kFloat32));
@@ -309,9 +332,12 @@ template <typename T> struct ConvBackwardWeight {
   static void run(const Tensor& gw, const Tensor& gy, const Tensor& x, const Conv2dParams& p) {
     if (gw.numel() == 0) return;
     if (gy.numel() == 0) { Tensor(gw).zero_(); return; }
+#ifdef MPX_WITH_ONEDNN
+    if constexpr (std::is_same_v<T, float>) if (onednn::conv_backward_weight(gw, gy, x, p)) return;
+#endif
     const Geom g = geom(x.sizes(), gw.sizes(), gy.sizes(), p);
     if constexpr (kNative<T>) {
-      backward_weight<T>(static_cast<T*>(gw.raw_data()), ptr<T>(gy), ptr<T>(x), g);
+      backward_weight<T>(static_cast<T*>(gw.raw_data()), ptr<T>(gy.contiguous()), ptr<T>(x.contiguous()), g);
     } else {
       Tensor gyf = widen(gy), xf = widen(x);
       Tensor gwf = empty(gw.sizes(), TensorOptions(kFloat32));
@@ -323,6 +349,19 @@ template <typename T> struct ConvBackwardWeight {
 
 }  // namespace
 
+}  // namespace mpx::cpu
+
+namespace mpx {
+std::string cpu_conv_backend() {
+#ifdef MPX_WITH_ONEDNN
+  return cpu::onednn::version();
+#else
+  return "im2col + Eigen GEMM";
+#endif
+}
+}  // namespace mpx
+
+namespace mpx::cpu {
 MPX_REGISTER_KERNELS(cpu_conv) {
   dispatch::register_types<ConvForward, float, double, Half, BFloat16>(OpId::conv2d, DeviceType::kCPU);
   dispatch::register_types<ConvBackwardInput, float, double, Half, BFloat16>(OpId::conv2d_backward_input, DeviceType::kCPU);
