@@ -91,7 +91,13 @@ inline Tensor cast_arg(const Tensor& t, CastPolicy p) {
   if (p == CastPolicy::fp32 && t.dtype() != kFloat32) return st.cast ? st.cast(t, kFloat32) : t.to(kFloat32);
   return t;
 }
-template <typename A> decltype(auto) cast_arg(A&& a, CastPolicy) { return std::forward<A>(a); }
+// Non-tensor arguments pass through. The constraint matters: unconstrained, this overload is a
+// better match than the const Tensor& one for non-const Tensor lvalues, and the policy is skipped.
+template <typename A>
+  requires(!std::is_same_v<std::decay_t<A>, Tensor>)
+decltype(auto) cast_arg(A&& a, CastPolicy) {
+  return std::forward<A>(a);
+}
 
 void wire(CppNodeBase& node, const tensor_list& inputs, tensor_list& outputs, const std::shared_ptr<Node>& self);
 }  // namespace detail

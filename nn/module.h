@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "nn/cast_args.h"
 #include "nn/ordered_dict.h"
 
 namespace mpx::nn {
@@ -189,6 +190,12 @@ class Module : public std::enable_shared_from_this<Module> {
   void run_forward_pre_hooks(Tensor& input);
   void run_forward_hooks(const Tensor& input, Tensor& output);
 
+  // ---- casting around holder calls (amp::initialize sets it; see nn/cast_args.h) ----
+  /// Sets what a holder call `net(args...)` casts: floating inputs, floating outputs, and
+  /// whether forward runs under autocast. Direct `net->forward(...)` calls are not affected.
+  void set_forward_cast(ForwardCast cast) { forward_cast_ = cast; }
+  const ForwardCast& forward_cast() const { return forward_cast_; }
+
  protected:
   /// Applies fn to every parameter, buffer and gradient of this module tree in place.
   void apply_to_tensors(const std::function<Tensor(const Tensor&)>& fn, bool floating_only);
@@ -210,6 +217,7 @@ class Module : public std::enable_shared_from_this<Module> {
   OrderedDict<std::string, std::shared_ptr<Module>> children_{"submodule"};
   std::vector<std::pair<int64_t, ForwardPreHook>> pre_hooks_;
   std::vector<std::pair<int64_t, ForwardHook>> hooks_;
+  ForwardCast forward_cast_;
 };
 
 /// Prints the module tree: "Net(\n  (conv): Conv2d(...)\n  ...\n)".
@@ -222,7 +230,7 @@ inline constexpr bool is_tensor_v = std::is_same_v<std::decay_t<T>, Tensor>;
 /// Calls m.forward(args...) with the module's hooks around it. Hooks see the first argument
 /// when it is a Tensor, and the output when forward returns a Tensor.
 template <typename M, typename First, typename... Rest>
-auto call_forward(M& m, First&& first, Rest&&... rest) {
+auto call_forward_hooked(M& m, First&& first, Rest&&... rest) {
   if constexpr (is_tensor_v<First>) {
     if (!m.has_forward_hooks()) return m.forward(std::forward<First>(first), std::forward<Rest>(rest)...);
     Tensor in = first;
@@ -235,8 +243,36 @@ auto call_forward(M& m, First&& first, Rest&&... rest) {
   }
 }
 template <typename M>
-auto call_forward(M& m) {
+auto call_forward_hooked(M& m) {
   return m.forward();
+}
+
+/// call_forward_hooked with the module's ForwardCast applied: inputs cast (when forward can
+/// take the cast copies), forward under autocast, outputs cast.
+template <typename M, typename... Args>
+auto call_forward(M& m, Args&&... args) {
+  using R = decltype(call_forward_hooked(m, std::forward<Args>(args)...));
+  const ForwardCast& fc = m.forward_cast();
+  if (!fc.active()) return call_forward_hooked(m, std::forward<Args>(args)...);
+  ForwardAutocastScope scope(fc);
+  auto run = [&]() -> R {
+    if constexpr (sizeof...(Args) > 0 &&
+                  requires { call_forward_hooked(m, std::declval<std::decay_t<Args>>()...); }) {
+      if (fc.inputs) return call_forward_hooked(m, cast_floating<std::decay_t<Args>>(args, *fc.inputs)...);
+    } else if constexpr (sizeof...(Args) > 0) {
+      MPX_CHECK(!fc.inputs, m.name(),
+                ": amp casts the inputs of a holder call, but this forward takes an argument by non-const "
+                "reference; take it by value or const reference, or call forward directly and cast yourself");
+    }
+    return call_forward_hooked(m, std::forward<Args>(args)...);
+  };
+  if constexpr (std::is_void_v<R>) {
+    run();
+  } else {
+    R out = run();
+    if (fc.outputs) return cast_floating<R>(out, *fc.outputs);
+    return out;
+  }
 }
 }  // namespace detail
 

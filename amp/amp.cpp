@@ -1,0 +1,587 @@
+// amp front end: apex's opt-level table and override rules, initialize, scale_loss with per-loss scalers, diagnosis.
+#include "amp/amp.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+#include <unordered_map>
+
+#include "amp/grad_scaler.h"
+#include "autograd/grad_mode.h"
+#include "ops/elementwise.h"
+#include "ops/op_utils.h"
+#include "ops/reduction.h"
+#include "amp/autocast.h"
+#include "amp/cast_cache.h"
+
+namespace mpx::amp {
+namespace {
+
+const char* kLevels = "'O0', 'O1', 'O2', 'O3'";
+
+std::string dt(std::optional<DType> t) { return t ? dtype_name(*t) : "None"; }
+std::string ob(std::optional<bool> b) { return b ? (*b ? "True" : "False") : "None"; }
+// Scales print as Python floats do in apex's message ("32768.0").
+std::string num(double v) {
+  std::ostringstream os;
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e16) {
+    os.precision(17);
+    os << v << ".0";
+  } else {
+    os << v;
+  }
+  return os.str();
+}
+
+bool is_rank0() {
+  for (const char* k : {"RANK", "LOCAL_RANK"})
+    if (const char* v = std::getenv(k); v && std::string(v) != "0") return false;
+  return true;
+}
+
+// apex's LossScaler: the scale and clean-step count, plus the GradScaler that does the fused unscale.
+struct LossScaler {
+  bool dynamic = true;
+  double scale = 65536.0;
+  int64_t unskipped = 0;
+  double min_scale = 0.0, max_scale = 16777216.0;
+  int64_t messages = 0;
+  std::unique_ptr<GradScaler> scaler;
+
+  void make_scaler() {
+    scaler = std::make_unique<GradScaler>(
+        GradScalerOptions().init_scale(scale).max_scale(std::max(scale, max_scale) * 2.0 + 1.0));
+  }
+};
+
+// What amp keeps per optimizer; hooks hold it by shared_ptr so a reset() leaves them inert.
+struct OptState {
+  bool active = true;
+  bool skip_next = false;
+  bool params_have_scaled_grads = false;
+  int skip_loss_id = 0;
+  double skip_scale = 0;
+  std::string diagnosis;
+  int64_t skipped = 0;
+  std::unordered_map<const TensorImpl*, Tensor> stash;
+};
+
+struct State {
+  bool initialized = false;
+  Properties props;
+  DType low = kFloat16;
+  int verbosity = 1;
+  bool diagnose = false;
+  std::vector<LossScaler> scalers;
+  std::vector<std::shared_ptr<nn::Module>> models;
+  std::unordered_map<const optim::Optimizer*, std::shared_ptr<OptState>> optimizers;
+  std::string last_diagnosis;
+  std::function<void(const std::string&)> sink;
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+void say(const std::string& msg) {
+  State& g = state();
+  if (g.sink) {
+    g.sink(msg);
+  } else if (is_rank0()) {
+    std::cout << msg << std::endl;
+  }
+}
+
+void clear_cache() { clear_cast_cache(); }
+
+// End of an O1 model forward: like the outermost AutocastGuard, drop the cached casts, unless
+// the caller's own guard is still live (then its exit clears them).
+void forward_region_exit() {
+  if (autocast_nesting() == 0) clear_cast_cache();
+}
+
+const char* level_brief(const std::string& l) {
+  if (l == "O0") return "Pure FP32 training.";
+  if (l == "O1") return "Insert automatic casts around mpx ops (autocast in the model's forward).";
+  if (l == "O2") return "Low precision training with FP32 batchnorm and FP32 master weights.";
+  return "Pure low precision training.";
+}
+
+bool finite_all(const Tensor& t) {
+  NoGradGuard ng;
+  // inf * 0 and NaN * 0 are NaN: one reduction tells whether anything is non-finite.
+  return std::isfinite(sum(t.detach().to(kFloat32) * 0.0).item_double());
+}
+
+std::string overrides_str(const Options& o) {
+  std::ostringstream os;
+  if (o.cast_model_type_) os << "  cast_model_type = " << dtype_name(*o.cast_model_type_) << "\n";
+  if (o.patch_functions_) os << "  patch_functions = " << ob(o.patch_functions_) << "\n";
+  if (o.keep_batchnorm_fp32_) os << "  keep_batchnorm_fp32 = " << ob(o.keep_batchnorm_fp32_) << "\n";
+  if (o.master_weights_) os << "  master_weights = " << ob(o.master_weights_) << "\n";
+  if (o.loss_scale_) os << "  loss_scale = " << num(*o.loss_scale_) << "\n";
+  if (o.loss_scale_str_) os << "  loss_scale = " << *o.loss_scale_str_ << "\n";
+  if (o.cast_model_outputs_) os << "  cast_model_outputs = " << dtype_name(*o.cast_model_outputs_) << "\n";
+  if (o.num_losses_ != 1) os << "  num_losses = " << o.num_losses_ << "\n";
+  if (o.min_loss_scale_ != 0) os << "  min_loss_scale = " << num(o.min_loss_scale_) << "\n";
+  if (o.max_loss_scale_ != 16777216.0) os << "  max_loss_scale = " << num(o.max_loss_scale_) << "\n";
+  if (o.dtype_ != kFloat16) os << "  dtype = " << dtype_name(o.dtype_) << "\n";
+  return os.str();
+}
+
+}  // namespace
+
+std::string Properties::str() const {
+  std::ostringstream os;
+  os << "enabled                : " << (enabled ? "True" : "False") << "\n"
+     << "opt_level              : " << opt_level << "\n"
+     << "cast_model_type        : " << dt(cast_model_type) << "\n"
+     << "patch_functions        : " << (patch_functions ? "True" : "False") << "\n"
+     << "keep_batchnorm_fp32    : " << ob(keep_batchnorm_fp32) << "\n"
+     << "master_weights         : " << ob(master_weights) << "\n"
+     << "loss_scale             : " << (dynamic_loss_scale ? std::string("dynamic") : num(loss_scale)) << "\n";
+  return os.str();
+}
+
+Properties opt_level_defaults(const std::string& level, DType low) {
+  MPX_CHECK(is_reduced_float(low), "amp: dtype must be kFloat16 or kBFloat16, got ", dtype_name(low));
+  bool zero_typo = !level.empty() && level[0] == '0';
+  MPX_CHECK(level == "O0" || level == "O1" || level == "O2" || level == "O3", "amp: unexpected optimization level \"",
+            level, "\". Options are ", kLevels, ".",
+            zero_typo ? " Note that in \"O0\", \"O1\", etc., the prefix O is the letter O, not the number zero." : "");
+  Properties p;
+  p.opt_level = level;
+  if (level == "O0") {
+    p.cast_model_type = kFloat32;
+    p.master_weights = false;
+    p.loss_scale = 1.0;
+  } else if (level == "O1") {
+    p.patch_functions = true;
+    p.dynamic_loss_scale = true;
+    p.loss_scale = 0;
+  } else if (level == "O2") {
+    p.cast_model_type = low;
+    p.keep_batchnorm_fp32 = true;
+    p.master_weights = true;
+    p.dynamic_loss_scale = true;
+    p.loss_scale = 0;
+  } else {
+    p.cast_model_type = low;
+    p.keep_batchnorm_fp32 = false;
+    p.master_weights = false;
+    p.loss_scale = 1.0;
+  }
+  return p;
+}
+
+Properties Options::resolve() const {
+  Properties p = opt_level_defaults(opt_level_, dtype_);
+  p.enabled = enabled_;
+  const bool o1 = opt_level_ == "O1";
+  if (cast_model_type_) {
+    const DType t = *cast_model_type_;
+    MPX_CHECK(t == kFloat32 || is_reduced_float(t), "amp: cast_model_type must be kFloat32, kFloat16 or kBFloat16, got ",
+              dtype_name(t));
+    MPX_CHECK(!o1 || t == kFloat32,
+              "amp: O1 inserts casts around ops rather than casting the model weights, so with O1 the model weights "
+              "themselves should remain FP32. If you wish to cast the model to a different type, use opt_level "
+              "\"O2\" or \"O3\". cast_model_type was ",
+              dtype_name(t));
+    MPX_CHECK(!is_reduced_float(t) || t == dtype_, "amp: cast_model_type ", dtype_name(t), " differs from dtype ",
+              dtype_name(dtype_), "; mixing f16 and bf16 is not supported: set dtype(", dtype_name(t),
+              ") to choose the low precision type for every level");
+    p.cast_model_type = t;
+  }
+  if (patch_functions_) {
+    MPX_CHECK(!*patch_functions_ || o1,
+              "amp: patch_functions(true) should only be set by selecting opt_level \"O1\" (it is O1's autocast); "
+              "with ", opt_level_, " the model itself is cast. Drop the override or use O1");
+    p.patch_functions = *patch_functions_;
+  }
+  if (keep_batchnorm_fp32_) {
+    MPX_CHECK(!o1, "amp: with opt_level O1, batch norm runs in FP32 automatically (its ops are fp32 in autocast), so "
+                   "keep_batchnorm_fp32 should not be set. keep_batchnorm_fp32 was ",
+              *keep_batchnorm_fp32_ ? "true" : "false", "; drop the override or use O2/O3");
+    p.keep_batchnorm_fp32 = *keep_batchnorm_fp32_;
+  }
+  if (master_weights_) {
+    MPX_CHECK(!o1, "amp: it doesn't make sense to use master_weights with O1: with O1 the model weights themselves "
+                   "are FP32. Drop the master_weights override or use O2");
+    p.master_weights = *master_weights_;
+  }
+  if (loss_scale_str_) {
+    if (*loss_scale_str_ == "dynamic") {
+      p.dynamic_loss_scale = true;
+      p.loss_scale = 0;
+    } else {
+      char* end = nullptr;
+      const double v = std::strtod(loss_scale_str_->c_str(), &end);
+      MPX_CHECK(!loss_scale_str_->empty() && end && *end == '\0', "amp: loss_scale must be \"dynamic\" or a number, got \"",
+                *loss_scale_str_, "\"");
+      p.dynamic_loss_scale = false;
+      p.loss_scale = v;
+    }
+  } else if (loss_scale_) {
+    p.dynamic_loss_scale = false;
+    p.loss_scale = *loss_scale_;
+  }
+  if (!p.dynamic_loss_scale)
+    MPX_CHECK(std::isfinite(p.loss_scale) && p.loss_scale > 0, "amp: a static loss_scale must be positive and finite, got ",
+              p.loss_scale, "; use loss_scale(\"dynamic\") to let amp choose");
+  MPX_CHECK(num_losses_ >= 1, "amp: num_losses must be at least 1, got ", num_losses_);
+  MPX_CHECK(min_loss_scale_ >= 0 && std::isfinite(min_loss_scale_), "amp: min_loss_scale must be >= 0 (0: no floor), got ",
+            min_loss_scale_);
+  MPX_CHECK(max_loss_scale_ > 0 && max_loss_scale_ >= min_loss_scale_, "amp: max_loss_scale (", max_loss_scale_,
+            ") must be positive and at least min_loss_scale (", min_loss_scale_, ")");
+  if (cast_model_outputs_)
+    MPX_CHECK(is_floating(*cast_model_outputs_), "amp: cast_model_outputs must be a floating dtype, got ",
+              dtype_name(*cast_model_outputs_));
+  return p;
+}
+
+void reset() {
+  State& g = state();
+  for (auto& [opt, st] : g.optimizers) st->active = false;
+  for (auto& m : g.models) m->set_forward_cast({});
+  auto sink = std::move(g.sink);
+  g = State();
+  g.sink = std::move(sink);
+}
+
+bool is_initialized() { return state().initialized; }
+const Properties& properties() { return state().props; }
+void set_message_sink(std::function<void(const std::string&)> sink) { state().sink = std::move(sink); }
+
+void initialize(const std::vector<ModelRef>& models, const std::vector<OptimizerRef>& optimizers,
+                const Options& options) {
+  State& g = state();
+  g.verbosity = options.verbosity_;
+  if (!options.enabled_) {
+    g.props = Properties();
+    g.props.enabled = false;
+    g.initialized = true;
+    return;
+  }
+  const Properties defaults = opt_level_defaults(options.opt_level_, options.dtype_);
+  const Properties p = options.resolve();
+  for (size_t i = 0; i < optimizers.size(); ++i) {
+    const optim::Optimizer* o = &optimizers[i].get();
+    MPX_CHECK(!g.optimizers.count(o), "amp::initialize: optimizer ", i, " (", o->name(),
+              ") was already initialized by amp; a given optimizer should only be passed through amp::initialize "
+              "once (call amp::reset() first to start over)");
+    for (size_t j = 0; j < i; ++j)
+      MPX_CHECK(&optimizers[j].get() != o, "amp::initialize: optimizers ", j, " and ", i, " are the same ", o->name(),
+                "; pass each optimizer once");
+  }
+  for (size_t i = 0; i < models.size(); ++i) {
+    MPX_CHECK(models[i].module != nullptr, "amp::initialize: model ", i, " is an empty holder");
+    for (const auto& [name, t] : models[i].module->named_parameters())
+      MPX_CHECK(!is_reduced_float(t.dtype()), "amp::initialize: parameter \"", name, "\" of model ", i, " is ",
+                ops::describe(t), "; pass the model in f32: amp::initialize casts it itself at every opt level "
+                "(do not call to(kFloat16) before)");
+  }
+  if (g.verbosity >= 1 && is_rank0()) {
+    std::ostringstream os;
+    os << "Selected optimization level " << p.opt_level << ":  " << level_brief(p.opt_level) << "\n\n"
+       << "Defaults for this optimization level are:\n"
+       << defaults.str() << "Processing user overrides (additional kwargs that are not None)...\n"
+       << overrides_str(options)
+       << "After processing overrides, optimization options are:\n"
+       << p.str();
+    if (options.dtype_ != kFloat16) os << "low precision dtype    : " << dtype_name(options.dtype_) << "\n";
+    say(os.str());
+  }
+
+  g.props = p;
+  g.low = options.dtype_;
+  g.diagnose = options.diagnose_;
+  if (const char* v = std::getenv("MPX_AMP_DIAGNOSE"); v && std::string(v) == "1") g.diagnose = true;
+
+  // Pre-cast f32 weights: the O2 masters start from these, not from their rounded copies.
+  std::unordered_map<const TensorImpl*, Tensor> precast;
+  {
+    NoGradGuard ng;
+    for (const auto& m : models)
+      for (const auto& t : m.module->parameters()) precast.emplace(t.impl(), t.detach().clone());
+  }
+  for (const auto& m : models) {
+    nn::Module& net = *m.module;
+    if (p.cast_model_type) {
+      const DType t = *p.cast_model_type;
+      // apex's convert_network: batch norms stay f32 (bit-exact: restored from their own state).
+      std::vector<std::pair<std::shared_ptr<nn::Module>, nn::StateDict>> keep;
+      if (p.keep_batchnorm_fp32.value_or(false) && t != kFloat32)
+        for (const auto& sub : net.modules())
+          if (sub->is_batchnorm()) {
+            nn::StateDict sd;
+            for (const auto& [k, v] : sub->state_dict()) sd.insert(k, v.clone());
+            keep.emplace_back(sub, std::move(sd));
+          }
+      net.to(t);
+      for (auto& [bn, sd] : keep) {
+        bn->to(kFloat32);
+        bn->load_state_dict(sd);
+      }
+    }
+    nn::ForwardCast fc;
+    if (p.cast_model_type) {
+      fc.inputs = *p.cast_model_type;
+      fc.outputs = options.cast_model_outputs_.value_or(kFloat32);
+    } else if (options.cast_model_outputs_) {
+      fc.outputs = *options.cast_model_outputs_;
+    }
+    if (p.patch_functions) {
+      fc.autocast = options.dtype_;
+      fc.autocast_cast = &cached_cast;
+      fc.autocast_exit = &forward_region_exit;
+    }
+    net.set_forward_cast(fc);
+    g.models.push_back(m.module);
+  }
+  for (const auto& ref : optimizers) {
+    optim::Optimizer& opt = ref.get();
+    opt.sync_masters();
+    if (p.master_weights.value_or(false))
+      for (const auto& prm : opt.parameters())
+        if (is_reduced_float(prm.dtype())) {
+          auto it = precast.find(prm.impl());
+          if (it != precast.end()) opt.set_master(prm, it->second);
+        }
+    auto st = std::make_shared<OptState>();
+    g.optimizers[&opt] = st;
+    opt.add_step_pre_hook([st](optim::Optimizer&) {
+      if (!st->active || !st->skip_next) return true;
+      st->skip_next = false;
+      ++st->skipped;
+      State& gs = state();
+      if (gs.verbosity >= 1 && st->skip_loss_id < static_cast<int>(gs.scalers.size())) {
+        // Rate limit: the first 10 skips of a scaler, then the 16th, 32nd, 64th, ...
+        const int64_t n = ++gs.scalers[st->skip_loss_id].messages;
+        if (n <= 10 || (n & (n - 1)) == 0)
+          say("Gradient overflow.  Skipping step, loss scaler " + std::to_string(st->skip_loss_id) +
+              " reducing loss scale to " + num(st->skip_scale));
+        if (n == 11) say("amp: further overflow messages are rate-limited (printed at the 16th, 32nd, 64th, ... skip)");
+      }
+      if (!st->diagnosis.empty()) say(st->diagnosis);
+      return false;
+    });
+  }
+  g.scalers.clear();
+  for (int i = 0; i < options.num_losses_; ++i) {
+    LossScaler s;
+    s.dynamic = p.dynamic_loss_scale;
+    s.min_scale = options.min_loss_scale_;
+    s.max_scale = options.max_loss_scale_;
+    s.scale = s.dynamic ? std::min(s.max_scale, 65536.0) : p.loss_scale;
+    s.make_scaler();
+    g.scalers.push_back(std::move(s));
+  }
+  g.initialized = true;
+}
+
+Tensor ScaledLoss::scaled() const {
+  State& g = state();
+  if (!g.props.enabled) return loss_;
+  return loss_.to(kFloat32) * g.scalers.at(options_.loss_id_).scale;
+}
+
+ScaledLoss scale_loss(const Tensor& loss, const std::vector<OptimizerRef>& optimizers, const ScaleLossOptions& options) {
+  State& g = state();
+  MPX_CHECK(g.initialized, "amp::scale_loss: amp::initialize was not called; call it once before the training loop "
+                           "(Options().enabled(false) turns amp off)");
+  MPX_CHECK(loss.defined() && loss.is_floating_point(), "amp::scale_loss: expected a floating loss, got ",
+            loss.defined() ? ops::describe(loss) : std::string("an undefined tensor"));
+  ScaledLoss r;
+  r.loss_ = loss;
+  r.options_ = options;
+  if (!g.props.enabled) return r;
+  MPX_CHECK(options.loss_id_ >= 0 && options.loss_id_ < static_cast<int>(g.scalers.size()), "amp::scale_loss: loss_id ",
+            options.loss_id_, " is out of range: amp::initialize was called with num_losses(", g.scalers.size(),
+            "); pass num_losses(", options.loss_id_ + 1, ") or more to initialize");
+  for (const auto& o : optimizers) {
+    MPX_CHECK(g.optimizers.count(&o.get()), "amp::scale_loss: this ", o.get().name(),
+              " optimizer was not passed to amp::initialize; pass every optimizer you step to initialize");
+    r.optimizers_.push_back(&o.get());
+  }
+  return r;
+}
+
+void ScaledLoss::backward(bool retain_graph) {
+  State& g = state();
+  MPX_CHECK(!done_, "amp: backward() was already called on this scale_loss result; call amp::scale_loss again");
+  done_ = true;
+  if (!g.props.enabled) {
+    loss_.backward({}, retain_graph);
+    return;
+  }
+  LossScaler& ls = g.scalers[options_.loss_id_];
+  // apex: unit static scaling without masters is a plain backward (nothing to unscale).
+  if (!g.props.master_weights.value_or(false) && !ls.dynamic && ls.scale == 1.0) {
+    loss_.to(kFloat32).backward({}, retain_graph);
+    clear_cache();
+    return;
+  }
+  std::vector<std::shared_ptr<OptState>> sts;
+  for (auto* o : optimizers_) sts.push_back(g.optimizers.at(o));
+  const bool delay = options_.delay_unscale_;
+  if (!delay) {
+    // Gradients already unscaled by an earlier loss are set aside, so only the new ones are unscaled.
+    for (size_t k = 0; k < optimizers_.size(); ++k) {
+      if (sts[k]->params_have_scaled_grads) continue;
+      sts[k]->stash.clear();
+      for (const auto& p : optimizers_[k]->parameters()) {
+        const Tensor& target = optimizers_[k]->master(p);
+        if (target.grad().defined()) sts[k]->stash.emplace(p.impl(), target.grad());
+        target.mutable_grad() = Tensor();
+        p.mutable_grad() = Tensor();
+      }
+    }
+  }
+  Tensor scaled = ls.scaler->scale(loss_.dtype() == kFloat32 ? loss_ : loss_.to(kFloat32));
+  scaled.backward({}, retain_graph);
+  if (delay) {
+    for (auto& st : sts) st->params_have_scaled_grads = true;
+    clear_cache();
+    return;
+  }
+  bool overflow = false;
+  for (size_t k = 0; k < optimizers_.size(); ++k) {
+    optim::Optimizer& opt = *optimizers_[k];
+    ls.scaler->unscale_(opt);
+    bool inf = false;
+    bool any_grad = false;
+    for (const auto& p : opt.parameters()) any_grad |= p.grad().defined();
+    if (any_grad) inf = ls.scaler->found_inf(opt).item_double() != 0.0;
+    overflow |= inf;
+    NoGradGuard ng;
+    for (const auto& p : opt.parameters()) {
+      auto it = sts[k]->stash.find(p.impl());
+      if (it == sts[k]->stash.end()) continue;
+      const Tensor& target = opt.master(p);
+      if (target.grad().defined()) target.mutable_grad().add_(it->second);
+      else target.set_grad(it->second);
+    }
+    sts[k]->stash.clear();
+    sts[k]->params_have_scaled_grads = false;
+  }
+  const double scale_at_overflow = ls.scale;
+  // apex's LossScaler.update_scale.
+  bool should_skip = false;
+  if (overflow && ls.dynamic) {
+    should_skip = true;
+    ls.scale = ls.min_scale > 0 ? std::max(ls.min_scale, ls.scale / 2.0) : ls.scale / 2.0;
+    ls.unskipped = 0;
+  } else {
+    ++ls.unskipped;
+  }
+  if (ls.unskipped == 2000 && ls.dynamic) {
+    ls.scale = std::min(ls.max_scale, ls.scale * 2.0);
+    ls.unskipped = 0;
+  }
+  ls.scaler->update(ls.scale);
+  if (should_skip) {
+    std::string diag;
+    if (g.diagnose) {
+      std::ostringstream os;
+      os << "amp diagnose: loss scaler " << options_.loss_id_ << " overflowed at loss scale " << num(scale_at_overflow)
+         << ": ";
+      if (!finite_all(loss_)) {
+        os << "the loss itself is non-finite (" << loss_.detach().to(kFloat32).item_double()
+           << "); the forward pass produced inf/NaN, which no loss scale can fix";
+      } else {
+        std::string where;
+        for (size_t mi = 0; mi < g.models.size() && where.empty(); ++mi)
+          for (const auto& [name, p] : g.models[mi]->named_parameters()) {
+            optim::Optimizer* owner = nullptr;
+            for (auto* o : optimizers_)
+              for (const auto& q : o->parameters())
+                if (q.impl() == p.impl()) owner = o;
+            if (!owner) continue;
+            const Tensor& target = owner->master(p);
+            const Tensor gr = target.grad().defined() ? target.grad() : p.grad();
+            if (gr.defined() && !finite_all(gr)) {
+              where = "the first non-finite gradient is that of parameter \"" + name + "\" (" + ops::describe(p) +
+                      (g.models.size() > 1 ? ", model " + std::to_string(mi) : "") + ")";
+              break;
+            }
+          }
+        for (size_t k = 0; k < optimizers_.size() && where.empty(); ++k) {
+          const auto ps = optimizers_[k]->parameters();
+          for (size_t i = 0; i < ps.size(); ++i) {
+            const Tensor& target = optimizers_[k]->master(ps[i]);
+            const Tensor gr = target.grad().defined() ? target.grad() : ps[i].grad();
+            if (gr.defined() && !finite_all(gr)) {
+              where = "the first non-finite gradient is that of parameter " + std::to_string(i) + " of optimizer " +
+                      std::to_string(k) + " (" + ops::describe(ps[i]) + ")";
+              break;
+            }
+          }
+        }
+        os << (where.empty() ? std::string("no non-finite gradient found after the fact") : where)
+           << "; the step is skipped and the scale reduced to " << num(ls.scale);
+      }
+      diag = os.str();
+      g.last_diagnosis = diag;
+    }
+    for (auto& st : sts) {
+      st->skip_next = true;
+      st->skip_loss_id = options_.loss_id_;
+      st->skip_scale = ls.scale;
+      st->diagnosis = diag;
+    }
+  }
+  clear_cache();
+}
+
+std::vector<Tensor> master_params(optim::Optimizer& optimizer) {
+  if (!state().props.enabled) return optimizer.parameters();
+  return optimizer.master_params();
+}
+
+std::map<std::string, double> state_dict() {
+  std::map<std::string, double> r;
+  const auto& sc = state().scalers;
+  for (size_t i = 0; i < sc.size(); ++i) {
+    const std::string k = "loss_scaler" + std::to_string(i);
+    r[k + ".loss_scale"] = sc[i].scale;
+    r[k + ".unskipped"] = static_cast<double>(sc[i].unskipped);
+  }
+  return r;
+}
+
+void load_state_dict(const std::map<std::string, double>& st) {
+  State& g = state();
+  MPX_CHECK(g.initialized, "amp::load_state_dict: call amp::initialize first (with the same num_losses as the saved run)");
+  size_t n = 0;
+  while (st.count("loss_scaler" + std::to_string(n) + ".loss_scale")) ++n;
+  MPX_CHECK(n == g.scalers.size(), "amp::load_state_dict: the state has ", n, " loss scaler(s) but amp was initialized "
+            "with num_losses(", g.scalers.size(), "); initialize with the num_losses of the saved run");
+  for (size_t i = 0; i < n; ++i) {
+    const std::string k = "loss_scaler" + std::to_string(i);
+    auto it = st.find(k + ".unskipped");
+    MPX_CHECK(it != st.end(), "amp::load_state_dict: missing key \"", k, ".unskipped\"");
+    const double s = st.at(k + ".loss_scale");
+    MPX_CHECK(std::isfinite(s) && s > 0, "amp::load_state_dict: ", k, ".loss_scale must be positive, got ", s);
+    g.scalers[i].scale = s;
+    g.scalers[i].unskipped = static_cast<int64_t>(it->second);
+    g.scalers[i].make_scaler();
+  }
+}
+
+double loss_scale(int loss_id) {
+  const auto& sc = state().scalers;
+  MPX_CHECK(loss_id >= 0 && loss_id < static_cast<int>(sc.size()), "amp::loss_scale: no loss scaler ", loss_id,
+            " (num_losses is ", sc.size(), ")");
+  return sc[loss_id].scale;
+}
+
+int64_t skipped_steps(const optim::Optimizer& optimizer) {
+  auto it = state().optimizers.find(&optimizer);
+  return it == state().optimizers.end() ? 0 : it->second->skipped;
+}
+
+std::string last_diagnosis() { return state().last_diagnosis; }
+
+}  // namespace mpx::amp

@@ -1,0 +1,75 @@
+// GradScaler: dynamic loss scaling with torch.amp's state machine, fused unscale + inf check.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "core/arg.h"
+#include "core/tensor.h"
+#include "optim/optimizer.h"
+
+namespace mpx::amp {
+
+/// torch.amp's defaults; min_scale 0 means no floor, max_scale is apex's 2^24 ceiling.
+struct GradScalerOptions {
+  MPX_ARG(double, init_scale) = 65536.0;
+  MPX_ARG(double, growth_factor) = 2.0;
+  MPX_ARG(double, backoff_factor) = 0.5;
+  MPX_ARG(int64_t, growth_interval) = 2000;
+  MPX_ARG(double, min_scale) = 0.0;
+  MPX_ARG(double, max_scale) = 16777216.0;
+  MPX_ARG(bool, enabled) = true;
+};
+
+/// Scales losses, unscales an optimizer's gradients in one fused pass that also detects
+/// inf/NaN (writing a device-side found_inf flag), skips the steps of overflowed optimizers
+/// and grows/backs off the scale. The usual loop:
+///   scaler.scale(loss).backward(); scaler.unscale_(opt) /*optional*/; scaler.step(opt); scaler.update();
+class GradScaler {
+ public:
+  explicit GradScaler(GradScalerOptions options = {});
+
+  /// loss * scale (a differentiable op; the identity when disabled).
+  Tensor scale(const Tensor& loss);
+  /// Divides the gradients the optimizer will use (masters' gradients for f16/bf16
+  /// parameters, written in f32) by the scale and records whether any is inf/NaN.
+  /// A second call before update() or a call after step() for the same optimizer is an error.
+  void unscale_(optim::Optimizer& optimizer);
+  /// unscale_ if not done yet, then optimizer.step() unless an inf/NaN was found.
+  /// Returns whether the optimizer stepped.
+  bool step(optim::Optimizer& optimizer);
+  /// Backs off on overflow (any optimizer stepped this iteration found inf/NaN), grows after
+  /// growth_interval clean steps (only to a finite value, at most max_scale). With
+  /// `new_scale`, sets the scale instead. Throws when the scale would fall below min_scale.
+  void update(std::optional<double> new_scale = std::nullopt);
+
+  double get_scale() const;
+  bool is_enabled() const { return options_.enabled(); }
+  const GradScalerOptions& options() const { return options_; }
+  /// Steps skipped because of inf/NaN gradients, and steps taken, since construction.
+  int64_t skipped_steps() const { return skipped_; }
+  int64_t clean_steps() const { return clean_; }
+  /// The found_inf flag (f32 0-dim tensor, on the gradients' device; 1.0 when any gradient was
+  /// inf/NaN) of the last unscale_ of this optimizer, kept after update(). Reading it on the host
+  /// syncs a device. Throws when this scaler never unscaled the optimizer.
+  Tensor found_inf(const optim::Optimizer& optimizer) const;
+
+  /// scale, growth_factor, backoff_factor, growth_interval, _growth_tracker (torch.amp's keys).
+  std::map<std::string, double> state_dict() const;
+  void load_state_dict(const std::map<std::string, double>& state);
+
+ private:
+  enum class Stage { kReady, kUnscaled, kStepped };
+  struct PerOptimizer {
+    Stage stage = Stage::kReady;
+    Tensor found_inf;
+  };
+  GradScalerOptions options_;
+  Tensor scale_;           // f32 0-dim; stays on the device of the gradients it scales
+  int64_t growth_tracker_ = 0;
+  int64_t skipped_ = 0, clean_ = 0;
+  std::unordered_map<const optim::Optimizer*, PerOptimizer> per_opt_;
+};
+
+}  // namespace mpx::amp

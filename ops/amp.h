@@ -1,0 +1,24 @@
+// Fused multi-tensor amp kernels: unscale every gradient of an optimizer and detect inf/NaN in one pass.
+#pragma once
+#include "core/tensor.h"
+
+namespace mpx {
+
+/// For every i: grads_out[i] = grads_in[i] * inv_scale, computed in f32 (f64 for f64 tensors),
+/// and sets `found_inf` (an f32 0-dim tensor) to 1.0 when any input element is inf or NaN; it
+/// is never reset to 0 here, so several calls accumulate into one flag (as torch.amp's
+/// _amp_foreach_non_finite_check_and_unscale_). grads_out[i] is f32 (or f64 for f64 inputs),
+/// has grads_in[i]'s shape and may be grads_in[i] itself (in place). inv_scale is an f32 0-dim
+/// tensor. All tensors live on one device and nothing is read back to the host, so on a device
+/// the flag stays device-side. Not differentiable; the outputs' versions are bumped.
+void unscale_check_inf_(const tensor_list& grads_in, const tensor_list& grads_out, const Tensor& inv_scale,
+                        const Tensor& found_inf);
+
+namespace kernels {
+/// Kernel signature of the unscale_check_inf row (registered under dtype f32). Every pair
+/// (in[i], out[i]) has equal shapes and strides and is dense, so it may be walked flat.
+using UnscaleCheckInfFn = void (*)(const tensor_list& in, const tensor_list& out, const Tensor& inv_scale,
+                                   const Tensor& found_inf);
+}  // namespace kernels
+
+}  // namespace mpx
