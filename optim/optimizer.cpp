@@ -213,6 +213,13 @@ Tensor Optimizer::step(const LossClosure& closure) {
   for (auto& [id, hook] : hooks_)
     if (!hook(*this)) return loss;
   NoGradGuard ng;
+  if (!master_weights_) {
+    for (const auto& g : param_groups_)
+      for (const auto& p : g.params()) {
+        auto it = state_.find(p.impl());
+        if (it != state_.end() && it->second.master.defined()) it->second.master.detach().copy_(p);
+      }
+  }
   for (auto& g : param_groups_) step_group(g);
   return loss;
 }

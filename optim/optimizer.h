@@ -145,6 +145,11 @@ class Optimizer {
   /// Creates masters for parameters that became f16/bf16 since (after the model was cast) and
   /// drops those of parameters that are f32/f64 again. Called by step() too.
   void sync_masters();
+  /// With false (apex's O3), f16/bf16 parameters are updated at their own precision: the f32
+  /// working copy is refreshed from the rounded parameter before every step, so updates
+  /// below the parameter's resolution are lost as in pure f16 training. Default true.
+  void set_master_weights(bool on) { master_weights_ = on; }
+  bool master_weights() const { return master_weights_; }
 
   /// Registers a pre-step hook; returns an id for remove_step_pre_hook.
   int add_step_pre_hook(StepPreHook hook);
@@ -171,6 +176,7 @@ class Optimizer {
   std::unordered_map<const TensorImpl*, ParamState> state_;
   std::vector<std::pair<int, StepPreHook>> hooks_;
   int next_hook_id_ = 0;
+  bool master_weights_ = true;
 };
 
 }  // namespace mpx::optim

@@ -569,3 +569,19 @@ TEST_CASE("scheduler arguments are validated", "[optim][sched]") {
   SGD other({leaf(ones({1}))}, SGDOptions(1.0));
   CHECK_THROWS_WITH(LinearWarmup(opt, 2, 0.5, std::make_unique<StepLR>(other, 2)), Catch::Contains("same optimizer"));
 }
+
+TEST_CASE("without master weights f16 parameters lose updates below their resolution (apex O3)",
+          "[optim][master]") {
+  for (bool masters : {true, false}) {
+    Tensor p = full({4}, 1.0, kFloat16).set_requires_grad(true);
+    optim::SGD opt({p}, optim::SGDOptions(1e-4));
+    opt.set_master_weights(masters);
+    for (int i = 0; i < 10; ++i) {
+      p.mutable_grad() = full({4}, 1.0, kFloat16);
+      opt.step();
+    }
+    // 1 - 10 * 1e-4 = 0.999: representable in f16 only after accumulating in f32.
+    if (masters) CHECK(p[0].item<float>() < 1.0f);
+    else CHECK(p[0].item<float>() == 1.0f);
+  }
+}
