@@ -11,15 +11,6 @@ namespace {
 using autograd::FunctionNode;
 using kernels::Conv2dParams;
 
-std::string pair_str(Pair p) {
-  std::string s("(");  // built by appending: GCC 12 warns falsely on "(" + std::string
-  s += std::to_string(p[0]);
-  s += ", ";
-  s += std::to_string(p[1]);
-  s += ")";
-  return s;
-}
-
 std::string params_str(const Conv2dParams& p) {
   return "stride " + pair_str(p.stride) + ", padding " + pair_str(p.padding) + ", dilation " + pair_str(p.dilation) +
          ", groups " + std::to_string(p.groups);

@@ -9,6 +9,16 @@ namespace mpx {
 
 using Pair = std::array<int64_t, 2>;
 
+/// "(a, b)", for error messages.
+inline std::string pair_str(Pair p) {
+  std::string s("(");  // built by appending: GCC 12 warns falsely on "(" + std::string
+  s += std::to_string(p[0]);
+  s += ", ";
+  s += std::to_string(p[1]);
+  s += ")";
+  return s;
+}
+
 /// x [N, C, H, W], w [O, C/groups, kh, kw], b [O] (optional) -> [N, O, H', W'].
 /// Works for contiguous and channels-last inputs; the output keeps the input's format.
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, Pair stride = {1, 1}, Pair padding = {0, 0},

@@ -10,15 +10,6 @@ namespace {
 using autograd::FunctionNode;
 using kernels::Pool2dParams;
 
-std::string pair_str(Pair p) {
-  std::string s("(");  // built by appending: GCC 12 warns falsely on "(" + std::string
-  s += std::to_string(p[0]);
-  s += ", ";
-  s += std::to_string(p[1]);
-  s += ")";
-  return s;
-}
-
 bool channels_last(const Tensor& t) {
   return t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(MemoryFormat::ChannelsLast);
 }

@@ -6,6 +6,7 @@
 
 #include "core/serialize.h"
 #include "gradcheck.h"
+#include "test_util.h"
 #include "ops/conv.h"
 #include "ops/elementwise.h"
 #include "ops/op_utils.h"
@@ -15,38 +16,11 @@ using namespace mpx;
 using testing::gradcheck;
 using testing::gradgradcheck;
 using testing::leaf;
+using testing::close;
 
 namespace {
 
-const TensorDict& conv_golden() {
-  static const TensorDict d = load_tensors(std::string(MPX_TEST_DATA) + "/golden/conv.safetensors");
-  return d;
-}
-Tensor golden(const std::string& name) {
-  auto it = conv_golden().find(name);
-  REQUIRE(it != conv_golden().end());
-  return it->second;
-}
-
-// max |a - ref| <= atol + rtol * max |ref|, in f64.
-bool close(const Tensor& a, const Tensor& ref, double rtol, double atol = 0.0) {
-  if (a.sizes() != ref.sizes()) {
-    INFO("shape " << shape_str(a.sizes()) << " vs " << shape_str(ref.sizes()));
-    return false;
-  }
-  NoGradGuard ng;
-  Tensor ad = a.to(kFloat64).contiguous(), rd = ref.to(kFloat64).contiguous();
-  const double* pa = ad.data_ptr<double>();
-  const double* pr = rd.data_ptr<double>();
-  double diff = 0, scale = 0;
-  for (int64_t i = 0; i < ad.numel(); ++i) {
-    diff = std::max(diff, std::abs(pa[i] - pr[i]));
-    scale = std::max(scale, std::abs(pr[i]));
-  }
-  INFO("max abs diff " << diff << ", max |ref| " << scale);
-  CHECK(diff <= atol + rtol * scale);
-  return diff <= atol + rtol * scale;
-}
+Tensor golden(const std::string& name) { return testing::golden_tensor("conv.safetensors", name); }
 
 struct Case {
   std::string name;

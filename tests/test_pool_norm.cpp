@@ -7,6 +7,7 @@
 
 #include "core/serialize.h"
 #include "gradcheck.h"
+#include "test_util.h"
 #include "ops/elementwise.h"
 #include "ops/norm.h"
 #include "ops/pooling.h"
@@ -16,38 +17,13 @@ using namespace mpx;
 using testing::gradcheck;
 using testing::gradgradcheck;
 using testing::leaf;
+using testing::close;
 
 namespace {
 
-const TensorDict& np_golden() {
-  static const TensorDict d = load_tensors(std::string(MPX_TEST_DATA) + "/golden/norm_pool.safetensors");
-  return d;
-}
-Tensor golden(const std::string& name) {
-  auto it = np_golden().find(name);
-  REQUIRE(it != np_golden().end());
-  return it->second;
-}
+Tensor golden(const std::string& name) { return testing::golden_tensor("norm_pool.safetensors", name); }
 Tensor golden_leaf(const std::string& name) { return golden(name).clone().detach().set_requires_grad(true); }
 
-// max |a - ref| <= atol + rtol * max |ref|, in f64.
-bool close(const Tensor& a, const Tensor& ref, double rtol, double atol = 0.0) {
-  if (a.sizes() != ref.sizes()) {
-    INFO("shape " << shape_str(a.sizes()) << " vs " << shape_str(ref.sizes()));
-    return false;
-  }
-  NoGradGuard ng;
-  Tensor ad = a.to(kFloat64).contiguous(), rd = ref.to(kFloat64).contiguous();
-  const double* pa = ad.data_ptr<double>();
-  const double* pr = rd.data_ptr<double>();
-  double diff = 0, scale = 0;
-  for (int64_t i = 0; i < ad.numel(); ++i) {
-    diff = std::max(diff, std::abs(pa[i] - pr[i]));
-    scale = std::max(scale, std::abs(pr[i]));
-  }
-  INFO("max abs diff " << diff << ", max |ref| " << scale);
-  return diff <= atol + rtol * scale;
-}
 
 // Distinct, well separated values in random order, so finite differences never flip an argmax.
 Tensor distinct_leaf(const IntList& shape) {
