@@ -13,12 +13,15 @@
 
 #include "core/random.h"
 #include "gradcheck.h"
+#include "test_util.h"
 #include "ops/activation.h"
 #include "ops/loss.h"
 #include "ops/op_utils.h"
 #include "ops/shape.h"
 
 using namespace mpx;
+using testing::error_of;
+using testing::max_abs_diff;
 using testing::gradcheck;
 using testing::gradgradcheck;
 using testing::leaf;
@@ -66,21 +69,6 @@ Tensor golden(const std::string& name) {
   return tensor(v, shape.empty() ? IntList{1} : shape).reshape(shape);
 }
 
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  NoGradGuard ng;
-  REQUIRE(a.sizes() == b.sizes());
-  if (a.numel() == 0) return 0.0;
-  return max(abs(a.to(kFloat64) - b.to(kFloat64))).item<double>();
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // Computes the loss of a golden case with the case's recorded hyperparameters.
 Tensor golden_loss(const std::string& c, const Tensor& logits, const Tensor& target) {

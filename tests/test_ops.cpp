@@ -7,12 +7,15 @@
 #include <vector>
 
 #include "gradcheck.h"
+#include "test_util.h"
 #include "ops/elementwise.h"
 #include "ops/linalg.h"
 #include "ops/reduction.h"
 #include "ops/shape.h"
 
 using namespace mpx;
+using testing::error_of;
+using testing::max_abs_diff;
 using testing::gradcheck;
 using testing::gradgradcheck;
 using testing::leaf;
@@ -45,21 +48,6 @@ Tensor leaf_positive(const IntList& shape, double lo = 0.5) {
   return (rand(shape, kFloat64) + lo).detach().set_requires_grad(true);
 }
 
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  NoGradGuard ng;
-  REQUIRE(a.sizes() == b.sizes());
-  if (a.numel() == 0) return 0.0;
-  return max(abs(a.to(kFloat64) - b.to(kFloat64))).item<double>();
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 
 std::vector<double> values(const Tensor& t) {
   Tensor c = t.to(kFloat64).contiguous();

@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <string>
 
 #include "autograd/grad_mode.h"
 #include "core/serialize.h"
+#include "ops/elementwise.h"
+#include "ops/reduction.h"
 
 namespace mpx::testing {
 
@@ -40,6 +43,24 @@ inline bool close(const Tensor& a, const Tensor& ref, double rtol, double atol =
   }
   INFO("max abs diff " << diff << ", scale " << scale);
   return diff <= atol + rtol * scale;
+}
+
+/// Largest |a - b| over all elements, in f64 (shapes must match).
+inline double max_abs_diff(const Tensor& a, const Tensor& b) {
+  NoGradGuard ng;
+  REQUIRE(a.sizes() == b.sizes());
+  if (a.numel() == 0) return 0.0;
+  return max(abs(a.to(kFloat64) - b.to(kFloat64))).item<double>();
+}
+
+/// The message f throws, or "" when it does not throw.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace mpx::testing
