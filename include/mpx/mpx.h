@@ -26,3 +26,5 @@
 #include "amp/grad_scaler.h"
 #include "amp/register.h"
 #include "amp/amp.h"
+#include "models/models.h"
+#include "data/data.h"

@@ -1,0 +1,9 @@
+// The data pipeline in one include: datasets, samplers, the loader and transforms.
+#pragma once
+
+#include "data/dataloader.h"
+#include "data/dataset.h"
+#include "data/datasets.h"
+#include "data/idx.h"
+#include "data/sampler.h"
+#include "data/transforms.h"

@@ -1,0 +1,113 @@
+// DataLoader: batches a Dataset in a seed- and epoch-determined order, optionally on worker
+// threads with a bounded prefetch queue; batches always come out in order.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/sampler.h"
+
+namespace mpx::data {
+
+/// Loader settings, chained like torch.utils.data.DataLoader's keyword arguments.
+struct DataLoaderOptions {
+  DataLoaderOptions(int64_t batch_size = 1) : batch_size_(batch_size) {}  // NOLINT
+  /// Samples per batch.
+  DataLoaderOptions& batch_size(int64_t b) { batch_size_ = b; return *this; }
+  /// A new permutation every epoch (seeded by seed and epoch).
+  DataLoaderOptions& shuffle(bool s = true) { shuffle_ = s; return *this; }
+  /// Worker threads; 0 loads on the iterating thread. Never changes the batches' content.
+  DataLoaderOptions& workers(int64_t w) { workers_ = w; return *this; }
+  /// Drop the last, incomplete batch.
+  DataLoaderOptions& drop_last(bool d = true) { drop_last_ = d; return *this; }
+  /// Page-locked host batches for faster host-to-device copies. A no-op in this build: mpx's
+  /// allocator has no pinned host pool yet, so batches are ordinary host memory (with or
+  /// without CUDA); the option is accepted so code written for it runs unchanged.
+  DataLoaderOptions& pin_memory(bool p = true) { pin_memory_ = p; return *this; }
+  /// Base seed of the shuffle order and per-sample transforms; defaults to the seed of
+  /// mpx's default generator (mpx::manual_seed) at loader construction.
+  DataLoaderOptions& seed(uint64_t s) { seed_ = s; return *this; }
+  /// Batches each worker may have ready ahead of the consumer (queue bound = prefetch * workers).
+  DataLoaderOptions& prefetch(int64_t p) { prefetch_ = p; return *this; }
+  /// Distributed seam: this process's rank among world_size; each rank sees a disjoint,
+  /// equal-size shard (DistributedSampler semantics, padded by wrap-around).
+  DataLoaderOptions& rank(int64_t r) { rank_ = r; return *this; }
+  DataLoaderOptions& world_size(int64_t w) { world_size_ = w; return *this; }
+  /// A custom sampler replacing shuffle/rank/world_size.
+  DataLoaderOptions& sampler(std::shared_ptr<const Sampler> s) { sampler_ = std::move(s); return *this; }
+
+  int64_t batch_size_;
+  bool shuffle_ = false;
+  int64_t workers_ = 0;
+  bool drop_last_ = false;
+  bool pin_memory_ = false;
+  std::optional<uint64_t> seed_;
+  int64_t prefetch_ = 2;
+  int64_t rank_ = 0;
+  int64_t world_size_ = 1;
+  std::shared_ptr<const Sampler> sampler_;
+};
+
+class EpochRun;  // one epoch's state and workers (dataloader.cpp)
+
+/// Iterable over batches: `for (auto& batch : loader)`. Each full iteration is one epoch;
+/// the epoch counter advances when an iteration begins (or set it with set_epoch). Errors
+/// thrown by the dataset in a worker are rethrown on the iterating thread, unchanged.
+/// Destroying the loader (or beginning a new iteration) mid-epoch stops and joins the workers.
+class DataLoader {
+ public:
+  /// Borrows `dataset`: it must outlive the loader.
+  DataLoader(const Dataset& dataset, DataLoaderOptions options);
+  /// Shares ownership of `dataset`.
+  DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+  DataLoader(DataLoader&&) noexcept;
+  DataLoader& operator=(DataLoader&&) noexcept;
+
+  class Iterator {
+   public:
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    Batch& operator*() const;
+    Batch* operator->() const { return &**this; }
+    Iterator& operator++();
+    bool operator==(const Iterator& o) const;
+    bool operator!=(const Iterator& o) const { return !(*this == o); }
+
+   private:
+    friend class DataLoader;
+    EpochRun* run_ = nullptr;  // null: end()
+  };
+
+  /// Starts an epoch (stopping any unfinished one) and returns its first batch.
+  Iterator begin();
+  Iterator end() { return Iterator(); }
+
+  /// Batches per epoch.
+  int64_t size() const;
+  /// The epoch the next begin() uses.
+  int64_t epoch() const { return epoch_; }
+  /// Sets the epoch the next begin() uses (as DistributedSampler.set_epoch).
+  void set_epoch(int64_t e) { epoch_ = e; }
+  /// The base seed in use.
+  uint64_t seed() const { return seed_; }
+  const DataLoaderOptions& options() const { return options_; }
+  const Dataset& dataset() const { return *dataset_; }
+  /// The dataset indices of every batch of `epoch`, in order.
+  std::vector<std::vector<int64_t>> batch_indices(int64_t epoch) const;
+
+ private:
+  void init();
+  std::shared_ptr<const Dataset> dataset_;
+  DataLoaderOptions options_;
+  std::shared_ptr<const Sampler> sampler_;
+  uint64_t seed_ = 0;
+  int64_t epoch_ = 0;
+  std::unique_ptr<EpochRun> run_;
+};
+
+}  // namespace mpx::data

@@ -1,0 +1,50 @@
+// Dataset: the random-access source of (data, target) examples that a DataLoader batches.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace mpx::data {
+
+/// One sample: `data` (any shape, e.g. f32 [C,H,W]) and `target` (usually a 0-dim i64 class).
+struct Example {
+  Tensor data;
+  Tensor target;
+};
+
+/// A batch: `data` [B, ...] and `target` [B] (or [B, ...] for non-scalar targets).
+struct Batch {
+  Tensor data;
+  Tensor target;
+  /// The dataset indices of the samples, in batch order.
+  std::vector<int64_t> indices;
+};
+
+/// Random-access data set. `get` is called concurrently from loader worker threads, so
+/// implementations must be safe to call from several threads at once (read-only state).
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  /// Number of examples.
+  virtual int64_t size() const = 0;
+  /// The example at `index` in [0, size()), with the dataset's default randomness.
+  virtual Example get(int64_t index) const = 0;
+  /// The example at `index`, with random transforms driven by `sample_seed` (the loader
+  /// derives it from its seed, the epoch and the index so runs reproduce). Datasets without
+  /// randomness need not override it.
+  virtual Example get_seeded(int64_t index, uint64_t sample_seed) const { return get(index); }
+};
+
+/// The seed a loader hands to `Dataset::get_seeded` for a sample: a hash of
+/// (loader seed, epoch, index), independent of worker count and timing.
+uint64_t sample_seed(uint64_t loader_seed, int64_t epoch, int64_t index);
+
+/// Stacks examples into a batch (data [B, ...], targets [B] when each target has one element).
+/// All examples must share data shape and dtype; the error names the first mismatch.
+Batch collate(const std::vector<Example>& examples);
+
+/// Prints "mpx: warning: <msg>" to stderr (serialised across threads).
+void warn(const std::string& msg);
+
+}  // namespace mpx::data

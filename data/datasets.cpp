@@ -1,0 +1,238 @@
+// The built-in data sets. stb_image's implementation is compiled here, and only here.
+#include "data/datasets.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/random.h"
+
+#define STB_IMAGE_IMPLEMENTATION
+#define STBI_FAILURE_USERMSG
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
+#endif
+#include <stb_image.h>
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
+namespace fs = std::filesystem;
+
+namespace mpx::data {
+namespace {
+void check_index(const char* who, int64_t index, int64_t n) {
+  MPX_CHECK(index >= 0 && index < n, who, ": index ", index, " is out of range for a data set of ", n, " examples");
+}
+Tensor label(int64_t v) {
+  Tensor t = empty({}, kInt64);
+  *t.data_ptr<int64_t>() = v;
+  return t;
+}
+/// u8 planar [C,H,W] (one image) -> f32 [C,H,W] / 255.
+Tensor to_unit_float(const uint8_t* p, const IntList& chw) {
+  Tensor t = empty(chw, kFloat32);
+  float* d = t.data_ptr<float>();
+  const int64_t n = numel_of(chw);
+  for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(p[i]) * (1.0f / 255.0f);
+  return t;
+}
+/// u8 planar [C,H,W] -> u8 [H,W,C], the layout transforms take.
+Tensor to_hwc(const uint8_t* p, int64_t c, int64_t h, int64_t w) {
+  Tensor t = empty({h, w, c}, kUInt8);
+  uint8_t* d = t.data_ptr<uint8_t>();
+  for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t i = 0; i < h * w; ++i) d[i * c + ch] = p[ch * h * w + i];
+  return t;
+}
+}  // namespace
+
+// ---------------------------------------------------------------- MNIST
+MNIST::MNIST(const std::string& root, bool train, transforms::Transform transform) : transform_(std::move(transform)) {
+  auto split = read_mnist(root, train);
+  images_ = split.images;
+  targets_ = split.labels;
+  MPX_CHECK(images_.dim() == 3, "MNIST: ", root, " holds images of shape ", shape_str(images_.sizes()),
+            "; expected [N, H, W]");
+  classes_ = {"0 - zero", "1 - one", "2 - two", "3 - three", "4 - four",
+              "5 - five", "6 - six", "7 - seven", "8 - eight", "9 - nine"};
+}
+
+Example MNIST::get(int64_t index) const { return get_seeded(index, sample_seed(0, 0, index)); }
+
+Example MNIST::get_seeded(int64_t index, uint64_t seed) const {
+  check_index("MNIST", index, size());
+  const int64_t h = images_.size(1), w = images_.size(2);
+  const uint8_t* p = images_.data_ptr<uint8_t>() + index * h * w;
+  const Tensor y = label(targets_.data_ptr<int64_t>()[index]);
+  if (!transform_.defined()) return {to_unit_float(p, {1, h, w}), y};
+  return {transform_(to_hwc(p, 1, h, w), seed), y};
+}
+
+FashionMNIST::FashionMNIST(const std::string& root, bool train, transforms::Transform transform)
+    : MNIST(root, train, std::move(transform)) {
+  classes_ = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
+}
+
+// ---------------------------------------------------------------- CIFAR-10
+const std::vector<std::string>& CIFAR10::classes() {
+  static const std::vector<std::string> c{"airplane", "automobile", "bird",  "cat",  "deer",
+                                          "dog",      "frog",       "horse", "ship", "truck"};
+  return c;
+}
+
+CIFAR10::CIFAR10(const std::string& root, bool train, transforms::Transform transform)
+    : transform_(std::move(transform)) {
+  constexpr int64_t kRecord = 3073, kPixels = 3072;
+  fs::path dir = root;
+  if (!fs::exists(dir / (train ? "data_batch_1.bin" : "test_batch.bin")) && fs::exists(dir / "cifar-10-batches-bin"))
+    dir /= "cifar-10-batches-bin";
+  std::vector<fs::path> files;
+  if (train)
+    for (int i = 1; i <= 5; ++i) files.push_back(dir / ("data_batch_" + std::to_string(i) + ".bin"));
+  else
+    files.push_back(dir / "test_batch.bin");
+  int64_t total = 0;
+  std::vector<int64_t> counts;
+  for (const auto& f : files) {
+    MPX_CHECK(fs::is_regular_file(f), "CIFAR10: ", f.string(), " does not exist; expected the binary version of "
+              "CIFAR-10 (cifar-10-binary.tar.gz extracted) in ", root);
+    const auto bytes = static_cast<int64_t>(fs::file_size(f));
+    MPX_CHECK(bytes > 0 && bytes % kRecord == 0, "CIFAR10: ", f.string(), " has ", bytes,
+              " bytes, not a whole number of 3073-byte records (label + 32x32x3 pixels); the file is truncated or "
+              "not the binary version");
+    counts.push_back(bytes / kRecord);
+    total += bytes / kRecord;
+  }
+  images_ = empty({total, 3, 32, 32}, kUInt8);
+  targets_ = empty({total}, kInt64);
+  uint8_t* img = images_.data_ptr<uint8_t>();
+  int64_t* tgt = targets_.data_ptr<int64_t>();
+  std::vector<char> buf;
+  int64_t at = 0;
+  for (size_t k = 0; k < files.size(); ++k) {
+    std::ifstream in(files[k], std::ios::binary);
+    buf.resize(static_cast<size_t>(counts[k] * kRecord));
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    MPX_CHECK(in.gcount() == static_cast<std::streamsize>(buf.size()), "CIFAR10: could not read ", files[k].string());
+    for (int64_t r = 0; r < counts[k]; ++r, ++at) {
+      const auto* rec = reinterpret_cast<const uint8_t*>(buf.data() + r * kRecord);
+      MPX_CHECK(rec[0] < 10, "CIFAR10: ", files[k].string(), " record ", r, " has label ", int{rec[0]},
+                "; CIFAR-10 labels are 0..9 (is this the CIFAR-100 file?)");
+      tgt[at] = rec[0];
+      std::memcpy(img + at * kPixels, rec + 1, kPixels);
+    }
+  }
+}
+
+Example CIFAR10::get(int64_t index) const { return get_seeded(index, sample_seed(0, 0, index)); }
+
+Example CIFAR10::get_seeded(int64_t index, uint64_t seed) const {
+  check_index("CIFAR10", index, size());
+  const uint8_t* p = images_.data_ptr<uint8_t>() + index * 3072;
+  const Tensor y = label(targets_.data_ptr<int64_t>()[index]);
+  if (!transform_.defined()) return {to_unit_float(p, {3, 32, 32}), y};
+  return {transform_(to_hwc(p, 3, 32, 32), seed), y};
+}
+
+// ---------------------------------------------------------------- images
+Tensor read_image(const std::string& path, int channels) {
+  MPX_CHECK(channels >= 0 && channels <= 4, "read_image: channels must be 0..4, got ", channels);
+  int w = 0, h = 0, c = 0;
+  std::unique_ptr<stbi_uc, void (*)(void*)> px(stbi_load(path.c_str(), &w, &h, &c, channels), stbi_image_free);
+  MPX_CHECK(px, "read_image: cannot decode ", path, ": ", stbi_failure_reason() ? stbi_failure_reason() : "unknown error",
+            " (corrupt, truncated or not a JPEG/PNG/BMP image)");
+  const int ch = channels ? channels : c;
+  Tensor t = empty({h, w, ch}, kUInt8);
+  std::memcpy(t.raw_data(), px.get(), static_cast<size_t>(h) * static_cast<size_t>(w) * static_cast<size_t>(ch));
+  return t;
+}
+
+ImageFolder::ImageFolder(const std::string& root, transforms::Transform transform, ImageFolderOptions options)
+    : transform_(std::move(transform)), options_(std::move(options)) {
+  MPX_CHECK(fs::is_directory(root), "ImageFolder: ", root, " is not a directory; expected root/<class>/<image> files");
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.is_directory()) classes_.push_back(e.path().filename().string());
+  std::sort(classes_.begin(), classes_.end());
+  MPX_CHECK(!classes_.empty(), "ImageFolder: ", root, " has no class sub-folders; expected root/<class>/<image> files");
+  auto accepted = [&](const fs::path& p) {
+    std::string ext = p.extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    return std::find(options_.extensions_.begin(), options_.extensions_.end(), ext) != options_.extensions_.end();
+  };
+  for (size_t k = 0; k < classes_.size(); ++k) {
+    const fs::path dir = fs::path(root) / classes_[k];
+    // torchvision walks sorted(os.walk(dir)): sorted by (directory, file name), so a folder's
+    // own files come before its sub-folders'.
+    std::vector<std::pair<std::string, std::string>> found;
+    for (const auto& e : fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink))
+      if (e.is_regular_file() && accepted(e.path()))
+        found.emplace_back(e.path().parent_path().string(), e.path().filename().string());
+    std::sort(found.begin(), found.end());
+    size_t kept = 0;
+    for (auto& [parent, name] : found) {
+      const std::string f = (fs::path(parent) / name).string();
+      if (options_.skip_corrupt_) {
+        int w, h, c;
+        if (!stbi_info(f.c_str(), &w, &h, &c)) {
+          warn("ImageFolder: skipping unreadable image " + f + " (" +
+               (stbi_failure_reason() ? stbi_failure_reason() : "unknown error") + ")");
+          continue;
+        }
+      }
+      samples_.emplace_back(f, static_cast<int64_t>(k));
+      ++kept;
+    }
+    MPX_CHECK(kept > 0, "ImageFolder: class folder ", dir.string(), " holds no ",
+              options_.skip_corrupt_ ? "readable " : "", "image with a supported extension (.jpg .jpeg .png .bmp); "
+              "remove the folder or add images");
+  }
+}
+
+Example ImageFolder::get(int64_t index) const { return get_seeded(index, sample_seed(0, 0, index)); }
+
+Example ImageFolder::get_seeded(int64_t index, uint64_t seed) const {
+  check_index("ImageFolder", index, size());
+  const int64_t n = size();
+  for (int64_t k = 0; k < n; ++k) {
+    const auto& [path, cls] = samples_[static_cast<size_t>((index + k) % n)];
+    Tensor img;
+    try {
+      img = read_image(path, options_.channels_);
+    } catch (const Error& e) {
+      if (!options_.skip_corrupt_) throw;
+      warn(std::string("ImageFolder: ") + e.what() + "; using the next image instead");
+      continue;
+    }
+    Tensor x = transform_.defined() ? transform_(img, seed) : transforms::ToTensor()(img, seed);
+    return {x, label(cls)};
+  }
+  MPX_ERROR("ImageFolder: no image under the data set root could be decoded");
+}
+
+// ---------------------------------------------------------------- Synthetic
+Synthetic::Synthetic(IntList shape, int64_t num_classes, int64_t n, uint64_t seed)
+    : shape_(std::move(shape)), num_classes_(num_classes), n_(n), seed_(seed) {
+  MPX_CHECK(num_classes >= 1, "Synthetic: num_classes must be >= 1, got ", num_classes);
+  MPX_CHECK(n >= 0, "Synthetic: n must be >= 0, got ", n);
+  for (int64_t s : shape_) MPX_CHECK(s > 0, "Synthetic: shape ", shape_str(shape_), " has a non-positive size");
+}
+
+Example Synthetic::get(int64_t index) const {
+  check_index("Synthetic", index, n_);
+  const uint64_t key = random::hash(seed_, static_cast<uint64_t>(index), 0x5e7);
+  Tensor x = empty(shape_, kFloat32);
+  float* d = x.data_ptr<float>();
+  const int64_t m = x.numel();
+  for (int64_t i = 0; i < m; ++i) d[i] = static_cast<float>(random::uniform(key, static_cast<uint64_t>(i), 1));
+  const auto y = static_cast<int64_t>(random::hash(key, 0, 2) % static_cast<uint64_t>(num_classes_));
+  return {x, label(y)};
+}
+
+}  // namespace mpx::data

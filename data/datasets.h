@@ -1,0 +1,115 @@
+// Built-in data sets: MNIST / Fashion-MNIST (IDX), CIFAR-10 (binary), ImageFolder (stb_image)
+// and Synthetic (generated per index, for benchmarks).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/idx.h"
+#include "data/transforms.h"
+
+namespace mpx::data {
+
+/// MNIST-format data (`{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]` in `root`).
+/// Without a transform an image is f32 [1,28,28] in [0,1]; a transform receives the u8
+/// [28,28,1] image. Targets are 0-dim i64.
+class MNIST : public Dataset {
+ public:
+  MNIST(const std::string& root, bool train = true, transforms::Transform transform = {});
+  int64_t size() const override { return images_.size(0); }
+  Example get(int64_t index) const override;
+  Example get_seeded(int64_t index, uint64_t sample_seed) const override;
+  /// u8 [N,28,28] and i64 [N].
+  const Tensor& images() const { return images_; }
+  const Tensor& targets() const { return targets_; }
+  const std::vector<std::string>& classes() const { return classes_; }
+
+ protected:
+  Tensor images_, targets_;
+  transforms::Transform transform_;
+  std::vector<std::string> classes_;
+};
+
+/// Fashion-MNIST; `root` defaults to Debian's dataset-fashion-mnist location (kFashionMnistDir).
+class FashionMNIST : public MNIST {
+ public:
+  explicit FashionMNIST(const std::string& root = kFashionMnistDir, bool train = true,
+                        transforms::Transform transform = {});
+};
+
+/// CIFAR-10, binary version: `root` (or root/cifar-10-batches-bin) holds data_batch_1..5.bin
+/// (train) or test_batch.bin, 3073-byte records (label, 1024 R, 1024 G, 1024 B). Without a
+/// transform an image is f32 [3,32,32] in [0,1]; a transform receives u8 [32,32,3].
+class CIFAR10 : public Dataset {
+ public:
+  CIFAR10(const std::string& root, bool train = true, transforms::Transform transform = {});
+  int64_t size() const override { return images_.size(0); }
+  Example get(int64_t index) const override;
+  Example get_seeded(int64_t index, uint64_t sample_seed) const override;
+  /// u8 [N,3,32,32] and i64 [N].
+  const Tensor& images() const { return images_; }
+  const Tensor& targets() const { return targets_; }
+  static const std::vector<std::string>& classes();
+
+ private:
+  Tensor images_, targets_;
+  transforms::Transform transform_;
+};
+
+/// ImageFolder settings.
+struct ImageFolderOptions {
+  /// Skip unreadable images with a warning instead of failing: files whose header stb_image
+  /// cannot read are dropped when the folder is scanned; a file that fails to decode later is
+  /// replaced by the next readable sample.
+  ImageFolderOptions& skip_corrupt(bool s = true) { skip_corrupt_ = s; return *this; }
+  /// Channels to decode to (3: RGB like torchvision's default loader, 1: grey, 0: as stored).
+  ImageFolderOptions& channels(int c) { channels_ = c; return *this; }
+  /// Accepted file extensions (lower case, with the dot).
+  ImageFolderOptions& extensions(std::vector<std::string> e) { extensions_ = std::move(e); return *this; }
+  bool skip_corrupt_ = false;
+  int channels_ = 3;
+  std::vector<std::string> extensions_{".jpg", ".jpeg", ".png", ".bmp"};
+};
+
+/// torchvision.datasets.ImageFolder: root/<class>/**/<image>; classes are the sub-folders
+/// sorted by name (index = position), files sorted by path within each class. Images are
+/// decoded with stb_image to u8 [H,W,C] and given to `transform`; without one the result is
+/// ToTensor's f32 [C,H,W]. A class folder with no image is an error naming it.
+class ImageFolder : public Dataset {
+ public:
+  explicit ImageFolder(const std::string& root, transforms::Transform transform = {}, ImageFolderOptions options = {});
+  ImageFolder(const std::string& root, ImageFolderOptions options) : ImageFolder(root, {}, std::move(options)) {}
+  int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
+  Example get(int64_t index) const override;
+  Example get_seeded(int64_t index, uint64_t sample_seed) const override;
+  const std::vector<std::string>& classes() const { return classes_; }
+  /// (path, class index) for every sample.
+  const std::vector<std::pair<std::string, int64_t>>& samples() const { return samples_; }
+
+ private:
+  std::vector<std::string> classes_;
+  std::vector<std::pair<std::string, int64_t>> samples_;
+  transforms::Transform transform_;
+  ImageFolderOptions options_;
+};
+
+/// Decodes an image file (JPEG/PNG/BMP/...) to u8 [H,W,C]; `channels` 0 keeps the stored
+/// count. Throws mpx::Error naming the file and stb_image's reason.
+Tensor read_image(const std::string& path, int channels = 3);
+
+/// Images of `shape` (e.g. {3,224,224}) uniform in [0,1) and targets in [0, num_classes),
+/// generated on the fly as a pure function of (seed, index): no memory, no files.
+class Synthetic : public Dataset {
+ public:
+  Synthetic(IntList shape, int64_t num_classes, int64_t n, uint64_t seed = 0);
+  int64_t size() const override { return n_; }
+  Example get(int64_t index) const override;
+
+ private:
+  IntList shape_;
+  int64_t num_classes_, n_;
+  uint64_t seed_;
+};
+
+}  // namespace mpx::data

@@ -1,0 +1,102 @@
+// torchvision-style image transforms, each deterministic given the per-sample seed the loader
+// passes (so random augmentation reproduces run to run, whatever the worker count).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace mpx::data::transforms {
+
+/// The random stream of one sample's transforms: draw k of seed s is a pure function of (s, k).
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : seed_(seed) {}
+  /// Uniform in [0, 1).
+  double uniform();
+  /// Uniform in [a, b).
+  double uniform(double a, double b) { return a + (b - a) * uniform(); }
+  /// Integer uniform in [lo, hi) (torch.randint's bounds); hi must exceed lo.
+  int64_t randint(int64_t lo, int64_t hi);
+
+ private:
+  uint64_t seed_;
+  uint64_t counter_ = 0;
+};
+
+/// Image conventions: a u8 tensor is an image as decoded, [H, W, C] or [H, W] (torchvision's
+/// PIL image); a floating tensor is [C, H, W] (torchvision's tensor image). Geometric
+/// transforms accept both and keep the layout and dtype; ToTensor converts the first to the
+/// second; Normalize needs the second.
+class Transform {
+ public:
+  using Fn = std::function<Tensor(const Tensor&, Rng&)>;
+  Transform() = default;
+  Transform(Fn fn, std::string name) : fn_(std::move(fn)), name_(std::move(name)) {}
+  /// Applies the transform drawing randomness from `rng`.
+  Tensor operator()(const Tensor& img, Rng& rng) const;
+  /// Applies the transform with a fresh stream seeded by `seed`.
+  Tensor operator()(const Tensor& img, uint64_t seed) const {
+    Rng r(seed);
+    return (*this)(img, r);
+  }
+  /// False for a default-constructed (absent) transform.
+  bool defined() const { return static_cast<bool>(fn_); }
+  const std::string& name() const { return name_; }
+
+ protected:
+  Fn fn_;
+  std::string name_;
+};
+
+/// Applies transforms in order, sharing one random stream.
+struct Compose : Transform {
+  explicit Compose(std::vector<Transform> ts);
+};
+/// u8 [H,W,C] or [H,W] -> f32 [C,H,W] in [0, 1]; floating input passes through unchanged.
+struct ToTensor : Transform {
+  ToTensor();
+};
+/// (x - mean[c]) / std[c] per channel of a floating [C,H,W] image; one value means all channels.
+struct Normalize : Transform {
+  Normalize(std::vector<double> mean, std::vector<double> std);
+};
+/// Bilinear resize (half-pixel centres, no antialiasing). One size: the shorter side becomes
+/// `size` and the longer keeps the aspect ratio (truncated, as torchvision).
+struct Resize : Transform {
+  explicit Resize(int64_t size);
+  Resize(int64_t height, int64_t width);
+};
+/// The centred (h, w) window (torchvision's rounding); zero-padded when the image is smaller.
+struct CenterCrop : Transform {
+  explicit CenterCrop(int64_t size) : CenterCrop(size, size) {}
+  CenterCrop(int64_t height, int64_t width);
+};
+/// Zero-pads `padding` pixels on every side, then takes a uniformly placed (h, w) window.
+struct RandomCrop : Transform {
+  explicit RandomCrop(int64_t size, int64_t padding = 0) : RandomCrop(size, size, padding) {}
+  RandomCrop(int64_t height, int64_t width, int64_t padding);
+};
+/// Mirrors left-right with probability p.
+struct RandomHorizontalFlip : Transform {
+  explicit RandomHorizontalFlip(double p = 0.5);
+};
+/// torchvision's RandomResizedCrop: up to 10 tries for a window with area fraction in `scale`
+/// and log-uniform aspect ratio in `ratio`, else a centre crop clamped to the ratio range;
+/// the window is resized bilinearly to (h, w).
+struct RandomResizedCrop : Transform {
+  explicit RandomResizedCrop(int64_t size, std::pair<double, double> scale = {0.08, 1.0},
+                             std::pair<double, double> ratio = {3.0 / 4.0, 4.0 / 3.0})
+      : RandomResizedCrop(size, size, scale, ratio) {}
+  RandomResizedCrop(int64_t height, int64_t width, std::pair<double, double> scale = {0.08, 1.0},
+                    std::pair<double, double> ratio = {3.0 / 4.0, 4.0 / 3.0});
+};
+
+/// The window RandomResizedCrop picks for an (height, width) image: {top, left, h, w}.
+std::vector<int64_t> random_resized_crop_params(int64_t height, int64_t width, std::pair<double, double> scale,
+                                                std::pair<double, double> ratio, Rng& rng);
+
+}  // namespace mpx::data::transforms
