@@ -39,6 +39,27 @@ void visit_model(const Tensor& model, F&& f) {
 
 template <typename T> T* ptr(const Tensor& t) { return t.defined() ? static_cast<T*>(t.raw_data()) : nullptr; }
 
+// The shared pass over parameter i: dispatches once per tensor on the gradient's dtype and the
+// optional low-precision model copy, then calls `update(j, grad_j)`, which updates the master and
+// state and returns the new parameter value; that value is rounded into the model copy.
+template <typename A, typename Update>
+void for_each_element(const kernels::StepTensors& ts, size_t i, Update&& update) {
+  const int64_t n = ts.params[i].numel();
+  visit_floating(ts.grads[i].dtype(), [&]<typename G>() {
+    const G* g = ptr<const G>(ts.grads[i]);
+    visit_model(ts.models[i], [&]<typename M>() {
+      M* model = nullptr;
+      if constexpr (!std::is_void_v<M>) model = ptr<M>(ts.models[i]);
+      parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+        for (int64_t j = b; j < e; ++j) {
+          const A pv = update(j, load_as<A>(g[j]));
+          if constexpr (!std::is_void_v<M>) model[j] = store_as<M>(pv);
+        }
+      });
+    });
+  });
+}
+
 // Hyper-parameters are rounded to the compute type once, like PyTorch's scalar arguments.
 template <typename A>
 struct Sgd {
@@ -50,27 +71,16 @@ struct Sgd {
       A* p = ptr<A>(ts.params[i]);
       A* buf = use_mom ? ptr<A>(ts.states[0][i]) : nullptr;
       const bool fresh = ts.fresh[i] != 0;
-      const int64_t n = ts.params[i].numel();
-      visit_floating(ts.grads[i].dtype(), [&]<typename G>() {
-        const G* g = ptr<const G>(ts.grads[i]);
-        visit_model(ts.models[i], [&]<typename M>() {
-          M* model = nullptr;
-          if constexpr (!std::is_void_v<M>) model = ptr<M>(ts.models[i]);
-          parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
-            for (int64_t j = b; j < e; ++j) {
-              A d = load_as<A>(g[j]);
-              if (h.maximize) d = -d;
-              if (use_wd) d = d + wd * p[j];
-              if (use_mom) {
-                const A nb = fresh ? d : static_cast<A>(buf[j] * mom) + damp1 * d;
-                buf[j] = nb;
-                d = h.nesterov ? d + mom * nb : nb;
-              }
-              p[j] = p[j] + neg_lr * d;
-              if constexpr (!std::is_void_v<M>) model[j] = store_as<M>(p[j]);
-            }
-          });
-        });
+      for_each_element<A>(ts, i, [&](int64_t j, A d) {
+        if (h.maximize) d = -d;
+        if (use_wd) d = d + wd * p[j];
+        if (use_mom) {
+          const A nb = fresh ? d : static_cast<A>(buf[j] * mom) + damp1 * d;
+          buf[j] = nb;
+          d = h.nesterov ? d + mom * nb : nb;
+        }
+        p[j] = p[j] + neg_lr * d;
+        return p[j];
       });
     }
   }
@@ -95,35 +105,24 @@ struct Adam {
       A* m1 = ptr<A>(ts.states[0][i]);
       A* m2 = ptr<A>(ts.states[1][i]);
       A* vmax = h.amsgrad ? ptr<A>(ts.states[2][i]) : nullptr;
-      const int64_t n = ts.params[i].numel();
-      visit_floating(ts.grads[i].dtype(), [&]<typename G>() {
-        const G* g = ptr<const G>(ts.grads[i]);
-        visit_model(ts.models[i], [&]<typename M>() {
-          M* model = nullptr;
-          if constexpr (!std::is_void_v<M>) model = ptr<M>(ts.models[i]);
-          parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
-            for (int64_t j = b; j < e; ++j) {
-              A gv = load_as<A>(g[j]);
-              if (h.maximize) gv = -gv;
-              A pv = p[j];
-              if (decoupled) pv = pv * decay;
-              if (l2) gv = gv + wd * pv;
-              const A m = static_cast<A>(m1[j] * b1) + omb1 * gv;
-              const A v = static_cast<A>(m2[j] * b2) + static_cast<A>(omb2 * gv) * gv;
-              m1[j] = m;
-              m2[j] = v;
-              A vd = v;
-              if (vmax) {
-                vd = std::isnan(vmax[j]) || vmax[j] > v ? vmax[j] : v;
-                vmax[j] = vd;
-              }
-              const A denom = static_cast<A>(std::sqrt(vd) / bc2_sqrt) + eps;
-              pv = pv + static_cast<A>(neg_step_size * m) / denom;
-              p[j] = pv;
-              if constexpr (!std::is_void_v<M>) model[j] = store_as<M>(pv);
-            }
-          });
-        });
+      for_each_element<A>(ts, i, [&](int64_t j, A gv) {
+        if (h.maximize) gv = -gv;
+        A pv = p[j];
+        if (decoupled) pv = pv * decay;
+        if (l2) gv = gv + wd * pv;
+        const A m = static_cast<A>(m1[j] * b1) + omb1 * gv;
+        const A v = static_cast<A>(m2[j] * b2) + static_cast<A>(omb2 * gv) * gv;
+        m1[j] = m;
+        m2[j] = v;
+        A vd = v;
+        if (vmax) {
+          vd = std::isnan(vmax[j]) || vmax[j] > v ? vmax[j] : v;
+          vmax[j] = vd;
+        }
+        const A denom = static_cast<A>(std::sqrt(vd) / bc2_sqrt) + eps;
+        pv = pv + static_cast<A>(neg_step_size * m) / denom;
+        p[j] = pv;
+        return pv;
       });
     }
   }
