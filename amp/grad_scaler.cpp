@@ -45,14 +45,25 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(std::move(options))
   MPX_CHECK(o.max_scale() >= o.init_scale(), "GradScaler: max_scale (", o.max_scale(), ") is below init_scale (",
             o.init_scale(), "); raise max_scale or lower init_scale");
   scale_ = scalar_tensor(o.init_scale(), TensorOptions(kFloat32));
+  growth_tracker_ = zeros({}, TensorOptions(kFloat32));
+  skipped_ = zeros({}, TensorOptions(kFloat32));
 }
+
+void GradScaler::place(Device d) {
+  if (scale_.device() == d) return;
+  scale_ = scale_.to(d);
+  growth_tracker_ = growth_tracker_.to(d);
+  skipped_ = skipped_.to(d);
+}
+
+int64_t GradScaler::skipped_steps() const { return static_cast<int64_t>(skipped_.item_double()); }
 
 Tensor GradScaler::scale(const Tensor& loss) {
   if (!is_enabled()) return loss;
   MPX_CHECK(loss.defined() && is_floating(loss.dtype()), "GradScaler::scale: expected a floating loss, got ",
             loss.defined() ? ops::describe(loss) : std::string("an undefined tensor"));
   // The scale lives where the gradients will be (torch.amp initialises it lazily the same way).
-  if (scale_.device() != loss.device()) scale_ = scale_.to(loss.device());
+  place(loss.device());
   return mul(loss, scale_);
 }
 
@@ -111,10 +122,10 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   st.stage = Stage::kUnscaled;
 }
 
-bool GradScaler::step(optim::Optimizer& optimizer) {
+StepResult GradScaler::step(optim::Optimizer& optimizer) {
   if (!is_enabled()) {
     optimizer.step();
-    return true;
+    return StepResult();
   }
   {
     auto it = per_opt_.find(&optimizer);
@@ -122,20 +133,40 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
               "GradScaler::step: already called for this optimizer since the last update(); call update() "
               "once per iteration, after the steps");
   }
-  if (per_opt_[&optimizer].stage == Stage::kReady) unscale_(optimizer);
   PerOptimizer& st = per_opt_[&optimizer];
-  // The one host read of the flag. A device backend whose fused optimizer kernels take found_inf
-  // (torch's _step_supports_amp_scaling) can skip the update on the device instead and avoid the
-  // sync; on the CPU reading it costs nothing.
-  const bool overflow = st.found_inf.item_double() != 0.0;
-  st.stage = Stage::kStepped;
-  if (overflow) {
-    ++skipped_;
-    return false;
+  Tensor inv;  // defined when the step kernels unscale as they read
+  if (st.stage == Stage::kReady) {
+    tensor_list grads;
+    bool one_device = true;
+    for (const auto& group : optimizer.param_groups())
+      for (const Tensor& p : group.params()) {
+        const Tensor g = p.grad();
+        if (!g.defined()) continue;
+        one_device &= g.device() == scale_.device();
+        grads.push_back(g);
+      }
+    if (one_device) {
+      // Check only; the unscale is fused into the step (one pass over the gradients fewer).
+      NoGradGuard ng;
+      inv = reciprocal(scale_.to(kFloat64)).to(kFloat32);
+      st.found_inf = zeros({}, TensorOptions(kFloat32).device(scale_.device()));
+      unscale_check_inf_(grads, {}, inv, st.found_inf);
+      st.stage = Stage::kUnscaled;
+    } else {
+      unscale_(optimizer);
+    }
   }
+  // The kernels skip themselves when found_inf is set: no host read of the flag here.
+  const Tensor found = st.found_inf.device() == scale_.device() ? st.found_inf : st.found_inf.to(scale_.device());
+  optimizer.set_amp_step_inputs(st.found_inf, inv);
   optimizer.step();
-  ++clean_;
-  return true;
+  st.stage = Stage::kStepped;
+  {
+    NoGradGuard ng;
+    skipped_.add_(found);
+  }
+  ++attempted_;
+  return StepResult(st.found_inf);
 }
 
 void GradScaler::update(std::optional<double> new_scale) {
@@ -149,41 +180,33 @@ void GradScaler::update(std::optional<double> new_scale) {
     for (auto& [opt, st] : per_opt_) st.stage = Stage::kReady;
     return;
   }
-  bool recorded = false;
-  bool overflow = false;
+  NoGradGuard ng;
+  Tensor found;
   for (auto& [opt, st] : per_opt_) {
     if (st.stage == Stage::kReady) continue;
-    recorded = true;
-    overflow |= st.found_inf.item_double() != 0.0;
+    const Tensor f = st.found_inf.device() == scale_.device() ? st.found_inf : st.found_inf.to(scale_.device());
+    found = found.defined() ? found + f : f;
   }
-  MPX_CHECK(recorded, "GradScaler::update: no inf/NaN checks were recorded since the last update(); call "
-                      "unscale_(optimizer) or step(optimizer) for at least one optimizer first");
+  MPX_CHECK(found.defined(), "GradScaler::update: no inf/NaN checks were recorded since the last update(); call "
+                             "unscale_(optimizer) or step(optimizer) for at least one optimizer first");
   // The iteration is over whatever follows: the next one starts clean even if this update throws.
   for (auto& [opt, st] : per_opt_) st.stage = Stage::kReady;
-  // torch.amp's _amp_update_scale_ in f32, on the host (a device backend runs it as a kernel on
-  // the flag and the scale; only the min_scale check needs a read-back there).
-  const float cur = static_cast<float>(scale_.item_double());
-  float next = cur;
-  if (overflow) {
-    next = cur * static_cast<float>(options_.backoff_factor());
-    growth_tracker_ = 0;
-    if (options_.min_scale() > 0 && static_cast<double>(next) < options_.min_scale())
+  // torch.amp's _amp_update_scale_ as a kernel where the scale lives. Only the min_scale floor
+  // needs the new value on the host, so only a scaler with a floor synchronizes here.
+  const Tensor before = options_.min_scale() > 0 ? scale_.clone() : Tensor();
+  update_scale_(scale_, growth_tracker_, Tensor(), found, options_.growth_factor(), options_.backoff_factor(),
+                options_.growth_interval(), options_.max_scale());
+  if (before.defined()) {
+    const double next = scale_.item_double();
+    if (next < options_.min_scale()) {
+      const double cur = before.item_double();
+      scale_.copy_(before);
       MPX_ERROR("GradScaler: gradients overflowed again at loss scale ", fmt(cur), "; backing off to ", fmt(next),
                 " would fall below min_scale ", fmt(options_.min_scale()),
                 ". The scale is collapsing: the loss or forward pass is probably inf/NaN, or the learning rate "
                 "diverged. Check the loss for inf/NaN, lower the learning rate, or lower min_scale");
-  } else {
-    const int64_t successful = growth_tracker_ + 1;
-    if (successful >= options_.growth_interval()) {
-      const float grown = cur * static_cast<float>(options_.growth_factor());
-      if (std::isfinite(grown)) next = std::min(grown, static_cast<float>(options_.max_scale()));
-      if (next < cur) next = cur;  // never shrink on a clean step (a ceiling below the scale)
-      growth_tracker_ = 0;
-    } else {
-      growth_tracker_ = successful;
     }
   }
-  if (next != cur) scale_ = scalar_tensor(next, TensorOptions(kFloat32).device(scale_.device()));
 }
 
 double GradScaler::get_scale() const { return is_enabled() ? scale_.item_double() : 1.0; }
@@ -201,7 +224,7 @@ std::map<std::string, double> GradScaler::state_dict() const {
           {"growth_factor", options_.growth_factor()},
           {"backoff_factor", options_.backoff_factor()},
           {"growth_interval", static_cast<double>(options_.growth_interval())},
-          {"_growth_tracker", static_cast<double>(growth_tracker_)}};
+          {"_growth_tracker", growth_tracker_.item_double()}};
 }
 
 void GradScaler::load_state_dict(const std::map<std::string, double>& state) {
@@ -220,7 +243,7 @@ void GradScaler::load_state_dict(const std::map<std::string, double>& state) {
   MPX_CHECK(gi >= 1 && gi == std::floor(gi), "GradScaler::load_state_dict: growth_interval must be a positive integer, got ", gi);
   MPX_CHECK(gt >= 0 && gt == std::floor(gt), "GradScaler::load_state_dict: _growth_tracker must be a non-negative integer, got ", gt);
   options_.growth_factor(gf).backoff_factor(bf).growth_interval(static_cast<int64_t>(gi));
-  growth_tracker_ = static_cast<int64_t>(gt);
+  growth_tracker_ = scalar_tensor(gt, TensorOptions(kFloat32).device(scale_.device()));
   scale_ = scalar_tensor(s, TensorOptions(kFloat32).device(scale_.device()));
 }
 

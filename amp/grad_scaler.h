@@ -22,6 +22,18 @@ struct GradScalerOptions {
   MPX_ARG(bool, enabled) = true;
 };
 
+/// What GradScaler::step returns: whether the optimizer stepped. The decision is made where the
+/// gradients live (on a GPU the step kernels skip themselves), so converting this to bool reads
+/// the overflow flag: a device synchronization. Ignoring it costs nothing.
+class StepResult {
+ public:
+  explicit StepResult(Tensor found_inf = {}) : found_inf_(std::move(found_inf)) {}
+  operator bool() const { return !found_inf_.defined() || found_inf_.item_double() == 0.0; }  // NOLINT
+
+ private:
+  Tensor found_inf_;
+};
+
 /// Scales losses, unscales an optimizer's gradients in one fused pass that also detects
 /// inf/NaN (writing a device-side found_inf flag), skips the steps of overflowed optimizers
 /// and grows/backs off the scale. The usual loop:
@@ -36,9 +48,11 @@ class GradScaler {
   /// parameters, written in f32) by the scale and records whether any is inf/NaN.
   /// A second call before update() or a call after step() for the same optimizer is an error.
   void unscale_(optim::Optimizer& optimizer);
-  /// unscale_ if not done yet, then optimizer.step() unless an inf/NaN was found.
-  /// Returns whether the optimizer stepped.
-  bool step(optim::Optimizer& optimizer);
+  /// optimizer.step() unless an inf/NaN gradient was found. Without an earlier unscale_, the
+  /// gradients are only checked here and the step's kernels unscale them as they read them; the
+  /// skip itself happens in the step's kernels, so nothing waits for the device. Returns whether
+  /// the optimizer stepped (see StepResult).
+  StepResult step(optim::Optimizer& optimizer);
   /// Backs off on overflow (any optimizer stepped this iteration found inf/NaN), grows after
   /// growth_interval clean steps (only to a finite value, at most max_scale). With
   /// `new_scale`, sets the scale instead. Throws when the scale would fall below min_scale.
@@ -47,9 +61,10 @@ class GradScaler {
   double get_scale() const;
   bool is_enabled() const { return options_.enabled(); }
   const GradScalerOptions& options() const { return options_; }
-  /// Steps skipped because of inf/NaN gradients, and steps taken, since construction.
-  int64_t skipped_steps() const { return skipped_; }
-  int64_t clean_steps() const { return clean_; }
+  /// Steps skipped because of inf/NaN gradients, and steps taken, since construction (reading
+  /// them synchronizes with the device that holds the count).
+  int64_t skipped_steps() const;
+  int64_t clean_steps() const { return attempted_ - skipped_steps(); }
   /// The found_inf flag (f32 0-dim tensor, on the gradients' device; 1.0 when any gradient was
   /// inf/NaN) of the last unscale_ of this optimizer, kept after update(). Reading it on the host
   /// syncs a device. Throws when this scaler never unscaled the optimizer.
@@ -66,9 +81,11 @@ class GradScaler {
     Tensor found_inf;
   };
   GradScalerOptions options_;
-  Tensor scale_;           // f32 0-dim; stays on the device of the gradients it scales
-  int64_t growth_tracker_ = 0;
-  int64_t skipped_ = 0, clean_ = 0;
+  // The loss-scale state lives on the device of the gradients it scales (f32 0-dim tensors, moved
+  // there by scale()), so update() is a kernel and no step waits for the host.
+  Tensor scale_, growth_tracker_, skipped_;
+  int64_t attempted_ = 0;
+  void place(Device d);
   std::unordered_map<const optim::Optimizer*, PerOptimizer> per_opt_;
 };
 

@@ -12,8 +12,12 @@ namespace mpx {
 struct Allocator {
   virtual ~Allocator() = default;
   virtual std::shared_ptr<void> allocate(size_t nbytes, Device device) = 0;
-  /// Copies nbytes between two allocations of (possibly) different devices.
-  virtual void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes) = 0;
+  /// Copies nbytes between two allocations of (possibly) different devices. The copy is
+  /// complete when this returns, unless `async_owner` is given: then a host-to-device copy
+  /// from pinned memory may still be in flight on the device's current stream, and the
+  /// allocator keeps `async_owner` (the source's storage) alive until it has finished.
+  virtual void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes,
+                    const std::shared_ptr<void>& async_owner = nullptr) = 0;
 };
 
 /// Returns the allocator registered for a device type; throws if that backend is not built.

@@ -96,7 +96,8 @@ struct CpuAllocator final : Allocator {
     MPX_CHECK(p, "cpu allocator: out of memory allocating ", nbytes, " bytes");
     return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   }
-  void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes) override {
+  void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes,
+            const std::shared_ptr<void>&) override {
     MPX_CHECK(dst_dev.is_cpu() && src_dev.is_cpu(), "cpu allocator: cannot copy between ", src_dev.str(), " and ",
               dst_dev.str());
     std::memcpy(dst, src, nbytes);

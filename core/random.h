@@ -5,6 +5,14 @@
 #include <cstdint>
 #include <mutex>
 
+// The hash and the draws below also compile as device code, so CUDA kernels produce the
+// same stream as the CPU.
+#if defined(__CUDACC__)
+#define MPX_RANDOM_HD __host__ __device__
+#else
+#define MPX_RANDOM_HD
+#endif
+
 namespace mpx {
 
 /// Seeds the default generator (CPU and, when built, CUDA draws).
@@ -13,7 +21,7 @@ void manual_seed(uint64_t seed);
 namespace random {
 
 /// 64-bit mix of (key, counter, stream); a stateless hash in the spirit of Philox.
-inline uint64_t hash(uint64_t key, uint64_t counter, uint64_t stream) {
+MPX_RANDOM_HD inline uint64_t hash(uint64_t key, uint64_t counter, uint64_t stream) {
   uint64_t z = key * 0x9E3779B97F4A7C15ull + counter * 0xD1B54A32D192ED03ull + stream * 0x8CB92BA72F3D8DD7ull;
   z ^= z >> 30; z *= 0xBF58476D1CE4E5B9ull;
   z ^= z >> 27; z *= 0x94D049BB133111EBull;
@@ -24,11 +32,11 @@ inline uint64_t hash(uint64_t key, uint64_t counter, uint64_t stream) {
   return z;
 }
 /// Uniform in [0, 1) with 53 random bits.
-inline double uniform(uint64_t seed, uint64_t pos, uint64_t stream = 0) {
+MPX_RANDOM_HD inline double uniform(uint64_t seed, uint64_t pos, uint64_t stream = 0) {
   return static_cast<double>(hash(seed, pos, stream) >> 11) * (1.0 / 9007199254740992.0);
 }
 /// Standard normal by Box-Muller over two independent streams of the same position.
-inline double normal(uint64_t seed, uint64_t pos) {
+MPX_RANDOM_HD inline double normal(uint64_t seed, uint64_t pos) {
   const double u1 = 1.0 - uniform(seed, pos, 1);  // (0, 1]: log stays finite
   const double u2 = uniform(seed, pos, 2);
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);

@@ -24,8 +24,10 @@ Tensor empty_in_layout(const Tensor& like, DType dt) {
 
 void unscale_check_inf_(const tensor_list& grads_in, const tensor_list& grads_out, const Tensor& inv_scale,
                         const Tensor& found_inf) {
-  MPX_CHECK(grads_in.size() == grads_out.size(), "unscale_check_inf_: ", grads_in.size(), " inputs but ",
-            grads_out.size(), " outputs; pass one output per gradient (the gradient itself to unscale in place)");
+  const bool check_only = grads_out.empty();
+  MPX_CHECK(check_only || grads_in.size() == grads_out.size(), "unscale_check_inf_: ", grads_in.size(),
+            " inputs but ", grads_out.size(), " outputs; pass one output per gradient (the gradient itself to "
+            "unscale in place), or none to only check");
   MPX_CHECK(inv_scale.defined() && inv_scale.dtype() == kFloat32 && inv_scale.numel() == 1,
             "unscale_check_inf_: inv_scale must be a one-element f32 tensor, got ",
             inv_scale.defined() ? ops::describe(inv_scale) : std::string("undefined"));
@@ -42,6 +44,13 @@ void unscale_check_inf_(const tensor_list& grads_in, const tensor_list& grads_ou
   out.reserve(grads_in.size());
   for (size_t i = 0; i < grads_in.size(); ++i) {
     const Tensor& g = grads_in[i];
+    if (check_only) {
+      MPX_CHECK(g.defined() && is_floating(g.dtype()) && g.device() == dev, "unscale_check_inf_: gradient ", i,
+                " must be a floating tensor on ", dev.str(), ", got ",
+                g.defined() ? ops::describe(g) : std::string("undefined"));
+      if (g.numel()) in.push_back(layout_kind(g) < 0 ? g.contiguous() : g);
+      continue;
+    }
     const Tensor& o = grads_out[i];
     MPX_CHECK(g.defined() && o.defined(), "unscale_check_inf_: gradient ", i, " or its output is undefined; ",
               "leave parameters without gradients out of the lists");
@@ -76,6 +85,22 @@ void unscale_check_inf_(const tensor_list& grads_in, const tensor_list& grads_ou
   for (auto& [user, tmp] : copy_back) user.copy_(tmp);
   for (const Tensor& o : grads_out) if (o.defined()) o.bump_version();
   found_inf.bump_version();
+}
+
+void update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& skipped, const Tensor& found_inf,
+                   double growth_factor, double backoff_factor, int64_t growth_interval, double max_scale) {
+  for (const Tensor* t : {&scale, &growth_tracker, &found_inf, &skipped}) {
+    if (t == &skipped && !t->defined()) continue;
+    MPX_CHECK(t->defined() && t->dtype() == kFloat32 && t->numel() == 1 && t->device() == scale.device(),
+              "update_scale_: scale, growth_tracker, skipped and found_inf must be one-element f32 tensors on one "
+              "device, got ", t->defined() ? ops::describe(*t) : std::string("undefined"), " beside scale ",
+              ops::describe(scale));
+  }
+  auto fn = dispatch::kernel<kernels::UpdateScaleFn>(OpId::update_scale, scale.device(), kFloat32);
+  fn(scale, growth_tracker, skipped, found_inf, growth_factor, backoff_factor, growth_interval, max_scale);
+  scale.bump_version();
+  growth_tracker.bump_version();
+  if (skipped.defined()) skipped.bump_version();
 }
 
 }  // namespace mpx

@@ -117,7 +117,7 @@ double cpu_scalar_as_double(const Tensor& t) {
   });
 }
 // Differentiable copy into a new tensor of dtype/device/format.
-Tensor copy_to(const Tensor& src, DType dt, Device dev, MemoryFormat fmt) {
+Tensor copy_to(const Tensor& src, DType dt, Device dev, MemoryFormat fmt, bool non_blocking = false) {
   MemoryFormat f = fmt == MemoryFormat::Preserve ? src.suggest_memory_format() : fmt;
   if (f == MemoryFormat::ChannelsLast && src.dim() != 4) f = MemoryFormat::Contiguous;
   Tensor out = empty(src.sizes(), TensorOptions().dtype(dt).device(dev).memory_format(f));
@@ -127,7 +127,11 @@ Tensor copy_to(const Tensor& src, DType dt, Device dev, MemoryFormat fmt) {
     // Cross-device: make the source dense in the target layout, then one bulk copy.
     Tensor dense = src.dtype() == dt && src.is_contiguous(f) ? src : copy_to(src.detach(), dt, src.device(), f);
     Device cuda_dev = dev.is_cuda() ? dev : src.device();
-    allocator_for(cuda_dev.type).copy(out.raw_data(), dev, dense.raw_data(), src.device(), out.numel() * out.element_size());
+    // A non-blocking host-to-device copy keeps the source storage alive until it is done.
+    std::shared_ptr<void> owner;
+    if (non_blocking && dev.is_cuda() && src.device().is_cpu()) owner = dense.impl()->storage->data;
+    allocator_for(cuda_dev.type).copy(out.raw_data(), dev, dense.raw_data(), src.device(),
+                                      out.numel() * out.element_size(), owner);
   }
   if (autograd::any_requires_grad({src}) && is_floating(dt)) {
     const DType sdt = src.dtype();
@@ -144,9 +148,9 @@ Tensor Tensor::to(DType t, bool copy) const {
   if (t == dtype() && !copy) return *this;
   return copy_to(*this, t, device(), MemoryFormat::Preserve);
 }
-Tensor Tensor::to(Device d, bool) const {
+Tensor Tensor::to(Device d, bool non_blocking) const {
   if (d == device()) return *this;
-  return copy_to(*this, dtype(), d, MemoryFormat::Preserve);
+  return copy_to(*this, dtype(), d, MemoryFormat::Preserve, non_blocking);
 }
 Tensor Tensor::to(Device d, DType t) const {
   if (d == device() && t == dtype()) return *this;
@@ -182,9 +186,9 @@ Tensor& inplace_result(Tensor& self, const Tensor& value, const char* op) {
 
 Tensor& Tensor::copy_(const Tensor& src) {
   ops::check_inplace(*this, "copy_");
-  ops::common_device("copy_", {*this, src});
   NoGradGuard ng;
-  Tensor s = src.sizes() == sizes() ? src : src.expand(sizes());
+  Tensor s = src.device() == device() ? src : src.to(device());
+  if (s.sizes() != sizes()) s = s.expand(sizes());
   dispatch::kernel<kernels::CopyFn>(OpId::copy, device(), dtype())(*this, s);
   bump_version();
   return *this;

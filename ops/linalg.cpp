@@ -1,6 +1,7 @@
-// Linear algebra ops on the GEMM kernel; backward formulas are matmuls themselves.
+// Linear algebra ops on the GEMM kernels (plain, batched, fused-epilogue); backward formulas are matmuls themselves.
 #include "ops/linalg.h"
 
+#include "autograd/grad_mode.h"
 #include "ops/elementwise.h"
 #include "ops/op_utils.h"
 #include "ops/reduction.h"
@@ -16,18 +17,111 @@ void check_float_pair(const char* op, const Tensor& a, const Tensor& b) {
   ops::common_device(op, {a, b});
 }
 
+// The fused-epilogue GEMM for a tensor's device and dtype, or null where there is none (the CPU).
+kernels::GemmEpilogueFn epilogue_kernel(const Tensor& t) {
+  if (!dispatch::has_kernel(OpId::linear, t.device().type, t.dtype())) return nullptr;
+  return dispatch::kernel<kernels::GemmEpilogueFn>(OpId::linear, t.device(), t.dtype());
+}
+
 // out = beta * c + alpha * a @ b without autograd.
 Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha, double beta) {
+  // A bias row (c [m], beta = alpha = 1) is added in the GEMM's epilogue where the device has
+  // one: no expanded copy of c, no second pass over out.
+  if (c.defined() && c.dim() == 1 && c.size(0) == b.size(1) && c.dtype() == a.dtype() && alpha == 1.0 && beta == 1.0) {
+    if (auto k = epilogue_kernel(a)) {
+      Tensor out = empty({a.size(0), b.size(1)}, a.options());
+      if (k(out, a, b, c.contiguous(), kernels::GemmEpilogue::kBias)) return out;
+    }
+  }
   Tensor out;
   if (c.defined() && beta != 0.0) {
-    out = c.expand({a.size(0), b.size(1)}).contiguous();
-    if (out.is_same(c)) out = c.clone();
+    // Always a fresh buffer: an expanded view can itself be contiguous (c [m] with n = 1, or a
+    // contiguous [n, m] c), and the GEMM would then write into c's storage.
+    out = c.expand({a.size(0), b.size(1)}).clone(MemoryFormat::Contiguous);
   } else {
     out = empty({a.size(0), b.size(1)}, a.options());
     beta = 0.0;
   }
   dispatch::kernel<kernels::GemmFn>(OpId::mm, a.device(), a.dtype())(out, a, b, alpha, beta);
   return out;
+}
+
+// Gradients {gx, gw, gb} of y = x @ w^T + b for a 2-d x, given g = dL/dy [N, out].
+tensor_list linear_grads(const Tensor& g, const Tensor& x, const Tensor& w, bool need_x, bool need_w, bool need_b) {
+  Tensor gx = need_x ? mm(g, w) : Tensor();
+  Tensor gw, gb;
+  // The bias gradient (column sums of g) can come out of the weight-gradient GEMM's epilogue,
+  // but only without create_graph: that raw kernel call records no graph.
+  if (need_w && need_b && !GradMode::is_enabled() && g.dtype() == x.dtype() && g.dtype() == w.dtype() &&
+      g.device() == x.device()) {
+    if (auto k = epilogue_kernel(g)) {
+      Tensor gw_f = empty(w.sizes(), g.options()), gb_f = empty({w.size(0)}, g.options());
+      if (k(gw_f, g.t(), x, gb_f, kernels::GemmEpilogue::kBiasGrad)) {
+        gw = gw_f;
+        gb = gb_f;
+      }
+    }
+  }
+  if (need_w && !gw.defined()) gw = mm(g.t(), x);
+  if (need_b && !gb.defined()) gb = sum(g, {0});
+  return {gx, gw, gb};
+}
+
+// linear and linear_relu: y = x @ w^T + b, then relu when asked (fused into the GEMM where the
+// device has that epilogue, a separate relu op otherwise).
+Tensor linear_impl(const char* op, const Tensor& x0, const Tensor& w0, const Tensor& b0, bool with_relu) {
+  auto in = ops::autocast(OpId::linear, {x0, w0, b0});
+  const Tensor &x = in[0], &w = in[1], &b = in[2];
+  MPX_CHECK(x.defined() && w.defined(), op, ": input and weight must be defined");
+  MPX_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1), op, ": input ", ops::describe(x),
+            " does not match weight ", ops::describe(w), " (expected input [..., ", w.dim() == 2 ? w.size(1) : -1, "])");
+  MPX_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0)), op, ": bias ", ops::describe(b),
+            " does not match weight ", ops::describe(w));
+  check_float_pair(op, x, w);
+  if (b.defined()) check_float_pair(op, x, b);
+  Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, x.size(-1)});
+  Tensor y;
+  bool relu_done = false;
+  {
+    NoGradGuard ng;
+    if (with_relu && b.defined()) {
+      if (auto k = epilogue_kernel(x2)) {
+        Tensor out = empty({x2.size(0), w.size(0)}, x.options());
+        if (k(out, x2, w.t(), b.contiguous(), kernels::GemmEpilogue::kBiasRelu)) {
+          y = out;
+          relu_done = true;
+        }
+      }
+    }
+    if (!y.defined()) y = b.defined() ? gemm(x2, w.t(), b, 1.0, 1.0) : gemm(x2, w.t(), {}, 1.0, 0.0);
+  }
+  if (relu_done) {
+    // relu'(z) = (y > 0) for y = relu(z): the output is its own mask.
+    if (auto n = autograd::record("LinearReluBackward", {x2, w, b}, {y},
+                                  [](FunctionNode& self, const tensor_list& g) -> tensor_list {
+                                    Tensor gz = threshold_backward(g[0], self.saved(2), 0.0);
+                                    return linear_grads(gz, self.saved(0), self.saved(1), self.next_edges[0].valid(),
+                                                        self.next_edges[1].valid(), self.next_edges[2].valid());
+                                  })) {
+      n->save(x2);
+      n->save(w);
+      n->save(y, true);
+    }
+  } else {
+    if (auto n = autograd::record("LinearBackward", {x2, w, b}, {y},
+                                  [](FunctionNode& self, const tensor_list& g) -> tensor_list {
+                                    return linear_grads(g[0], self.saved(0), self.saved(1), self.next_edges[0].valid(),
+                                                        self.next_edges[1].valid(), self.next_edges[2].valid());
+                                  })) {
+      n->save(x2);
+      n->save(w);
+    }
+    if (with_relu) y = relu(y);
+  }
+  if (x.dim() == 2) return y;
+  IntList shape(x.sizes().begin(), x.sizes().end() - 1);
+  shape.push_back(w.size(0));
+  return y.reshape(shape);
 }
 }  // namespace
 
@@ -91,8 +185,12 @@ Tensor bmm(const Tensor& a0, const Tensor& b0) {
   Tensor out = empty({a.size(0), a.size(1), b.size(2)}, a.options());
   {
     NoGradGuard ng;
-    auto k = dispatch::kernel<kernels::GemmFn>(OpId::mm, a.device(), a.dtype());
-    for (int64_t i = 0; i < a.size(0); ++i) k(out.select(0, i), a.select(0, i), b.select(0, i), 1.0, 0.0);
+    if (dispatch::has_kernel(OpId::bmm, a.device().type, a.dtype())) {
+      dispatch::kernel<kernels::BmmFn>(OpId::bmm, a.device(), a.dtype())(out, a, b, 1.0, 0.0);
+    } else {
+      auto k = dispatch::kernel<kernels::GemmFn>(OpId::mm, a.device(), a.dtype());
+      for (int64_t i = 0; i < a.size(0); ++i) k(out.select(0, i), a.select(0, i), b.select(0, i), 1.0, 0.0);
+    }
   }
   if (auto n = autograd::record("BmmBackward", {a, b}, {out}, [](FunctionNode& self, const tensor_list& g) -> tensor_list {
         Tensor a = self.saved(0), b = self.saved(1);
@@ -145,19 +243,10 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   return a.dim() == 1 ? out.squeeze(-2) : out;
 }
 
-Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& b0) {
-  auto in = ops::autocast(OpId::linear, {x0, w0, b0});
-  const Tensor &x = in[0], &w = in[1], &b = in[2];
-  MPX_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input ", ops::describe(x),
-            " does not match weight ", ops::describe(w), " (expected input [..., ", w.dim() == 2 ? w.size(1) : -1, "])");
-  MPX_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0)), "linear: bias ", ops::describe(b),
-            " does not match weight ", ops::describe(w));
-  Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, x.size(-1)});
-  Tensor y = b.defined() ? addmm(b, x2, w.t()) : mm(x2, w.t());
-  if (x.dim() == 2) return y;
-  IntList shape(x.sizes().begin(), x.sizes().end() - 1);
-  shape.push_back(w.size(0));
-  return y.reshape(shape);
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) { return linear_impl("linear", x, w, b, false); }
+
+Tensor linear_relu(const Tensor& x, const Tensor& w, const Tensor& b) {
+  return linear_impl("linear_relu", x, w, b, true);
 }
 
 Tensor Tensor::matmul(const Tensor& o) const { return mpx::matmul(*this, o); }

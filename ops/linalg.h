@@ -1,4 +1,4 @@
-// Linear algebra ops: matmul (numpy semantics), mm, bmm, addmm, linear, dot.
+// Linear algebra ops: matmul (numpy semantics), mm, bmm, addmm, linear, linear_relu, dot.
 #pragma once
 #include "core/tensor.h"
 
@@ -12,8 +12,12 @@ Tensor mm(const Tensor& a, const Tensor& b);
 Tensor bmm(const Tensor& a, const Tensor& b);
 /// beta * self + alpha * (a @ b), self broadcast to [n, m].
 Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, double beta = 1.0, double alpha = 1.0);
-/// x @ w^T + b with x [..., in], w [out, in], b [out] (optional).
+/// x @ w^T + b with x [..., in], w [out, in], b [out] (optional). On CUDA the bias is added
+/// in cuBLASLt's epilogue and the backward's bias gradient comes out of the weight-gradient GEMM.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = {});
+/// relu(x @ w^T + b): one cuBLASLt call with the bias+ReLU epilogue on CUDA, relu(linear(x, w, b))
+/// elsewhere. Differentiable (the backward masks the gradient with the output's sign).
+Tensor linear_relu(const Tensor& x, const Tensor& w, const Tensor& b);
 Tensor dot(const Tensor& a, const Tensor& b);
 
 }  // namespace mpx
@@ -22,4 +26,21 @@ namespace mpx::kernels {
 /// out[n, m] = alpha * op(a) @ op(b) + beta * out, for 2-d a, b with any strides
 /// (row- or column-major); out contiguous. Accumulates in f32 (f64 for f64).
 using GemmFn = void (*)(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta);
+
+/// Batched GEMM (OpId::bmm): out[i] = alpha * a[i] @ b[i] + beta * out[i] for a [B, n, k],
+/// b [B, k, m] with any strides (batch stride 0 for a broadcast operand); out [B, n, m] contiguous.
+using BmmFn = void (*)(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta);
+
+/// The fused GEMM forms behind linear (GemmEpilogueFn).
+enum class GemmEpilogue : int {
+  kBias,      ///< out = a @ b + bias, bias [m] added to every row
+  kBiasRelu,  ///< out = relu(a @ b + bias)
+  kBiasGrad,  ///< out = a @ b, and bias[i] = sum_j a[i, j] (bias [n]): linear's weight and bias gradients
+};
+/// A GEMM with a fused epilogue (OpId::linear; registered where a device library has one).
+/// a [n, k], b [k, m] with any strides, out [n, m] and bias contiguous, all of one dtype.
+/// Returns false, having written nothing, when the library has no algorithm for the case
+/// (the caller then computes it unfused).
+using GemmEpilogueFn = bool (*)(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
+                                GemmEpilogue epilogue);
 }  // namespace mpx::kernels

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/cuda.h"
 #include "ops/activation.h"
 #include "ops/elementwise.h"
 #include "ops/op_utils.h"
@@ -95,7 +96,12 @@ ClassTarget check_class_target(const char* op, const Tensor& input, const Tensor
             ops::describe(input), "; expected target of shape ", shape_str(ct.shape),
             " (the input's shape without the class dim 1)");
   ct.flat = target.contiguous().reshape({ct.N, ct.inner});
-  // A bad index would read or write out of bounds in the kernels, so it is checked here.
+  // A bad index would read or write out of bounds in the kernels, so it is checked here, on
+  // the host: for a CUDA target this copy waits for the device (one synchronization per loss
+  // call), and the error names the bad value and its position. Inside a CUDA graph capture
+  // nothing may wait for the device: there the kernels' own guard (an out-of-range class
+  // reads as 0, never out of bounds) is all there is; validate targets before capturing.
+  if (ct.flat.device().is_cuda() && cuda::is_capturing()) return ct;
   Tensor host = ct.flat.device().is_cpu() ? ct.flat : ct.flat.to(Device::cpu());
   const int64_t* p = host.data_ptr<int64_t>();
   for (int64_t i = 0; i < host.numel(); ++i) {
@@ -153,6 +159,8 @@ Reduction reduction_from_name(const std::string& name) {
 Tensor nll_loss(const Tensor& log_probs0, const Tensor& target, Reduction reduction, int64_t ignore_index,
                 const Tensor& weight) {
   check_floating("nll_loss", "input", log_probs0);
+  // The kernels index the input with the target's values, so all three must share a device.
+  ops::common_device("nll_loss", {log_probs0, target, weight});
   auto in = ops::autocast(OpId::nll_loss, {log_probs0, weight});
   const DType cdt = compute_dtype({in[0]});
   Tensor lp = in[0].to(cdt);
@@ -168,6 +176,7 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& target, Reduction redu
   MPX_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, "cross_entropy: label_smoothing must be in [0, 1], got ",
             label_smoothing);
   MPX_CHECK(logits0.dim() >= 1, "cross_entropy: input must be [C], [N, C] or [N, C, d1, ...], got ", ops::describe(logits0));
+  ops::common_device("cross_entropy", {logits0, target, weight});
   auto in = ops::autocast(OpId::cross_entropy, {logits0, weight});
   const DType cdt = compute_dtype({in[0]});
   Tensor x = in[0].to(cdt);

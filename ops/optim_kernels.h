@@ -27,6 +27,15 @@ struct StepTensors {
   /// Per parameter: true when its state buffers were just created (SGD initialises the
   /// momentum buffer to the gradient, as PyTorch does).
   std::vector<uint8_t> fresh;
+  /// Optional amp inputs that keep a mixed-precision step free of host synchronization (all
+  /// f32 0-dim tensors on the parameters' device). found_inf != 0: the kernel leaves every
+  /// tensor untouched (the overflow skip, decided where the flag lives). inv_scale: gradients
+  /// are multiplied by it as they are read (an unscale fused into the step).
+  Tensor found_inf, inv_scale;
+  /// Per parameter, with found_inf (else empty): its count of steps skipped so far, so the true
+  /// step number is steps[i] - skips[i] (bias corrections, the first momentum step). The
+  /// kernel adds found_inf to each after the update.
+  tensor_list skips;
 };
 
 /// Hyper-parameters of an SGD step with PyTorch's semantics.

@@ -210,6 +210,11 @@ Tensor Optimizer::step(const LossClosure& closure) {
     AutoGradMode enable(true);
     loss = closure();
   }
+  // The amp inputs belong to this step whatever happens to it.
+  struct Consume {
+    Optimizer& o;
+    ~Consume() { o.amp_found_inf_ = o.amp_inv_scale_ = Tensor(); }
+  } consume{*this};
   for (auto& [id, hook] : hooks_)
     if (!hook(*this)) return loss;
   NoGradGuard ng;
@@ -303,10 +308,20 @@ void Optimizer::step_group(ParamGroup& group) {
     for (size_t k = 0; k < names.size(); ++k) batch->ts.states[k].push_back(bufs[k]);
     batch->ts.steps.push_back(st.step);
     batch->ts.fresh.push_back(fresh ? 1 : 0);
+    if (amp_found_inf_.defined()) {
+      if (!st.skipped.defined() || st.skipped.device() != pd.work.device())
+        st.skipped = zeros({}, TensorOptions(kFloat32).device(pd.work.device()));
+      batch->ts.skips.push_back(st.skipped);
+    }
     batch->pending.push_back(std::move(pd));
   }
 
   for (auto& b : batches) {
+    if (amp_found_inf_.defined()) {
+      b.ts.found_inf = amp_found_inf_.device() == b.device ? amp_found_inf_ : amp_found_inf_.to(b.device);
+      if (amp_inv_scale_.defined())
+        b.ts.inv_scale = amp_inv_scale_.device() == b.device ? amp_inv_scale_ : amp_inv_scale_.to(b.device);
+    }
     apply(opts, b.ts, b.device, b.dtype);
     for (auto& pd : b.pending) {
       const bool reduced = is_reduced_float(pd.param.dtype());
@@ -319,6 +334,23 @@ void Optimizer::step_group(ParamGroup& group) {
       if (reduced) state_for(pd.param).master.bump_version();
     }
   }
+}
+
+void Optimizer::set_amp_step_inputs(const Tensor& found_inf, const Tensor& inv_scale) {
+  MPX_CHECK(found_inf.defined() && found_inf.dtype() == kFloat32 && found_inf.numel() == 1, name(),
+            ": set_amp_step_inputs needs found_inf as a one-element f32 tensor, got ",
+            found_inf.defined() ? ops::describe(found_inf) : std::string("undefined"));
+  MPX_CHECK(!inv_scale.defined() || (inv_scale.dtype() == kFloat32 && inv_scale.numel() == 1), name(),
+            ": set_amp_step_inputs needs inv_scale as a one-element f32 tensor, got ", ops::describe(inv_scale));
+  amp_found_inf_ = found_inf;
+  amp_inv_scale_ = inv_scale;
+}
+
+int64_t Optimizer::step_count(const Tensor& param) const {
+  auto it = state_.find(param.impl());
+  if (it == state_.end()) return 0;
+  const ParamState& st = it->second;
+  return st.step - (st.skipped.defined() ? static_cast<int64_t>(st.skipped.item_double()) : 0);
 }
 
 // ---- state dicts ----
@@ -336,7 +368,7 @@ OptimizerState Optimizer::state_dict() const {
       if (it != state_.end()) {
         const std::string sp = "state." + std::to_string(idx) + ".";
         const ParamState& st = it->second;
-        s.scalars[sp + "step"] = static_cast<double>(st.step);
+        s.scalars[sp + "step"] = static_cast<double>(step_count(p));
         for (const auto& [n, b] : st.buffers)
           if (b.defined()) s.tensors[sp + n] = b.detach();
         if (st.master.defined()) s.tensors[sp + "master"] = st.master.detach();

@@ -75,6 +75,9 @@ struct ParamState {
   /// FP32 master copy of a f16/bf16 parameter (undefined for f32/f64 parameters). The step
   /// updates it and writes the rounded value into the parameter.
   Tensor master;
+  /// Steps of this parameter that amp skipped on the device (f32 0-dim, undefined until a
+  /// device-side skip is used): `step` counts them until state_dict() folds them in.
+  Tensor skipped;
   /// Named state buffers in the compute dtype (f32, or f64 for f64 parameters), laid out like
   /// the parameter: "momentum_buffer"; "exp_avg", "exp_avg_sq", "max_exp_avg_sq".
   std::map<std::string, Tensor> buffers;
@@ -151,6 +154,13 @@ class Optimizer {
   void set_master_weights(bool on) { master_weights_ = on; }
   bool master_weights() const { return master_weights_; }
 
+  /// amp's synchronization-free overflow skip, for the next step() only: the step kernels read
+  /// `found_inf` (an f32 0-dim flag on the parameters' device; non-zero leaves every parameter,
+  /// master and state untouched) and, when `inv_scale` is defined, multiply the gradients by it
+  /// as they read them (the unscale fused into the step). GradScaler::step calls this.
+  void set_amp_step_inputs(const Tensor& found_inf, const Tensor& inv_scale = {});
+  /// A parameter's true step count (skips decided on the device subtracted; reads the device).
+  int64_t step_count(const Tensor& param) const;
   /// Registers a pre-step hook; returns an id for remove_step_pre_hook.
   int add_step_pre_hook(StepPreHook hook);
   void remove_step_pre_hook(int id);
@@ -177,6 +187,7 @@ class Optimizer {
   std::vector<std::pair<int, StepPreHook>> hooks_;
   int next_hook_id_ = 0;
   bool master_weights_ = true;
+  Tensor amp_found_inf_, amp_inv_scale_;  // set_amp_step_inputs, consumed by the next step()
 };
 
 }  // namespace mpx::optim

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "autograd/grad_mode.h"
+#include "core/cuda.h"
 #include "core/serialize.h"
 #include "ops/elementwise.h"
 #include "ops/reduction.h"
@@ -61,6 +62,40 @@ inline std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "";
+}
+
+/// ||a - ref|| / ||ref|| over all elements in f64, after moving both to the CPU. NaN in
+/// either (an unwritten, poisoned element) gives NaN, which fails every `<` comparison.
+inline double rel_err(const Tensor& a, const Tensor& ref) {
+  NoGradGuard ng;
+  REQUIRE(a.sizes() == ref.sizes());
+  if (a.numel() == 0) return 0.0;
+  const Tensor ad = a.cpu().to(kFloat64), rd = ref.cpu().to(kFloat64);
+  const double num = std::sqrt(sum(square(ad - rd)).item<double>());
+  const double den = std::sqrt(sum(square(rd)).item<double>());
+  return num / std::max(den, 1e-30);
+}
+
+/// Relative-error bound for a device result against the CPU kernels in `dt` (issue 5's table).
+inline double cuda_tolerance(DType dt) {
+  switch (dt) {
+    case kFloat16: return 1e-3;
+    case kBFloat16: return 1e-2;
+    case kFloat32: return 1e-5;
+    default: return 1e-12;
+  }
+}
+
+/// True (and device allocations poisoned with NaN bytes) when a CUDA device is present.
+/// [cuda] tests start with `if (!cuda_ready()) return;`: they pass as skipped on machines
+/// without a GPU, with a warning saying so.
+inline bool cuda_ready() {
+  if (!cuda_is_available()) {
+    WARN("skipped: no CUDA device");
+    return false;
+  }
+  cuda::poison_allocations(true);
+  return true;
 }
 
 }  // namespace mpx::testing

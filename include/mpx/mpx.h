@@ -4,6 +4,7 @@
 #include "core/tensor.h"
 #include "core/random.h"
 #include "core/allocator.h"
+#include "core/cuda.h"
 #include "autograd/grad_mode.h"
 #include "autograd/engine.h"
 #include "autograd/function.h"

@@ -1,4 +1,5 @@
 // CPU kernel for the fused unscale + inf/NaN check over all of an optimizer's gradients.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 
@@ -48,11 +49,61 @@ struct UnscaleCheckInf {
   }
 };
 
+// Check only: the unscale happens in the optimizer step that follows.
+struct CheckInf {
+  static void run(const tensor_list& in, std::atomic<bool>& found) {
+    for (const Tensor& t : in) {
+      visit_dtype(t.dtype(), [&]<typename T>() {
+        if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+          const T* g = static_cast<const T*>(t.raw_data());
+          parallel_for(t.numel(), kGrain, [&](int64_t b, int64_t e) {
+            bool bad = false;
+            for (int64_t j = b; j < e; ++j) bad |= !std::isfinite(static_cast<double>(static_cast<float>(g[j])));
+            if (bad) found.store(true, std::memory_order_relaxed);
+          });
+        }
+      });
+    }
+  }
+};
+
+void unscale_check_inf(const tensor_list& in, const tensor_list& out, const Tensor& inv_scale, const Tensor& found_inf) {
+  if (!out.empty()) return UnscaleCheckInf::run(in, out, inv_scale, found_inf);
+  std::atomic<bool> found{false};
+  CheckInf::run(in, found);
+  if (found.load()) *static_cast<float*>(found_inf.raw_data()) = 1.0f;
+}
+
+// torch.amp's _amp_update_scale_, in f32 like its kernel.
+void update_scale(const Tensor& scale, const Tensor& tracker, const Tensor& skipped, const Tensor& found_inf,
+                  double growth, double backoff, int64_t interval, double max_scale) {
+  float* s = static_cast<float*>(scale.raw_data());
+  float* t = static_cast<float*>(tracker.raw_data());
+  const float cur = *s;
+  if (*static_cast<const float*>(found_inf.raw_data()) != 0.0f) {
+    *s = cur * static_cast<float>(backoff);
+    *t = 0.0f;
+    if (skipped.defined()) *static_cast<float*>(skipped.raw_data()) += 1.0f;
+    return;
+  }
+  const float successful = *t + 1.0f;
+  if (successful >= static_cast<float>(interval)) {
+    const float grown = cur * static_cast<float>(growth);
+    float next = cur;
+    if (std::isfinite(grown)) next = std::min(grown, static_cast<float>(max_scale));
+    *s = next < cur ? cur : next;  // never shrink on a clean step
+    *t = 0.0f;
+  } else {
+    *t = successful;
+  }
+}
+
 }  // namespace
 
 MPX_REGISTER_KERNELS(cpu_amp) {
   dispatch::register_kernel(OpId::unscale_check_inf, DeviceType::kCPU, kFloat32,
-                            reinterpret_cast<void*>(&UnscaleCheckInf::run));
+                            reinterpret_cast<void*>(&unscale_check_inf));
+  dispatch::register_kernel(OpId::update_scale, DeviceType::kCPU, kFloat32, reinterpret_cast<void*>(&update_scale));
 }
 
 }  // namespace mpx::cpu

@@ -1,4 +1,4 @@
-// CPU GEMM via Eigen: f32/f64 directly on the strided operands, f16/bf16 through f32 copies.
+// CPU GEMM (and batched GEMM) via Eigen: f32/f64 directly on the strided operands, f16/bf16 through f32 copies.
 #include <Eigen/Core>
 
 #include "ops/cpu/loops.h"
@@ -64,7 +64,9 @@ template <typename T> struct Gemm {
     if (out.numel() == 0) return;
     if (a.size(1) == 0) {  // empty inner dimension: the product is zero
       T* o = static_cast<T*>(out.raw_data());
-      for (int64_t i = 0; i < out.numel(); ++i) o[i] = T(static_cast<acc_t<T>>(static_cast<acc_t<T>>(o[i]) * beta));
+      // beta = 0 writes zeros without reading out (it may hold uninitialized NaN bits).
+      for (int64_t i = 0; i < out.numel(); ++i)
+        o[i] = beta == 0.0 ? T(0.0f) : T(static_cast<acc_t<T>>(static_cast<acc_t<T>>(o[i]) * beta));
       return;
     }
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
@@ -92,10 +94,18 @@ template <typename T> struct Gemm {
   }
 };
 
+// Batched GEMM: one GEMM per batch element (Eigen parallelizes inside each product).
+template <typename T> struct Bmm {
+  static void run(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
+    for (int64_t i = 0; i < out.size(0); ++i) Gemm<T>::run(out.select(0, i), a.select(0, i), b.select(0, i), alpha, beta);
+  }
+};
+
 }  // namespace
 
 MPX_REGISTER_KERNELS(cpu_linalg) {
   dispatch::register_types<Gemm, float, double, Half, BFloat16>(OpId::mm, DeviceType::kCPU);
+  dispatch::register_types<Bmm, float, double, Half, BFloat16>(OpId::bmm, DeviceType::kCPU);
 }
 
 }  // namespace mpx::cpu

@@ -45,6 +45,8 @@ template <typename T> T* ptr(const Tensor& t) { return t.defined() ? static_cast
 template <typename A, typename Update>
 void for_each_element(const kernels::StepTensors& ts, size_t i, Update&& update) {
   const int64_t n = ts.params[i].numel();
+  const bool unscale = ts.inv_scale.defined();
+  const A inv = unscale ? static_cast<A>(*static_cast<const float*>(ts.inv_scale.raw_data())) : A(1);
   visit_floating(ts.grads[i].dtype(), [&]<typename G>() {
     const G* g = ptr<const G>(ts.grads[i]);
     visit_model(ts.models[i], [&]<typename M>() {
@@ -52,12 +54,27 @@ void for_each_element(const kernels::StepTensors& ts, size_t i, Update&& update)
       if constexpr (!std::is_void_v<M>) model = ptr<M>(ts.models[i]);
       parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
         for (int64_t j = b; j < e; ++j) {
-          const A pv = update(j, load_as<A>(g[j]));
+          const A gv = load_as<A>(g[j]);
+          const A pv = update(j, unscale ? static_cast<A>(gv * inv) : gv);
           if constexpr (!std::is_void_v<M>) model[j] = store_as<M>(pv);
         }
       });
     });
   });
+}
+
+// The amp skip: true when found_inf says the gradients overflowed. Then nothing is updated and
+// each parameter's skip count grows, so later steps know their true step number.
+bool skip_step(const kernels::StepTensors& ts) {
+  if (!ts.found_inf.defined() || *static_cast<const float*>(ts.found_inf.raw_data()) == 0.0f) return false;
+  for (const Tensor& k : ts.skips) *static_cast<float*>(k.raw_data()) += 1.0f;
+  return true;
+}
+// Parameter i's true step number and whether its state starts now (see StepTensors::skips).
+std::pair<int64_t, bool> true_step(const kernels::StepTensors& ts, size_t i) {
+  if (ts.skips.empty()) return {ts.steps[i], ts.fresh[i] != 0};
+  const int64_t step = ts.steps[i] - static_cast<int64_t>(*static_cast<const float*>(ts.skips[i].raw_data()));
+  return {step, ts.fresh[i] != 0 || step == 1};
 }
 
 // Hyper-parameters are rounded to the compute type once, like PyTorch's scalar arguments.
@@ -67,10 +84,11 @@ struct Sgd {
     const A wd = static_cast<A>(h.weight_decay), mom = static_cast<A>(h.momentum);
     const A damp1 = static_cast<A>(1.0 - h.dampening), neg_lr = static_cast<A>(-h.lr);
     const bool use_wd = h.weight_decay != 0, use_mom = h.momentum != 0;
+    if (skip_step(ts)) return;
     for (size_t i = 0; i < ts.params.size(); ++i) {
       A* p = ptr<A>(ts.params[i]);
       A* buf = use_mom ? ptr<A>(ts.states[0][i]) : nullptr;
-      const bool fresh = ts.fresh[i] != 0;
+      const bool fresh = true_step(ts, i).second;
       for_each_element<A>(ts, i, [&](int64_t j, A d) {
         if (h.maximize) d = -d;
         if (use_wd) d = d + wd * p[j];
@@ -95,9 +113,10 @@ struct Adam {
     const A decay = static_cast<A>(1.0 - h.lr * h.weight_decay);
     const bool l2 = !h.decoupled_weight_decay && h.weight_decay != 0;
     const bool decoupled = h.decoupled_weight_decay && h.weight_decay != 0;
+    if (skip_step(ts)) return;
     for (size_t i = 0; i < ts.params.size(); ++i) {
       // Bias corrections in double, as the Python scalars of torch's single-tensor path.
-      const double step = static_cast<double>(ts.steps[i]);
+      const double step = static_cast<double>(true_step(ts, i).first);
       const double bc1 = 1.0 - std::pow(h.beta1, step), bc2 = 1.0 - std::pow(h.beta2, step);
       const A neg_step_size = static_cast<A>(-(h.lr / bc1));
       const A bc2_sqrt = static_cast<A>(std::sqrt(bc2));

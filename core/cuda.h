@@ -1,0 +1,147 @@
+// The public CUDA runtime API: devices, streams, events, memory statistics, pinned memory.
+// Every function is declared in every build; without the CUDA backend they throw mpx::Error
+// (or report "nothing", where that is the honest answer: no devices, zero memory).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace mpx::cuda {
+
+/// Bytes held by the stream-ordered pool of one device.
+struct MemoryStats {
+  int64_t allocated = 0;       ///< bytes in live tensors (and workspaces)
+  int64_t reserved = 0;        ///< bytes the pool holds from the driver (allocated + cached)
+  int64_t peak_allocated = 0;  ///< high-water mark of `allocated` since the last reset
+};
+/// Statistics of a device's pool (device -1: the current device).
+MemoryStats memory_stats(int device = -1);
+/// Restarts the peak of memory_stats() at the current allocation.
+void reset_peak_memory_stats(int device = -1);
+/// Returns the pool's cached, unused memory to the driver.
+void empty_cache(int device = -1);
+
+/// The device new CUDA work goes to when a tensor does not say.
+int current_device();
+void set_device(int device);
+/// Waits for all work on a device (-1: the current one).
+void synchronize(int device = -1);
+
+/// Debug aid: fill every new device allocation with 0xFF bytes (NaN in every floating dtype,
+/// -1 in integers), so an output element a kernel forgot to write shows up in a comparison.
+/// Also enabled by the environment variable MPX_CUDA_POISON=1.
+void poison_allocations(bool on);
+
+/// Whether f32 matmuls may use TF32 Tensor Cores (off by default, as in PyTorch >= 1.12).
+void allow_tf32(bool allow);
+bool tf32_allowed();
+
+/// Sets the current device for a scope.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_;
+};
+
+/// A CUDA stream (non-owning handle). Every op on a device runs on that device's current
+/// stream, which is one non-blocking stream mpx creates per device unless set otherwise.
+struct Stream {
+  void* handle = nullptr;  ///< the cudaStream_t
+  int device = 0;
+  /// Blocks the host until the stream's work is done.
+  void synchronize() const;
+  friend bool operator==(const Stream& a, const Stream& b) { return a.handle == b.handle && a.device == b.device; }
+};
+/// The current stream of a device (-1: the current device).
+Stream current_stream(int device = -1);
+/// A new non-blocking stream on a device, alive until the process ends.
+Stream new_stream(int device = -1);
+void set_current_stream(const Stream& s);
+
+/// Makes `s` its device's current stream for a scope.
+class StreamGuard {
+ public:
+  explicit StreamGuard(const Stream& s);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  Stream prev_;
+};
+
+/// A CUDA event for ordering streams and timing device work.
+class Event {
+ public:
+  explicit Event(bool enable_timing = true);
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  /// Records the event on a stream (default: the current stream of the current device).
+  void record(const Stream& s);
+  void record();
+  /// Makes `s` wait for the recorded work without blocking the host.
+  void wait(const Stream& s) const;
+  void synchronize() const;
+  /// True when the recorded work has finished.
+  bool query() const;
+  /// Milliseconds between this event and a later one (both recorded, timing enabled).
+  float elapsed_ms(const Event& end) const;
+
+ private:
+  void* ev_ = nullptr;
+  int device_ = 0;
+};
+
+/// A page-locked copy of a CPU tensor (fast, asynchronous host-to-device copies).
+Tensor pin_memory(const Tensor& t);
+/// True when a CPU tensor's memory is page-locked.
+bool is_pinned(const Tensor& t);
+
+/// Capture and replay of the device work issued on the current stream (a CUDA graph), for
+/// training steps of static shapes. Shapes and addresses are frozen at capture: refill input
+/// tensors in place (copy_) between replays; tensors created during capture (the loss, new
+/// gradients) live in graph-owned memory at fixed addresses and hold the latest replay's
+/// values. Nothing in a captured region may wait for the device (no item(), no host copies);
+/// run the step eagerly a few times first so that lazily created state (optimizer buffers,
+/// library workspaces) exists before capture.
+class Graph {
+ public:
+  Graph();
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  /// Starts capturing the current device's work on a side stream, current until capture_end().
+  void capture_begin();
+  void capture_end();
+  /// Launches the captured work on the current stream (asynchronously).
+  void replay();
+  bool captured() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+/// True while the current thread is capturing a Graph on the current device.
+bool is_capturing();
+
+/// One device's properties, for `mpx info` and heuristics.
+struct DeviceProperties {
+  std::string name;
+  int major = 0, minor = 0;
+  int multiprocessors = 0;
+  int64_t total_memory = 0;
+  int64_t l2_cache = 0;
+};
+DeviceProperties device_properties(int device = -1);
+/// "CUDA runtime 13.0, driver 13.0, cuBLAS 13.1.0" (what the build links and finds).
+std::string version_string();
+
+}  // namespace mpx::cuda

@@ -1,0 +1,121 @@
+// CUDA registrations of the fused multi-tensor kernels: unscale + inf check, SGD/Adam steps, scale update.
+#include <algorithm>
+#include <vector>
+
+#include "ops/amp.h"
+#include "ops/cuda/amp_optim_launch.h"
+#include "ops/cuda/cuda_common.h"
+#include "ops/dispatch.h"
+#include "ops/optim_kernels.h"
+
+namespace mpx::cuda {
+namespace {
+
+const float* f32_ptr(const Tensor& t) { return t.defined() ? static_cast<const float*>(t.raw_data()) : nullptr; }
+bool aligned16(std::initializer_list<const void*> ps) {
+  for (const void* p : ps)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+void unscale_check_inf(const tensor_list& in, const tensor_list& out, const Tensor& inv_scale, const Tensor& found_inf) {
+  TensorDeviceGuard g(found_inf);
+  std::vector<UnscaleItem> items;
+  items.reserve(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    UnscaleItem it;
+    it.in = in[i].raw_data();
+    it.out = out.empty() ? nullptr : out[i].raw_data();
+    it.n = in[i].numel();
+    it.in_dtype = in[i].dtype();
+    it.out_dtype = out.empty() ? it.in_dtype : out[i].dtype();
+    it.aligned = aligned16({it.in, it.out});
+    items.push_back(it);
+  }
+  // Runs of one input dtype share a kernel instantiation: group them to save launches.
+  std::stable_sort(items.begin(), items.end(),
+                   [](const UnscaleItem& a, const UnscaleItem& b) { return a.in_dtype < b.in_dtype; });
+  launch_unscale_check(items.data(), static_cast<int>(items.size()), f32_ptr(inv_scale),
+                       static_cast<float*>(found_inf.raw_data()), stream_of(found_inf));
+}
+
+void update_scale(const Tensor& scale, const Tensor& tracker, const Tensor& skipped, const Tensor& found_inf,
+                  double growth, double backoff, int64_t interval, double max_scale) {
+  TensorDeviceGuard g(scale);
+  launch_update_scale(static_cast<float*>(scale.raw_data()), static_cast<float*>(tracker.raw_data()),
+                      skipped.defined() ? static_cast<float*>(skipped.raw_data()) : nullptr, f32_ptr(found_inf),
+                      growth, backoff, interval, max_scale, stream_of(scale));
+}
+
+std::vector<StepItem> step_items(const kernels::StepTensors& ts) {
+  std::vector<StepItem> items;
+  items.reserve(ts.params.size());
+  for (size_t i = 0; i < ts.params.size(); ++i) {
+    StepItem it;
+    it.param = ts.params[i].raw_data();
+    it.grad = ts.grads[i].raw_data();
+    it.model = ts.models[i].defined() ? ts.models[i].raw_data() : nullptr;
+    for (size_t k = 0; k < ts.states.size() && k < 3; ++k)
+      it.state[k] = ts.states[k][i].defined() ? ts.states[k][i].raw_data() : nullptr;
+    it.skips = ts.skips.empty() ? nullptr : static_cast<float*>(ts.skips[i].raw_data());
+    it.n = ts.params[i].numel();
+    it.step = ts.steps[i];
+    it.fresh = ts.fresh[i];
+    it.grad_dtype = ts.grads[i].dtype();
+    it.model_dtype = ts.models[i].defined() ? ts.models[i].dtype() : kBool;
+    it.aligned = aligned16({it.param, it.grad, it.model, it.state[0], it.state[1], it.state[2]});
+    items.push_back(it);
+  }
+  std::stable_sort(items.begin(), items.end(), [](const StepItem& a, const StepItem& b) {
+    return a.grad_dtype != b.grad_dtype ? a.grad_dtype < b.grad_dtype : a.model_dtype < b.model_dtype;
+  });
+  return items;
+}
+
+// After the step kernels have read them, the skip counts take this step's flag.
+void count_skips(const kernels::StepTensors& ts, cudaStream_t s) {
+  if (ts.skips.empty() || !ts.found_inf.defined()) return;
+  std::vector<float*> p;
+  for (const Tensor& k : ts.skips) p.push_back(static_cast<float*>(k.raw_data()));
+  launch_count_skips(p.data(), static_cast<int>(p.size()), f32_ptr(ts.found_inf), s);
+}
+
+template <typename A>
+struct Sgd {
+  static void run(const kernels::StepTensors& ts, const kernels::SgdHyper& h) {
+    if (ts.params.empty()) return;
+    TensorDeviceGuard g(ts.params[0]);
+    const cudaStream_t s = stream_of(ts.params[0]);
+    const auto items = step_items(ts);
+    const SgdArgs a{h.lr, h.momentum, h.dampening, h.weight_decay, h.nesterov, h.maximize};
+    launch_sgd_step(items.data(), static_cast<int>(items.size()), a, dtype_v<A>, f32_ptr(ts.found_inf),
+                    f32_ptr(ts.inv_scale), s);
+    count_skips(ts, s);
+  }
+};
+
+template <typename A>
+struct Adam {
+  static void run(const kernels::StepTensors& ts, const kernels::AdamHyper& h) {
+    if (ts.params.empty()) return;
+    TensorDeviceGuard g(ts.params[0]);
+    const cudaStream_t s = stream_of(ts.params[0]);
+    const auto items = step_items(ts);
+    const AdamArgs a{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.decoupled_weight_decay, h.amsgrad, h.maximize};
+    launch_adam_step(items.data(), static_cast<int>(items.size()), a, dtype_v<A>, f32_ptr(ts.found_inf),
+                     f32_ptr(ts.inv_scale), s);
+    count_skips(ts, s);
+  }
+};
+
+}  // namespace
+
+MPX_REGISTER_KERNELS(cuda_amp_optim) {
+  using D = DeviceType;
+  dispatch::register_kernel(OpId::unscale_check_inf, D::kCUDA, kFloat32, reinterpret_cast<void*>(&unscale_check_inf));
+  dispatch::register_kernel(OpId::update_scale, D::kCUDA, kFloat32, reinterpret_cast<void*>(&update_scale));
+  dispatch::register_types<Sgd, float, double>(OpId::sgd_step, D::kCUDA);
+  dispatch::register_types<Adam, float, double>(OpId::adam_step, D::kCUDA);
+}
+
+}  // namespace mpx::cuda

@@ -1,0 +1,415 @@
+// Fused multi-tensor kernels: unscale + inf/NaN check, SGD and Adam/AdamW steps that skip on the
+// device's found_inf flag, and the loss-scale update. One launch covers up to kMtTensors tensors.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include "ops/cuda/amp_optim_launch.h"
+
+namespace mpx::cuda {
+namespace {
+
+// A launch covers up to kMtTensors tensors, passed by value (kernel parameters may take 32 KB
+// since CUDA 12.1, far more than the 4 KB apex's multi_tensor_apply packs for). Each block
+// takes one chunk of one tensor and finds which by a binary search over the running chunk
+// counts, so a launch has no block limit: ResNet-50's 161 gradients take two launches.
+constexpr int kMtTensors = 96;
+constexpr int kThreads = 512;
+constexpr int64_t kChunk = 16384;  // elements per block: 32 per thread
+
+template <typename Item>
+struct Meta {
+  Item items[kMtTensors];
+  int first_chunk[kMtTensors + 1];  // running chunk counts; first_chunk[count] = blocks
+  int count;
+};
+
+// The block's tensor and the element range of its chunk.
+template <typename Item>
+__device__ __forceinline__ const Item& block_item(const Meta<Item>& meta, int64_t* start, int64_t* end) {
+  const int b = static_cast<int>(blockIdx.x);
+  int lo = 0, hi = meta.count - 1;
+  while (lo < hi) {  // the last t with first_chunk[t] <= b
+    const int mid = (lo + hi + 1) / 2;
+    if (meta.first_chunk[mid] <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  const Item& it = meta.items[lo];
+  *start = static_cast<int64_t>(b - meta.first_chunk[lo]) * kChunk;
+  *end = *start + kChunk < it.n ? *start + kChunk : it.n;
+  return it;
+}
+
+template <typename T> __device__ __forceinline__ float to_f(T v) { return static_cast<float>(v); }
+template <> __device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename A, typename T> __device__ __forceinline__ A load_as(const T* p, int64_t i) {
+  if constexpr (std::is_same_v<T, double>) return static_cast<A>(p[i]);
+  else return static_cast<A>(to_f(p[i]));
+}
+template <typename M, typename A> __device__ __forceinline__ void store_as(M* p, int64_t i, A v) {
+  if constexpr (std::is_same_v<M, __half>) p[i] = __float2half_rn(static_cast<float>(v));
+  else if constexpr (std::is_same_v<M, __nv_bfloat16>) p[i] = __float2bfloat16_rn(static_cast<float>(v));
+  else p[i] = static_cast<M>(v);
+}
+template <typename A> __device__ __forceinline__ bool finite(A v) { return isfinite(v); }
+
+// Four consecutive elements moved as one aligned access (16 bytes for f32, 8 for f16/bf16):
+// memory-bound kernels need wide accesses and several loads in flight per thread.
+constexpr int kVec = 4;
+template <typename T>
+struct alignas(kVec * sizeof(T)) Pack {
+  T v[kVec];
+};
+template <typename T> __device__ __forceinline__ Pack<T> ld(const T* p, int64_t j) {
+  return *reinterpret_cast<const Pack<T>*>(p + j);
+}
+template <typename T> __device__ __forceinline__ void st(T* p, int64_t j, const Pack<T>& v) {
+  *reinterpret_cast<Pack<T>*>(p + j) = v;
+}
+
+// Calls f(j, width) over [start, end): width kVec on aligned packs, 1 for the tail and for
+// tensors whose pointers are not all 16-byte aligned.
+template <typename F>
+__device__ __forceinline__ void for_each_pack(int64_t start, int64_t end, bool aligned, F&& f) {
+  if (aligned) {
+    for (int64_t j = start + kVec * threadIdx.x; j < end; j += kVec * kThreads) {
+      if (j + kVec <= end) {
+        f(j, std::integral_constant<int, kVec>());
+      } else {
+        for (int64_t k = j; k < end; ++k) f(k, std::integral_constant<int, 1>());
+      }
+    }
+  } else {
+    for (int64_t j = start + threadIdx.x; j < end; j += kThreads) f(j, std::integral_constant<int, 1>());
+  }
+}
+
+// Loads W elements of p at j (W = kVec: one aligned pack) as A.
+template <int W, typename A, typename T> __device__ __forceinline__ void load_w(const T* p, int64_t j, A (&r)[kVec]) {
+  if constexpr (W == kVec) {
+    const Pack<T> v = ld(p, j);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) r[k] = load_as<A>(v.v, k);
+  } else {
+    r[0] = load_as<A>(p, j);
+  }
+}
+template <int W, typename T, typename A> __device__ __forceinline__ void store_w(T* p, int64_t j, const A (&r)[kVec]) {
+  if constexpr (W == kVec) {
+    Pack<T> v;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) store_as(v.v, k, r[k]);
+    st(p, j, v);
+  } else {
+    store_as(p, j, r[0]);
+  }
+}
+
+// Packs items into launches of at most kMtTensors tensors; `launch(meta, blocks)` runs one.
+// Items are expected pre-grouped so that one launch sees one type combination.
+template <typename Item, typename Launch>
+void for_each_launch(const Item* items, int count, Launch&& launch) {
+  Meta<Item> meta;
+  meta.count = 0;
+  int blocks = 0;
+  for (int i = 0; i < count; ++i) {
+    const int64_t chunks = (items[i].n + kChunk - 1) / kChunk;
+    if (chunks == 0) continue;
+    meta.items[meta.count] = items[i];
+    meta.first_chunk[meta.count] = blocks;
+    blocks += static_cast<int>(chunks);
+    if (++meta.count == kMtTensors) {
+      meta.first_chunk[meta.count] = blocks;
+      launch(meta, blocks);
+      meta.count = 0;
+      blocks = 0;
+    }
+  }
+  if (meta.count > 0) {
+    meta.first_chunk[meta.count] = blocks;
+    launch(meta, blocks);
+  }
+}
+
+// ---- unscale + check ----
+template <typename G, typename O>
+__global__ void __launch_bounds__(kThreads) unscale_kernel(Meta<UnscaleItem> meta, const float* inv_scale,
+                                                          float* found_inf) {
+  using A = std::conditional_t<std::is_same_v<G, double>, double, float>;
+  int64_t start, end;
+  const UnscaleItem& it = block_item(meta, &start, &end);
+  const G* __restrict__ in = static_cast<const G*>(it.in);
+  const A s = static_cast<A>(*inv_scale);
+  bool bad = false;
+  for_each_pack(start, end, it.aligned != 0, [&](int64_t j, auto w) {
+    constexpr int W = decltype(w)::value;
+    A v[kVec];
+    load_w<W>(in, j, v);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      bad |= !finite(v[k]);
+      v[k] = v[k] * s;
+    }
+    if constexpr (!std::is_void_v<O>) store_w<W>(static_cast<O*>(it.out), j, v);
+  });
+  if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1.0f;
+}
+
+template <typename G, typename O>
+void unscale_group(const UnscaleItem* items, int count, const float* inv, float* found, cudaStream_t s) {
+  for_each_launch(items, count, [&](const Meta<UnscaleItem>& meta, int blocks) {
+    unscale_kernel<G, O><<<blocks, kThreads, 0, s>>>(meta, inv, found);
+    MPX_CUDA_LAUNCH_CHECK("unscale_check_inf");
+  });
+}
+
+// ---- optimizer steps ----
+struct StepCtx {
+  bool fresh;
+  double step;  // true step number (skips subtracted)
+};
+__device__ __forceinline__ StepCtx step_ctx(const StepItem& it) {
+  StepCtx c;
+  const int64_t skipped = it.skips ? static_cast<int64_t>(*it.skips) : 0;
+  const int64_t step = it.step - skipped;
+  // A buffer created during a step that was then skipped on the device is still fresh at the
+  // first step actually taken.
+  c.fresh = it.fresh != 0 || (it.skips != nullptr && step == 1);
+  c.step = static_cast<double>(step);
+  return c;
+}
+
+template <typename A, typename G, typename M>
+__global__ void __launch_bounds__(kThreads) sgd_kernel(Meta<StepItem> meta, SgdArgs h, const float* found_inf,
+                                                      const float* inv_scale) {
+  if (found_inf && *found_inf != 0.0f) return;  // the overflow skip, decided on the device
+  int64_t start, end;
+  const StepItem& it = block_item(meta, &start, &end);
+  const StepCtx c = step_ctx(it);
+  A* __restrict__ p = static_cast<A*>(it.param);
+  const G* __restrict__ g = static_cast<const G*>(it.grad);
+  A* __restrict__ buf = static_cast<A*>(it.state[0]);
+  const A inv = inv_scale ? static_cast<A>(*inv_scale) : A(1);
+  const A wd = static_cast<A>(h.weight_decay), mom = static_cast<A>(h.momentum);
+  const A damp1 = static_cast<A>(1.0 - h.dampening), neg_lr = static_cast<A>(-h.lr);
+  const bool use_wd = h.weight_decay != 0, use_mom = h.momentum != 0;
+  for_each_pack(start, end, it.aligned != 0, [&](int64_t j, auto w) {
+    constexpr int W = decltype(w)::value;
+    A d[kVec], pv[kVec], b[kVec];
+    load_w<W>(g, j, d);
+    load_w<W>(p, j, pv);
+    if (use_mom && !c.fresh) load_w<W>(buf, j, b);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      if (inv_scale) d[k] = d[k] * inv;
+      if (h.maximize) d[k] = -d[k];
+      if (use_wd) d[k] = d[k] + wd * pv[k];
+      if (use_mom) {
+        b[k] = c.fresh ? d[k] : static_cast<A>(b[k] * mom) + damp1 * d[k];
+        d[k] = h.nesterov ? d[k] + mom * b[k] : b[k];
+      }
+      pv[k] = pv[k] + neg_lr * d[k];
+    }
+    if (use_mom) store_w<W>(buf, j, b);
+    store_w<W>(p, j, pv);
+    if constexpr (!std::is_void_v<M>) store_w<W>(static_cast<M*>(it.model), j, pv);
+  });
+}
+
+template <typename A, typename G, typename M>
+__global__ void __launch_bounds__(kThreads) adam_kernel(Meta<StepItem> meta, AdamArgs h, const float* found_inf,
+                                                       const float* inv_scale) {
+  if (found_inf && *found_inf != 0.0f) return;
+  int64_t start, end;
+  const StepItem& it = block_item(meta, &start, &end);
+  const StepCtx c = step_ctx(it);
+  // Bias corrections in double, as the CPU kernel (torch's Python scalars).
+  const double bc1 = 1.0 - pow(h.beta1, c.step), bc2 = 1.0 - pow(h.beta2, c.step);
+  const A neg_step_size = static_cast<A>(-(h.lr / bc1));
+  const A bc2_sqrt = static_cast<A>(sqrt(bc2));
+  const A b1 = static_cast<A>(h.beta1), b2 = static_cast<A>(h.beta2);
+  const A omb1 = static_cast<A>(1.0 - h.beta1), omb2 = static_cast<A>(1.0 - h.beta2);
+  const A wd = static_cast<A>(h.weight_decay), eps = static_cast<A>(h.eps);
+  const A decay = static_cast<A>(1.0 - h.lr * h.weight_decay);
+  const bool l2 = !h.decoupled && h.weight_decay != 0, decoupled = h.decoupled && h.weight_decay != 0;
+  A* __restrict__ p = static_cast<A*>(it.param);
+  const G* __restrict__ g = static_cast<const G*>(it.grad);
+  A* __restrict__ m1 = static_cast<A*>(it.state[0]);
+  A* __restrict__ m2 = static_cast<A*>(it.state[1]);
+  A* __restrict__ vmax = static_cast<A*>(it.state[2]);
+  const A inv = inv_scale ? static_cast<A>(*inv_scale) : A(1);
+  for_each_pack(start, end, it.aligned != 0, [&](int64_t j, auto w) {
+    constexpr int W = decltype(w)::value;
+    A gv[kVec], pv[kVec], m[kVec], v[kVec], vm[kVec];
+    load_w<W>(g, j, gv);
+    load_w<W>(p, j, pv);
+    load_w<W>(m1, j, m);
+    load_w<W>(m2, j, v);
+    if (h.amsgrad) load_w<W>(vmax, j, vm);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      if (inv_scale) gv[k] = gv[k] * inv;
+      if (h.maximize) gv[k] = -gv[k];
+      if (decoupled) pv[k] = pv[k] * decay;
+      if (l2) gv[k] = gv[k] + wd * pv[k];
+      m[k] = static_cast<A>(m[k] * b1) + omb1 * gv[k];
+      v[k] = static_cast<A>(v[k] * b2) + static_cast<A>(omb2 * gv[k]) * gv[k];
+      A vd = v[k];
+      if (h.amsgrad) {
+        vd = isnan(vm[k]) || vm[k] > v[k] ? vm[k] : v[k];
+        vm[k] = vd;
+      }
+      const A denom = static_cast<A>(sqrt(vd) / bc2_sqrt) + eps;
+      pv[k] = pv[k] + static_cast<A>(neg_step_size * m[k]) / denom;
+    }
+    store_w<W>(m1, j, m);
+    store_w<W>(m2, j, v);
+    if (h.amsgrad) store_w<W>(vmax, j, vm);
+    store_w<W>(p, j, pv);
+    if constexpr (!std::is_void_v<M>) store_w<W>(static_cast<M*>(it.model), j, pv);
+  });
+}
+
+// Launches kernel K<A, G, M> over a run of items sharing a (grad dtype, model dtype) pair.
+template <template <typename, typename, typename> class K, typename A, typename G, typename M, typename Args>
+void launch_run(const StepItem* items, int n, const Args& h, const float* found_inf, const float* inv_scale,
+                cudaStream_t s) {
+  for_each_launch(items, n, [&](const Meta<StepItem>& meta, int blocks) {
+    K<A, G, M>::launch(meta, blocks, h, found_inf, inv_scale, s);
+  });
+}
+template <template <typename, typename, typename> class K, typename A, typename G, typename Args>
+void launch_with_model(DType md, const StepItem* items, int n, const Args& h, const float* found_inf,
+                       const float* inv_scale, cudaStream_t s) {
+  if (md == DType::kFloat16) launch_run<K, A, G, __half>(items, n, h, found_inf, inv_scale, s);
+  else if (md == DType::kBFloat16) launch_run<K, A, G, __nv_bfloat16>(items, n, h, found_inf, inv_scale, s);
+  else launch_run<K, A, G, void>(items, n, h, found_inf, inv_scale, s);
+}
+// Splits the items into runs of one type combination, one kernel instantiation each.
+template <template <typename, typename, typename> class K, typename Args>
+void launch_step(const StepItem* items, int count, const Args& h, DType a_dtype, const float* found_inf,
+                 const float* inv_scale, cudaStream_t s) {
+  int i = 0;
+  while (i < count) {
+    int j = i;
+    while (j < count && items[j].grad_dtype == items[i].grad_dtype && items[j].model_dtype == items[i].model_dtype) ++j;
+    const DType gd = items[i].grad_dtype, md = items[i].model_dtype;
+    if (a_dtype == DType::kFloat64) launch_run<K, double, double, void>(items + i, j - i, h, found_inf, inv_scale, s);
+    else if (gd == DType::kFloat16) launch_with_model<K, float, __half>(md, items + i, j - i, h, found_inf, inv_scale, s);
+    else if (gd == DType::kBFloat16) launch_with_model<K, float, __nv_bfloat16>(md, items + i, j - i, h, found_inf, inv_scale, s);
+    else launch_with_model<K, float, float>(md, items + i, j - i, h, found_inf, inv_scale, s);
+    i = j;
+  }
+}
+
+template <typename A, typename G, typename M>
+struct SgdK {
+  static void launch(const Meta<StepItem>& meta, int blocks, const SgdArgs& h, const float* f, const float* inv,
+                     cudaStream_t s) {
+    sgd_kernel<A, G, M><<<blocks, kThreads, 0, s>>>(meta, h, f, inv);
+    MPX_CUDA_LAUNCH_CHECK("sgd_step");
+  }
+};
+template <typename A, typename G, typename M>
+struct AdamK {
+  static void launch(const Meta<StepItem>& meta, int blocks, const AdamArgs& h, const float* f, const float* inv,
+                     cudaStream_t s) {
+    adam_kernel<A, G, M><<<blocks, kThreads, 0, s>>>(meta, h, f, inv);
+    MPX_CUDA_LAUNCH_CHECK("adam_step");
+  }
+};
+
+constexpr int kSkipPtrs = 512;
+struct SkipPtrs {
+  float* p[kSkipPtrs];
+};
+
+__global__ void count_skips_kernel(SkipPtrs skips, int count, const float* found_inf) {
+  const int i = threadIdx.x;
+  if (i < count) *skips.p[i] += *found_inf;
+}
+
+__global__ void update_scale_kernel(float* scale, float* tracker, float* skipped, const float* found_inf,
+                                    float growth, float backoff, float interval, float max_scale) {
+  const float cur = *scale;
+  if (*found_inf != 0.0f) {
+    *scale = cur * backoff;
+    *tracker = 0.0f;
+    if (skipped) *skipped += 1.0f;
+    return;
+  }
+  const float successful = *tracker + 1.0f;
+  if (successful >= interval) {
+    const float grown = cur * growth;
+    float next = cur;
+    if (isfinite(grown)) next = grown < max_scale ? grown : max_scale;
+    *scale = next < cur ? cur : next;  // never shrink on a clean step
+    *tracker = 0.0f;
+  } else {
+    *tracker = successful;
+  }
+}
+
+}  // namespace
+
+void launch_unscale_check(const UnscaleItem* items, int count, const float* inv_scale, float* found_inf,
+                          cudaStream_t s) {
+  int i = 0;
+  while (i < count) {
+    int j = i;
+    while (j < count && items[j].in_dtype == items[i].in_dtype && (items[j].out == nullptr) == (items[i].out == nullptr)) ++j;
+    const bool check_only = items[i].out == nullptr;
+    switch (items[i].in_dtype) {
+      case DType::kFloat32:
+        check_only ? unscale_group<float, void>(items + i, j - i, inv_scale, found_inf, s)
+                   : unscale_group<float, float>(items + i, j - i, inv_scale, found_inf, s);
+        break;
+      case DType::kFloat16:
+        check_only ? unscale_group<__half, void>(items + i, j - i, inv_scale, found_inf, s)
+                   : unscale_group<__half, float>(items + i, j - i, inv_scale, found_inf, s);
+        break;
+      case DType::kBFloat16:
+        check_only ? unscale_group<__nv_bfloat16, void>(items + i, j - i, inv_scale, found_inf, s)
+                   : unscale_group<__nv_bfloat16, float>(items + i, j - i, inv_scale, found_inf, s);
+        break;
+      default:
+        check_only ? unscale_group<double, void>(items + i, j - i, inv_scale, found_inf, s)
+                   : unscale_group<double, double>(items + i, j - i, inv_scale, found_inf, s);
+        break;
+    }
+    i = j;
+  }
+}
+
+void launch_sgd_step(const StepItem* items, int count, const SgdArgs& h, DType a_dtype, const float* found_inf,
+                     const float* inv_scale, cudaStream_t s) {
+  launch_step<SgdK>(items, count, h, a_dtype, found_inf, inv_scale, s);
+}
+
+void launch_adam_step(const StepItem* items, int count, const AdamArgs& h, DType a_dtype, const float* found_inf,
+                      const float* inv_scale, cudaStream_t s) {
+  launch_step<AdamK>(items, count, h, a_dtype, found_inf, inv_scale, s);
+}
+
+void launch_count_skips(float* const* skips, int count, const float* found_inf, cudaStream_t s) {
+  for (int i = 0; i < count; i += kSkipPtrs) {
+    const int n = count - i < kSkipPtrs ? count - i : kSkipPtrs;
+    SkipPtrs ptrs{};
+    for (int k = 0; k < n; ++k) ptrs.p[k] = skips[i + k];
+    count_skips_kernel<<<1, kSkipPtrs, 0, s>>>(ptrs, n, found_inf);
+    MPX_CUDA_LAUNCH_CHECK("optimizer step skip count");
+  }
+}
+
+void launch_update_scale(float* scale, float* tracker, float* skipped, const float* found_inf, double growth,
+                         double backoff, int64_t interval, double max_scale, cudaStream_t s) {
+  update_scale_kernel<<<1, 1, 0, s>>>(scale, tracker, skipped, found_inf, static_cast<float>(growth),
+                                      static_cast<float>(backoff), static_cast<float>(interval),
+                                      static_cast<float>(max_scale));
+  MPX_CUDA_LAUNCH_CHECK("update_scale");
+}
+
+}  // namespace mpx::cuda

@@ -1,0 +1,59 @@
+// Launchers of the fused multi-tensor amp and optimizer kernels (POD arguments, shared by .cu and .cpp).
+#pragma once
+#include <cstdint>
+
+#include "ops/cuda/launch.h"
+
+namespace mpx::cuda {
+
+/// One gradient of an unscale + inf/NaN check: out may be null (check only).
+struct UnscaleItem {
+  const void* in = nullptr;
+  void* out = nullptr;
+  int64_t n = 0;
+  DType in_dtype = DType::kFloat32;
+  DType out_dtype = DType::kFloat32;
+  int aligned = 0;  // every pointer is 16-byte aligned: the kernel may use vector accesses
+};
+/// out = in * inv_scale over every item, *found_inf = 1 when any input is inf/NaN.
+void launch_unscale_check(const UnscaleItem* items, int count, const float* inv_scale, float* found_inf,
+                          cudaStream_t s);
+
+/// One parameter of a fused optimizer step (see kernels::StepTensors).
+struct StepItem {
+  void* param = nullptr;        // f32 or f64 (the kernel's dtype)
+  const void* grad = nullptr;   // any floating dtype
+  void* model = nullptr;        // low-precision copy to write, or null
+  void* state[3] = {nullptr, nullptr, nullptr};
+  float* skips = nullptr;       // device count of skipped steps, or null
+  int64_t n = 0;
+  int64_t step = 0;             // host step number (skips not yet subtracted)
+  int fresh = 0;                // state buffers were just created
+  DType grad_dtype = DType::kFloat32;
+  DType model_dtype = DType::kBool;  // kBool: no model copy
+  int aligned = 0;  // every pointer is 16-byte aligned: the kernel may use vector accesses
+};
+
+struct SgdArgs {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov, maximize;
+};
+struct AdamArgs {
+  double lr, beta1, beta2, eps, weight_decay;
+  bool decoupled, amsgrad, maximize;
+};
+/// The steps over all items; `a_dtype` is f32 or f64. found_inf / inv_scale may be null.
+void launch_sgd_step(const StepItem* items, int count, const SgdArgs& h, DType a_dtype, const float* found_inf,
+                     const float* inv_scale, cudaStream_t s);
+void launch_adam_step(const StepItem* items, int count, const AdamArgs& h, DType a_dtype, const float* found_inf,
+                      const float* inv_scale, cudaStream_t s);
+/// *skips[i] += *found_inf for every i (after a step that read them).
+void launch_count_skips(float* const* skips, int count, const float* found_inf, cudaStream_t s);
+
+/// torch.amp's _amp_update_scale_ on the device, plus the skip statistics:
+/// overflow (found_inf != 0): scale *= backoff, tracker = 0, skipped += 1;
+/// else tracker += 1, and at growth_interval the scale grows (only to a finite value <= max_scale).
+void launch_update_scale(float* scale, float* tracker, float* skipped, const float* found_inf, double growth,
+                         double backoff, int64_t interval, double max_scale, cudaStream_t s);
+
+}  // namespace mpx::cuda

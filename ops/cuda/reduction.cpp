@@ -1,0 +1,130 @@
+// Registers the CUDA kernels of the reduction, softmax/dropout and nll families (same signatures
+// as the CPU kernels in ops/cpu/{reduction,activation,loss}.cpp); launchers live in reduction.cu.
+#include "ops/activation.h"
+#include "ops/cuda/cuda_common.h"
+#include "ops/cuda/reduction_launch.h"
+#include "ops/dispatch.h"
+#include "ops/loss.h"
+#include "ops/reduction.h"
+
+namespace mpx::cuda {
+namespace {
+
+// Device scratch for the partial results of rows split across blocks (stream-ordered pool;
+// freed on the same stream after the launches that use it).
+Tensor workspace(const Tensor& like, int64_t rows, int64_t cols, int64_t inner) {
+  const int64_t bytes = rows_workspace_bytes(rows, cols, inner);
+  return bytes ? empty({bytes}, TensorOptions().dtype(kUInt8).device(like.device())) : Tensor();
+}
+void* ptr(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
+
+void check_dense(const char* op, const Tensor& t) {
+  MPX_CHECK(t.is_contiguous(), op, ": the CUDA kernel expects a contiguous tensor, got strides ",
+            shape_str(t.strides()), " for shape ", shape_str(t.sizes()), "; call .contiguous() first");
+}
+
+void sum_kernel(const Tensor& out, const Tensor& in, double mean_flag) {
+  if (out.numel() == 0) return;
+  check_dense("sum", in);
+  const int64_t rows = in.size(0), cols = in.size(1);
+  TensorDeviceGuard g(out);
+  cudaStream_t s = stream_of(out);
+  Tensor ws = workspace(out, rows, cols, 1);
+  launch_sum(out.dtype(), out.raw_data(), in.raw_data(), rows, cols, mean_flag != 0.0, ptr(ws), s);
+}
+
+void var_kernel(const Tensor& out, const Tensor& in, double correction) {
+  if (out.numel() == 0) return;
+  check_dense("var", in);
+  const int64_t rows = in.size(0), cols = in.size(1);
+  TensorDeviceGuard g(out);
+  cudaStream_t s = stream_of(out);
+  Tensor ws = workspace(out, rows, cols, 1);
+  launch_var(out.dtype(), out.raw_data(), in.raw_data(), rows, cols, correction, ptr(ws), s);
+}
+
+template <bool IsMax>
+void arg_reduce_kernel(const Tensor& values, const Tensor& indices, const Tensor& in) {
+  if (values.numel() == 0) return;
+  check_dense(IsMax ? "max" : "min", in);
+  const int64_t rows = in.size(0), cols = in.size(1);
+  TensorDeviceGuard g(values);
+  cudaStream_t s = stream_of(values);
+  Tensor ws = workspace(values, rows, cols, 1);
+  launch_arg_reduce(in.dtype(), IsMax, values.raw_data(), indices.data_ptr<int64_t>(), in.raw_data(), rows, cols,
+                    ptr(ws), s);
+}
+
+void softmax_kernel(const Tensor& out, const Tensor& in, int64_t outer, int64_t n, int64_t inner, bool log) {
+  if (out.numel() == 0) return;
+  check_dense(log ? "log_softmax" : "softmax", in);
+  TensorDeviceGuard g(out);
+  cudaStream_t s = stream_of(out);
+  Tensor ws = workspace(out, outer * inner, n, inner);
+  launch_softmax(out.dtype(), out.raw_data(), in.raw_data(), outer, n, inner, log, ptr(ws), s);
+}
+
+void softmax_backward_kernel(const Tensor& gin, const Tensor& gr, const Tensor& y, int64_t outer, int64_t n,
+                             int64_t inner, bool log) {
+  if (gin.numel() == 0) return;
+  check_dense("softmax backward", gr);
+  check_dense("softmax backward", y);
+  TensorDeviceGuard g(gin);
+  cudaStream_t s = stream_of(gin);
+  Tensor ws = workspace(gin, outer * inner, n, inner);
+  launch_softmax_backward(gin.dtype(), gin.raw_data(), gr.raw_data(), y.raw_data(), outer, n, inner, log, ptr(ws), s);
+}
+
+void dropout_kernel(const Tensor& out, const Tensor& mask, const Tensor& in, uint64_t seed, uint64_t offset, double p,
+                    double scale, bool draw) {
+  if (out.numel() == 0) return;
+  check_dense("dropout", in);
+  check_dense("dropout", mask);
+  TensorDeviceGuard g(out);
+  cudaStream_t s = stream_of(out);
+  launch_dropout(out.dtype(), out.raw_data(), mask.data_ptr<uint8_t>(), in.raw_data(), out.numel(), seed, offset, p,
+                 scale, draw, s);
+}
+
+void nll_pick_kernel(const Tensor& out, const Tensor& in, const Tensor& target, int64_t ignore_index) {
+  if (out.numel() == 0) return;
+  check_dense("nll_loss", target);
+  TensorDeviceGuard g(out);
+  cudaStream_t s = stream_of(out);
+  launch_nll_pick(out.dtype(), out.raw_data(), desc(in, "nll_loss"), target.data_ptr<int64_t>(), ignore_index, s);
+}
+
+void nll_scatter_kernel(const Tensor& out, const Tensor& gr, const Tensor& target, int64_t ignore_index) {
+  if (out.numel() == 0) return;
+  check_dense("nll_loss backward", gr);
+  check_dense("nll_loss backward", target);
+  TensorDeviceGuard g(out);
+  cudaStream_t s = stream_of(out);
+  launch_nll_scatter(out.dtype(), out.raw_data(), gr.raw_data(), target.data_ptr<int64_t>(), out.size(0), out.size(1),
+                     out.size(2), ignore_index, s);
+}
+
+}  // namespace
+
+MPX_REGISTER_KERNELS(cuda_reduction) {
+  using D = DeviceType;
+  auto reg = [](OpId op, DType dt, void* fn) { dispatch::register_kernel(op, D::kCUDA, dt, fn); };
+  for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    reg(OpId::sum, dt, reinterpret_cast<void*>(&sum_kernel));
+    reg(OpId::var, dt, reinterpret_cast<void*>(&var_kernel));
+    reg(OpId::softmax, dt, reinterpret_cast<void*>(&softmax_kernel));
+    reg(OpId::log_softmax, dt, reinterpret_cast<void*>(&softmax_kernel));
+    reg(OpId::softmax_backward, dt, reinterpret_cast<void*>(&softmax_backward_kernel));
+    reg(OpId::log_softmax_backward, dt, reinterpret_cast<void*>(&softmax_backward_kernel));
+    reg(OpId::dropout, dt, reinterpret_cast<void*>(&dropout_kernel));
+    reg(OpId::nll_loss, dt, reinterpret_cast<void*>(&nll_pick_kernel));
+    reg(OpId::nll_loss_backward, dt, reinterpret_cast<void*>(&nll_scatter_kernel));
+  }
+  reg(OpId::sum, kInt64, reinterpret_cast<void*>(&sum_kernel));
+  for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kInt32, kUInt8}) {
+    reg(OpId::max_dim, dt, reinterpret_cast<void*>(&arg_reduce_kernel<true>));
+    reg(OpId::min_dim, dt, reinterpret_cast<void*>(&arg_reduce_kernel<false>));
+  }
+}
+
+}  // namespace mpx::cuda
