@@ -3,12 +3,14 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <deque>
 #include <iostream>
 #include <sstream>
 #include <unordered_map>
 
 #include "amp/grad_scaler.h"
 #include "autograd/grad_mode.h"
+#include "core/cuda.h"
 #include "ops/elementwise.h"
 #include "ops/op_utils.h"
 #include "ops/reduction.h"
@@ -48,10 +50,30 @@ struct LossScaler {
   double min_scale = 0.0, max_scale = 16777216.0;
   int64_t messages = 0;
   std::unique_ptr<GradScaler> scaler;
+  // On a GPU the scale lives in `scaler` (updated by a kernel) and `scale`/`unskipped` are host
+  // mirrors refreshed on demand; `pending` carries the last overflow flag and new scale to the
+  // host without stalling the step that produced them.
+  bool on_device = false;
+  std::deque<std::unique_ptr<cuda::HostReadback>> pending;
 
+  // apex's LossScaler.update_scale is torch.amp's state machine with growth 2, backoff 0.5 and a
+  // 2000-step interval, so the device path runs GradScaler's update kernel with these options.
   void make_scaler() {
-    scaler = std::make_unique<GradScaler>(
-        GradScalerOptions().init_scale(scale).max_scale(std::max(scale, max_scale) * 2.0 + 1.0));
+    scaler = std::make_unique<GradScaler>(GradScalerOptions()
+                                              .init_scale(scale)
+                                              .growth_factor(2.0)
+                                              .backoff_factor(0.5)
+                                              .growth_interval(2000)
+                                              .max_scale(std::max(scale, max_scale)));
+    on_device = false;
+    pending.clear();
+  }
+  // Brings the host mirrors up to date (reads the device).
+  void sync_mirror() {
+    if (!on_device) return;
+    const auto sd = scaler->state_dict();
+    scale = sd.at("scale");
+    unskipped = static_cast<int64_t>(sd.at("_growth_tracker"));
   }
 };
 
@@ -59,6 +81,10 @@ struct LossScaler {
 struct OptState {
   bool active = true;
   bool skip_next = false;
+  // Device path: the overflow flag(s) of this iteration's losses, read by the step's kernels,
+  // and the count of steps skipped that way (read on demand).
+  Tensor skip_flag;
+  Tensor skipped_on_device;
   bool params_have_scaled_grads = false;
   int skip_loss_id = 0;
   double skip_scale = 0;
@@ -95,6 +121,26 @@ void say(const std::string& msg) {
 }
 
 void clear_cache() { clear_cast_cache(); }
+
+// apex's overflow message, rate-limited: the first 10 skips of a scaler, then the 16th, 32nd, ...
+void overflow_message(LossScaler& ls, int loss_id, double new_scale) {
+  State& g = state();
+  if (g.verbosity < 1) return;
+  const int64_t n = ++ls.messages;
+  if (n <= 10 || (n & (n - 1)) == 0)
+    say("Gradient overflow.  Skipping step, loss scaler " + std::to_string(loss_id) + " reducing loss scale to " +
+        num(new_scale));
+  if (n == 11) say("amp: further overflow messages are rate-limited (printed at the 16th, 32nd, 64th, ... skip)");
+}
+
+// The device path's messages, one step late: flags whose copy to the host has landed.
+void report_lagging_overflows(LossScaler& ls, int loss_id) {
+  while (!ls.pending.empty() && ls.pending.front()->ready()) {
+    const auto& r = *ls.pending.front();
+    if (r.value(0) != 0.0) overflow_message(ls, loss_id, r.value(1));
+    ls.pending.pop_front();
+  }
+}
 
 // End of an O1 model forward: like the outermost AutocastGuard, drop the cached casts, unless
 // the caller's own guard is still live (then its exit clears them).
@@ -352,19 +398,22 @@ void initialize(const std::vector<ModelRef>& models, const std::vector<Optimizer
         }
     auto st = std::make_shared<OptState>();
     g.optimizers[&opt] = st;
-    opt.add_step_pre_hook([st](optim::Optimizer&) {
+    opt.add_step_pre_hook([st](optim::Optimizer& o) {
+      if (st->active && st->skip_flag.defined()) {
+        // Decided where the flag lives: the step's kernels skip themselves, nothing waits.
+        o.set_amp_step_inputs(st->skip_flag);
+        NoGradGuard ng;
+        if (!st->skipped_on_device.defined()) st->skipped_on_device = zeros({}, TensorOptions().device(st->skip_flag.device()));
+        st->skipped_on_device.add_(st->skip_flag.to(st->skipped_on_device.device()).clamp(0.0, 1.0));
+        st->skip_flag = Tensor();
+        return true;
+      }
       if (!st->active || !st->skip_next) return true;
       st->skip_next = false;
       ++st->skipped;
       State& gs = state();
-      if (gs.verbosity >= 1 && st->skip_loss_id < static_cast<int>(gs.scalers.size())) {
-        // Rate limit: the first 10 skips of a scaler, then the 16th, 32nd, 64th, ...
-        const int64_t n = ++gs.scalers[st->skip_loss_id].messages;
-        if (n <= 10 || (n & (n - 1)) == 0)
-          say("Gradient overflow.  Skipping step, loss scaler " + std::to_string(st->skip_loss_id) +
-              " reducing loss scale to " + num(st->skip_scale));
-        if (n == 11) say("amp: further overflow messages are rate-limited (printed at the 16th, 32nd, 64th, ... skip)");
-      }
+      if (st->skip_loss_id < static_cast<int>(gs.scalers.size()))
+        overflow_message(gs.scalers[st->skip_loss_id], st->skip_loss_id, st->skip_scale);
       if (!st->diagnosis.empty()) say(st->diagnosis);
       return false;
     });
@@ -385,7 +434,9 @@ void initialize(const std::vector<ModelRef>& models, const std::vector<Optimizer
 Tensor ScaledLoss::scaled() const {
   State& g = state();
   if (!g.props.enabled) return loss_;
-  return loss_.to(kFloat32) * g.scalers.at(options_.loss_id_).scale;
+  LossScaler& ls = g.scalers.at(options_.loss_id_);
+  if (ls.on_device) return ls.scaler->scale(loss_.to(kFloat32));
+  return loss_.to(kFloat32) * ls.scale;
 }
 
 ScaledLoss scale_loss(const Tensor& loss, const std::vector<OptimizerRef>& optimizers, const ScaleLossOptions& options) {
@@ -447,14 +498,25 @@ void ScaledLoss::backward(bool retain_graph) {
     clear_cache();
     return;
   }
+  // On a GPU, apex's dynamic scaling runs without reading the overflow flag: the scale update
+  // is a kernel, the optimizers' step kernels read the flag, and the overflow message comes a
+  // step late. A floor (min_loss_scale) or diagnosis needs the flag on the host: those read it.
+  const bool device_path = scaled.is_cuda() && ls.dynamic && ls.min_scale <= 0 && !g.diagnose;
   bool overflow = false;
+  Tensor found_any;
   for (size_t k = 0; k < optimizers_.size(); ++k) {
     optim::Optimizer& opt = *optimizers_[k];
     ls.scaler->unscale_(opt);
     bool inf = false;
     bool any_grad = false;
     for (const auto& p : opt.parameters()) any_grad |= p.grad().defined();
-    if (any_grad) inf = ls.scaler->found_inf(opt).item_double() != 0.0;
+    if (any_grad && device_path) {
+      NoGradGuard ng;
+      const Tensor f = ls.scaler->found_inf(opt);
+      found_any = found_any.defined() ? found_any + f : f;
+    } else if (any_grad && ls.dynamic) {
+      inf = ls.scaler->found_inf(opt).item_double() != 0.0;
+    }
     overflow |= inf;
     NoGradGuard ng;
     for (const auto& p : opt.parameters()) {
@@ -466,6 +528,17 @@ void ScaledLoss::backward(bool retain_graph) {
     }
     sts[k]->stash.clear();
     sts[k]->params_have_scaled_grads = false;
+  }
+  if (device_path) {
+    report_lagging_overflows(ls, options_.loss_id_);
+    NoGradGuard ng;
+    if (!found_any.defined()) found_any = zeros({}, TensorOptions().device(scaled.device()));
+    ls.scaler->update();  // the kernel: backoff on overflow, growth after 2000 clean steps
+    ls.on_device = true;
+    for (auto& st : sts) st->skip_flag = st->skip_flag.defined() ? st->skip_flag + found_any : found_any;
+    ls.pending.push_back(std::make_unique<cuda::HostReadback>(tensor_list{found_any, ls.scaler->scale_tensor()}));
+    clear_cache();
+    return;
   }
   const double scale_at_overflow = ls.scale;
   // apex's LossScaler.update_scale.
@@ -543,7 +616,8 @@ std::vector<Tensor> master_params(optim::Optimizer& optimizer) {
 
 std::map<std::string, double> state_dict() {
   std::map<std::string, double> r;
-  const auto& sc = state().scalers;
+  auto& sc = state().scalers;
+  for (auto& ls : sc) ls.sync_mirror();
   for (size_t i = 0; i < sc.size(); ++i) {
     const std::string k = "loss_scaler" + std::to_string(i);
     r[k + ".loss_scale"] = sc[i].scale;
@@ -572,15 +646,18 @@ void load_state_dict(const std::map<std::string, double>& st) {
 }
 
 double loss_scale(int loss_id) {
-  const auto& sc = state().scalers;
+  auto& sc = state().scalers;
   MPX_CHECK(loss_id >= 0 && loss_id < static_cast<int>(sc.size()), "amp::loss_scale: no loss scaler ", loss_id,
             " (num_losses is ", sc.size(), ")");
+  sc[loss_id].sync_mirror();
   return sc[loss_id].scale;
 }
 
 int64_t skipped_steps(const optim::Optimizer& optimizer) {
   auto it = state().optimizers.find(&optimizer);
-  return it == state().optimizers.end() ? 0 : it->second->skipped;
+  if (it == state().optimizers.end()) return 0;
+  const OptState& st = *it->second;
+  return st.skipped + (st.skipped_on_device.defined() ? static_cast<int64_t>(st.skipped_on_device.item_double()) : 0);
 }
 
 std::string last_diagnosis() { return state().last_diagnosis; }

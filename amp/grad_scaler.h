@@ -59,6 +59,8 @@ class GradScaler {
   void update(std::optional<double> new_scale = std::nullopt);
 
   double get_scale() const;
+  /// The scale as the f32 0-dim tensor it is kept in (on the gradients' device; no host read).
+  const Tensor& scale_tensor() const { return scale_; }
   bool is_enabled() const { return options_.enabled(); }
   const GradScalerOptions& options() const { return options_; }
   /// Steps skipped because of inf/NaN gradients, and steps taken, since construction (reading

@@ -1,29 +1,56 @@
 #!/usr/bin/env bash
 # On a GPU machine: builds mpx with CUDA, runs the [cuda] tests, then times GEMM, the fused amp
-# kernels and an MLP step at O0-O3 next to PyTorch on the same device. Usage:
-#   bench/run_cuda.sh [out-dir] [parts]    parts: any of "tests gemm amp" (default: all three)
+# kernels, an MLP step and ResNet-50 training at O0-O3 next to PyTorch on the same device. Usage:
+#   bench/run_cuda.sh [out-dir] [parts]    parts: any of "tests gemm amp resnet50" (default: all)
 # (configure needs Eigen/Catch2/stb/zlib: see README, GPU section)
 set -uo pipefail
 out=${1:-bench-out}
-parts=${2:-tests gemm amp}
+parts=${2:-tests gemm amp resnet50}
 has() { [[ " $parts " == *" $1 "* ]]; }
 mkdir -p "$out"
 export PATH=/usr/local/cuda/bin:$PATH
 prefix=$PWD/.gpu-deps/prefix
 # A staged static libz is not position-independent: link the machine's shared one, with the staged header.
 zlib=$(ldconfig -p | awk '/libz\.so\.1 /{print $NF; exit}')
+# cuDNN (conv, batch norm): the toolkit's own when it has one, else PyTorch's nvidia-cudnn wheel,
+# whose lib/ may hold only libcudnn.so.9 (no unversioned link): name the file itself.
+cudnn=()
+if [ -f /usr/local/cuda/include/cudnn.h ] && ls /usr/local/cuda/lib*/libcudnn.so* >/dev/null 2>&1; then
+  echo "cuDNN: /usr/local/cuda"
+else
+  cudnn_dir=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null)
+  cudnn_lib=$(ls "$cudnn_dir"/lib/libcudnn.so "$cudnn_dir"/lib/libcudnn.so.[0-9]* 2>/dev/null | head -1)
+  if [ -n "$cudnn_dir" ] && [ -f "$cudnn_dir/include/cudnn.h" ] && [ -n "$cudnn_lib" ]; then
+    echo "cuDNN: $cudnn_lib"
+    cudnn=(-DCUDNN_INCLUDE_DIR="$cudnn_dir/include" -DCUDNN_LIBRARY="$cudnn_lib")
+    # libcudnn.so.9 loads its sub-libraries (cnn, ops, engines) by name at run time.
+    export LD_LIBRARY_PATH="$cudnn_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  else
+    echo "cuDNN: not found (conv and batch norm get no CUDA kernels)"
+  fi
+fi
 rm -f build-gpu/CMakeCache.txt
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DCMAKE_PREFIX_PATH="$prefix" -DZLIB_INCLUDE_DIR="$prefix/include" ${zlib:+-DZLIB_LIBRARY_RELEASE="$zlib"} \
-  >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+  "${cudnn[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+grep "mpx: cuDNN" "$out/configure.log"
 start=$(date +%s)
-cmake --build build-gpu -j"$(nproc)" >"$out/build.log" 2>&1 || { grep -E "error|Error" -A3 "$out/build.log" | head -60; exit 1; }
+# Only what this script runs: the library, the [cuda] tests and the GPU benchmarks.
+# MPX_CUDA_TESTS="test_cuda_conv ..." narrows the tests (and skips the benchmarks' build).
+if [ -n "${MPX_CUDA_TESTS:-}" ]; then
+  targets=(mpx $MPX_CUDA_TESTS)
+else
+  targets=(mpx $(ls tests/test_cuda_*.cpp bench/bench_*_cuda.cpp | xargs -n1 basename | sed 's/\.cpp$//'))
+fi
+cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1 ||
+  { grep -E "error|Error" -A3 "$out/build.log" | head -60; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 fail=0
 : >"$out/tests.log"
 has tests && for t in build-gpu/tests/test_cuda_*; do
   [ -x "$t" ] && [ -f "$t" ] && [[ "$t" != *.cmake ]] || continue
+  [ -z "${MPX_CUDA_TESTS:-}" ] || [[ " $MPX_CUDA_TESTS " == *" $(basename "$t") "* ]] || continue
   "$t" >"$out/one.log" 2>&1 || fail=1
   echo "$(basename "$t"): $(tail -2 "$out/one.log" | head -1)"
   cat "$out/one.log" >>"$out/tests.log"
@@ -33,5 +60,6 @@ rm -f "$out/one.log"
 {
   if has gemm; then build-gpu/bench/bench_gemm_cuda; python3 bench/peer_gemm_cuda.py; fi
   if has amp; then build-gpu/bench/bench_amp_cuda; python3 bench/peer_mlp_cuda.py; fi
+  if has resnet50; then build-gpu/bench/bench_resnet50_cuda; python3 bench/peer_resnet50_cuda.py; fi
 } 2>&1 | tee "$out/bench.log" | grep -v "^csv,"
 exit $fail

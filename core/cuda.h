@@ -34,9 +34,25 @@ void synchronize(int device = -1);
 /// Also enabled by the environment variable MPX_CUDA_POISON=1.
 void poison_allocations(bool on);
 
+/// Copies between the row-major (NCHW) and channels-last (NHWC) layouts of 4-d device tensors
+/// since the program started: a channels-last model should add none per training step.
+int64_t layout_conversions();
+
 /// Whether f32 matmuls may use TF32 Tensor Cores (off by default, as in PyTorch >= 1.12).
 void allow_tf32(bool allow);
 bool tf32_allowed();
+
+/// cuDNN (convolutions, batch norm): "cuDNN 9.19.0" as loaded at run time, or "not built" when
+/// mpx was built without it (then CUDA convolutions and batch norm have no kernels).
+std::string cudnn_version();
+/// Whether convolutions time cuDNN's algorithms once per shape/dtype/layout (cudnnFind*, which
+/// waits for the device) instead of taking the heuristic's first choice. Off by default.
+void cudnn_benchmark(bool on);
+bool cudnn_benchmark_enabled();
+/// Whether convolutions may use only algorithms cuDNN reports deterministic (bitwise
+/// reproducible; some are slower). Off by default.
+void cudnn_deterministic(bool on);
+bool cudnn_deterministic_enabled();
 
 /// Sets the current device for a scope.
 class DeviceGuard {
@@ -131,6 +147,23 @@ class Graph {
 };
 /// True while the current thread is capturing a Graph on the current device.
 bool is_capturing();
+
+/// Small device tensors copied to page-locked host memory without waiting for the device: a
+/// flag or a scale can be looked at a step later, once the copy has landed, instead of
+/// stalling the step that produced it (amp's lagging overflow message uses this).
+class HostReadback {
+ public:
+  /// Starts the copies on the current stream of the tensors' device.
+  explicit HostReadback(const tensor_list& tensors);
+  /// True once every copy has finished (never blocks).
+  bool ready() const;
+  /// Element 0 of tensor i as a double; waits for the copies if they are still in flight.
+  double value(size_t i) const;
+
+ private:
+  tensor_list host_;
+  std::shared_ptr<Event> done_;
+};
 
 /// One device's properties, for `mpx info` and heuristics.
 struct DeviceProperties {

@@ -17,8 +17,14 @@ int current_device() { no_cuda("cuda::current_device"); }
 void set_device(int) { no_cuda("cuda::set_device"); }
 void synchronize(int) { no_cuda("cuda::synchronize"); }
 void poison_allocations(bool) {}
+int64_t layout_conversions() { return 0; }
 void allow_tf32(bool) {}  // a preference with nothing to apply to
 bool tf32_allowed() { return false; }
+std::string cudnn_version() { return "not built"; }
+void cudnn_benchmark(bool) {}  // preferences with nothing to apply to, like allow_tf32
+bool cudnn_benchmark_enabled() { return false; }
+void cudnn_deterministic(bool) {}
+bool cudnn_deterministic_enabled() { return false; }
 DeviceGuard::DeviceGuard(int) : prev_(-1) { no_cuda("cuda::DeviceGuard"); }
 DeviceGuard::~DeviceGuard() = default;
 void Stream::synchronize() const { no_cuda("cuda::Stream"); }
@@ -45,6 +51,9 @@ void Graph::capture_end() { no_cuda("cuda::Graph"); }
 void Graph::replay() { no_cuda("cuda::Graph"); }
 bool Graph::captured() const { return false; }
 bool is_capturing() { return false; }
+HostReadback::HostReadback(const tensor_list&) { no_cuda("cuda::HostReadback"); }
+bool HostReadback::ready() const { return true; }
+double HostReadback::value(size_t) const { no_cuda("cuda::HostReadback"); }
 DeviceProperties device_properties(int) { no_cuda("cuda::device_properties"); }
 std::string version_string() { return "built without CUDA"; }
 }  // namespace mpx::cuda

@@ -19,6 +19,21 @@ AutocastState& autocast_state() {
 
 namespace ops {
 
+TensorOptions elementwise_options(DType dt, Device dev, const IntList& shape, const tensor_list& inputs) {
+  TensorOptions o = TensorOptions().dtype(dt).device(dev);
+  if (!dev.is_cuda() || shape.size() != 4) return o;
+  // The first dense input decides (broadcast views such as a sum's expanded gradient do not).
+  for (const Tensor& t : inputs) {
+    if (!t.defined() || t.sizes() != shape) continue;
+    if (t.is_contiguous()) break;
+    if (t.is_contiguous(MemoryFormat::ChannelsLast)) {
+      o.memory_format(MemoryFormat::ChannelsLast);
+      break;
+    }
+  }
+  return o;
+}
+
 std::string describe(const Tensor& t) {
   if (!t.defined()) return "undefined";
   return std::string(dtype_name(t.dtype())) + shape_str(t.sizes()) + " on " + t.device().str();

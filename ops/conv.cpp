@@ -24,6 +24,12 @@ bool channels_last(const Tensor& t) {
 // An activation as the kernels take it: channels-last stays so (oneDNN runs NHWC without
 // copies), anything else becomes contiguous.
 Tensor kernel_act(const Tensor& t) { return channels_last(t) ? t : t.contiguous(); }
+// Weights: the CPU kernels take them row-major; cuDNN takes a channels-last filter as it is
+// (a channels-last model keeps its weights NHWC, so no per-call reorder).
+Tensor kernel_weight(const Tensor& w) { return w.is_cuda() && channels_last(w) ? w : w.contiguous(); }
+MemoryFormat weight_format(const Tensor& w) {
+  return w.is_cuda() && channels_last(w) ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+}
 
 // A fresh output in the format of the activation it comes from.
 Tensor empty_like_format(const IntList& shape, const Tensor& like) {
@@ -61,9 +67,10 @@ Tensor conv_transpose_impl(OpId op, const Tensor& x, const Tensor& w, const Tens
 
 // gw = dL/dw of conv2d(x, w) for upstream gy; bilinear in (x, gy), so its backward is
 // a transposed conv (for x) and a conv (for gy) with the incoming weight gradient.
-Tensor conv_weight_grad(const Tensor& x, const Tensor& gy0, const IntList& wsize, const Conv2dParams& p) {
+Tensor conv_weight_grad(const Tensor& x, const Tensor& gy0, const IntList& wsize, const Conv2dParams& p,
+                        MemoryFormat wfmt = MemoryFormat::Contiguous) {
   const Tensor gy = gy0.dtype() == x.dtype() ? gy0 : gy0.to(x.dtype());
-  Tensor gw = empty(wsize, x.options());
+  Tensor gw = empty(wsize, x.options().memory_format(wfmt));
   {
     NoGradGuard ng;
     dispatch::kernel<kernels::Conv2dBackwardWeightFn>(OpId::conv2d_backward_weight, x.device(), x.dtype())(
@@ -96,7 +103,7 @@ Tensor conv2d_impl(const Tensor& x, const Tensor& w, const Tensor& b, const Conv
   {
     NoGradGuard ng;
     dispatch::kernel<kernels::Conv2dFn>(OpId::conv2d, x.device(), x.dtype())(
-        y, kernel_act(x), w.contiguous(), b.defined() ? b.contiguous() : b, p);
+        y, kernel_act(x), kernel_weight(w), b.defined() ? b.contiguous() : b, p);
   }
   if (auto n = autograd::record("Conv2dBackward", {x, w, b}, {y}, [p](FunctionNode& self, const tensor_list& g) -> tensor_list {
         Tensor x = self.saved(0), w = self.saved(1);
@@ -104,7 +111,7 @@ Tensor conv2d_impl(const Tensor& x, const Tensor& w, const Tensor& b, const Conv
         Tensor gx = self.next_edges[0].valid()
                         ? conv_transpose_impl(OpId::conv2d_backward_input, gy, w, {}, p, x.size(2), x.size(3))
                         : Tensor();
-        Tensor gw = self.next_edges[1].valid() ? conv_weight_grad(x, gy, w.sizes(), p) : Tensor();
+        Tensor gw = self.next_edges[1].valid() ? conv_weight_grad(x, gy, w.sizes(), p, weight_format(w)) : Tensor();
         Tensor gb = self.next_edges[2].valid() ? sum(gy, {0, 2, 3}) : Tensor();
         return {gx, gw, gb};
       })) {
@@ -122,7 +129,7 @@ Tensor conv_transpose_impl(OpId op, const Tensor& x, const Tensor& w, const Tens
   {
     NoGradGuard ng;
     dispatch::kernel<kernels::Conv2dBackwardInputFn>(op, x.device(), x.dtype())(
-        y, kernel_act(x), w.contiguous(), b.defined() ? b.contiguous() : b, p);
+        y, kernel_act(x), kernel_weight(w), b.defined() ? b.contiguous() : b, p);
   }
   if (auto n = autograd::record("ConvTranspose2dBackward", {x, w, b}, {y},
                                 [p](FunctionNode& self, const tensor_list& g) -> tensor_list {
@@ -136,7 +143,7 @@ Tensor conv_transpose_impl(OpId op, const Tensor& x, const Tensor& w, const Tens
                                     if (gx.size(2) != x.size(2) || gx.size(3) != x.size(3))
                                       gx = gx.narrow(2, 0, x.size(2)).narrow(3, 0, x.size(3));
                                   }
-                                  Tensor gw = self.next_edges[1].valid() ? conv_weight_grad(gy, x, w.sizes(), p) : Tensor();
+                                  Tensor gw = self.next_edges[1].valid() ? conv_weight_grad(gy, x, w.sizes(), p, weight_format(w)) : Tensor();
                                   Tensor gb = self.next_edges[2].valid() ? sum(gy, {0, 2, 3}) : Tensor();
                                   return {gx, gw, gb};
                                 })) {

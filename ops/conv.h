@@ -38,7 +38,8 @@ std::string cpu_conv_backend();
 namespace mpx::kernels {
 /// Geometry shared by the conv kernels (x/y sizes come from the tensors themselves).
 /// Activations (x, y, gx, gy) each arrive NCHW-contiguous or channels-last (NHWC-dense),
-/// outputs in the format of the activation they come from; weights and bias are contiguous.
+/// outputs in the format of the activation they come from; weights and bias are contiguous,
+/// except that on CUDA a weight (and its gradient) may be channels-last as well.
 struct Conv2dParams {
   Pair stride{1, 1}, padding{0, 0}, dilation{1, 1};
   int64_t groups = 1;

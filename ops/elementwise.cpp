@@ -19,7 +19,7 @@ Tensor as_floating(const Tensor& x) { return is_floating(x.dtype()) ? x : x.to(k
 
 // Runs a unary kernel into a fresh tensor of x's dtype (no autograd).
 Tensor unary_kernel(OpId op, const Tensor& x, double p0 = 0, double p1 = 0) {
-  Tensor out = empty(x.sizes(), x.options());
+  Tensor out = empty(x.sizes(), ops::elementwise_options(x.dtype(), x.device(), x.sizes(), {x}));
   dispatch::kernel<UnaryFn>(op, x.device(), x.dtype())(out, x, p0, p1);
   return out;
 }
@@ -51,7 +51,7 @@ Tensor binary(OpId op, const char* node, const Tensor& a0, const Tensor& b0, dou
   DType dt = ops::result_type(in);
   if (true_div && !is_floating(dt)) dt = kFloat32;
   const IntList shape = broadcast_shapes(in[0].sizes(), in[1].sizes(), op_name(op));
-  Tensor out = empty(shape, TensorOptions().dtype(dt).device(dev));
+  Tensor out = empty(shape, ops::elementwise_options(dt, dev, shape, in));
   {
     NoGradGuard ng;
     Tensor a = in[0].to(dt).expand(shape), b = in[1].to(dt).expand(shape);
@@ -73,7 +73,7 @@ Tensor compare(OpId op, const Tensor& a0, const Tensor& b0) {
   const Device dev = ops::common_device(op_name(op), in);
   const DType dt = ops::result_type(in);
   const IntList shape = broadcast_shapes(in[0].sizes(), in[1].sizes(), op_name(op));
-  Tensor out = empty(shape, TensorOptions().dtype(kBool).device(dev));
+  Tensor out = empty(shape, ops::elementwise_options(kBool, dev, shape, in));
   NoGradGuard ng;
   dispatch::kernel<BinaryFn>(op, dev, dt)(out, in[0].to(dt).expand(shape), in[1].to(dt).expand(shape), 0.0);
   return out;
@@ -190,7 +190,7 @@ Tensor threshold_backward(const Tensor& g0, const Tensor& x0, double thr) {
   auto in = ops::autocast(OpId::threshold_backward, {g0, x0});
   const DType dt = ops::result_type(in);
   const IntList shape = broadcast_shapes(in[0].sizes(), in[1].sizes(), "threshold_backward");
-  Tensor out = empty(shape, TensorOptions().dtype(dt).device(in[0].device()));
+  Tensor out = empty(shape, ops::elementwise_options(dt, in[0].device(), shape, in));
   {
     NoGradGuard ng;
     dispatch::kernel<BinaryFn>(OpId::threshold_backward, out.device(), dt)(out, in[0].to(dt).expand(shape),
@@ -265,7 +265,7 @@ Tensor ternary(OpId op, const Tensor& c0, const Tensor& a0, const Tensor& b0, do
   const DType dt = first_is_cond ? ops::result_type({in[1], in[2]}) : ops::result_type(in);
   if (first_is_cond) MPX_CHECK(in[0].dtype() == kBool, op_name(op), ": condition must be bool, got ", ops::describe(in[0]));
   IntList shape = broadcast_shapes(broadcast_shapes(in[0].sizes(), in[1].sizes(), op_name(op)), in[2].sizes(), op_name(op));
-  Tensor out = empty(shape, TensorOptions().dtype(dt).device(dev));
+  Tensor out = empty(shape, ops::elementwise_options(dt, dev, shape, in));
   {
     NoGradGuard ng;
     Tensor c = first_is_cond ? in[0].expand(shape) : in[0].to(dt).expand(shape);

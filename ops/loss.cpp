@@ -2,6 +2,9 @@
 #include "ops/loss.h"
 
 #include <cmath>
+#include <deque>
+#include <memory>
+#include <mutex>
 
 #include "core/cuda.h"
 #include "ops/activation.h"
@@ -77,6 +80,52 @@ struct ClassTarget {
   int64_t N = 1, C = 1, inner = 1;
 };
 
+// Device-side target checks whose results are still on their way to the host.
+struct PendingTargetCheck {
+  std::unique_ptr<cuda::HostReadback> result;  // bad count, first bad position, its value
+  std::string op;
+  int64_t classes = 0, ignore_index = 0;
+};
+std::mutex g_target_checks_m;
+std::deque<PendingTargetCheck> g_target_checks;
+
+void queue_target_check(const char* op, const Tensor& flat, int64_t classes, int64_t ignore_index) {
+  NoGradGuard ng;
+  const Tensor t = flat.reshape({-1});
+  const Tensor bad = mul(add(lt(t, 0.0).to(kInt64), ge(t, static_cast<double>(classes)).to(kInt64)),
+                         ne(t, static_cast<double>(ignore_index)).to(kInt64));
+  const Tensor count = sum(bad);
+  const Tensor first = argmax(bad, 0);
+  const Tensor value = sum(where(eq(arange(static_cast<double>(t.numel()), TensorOptions(kInt64).device(t.device())),
+                                    first),
+                                 t, zeros({}, TensorOptions(kInt64).device(t.device()))));
+  PendingTargetCheck c;
+  c.result = std::make_unique<cuda::HostReadback>(tensor_list{count, first, value});
+  c.op = op;
+  c.classes = classes;
+  c.ignore_index = ignore_index;
+  std::lock_guard<std::mutex> l(g_target_checks_m);
+  g_target_checks.push_back(std::move(c));
+}
+
+}  // namespace
+
+void report_target_checks(bool wait) {
+  std::unique_lock<std::mutex> l(g_target_checks_m);
+  while (!g_target_checks.empty() && (wait || g_target_checks.front().result->ready())) {
+    PendingTargetCheck c = std::move(g_target_checks.front());
+    g_target_checks.pop_front();
+    if (c.result->value(0) == 0) continue;
+    l.unlock();
+    MPX_ERROR(c.op, ": target value ", static_cast<int64_t>(c.result->value(2)), " (at flat position ",
+              static_cast<int64_t>(c.result->value(1)), ") is out of range for ", c.classes,
+              " classes; targets must satisfy 0 <= target < ", c.classes, " or equal ignore_index (", c.ignore_index,
+              "). Found on the GPU after the call that used it, whose loss is NaN");
+  }
+}
+
+namespace {
+
 ClassTarget check_class_target(const char* op, const Tensor& input, const Tensor& target, int64_t ignore_index) {
   MPX_CHECK(target.defined(), op, ": target is undefined");
   MPX_CHECK(input.dim() >= 1, op, ": input must be [C], [N, C] or [N, C, d1, ...], got ", ops::describe(input));
@@ -96,15 +145,19 @@ ClassTarget check_class_target(const char* op, const Tensor& input, const Tensor
             ops::describe(input), "; expected target of shape ", shape_str(ct.shape),
             " (the input's shape without the class dim 1)");
   ct.flat = target.contiguous().reshape({ct.N, ct.inner});
-  // A bad index would read or write out of bounds in the kernels, so it is checked here, on
-  // the host: for a CUDA target this copy waits for the device (one synchronization per loss
-  // call), and the error names the bad value and its position. Inside a CUDA graph capture
-  // nothing may wait for the device: there the kernels' own guard (an out-of-range class
-  // reads as 0, never out of bounds) is all there is; validate targets before capturing.
-  if (ct.flat.device().is_cuda() && cuda::is_capturing()) return ct;
-  Tensor host = ct.flat.device().is_cpu() ? ct.flat : ct.flat.to(Device::cpu());
-  const int64_t* p = host.data_ptr<int64_t>();
-  for (int64_t i = 0; i < host.numel(); ++i) {
+  // A bad index must never read or write out of bounds: the kernels guard memory (an
+  // out-of-range class reads as NaN), and the error names the bad value and its position.
+  if (ct.flat.device().is_cuda()) {
+    // On a GPU the check runs on the device and reaches the host a call later, so a training
+    // step never waits for it (inside a CUDA graph capture it is skipped: validate targets
+    // before capturing).
+    if (cuda::is_capturing() || ct.flat.numel() == 0) return ct;
+    report_target_checks();
+    queue_target_check(op, ct.flat, ct.C, ignore_index);
+    return ct;
+  }
+  const int64_t* p = ct.flat.data_ptr<int64_t>();
+  for (int64_t i = 0; i < ct.flat.numel(); ++i) {
     const int64_t c = p[i];
     MPX_CHECK(c == ignore_index || (c >= 0 && c < ct.C), op, ": target value ", c, " (at flat position ", i,
               ") is out of range for ", ct.C, " classes; targets must satisfy 0 <= target < ", ct.C,

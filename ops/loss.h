@@ -14,6 +14,11 @@ enum class Reduction { None, Mean, Sum };
 /// label_smoothing mixes the one-hot target with the uniform distribution.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::Mean,
                      int64_t ignore_index = -100, double label_smoothing = 0.0, const Tensor& weight = {});
+/// On a GPU, class targets are validated on the device and the result reaches the host one call
+/// later (a step never waits for it): this raises the error of any finished check that found an
+/// out-of-range class. With `wait`, it first waits for every pending check. cross_entropy and
+/// nll_loss call it themselves.
+void report_target_checks(bool wait = false);
 /// Negative log-likelihood of log-probabilities [N, C] (or [N, C, ...]) with i64 targets.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction = Reduction::Mean,
                 int64_t ignore_index = -100, const Tensor& weight = {});

@@ -34,6 +34,11 @@ inline Tensor reduce_grad(const Tensor& g, const Tensor& like) { return reduce_g
 /// that requires grad while grad mode is on).
 void check_inplace(const Tensor& t, const char* op);
 
+/// Options for an elementwise result of `shape` on `dev`: on a GPU the output keeps the
+/// channels-last layout of the first input of that shape, so NHWC activations flow through
+/// activations and residual adds without layout round trips (CPU kernels write row-major).
+TensorOptions elementwise_options(DType dt, Device dev, const IntList& shape, const tensor_list& inputs);
+
 /// Describes a tensor for error messages: "f32[2, 3] on cpu".
 std::string describe(const Tensor& t);
 

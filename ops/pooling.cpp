@@ -1,4 +1,6 @@
 // Pooling ops: validation, output sizes (PyTorch's ceil_mode rules), memory formats and autograd.
+// CUDA kernels take channels-last tensors as they are and write channels-last results (no layout
+// round trip); CPU kernels take NCHW, so only the CPU path converts.
 // Average pooling backward is linear, so it is itself a recorded op (double backward works);
 // max pooling's backward scatters by the saved argmax and is not differentiable again.
 #include "ops/pooling.h"
@@ -16,6 +18,16 @@ bool channels_last(const Tensor& t) {
 Tensor in_format_of(const Tensor& y, const Tensor& like) {
   return channels_last(like) ? y.contiguous(MemoryFormat::ChannelsLast) : y;
 }
+// The layout a kernel runs in for input `t`: channels-last stays so on CUDA; all else is NCHW.
+MemoryFormat kernel_format(const Tensor& t) {
+  return t.is_cuda() && channels_last(t) ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+}
+// A backward's layout: the forward input's (x_fmt, from kernel_format) or gy's own. gy is often
+// dense both ways ([N, C, 1, 1] after a global pool) and must not turn a channels-last graph NCHW.
+MemoryFormat backward_format(const Tensor& gy, MemoryFormat x_fmt) {
+  return gy.is_cuda() && x_fmt == MemoryFormat::ChannelsLast ? x_fmt : kernel_format(gy);
+}
+TensorOptions in_format(TensorOptions o, MemoryFormat f) { return o.memory_format(f); }
 
 // PyTorch's pooling_output_shape: the last window must start inside the (left-padded) input.
 int64_t pool_out(const char* op, int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
@@ -58,13 +70,14 @@ Pool2dParams window_params(const char* op, const Tensor& x, Pair kernel, Pair st
 Tensor avg_pool_impl(const Tensor& x, const Pool2dParams& p, const IntList& out_shape);
 
 // The adjoint of average pooling: linear in gy, so its own backward is avg pooling again.
-Tensor avg_pool_backward_impl(const Tensor& gy0, const Pool2dParams& p, const IntList& x_shape) {
+Tensor avg_pool_backward_impl(const Tensor& gy0, const Pool2dParams& p, const IntList& x_shape, MemoryFormat x_fmt) {
   Tensor gy = gy0;
-  Tensor gx = empty(x_shape, gy.options());
+  const MemoryFormat f = backward_format(gy, x_fmt);
+  Tensor gx = empty(x_shape, in_format(gy.options(), f));
   {
     NoGradGuard ng;
     dispatch::kernel<kernels::AvgPool2dBackwardFn>(OpId::avg_pool2d_backward, gy.device(), gy.dtype())(
-        gx, gy.contiguous(), p);
+        gx, gy.contiguous(f), p);
     gx = in_format_of(gx, gy);
   }
   if (auto n = autograd::record("AvgPool2dBackwardBackward", {gy}, {gx},
@@ -76,27 +89,30 @@ Tensor avg_pool_backward_impl(const Tensor& gy0, const Pool2dParams& p, const In
 }
 
 Tensor avg_pool_impl(const Tensor& x, const Pool2dParams& p, const IntList& out_shape) {
-  Tensor y = empty(out_shape, x.options());
+  const MemoryFormat f = kernel_format(x);
+  Tensor y = empty(out_shape, in_format(x.options(), f));
   {
     NoGradGuard ng;
-    dispatch::kernel<kernels::AvgPool2dFn>(OpId::avg_pool2d, x.device(), x.dtype())(y, x.contiguous(), p);
+    dispatch::kernel<kernels::AvgPool2dFn>(OpId::avg_pool2d, x.device(), x.dtype())(y, x.contiguous(f), p);
     y = in_format_of(y, x);
   }
-  if (auto n = autograd::record("AvgPool2dBackward", {x}, {y}, [p](FunctionNode& self, const tensor_list& g) -> tensor_list {
-        return {avg_pool_backward_impl(g[0], p, self.shapes[0])};
-      }))
+  if (auto n = autograd::record("AvgPool2dBackward", {x}, {y},
+                                [p, f](FunctionNode& self, const tensor_list& g) -> tensor_list {
+                                  return {avg_pool_backward_impl(g[0], p, self.shapes[0], f)};
+                                }))
     n->shapes = {x.sizes()};
   return y;
 }
 
 Tensor adaptive_impl(const Tensor& x, const IntList& out_shape);
 
-Tensor adaptive_backward_impl(const Tensor& gy, const IntList& x_shape) {
-  Tensor gx = empty(x_shape, gy.options());
+Tensor adaptive_backward_impl(const Tensor& gy, const IntList& x_shape, MemoryFormat x_fmt) {
+  const MemoryFormat f = backward_format(gy, x_fmt);
+  Tensor gx = empty(x_shape, in_format(gy.options(), f));
   {
     NoGradGuard ng;
     dispatch::kernel<kernels::AdaptiveAvgPool2dFn>(OpId::adaptive_avg_pool2d_backward, gy.device(), gy.dtype())(
-        gx, gy.contiguous());
+        gx, gy.contiguous(f));
     gx = in_format_of(gx, gy);
   }
   if (auto n = autograd::record("AdaptiveAvgPool2dBackwardBackward", {gy}, {gx},
@@ -108,15 +124,17 @@ Tensor adaptive_backward_impl(const Tensor& gy, const IntList& x_shape) {
 }
 
 Tensor adaptive_impl(const Tensor& x, const IntList& out_shape) {
-  Tensor y = empty(out_shape, x.options());
+  const MemoryFormat f = kernel_format(x);
+  Tensor y = empty(out_shape, in_format(x.options(), f));
   {
     NoGradGuard ng;
-    dispatch::kernel<kernels::AdaptiveAvgPool2dFn>(OpId::adaptive_avg_pool2d, x.device(), x.dtype())(y, x.contiguous());
+    dispatch::kernel<kernels::AdaptiveAvgPool2dFn>(OpId::adaptive_avg_pool2d, x.device(), x.dtype())(y,
+                                                                                                     x.contiguous(f));
     y = in_format_of(y, x);
   }
   if (auto n = autograd::record("AdaptiveAvgPool2dBackward", {x}, {y},
-                                [](FunctionNode& self, const tensor_list& g) -> tensor_list {
-                                  return {adaptive_backward_impl(g[0], self.shapes[0])};
+                                [f](FunctionNode& self, const tensor_list& g) -> tensor_list {
+                                  return {adaptive_backward_impl(g[0], self.shapes[0], f)};
                                 }))
     n->shapes = {x.sizes()};
   return y;
@@ -130,21 +148,24 @@ Tensor max_pool2d(const Tensor& x0, Pair kernel, Pair stride, Pair padding, Pair
   Tensor x = ops::autocast(OpId::max_pool2d, {x0})[0];
   IntList out_shape;
   const Pool2dParams p = window_params("max_pool2d", x, kernel, stride, padding, dilation, ceil_mode, &out_shape);
-  Tensor y = empty(out_shape, x.options());
-  Tensor idx = empty(out_shape, TensorOptions().dtype(kInt64).device(x.device()));
+  // idx keeps the kernel's layout: the backward kernel reads it next to gy in that layout.
+  const MemoryFormat f = kernel_format(x);
+  Tensor y = empty(out_shape, in_format(x.options(), f));
+  Tensor idx = empty(out_shape, in_format(TensorOptions().dtype(kInt64).device(x.device()), f));
   {
     NoGradGuard ng;
-    dispatch::kernel<kernels::MaxPool2dFn>(OpId::max_pool2d, x.device(), x.dtype())(y, idx, x.contiguous(), p);
+    dispatch::kernel<kernels::MaxPool2dFn>(OpId::max_pool2d, x.device(), x.dtype())(y, idx, x.contiguous(f), p);
     y = in_format_of(y, x);
   }
-  if (auto n = autograd::record("MaxPool2dBackward", {x}, {y}, [](FunctionNode& self, const tensor_list& g) -> tensor_list {
+  if (auto n = autograd::record("MaxPool2dBackward", {x}, {y},
+                                [p, f](FunctionNode& self, const tensor_list& g) -> tensor_list {
         Tensor idx = self.saved(0);
         Tensor gy = g[0];
-        Tensor gx = empty(self.shapes[0], gy.options());
+        Tensor gx = empty(self.shapes[0], in_format(gy.options(), f));
         NoGradGuard ng;
         dispatch::kernel<kernels::MaxPool2dBackwardFn>(OpId::max_pool2d_backward, gy.device(), gy.dtype())(
-            gx, gy.contiguous(), idx);
-        return {in_format_of(gx, gy)};
+            gx, gy.contiguous(f), idx, p);
+        return {f == MemoryFormat::ChannelsLast ? gx : in_format_of(gx, gy)};
       })) {
     n->save(idx);
     n->shapes = {x.sizes()};

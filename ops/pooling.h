@@ -24,8 +24,9 @@ struct Pool2dParams {
 /// y and idx [N, C, Ho, Wo] from x [N, C, H, W] (all contiguous); idx (i64) holds the
 /// argmax as h * W + w within each plane, as PyTorch's indices do.
 using MaxPool2dFn = void (*)(const Tensor& y, const Tensor& idx, const Tensor& x, const Pool2dParams& p);
-/// gx (zeroed by the kernel) receives gy at the saved argmax positions.
-using MaxPool2dBackwardFn = void (*)(const Tensor& gx, const Tensor& gy, const Tensor& idx);
+/// gx (zeroed by the kernel) receives gy at the saved argmax positions. The window geometry
+/// lets a device kernel gather each input's gradient in a fixed order (deterministic, no atomics).
+using MaxPool2dBackwardFn = void (*)(const Tensor& gx, const Tensor& gy, const Tensor& idx, const Pool2dParams& p);
 /// y = window averages of x; the output shape fixes Ho/Wo.
 using AvgPool2dFn = void (*)(const Tensor& y, const Tensor& x, const Pool2dParams& p);
 /// gx = the adjoint of avg pooling applied to gy (overwrites gx).

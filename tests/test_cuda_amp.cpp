@@ -6,9 +6,11 @@
 #include <limits>
 #include <memory>
 
+#include "amp/amp.h"
 #include "amp/grad_scaler.h"
 #include "core/random.h"
 #include "ops/amp.h"
+#include "nn/nn.h"
 #include "optim/optim.h"
 #include "tests/test_util.h"
 
@@ -178,4 +180,50 @@ TEST_CASE("cuda update_scale_ follows torch.amp's state machine", "[cuda][amp]")
   CHECK(skipped.item<double>() == 1.0);
   update_scale_(scale, tracker, skipped, clean, 2.0, 0.5, 1, 10.0);  // capped at max_scale
   CHECK(scale.item<double>() == 10.0);
+}
+
+TEST_CASE("cuda amp::scale_loss (apex's API) skips on the device and reports overflows a step late", "[cuda][amp]") {
+  if (!testing::cuda_ready()) return;
+  struct Run {
+    Tensor weight;
+    double scale = 0;
+    int64_t skipped = 0;
+    std::vector<std::string> messages;
+    std::map<std::string, double> state;
+  };
+  auto run = [](Device d) {
+    Run r;
+    amp::reset();
+    amp::set_message_sink([&r](const std::string& m) { r.messages.push_back(m); });
+    manual_seed(9);
+    nn::Linear lin(16, 4);
+    lin->to(d);
+    optim::SGD opt(lin->parameters(), optim::SGDOptions(0.1).momentum(0.9));
+    amp::initialize(lin, opt, amp::Options().opt_level("O2").verbosity(1));
+    for (int i = 0; i < 6; ++i) {
+      Tensor x = randn({8, 16});
+      if (i == 1 || i == 3) x = x * 1e4;  // scaled f16 gradients overflow at these steps
+      opt.zero_grad();
+      Tensor loss = mse_loss(lin(x.to(d)).to(kFloat32), zeros({8, 4}, TensorOptions().device(d)));
+      amp::scale_loss(loss, opt).backward();
+      opt.step();
+      if (d.is_cuda()) cuda::synchronize();  // lets the lagging message land before the next step
+    }
+    r.weight = opt.master(lin->weight).cpu();
+    r.scale = amp::loss_scale();
+    r.skipped = amp::skipped_steps(opt);
+    r.state = amp::state_dict();
+    amp::reset();
+    amp::set_message_sink(nullptr);
+    return r;
+  };
+  const Run c = run(Device::cpu());
+  const Run g = run(kGpu);
+  CHECK(c.skipped >= 2);  // the two forced overflows, and the first steps' scale search
+  CHECK(g.skipped == c.skipped);
+  CHECK(g.scale == c.scale);
+  CHECK(g.state == c.state);
+  CHECK(rel_err(g.weight, c.weight) < 1e-5);
+  CHECK(c.messages.size() == static_cast<size_t>(c.skipped));
+  CHECK(g.messages == c.messages);
 }

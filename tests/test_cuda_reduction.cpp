@@ -390,11 +390,17 @@ TEST_CASE("cuda cross_entropy and nll_loss match the CPU forward and backward", 
   const Tensor e = randn_dt({0, 5}, kFloat32, 77);
   check_close(cross_entropy(gpu(e), gpu(randint(0, 5, {0})), Reduction::Sum),
               cross_entropy(e, randint(0, 5, {0}), Reduction::Sum), kFloat32, "cross_entropy empty");
-  // Errors: a bad class index is caught before any kernel runs; devices must agree.
+  // Errors: a bad class index is found on the device without stalling the call; its loss is
+  // NaN and the error (value and position) comes at the next check; devices must agree.
   const Tensor bad = tensor<int64_t>({0, 5, 1});
-  const std::string msg = error_of([&] { cross_entropy(gpu(randn_dt({3, 5}, kFloat32, 78)), gpu(bad)); });
+  Tensor bad_loss;
+  CHECK(error_of([&] { bad_loss = cross_entropy(gpu(randn_dt({3, 5}, kFloat32, 78)), gpu(bad)); }).empty());
+  CHECK(std::isnan(bad_loss.item<double>()));
+  const std::string msg = error_of([] { report_target_checks(/*wait=*/true); });
   CHECK(msg.find("target value 5") != std::string::npos);
+  CHECK(msg.find("flat position 1") != std::string::npos);
   CHECK(msg.find("out of range for 5 classes") != std::string::npos);
+  CHECK(error_of([] { report_target_checks(true); }).empty());  // reported once
   const std::string dev = error_of([&] { nll_loss(gpu(randn_dt({3, 5}, kFloat32, 79)), tensor<int64_t>({0, 1, 2})); });
   CHECK(dev.find("expected all tensors on one device") != std::string::npos);
 }

@@ -58,7 +58,7 @@ template <typename T> struct MaxPool {
 };
 
 template <typename T> struct MaxPoolBackward {
-  static void run(const Tensor& gx, const Tensor& gy, const Tensor& idx) {
+  static void run(const Tensor& gx, const Tensor& gy, const Tensor& idx, const Pool2dParams&) {
     using A = acc_t<T>;
     const Planes s = planes_of(gx, gy);
     const T* gp = static_cast<const T*>(gy.raw_data());

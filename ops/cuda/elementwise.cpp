@@ -47,6 +47,9 @@ void copy_fn(const Tensor& out, const Tensor& src) {
   MPX_CHECK(src.device() == out.device(), "copy: the CUDA copy kernel needs both tensors on ", out.device().str(),
             ", got the source on ", src.device().str(), "; use copy_() or .to(device), which move the data first");
   TensorDeviceGuard g(out);
+  if (out.dim() == 4 && src.dim() == 4 && out.suggest_memory_format() != src.suggest_memory_format() &&
+      (src.is_contiguous() || src.is_contiguous(MemoryFormat::ChannelsLast)))
+    count_layout_conversion();
   launch_copy(desc(out, "copy"), desc(src, out.sizes(), "copy"), stream_of(out));
 }
 

@@ -508,9 +508,11 @@ __global__ void nll_pick_kernel(T* __restrict__ out, TensorDesc in, const int64_
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < total; j += stride) {
     const int64_t n = j / inner, i = j % inner, c = target[j];
-    // The op layer validated the range; the check here only guards memory.
-    out[j] = (c == ignore_index || c < 0 || c >= C) ? from_acc<T>(acc_t<T>(0))
-                                                     : x[n * in.strides[0] + c * in.strides[1] + i * in.strides[2]];
+    // The op layer checks the range on the device and reports it a call later; here an
+    // out-of-range class only guards memory and poisons the loss (NaN), so it cannot pass unseen.
+    out[j] = c == ignore_index ? from_acc<T>(acc_t<T>(0))
+             : (c < 0 || c >= C) ? from_acc<T>(acc_t<T>(NAN))
+                                 : x[n * in.strides[0] + c * in.strides[1] + i * in.strides[2]];
   }
 }
 

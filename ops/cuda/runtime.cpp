@@ -51,6 +51,8 @@ int device_count_raw() {
 }
 
 int resolve(int device) {
+  MPX_CHECK(device_count_raw() > 0, "cuda: no CUDA device is visible; use Device::cpu() (check nvidia-smi and "
+            "CUDA_VISIBLE_DEVICES)");
   if (device < 0) return current_device();
   MPX_CHECK(device < device_count_raw(), "cuda: device ", device, " does not exist (", device_count_raw(),
             " visible); use an index below that");
@@ -248,6 +250,14 @@ struct CudaAllocator final : Allocator {
     }
     const cudaMemcpyKind kind = dst_dev.is_cuda() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
     MPX_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, kind, s), "copy");
+    if (kind == cudaMemcpyHostToDevice && !async_owner) {
+      // From pageable memory the driver has staged the source before returning, so nothing
+      // needs to wait; only a page-locked source is still being read by the device.
+      cudaPointerAttributes a{};
+      const bool pinned = cudaPointerGetAttributes(&a, src) == cudaSuccess && a.type == cudaMemoryTypeHost;
+      cudaGetLastError();
+      if (!pinned) return;
+    }
     if (async_owner && kind == cudaMemcpyHostToDevice) {
       cudaEvent_t ev = nullptr;
       MPX_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "copy");
@@ -318,7 +328,8 @@ TensorDeviceGuard::~TensorDeviceGuard() {
 
 // ---- public API (core/cuda.h) ----
 int current_device() {
-  MPX_CHECK(device_count_raw() > 0, "cuda: no CUDA device is visible; use Device::cpu() (check nvidia-smi)");
+  MPX_CHECK(device_count_raw() > 0, "cuda: no CUDA device is visible; use Device::cpu() (check nvidia-smi and "
+            "CUDA_VISIBLE_DEVICES)");
   int d = 0;
   MPX_CUDA_CHECK(cudaGetDevice(&d), "cuda current_device");
   return d;
@@ -349,6 +360,11 @@ void empty_cache(int device) {
 }
 
 void poison_allocations(bool on) { g_poison.store(on); }
+namespace {
+std::atomic<int64_t> g_layout_conversions{0};
+}  // namespace
+void count_layout_conversion() { g_layout_conversions.fetch_add(1, std::memory_order_relaxed); }
+int64_t layout_conversions() { return g_layout_conversions.load(); }
 void allow_tf32(bool allow) { g_tf32.store(allow); }
 bool tf32_allowed() { return g_tf32.load(); }
 
@@ -557,6 +573,31 @@ bool is_capturing() {
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
   MPX_CUDA_CHECK(cudaStreamIsCapturing(stream_of(current_device()), &st), "cuda::is_capturing");
   return st == cudaStreamCaptureStatusActive;
+}
+
+HostReadback::HostReadback(const tensor_list& tensors) {
+  MPX_CHECK(!tensors.empty() && tensors[0].is_cuda(), "cuda::HostReadback: expected CUDA tensors");
+  const Device dev = tensors[0].device();
+  DeviceGuard g(dev.index);
+  const cudaStream_t s = stream_of(dev.index);
+  for (const Tensor& t : tensors) {
+    MPX_CHECK(t.device() == dev && t.is_contiguous(), "cuda::HostReadback: tensors must be contiguous and on ",
+              dev.str(), ", got ", shape_str(t.sizes()), " on ", t.device().str());
+    Tensor h = pin_memory(empty(t.sizes(), TensorOptions(t.dtype())));
+    if (t.numel())
+      MPX_CUDA_CHECK(cudaMemcpyAsync(h.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()) * t.element_size(),
+                                     cudaMemcpyDeviceToHost, s),
+                     "cuda::HostReadback");
+    host_.push_back(h);
+  }
+  done_ = std::make_shared<Event>(false);
+  done_->record(Stream{s, dev.index});
+}
+bool HostReadback::ready() const { return done_->query(); }
+double HostReadback::value(size_t i) const {
+  MPX_CHECK(i < host_.size(), "cuda::HostReadback::value: index ", i, " out of range (", host_.size(), " tensors)");
+  done_->synchronize();
+  return host_[i].item_double();
 }
 
 DeviceProperties device_properties(int device) {

@@ -1,0 +1,118 @@
+// [cuda] tests that channels-last (NHWC) activations keep their layout through elementwise ops,
+// activations and their gradients on the GPU, without hidden conversions.
+#include <catch2/catch.hpp>
+
+#include "amp/autocast.h"
+#include "amp/grad_scaler.h"
+#include "core/random.h"
+#include "models/models.h"
+#include "nn/nn.h"
+#include "ops/dispatch.h"
+#include "ops/pooling.h"
+#include "optim/optim.h"
+#include "tests/test_util.h"
+
+using namespace mpx;
+
+TEST_CASE("cuda elementwise results keep the channels-last layout of their input", "[cuda][layout]") {
+  if (!testing::cuda_ready()) return;
+  manual_seed(2);
+  const Tensor cpu_x = randn({2, 8, 5, 7});
+  Tensor x = cpu_x.to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast).detach().set_requires_grad(true);
+  REQUIRE(x.is_contiguous(MemoryFormat::ChannelsLast));
+  const Tensor bias = randn({1, 8, 1, 1}).to(Device::cuda());
+  Tensor y = relu(x * 2.0 + bias) + sigmoid(x);  // unary, binary with a broadcast, residual add
+  CHECK(y.is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK(where(gt(x, 0.0), x, neg(x)).is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK(gt(x, 0.0).is_contiguous(MemoryFormat::ChannelsLast));
+  y.sum().backward();
+  CHECK(x.grad().is_contiguous(MemoryFormat::ChannelsLast));
+  // Values are those of the row-major CPU computation.
+  Tensor xc = cpu_x.detach().set_requires_grad(true);
+  Tensor yc = relu(xc * 2.0 + bias.cpu()) + sigmoid(xc);
+  yc.sum().backward();
+  CHECK(testing::rel_err(y, yc) < 1e-6);
+  CHECK(testing::rel_err(x.grad(), xc.grad()) < 1e-6);
+}
+
+TEST_CASE("a channels-last conv net trains on the GPU without layout round trips", "[cuda][layout]") {
+  if (!testing::cuda_ready()) return;
+  if (!dispatch::has_kernel(OpId::conv2d, DeviceType::kCUDA, kFloat16)) {
+    WARN("skipped: this build has no cuDNN convolution");
+    return;
+  }
+  // Convolutions, activations, pooling, a residual add and the head: the parts of a ResNet
+  // that keep NHWC end to end (batch norm still round-trips; see the ResNet-18 case below).
+  manual_seed(3);
+  nn::Conv2d c1(nn::Conv2dOptions(3, 16, 3).padding(1)), c2(nn::Conv2dOptions(16, 16, 3).padding(1));
+  nn::Linear fc(16, 10);
+  for (nn::Module* m : {static_cast<nn::Module*>(c1.ptr().get()), static_cast<nn::Module*>(c2.ptr().get()),
+                        static_cast<nn::Module*>(fc.ptr().get())}) {
+    m->to(Device::cuda());
+    m->to(MemoryFormat::ChannelsLast);
+  }
+  std::vector<Tensor> params;
+  for (const auto& ps : {c1->parameters(), c2->parameters(), fc->parameters()})
+    for (const auto& p : ps) params.push_back(p);
+  optim::SGD opt(params, optim::SGDOptions(0.1).momentum(0.9));
+  amp::GradScaler scaler;
+  const Tensor x = randn({4, 3, 32, 32}).to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast);
+  const Tensor y = randint(0, 10, {4}).to(Device::cuda());
+  auto step = [&] {
+    opt.zero_grad();
+    Tensor loss;
+    {
+      amp::AutocastGuard ac(kFloat16);
+      Tensor h = nn::functional::max_pool2d(relu(c1(x)), 2);
+      h = relu(c2(h) + h);
+      h = mpx::adaptive_avg_pool2d(h, {1, 1}).flatten(1);
+      loss = nn::functional::cross_entropy(fc(h), y);
+    }
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
+  };
+  step();  // first step: optimizer state and caches
+  const int64_t before = cuda::layout_conversions();
+  step();
+  CHECK(cuda::layout_conversions() - before == 0);
+}
+
+TEST_CASE("a channels-last ResNet-18 step on the GPU round-trips only around batch norm", "[cuda][layout]") {
+  if (!testing::cuda_ready()) return;
+  if (!dispatch::has_kernel(OpId::conv2d, DeviceType::kCUDA, kFloat16) ||
+      !dispatch::has_kernel(OpId::batch_norm, DeviceType::kCUDA, kFloat16)) {
+    WARN("skipped: this build has no cuDNN convolution / batch norm");
+    return;
+  }
+  manual_seed(3);
+  auto net = models::create("resnet18", models::ModelOptions().num_classes(10));
+  net.ptr()->to(Device::cuda());
+  net.ptr()->to(MemoryFormat::ChannelsLast);
+  int64_t batch_norms = 0;
+  for (const auto& it : net.ptr()->named_buffers())
+    if (it.key().size() > 13 && it.key().substr(it.key().size() - 13) == ".running_mean") ++batch_norms;
+  optim::SGD opt(net.ptr()->parameters(), optim::SGDOptions(0.1).momentum(0.9));
+  amp::GradScaler scaler;
+  const Tensor x = randn({4, 3, 64, 64}).to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast);
+  const Tensor y = randint(0, 10, {4}).to(Device::cuda());
+  auto step = [&] {
+    opt.zero_grad();
+    Tensor loss;
+    {
+      amp::AutocastGuard ac(kFloat16);
+      loss = nn::functional::cross_entropy(net(x), y);
+    }
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
+  };
+  step();
+  const int64_t before = cuda::layout_conversions();
+  step();
+  const int64_t n = cuda::layout_conversions() - before;
+  INFO(n << " layout conversions for " << batch_norms << " batch norms");
+  // Batch norm's forward converts its input and output, its backward the gradient, the input
+  // and the input gradient: at most five per batch norm, none elsewhere.
+  CHECK(n <= 5 * batch_norms);
+}

@@ -1,0 +1,302 @@
+// CUDA vs CPU: max, average and adaptive average pooling, forward and backward, in every floating
+// dtype, NCHW and channels-last (layout kept on the device), NaN inputs, odd and empty shapes.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/random.h"
+#include "ops/elementwise.h"
+#include "ops/pooling.h"
+#include "test_util.h"
+
+using namespace mpx;
+
+namespace {
+
+const std::vector<DType> kFloats = {kFloat32, kFloat64, kFloat16, kBFloat16};
+using PoolFn = std::function<Tensor(const Tensor&)>;
+
+Tensor gpu(const Tensor& t) { return t.to(Device::cuda()); }
+
+Tensor randn_dt(const IntList& shape, DType dt, uint64_t seed) {
+  manual_seed(seed);
+  return randn(shape).to(dt);
+}
+
+bool is_channels_last_only(const Tensor& t) {
+  return t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(MemoryFormat::ChannelsLast);
+}
+
+// Exact equality on the host, NaN equal to NaN (max pooling selects values, it computes none).
+bool same(const Tensor& a, const Tensor& b) {
+  if (a.sizes() != b.sizes() || a.dtype() != b.dtype()) return false;
+  NoGradGuard ng;
+  const Tensor x = a.cpu().to(kFloat64).contiguous(), y = b.cpu().to(kFloat64).contiguous();
+  const double* px = x.data_ptr<double>();
+  const double* py = y.data_ptr<double>();
+  for (int64_t i = 0; i < x.numel(); ++i)
+    if (!(px[i] == py[i] || (std::isnan(px[i]) && std::isnan(py[i])))) {
+      INFO("first difference at " << i << ": " << px[i] << " vs " << py[i]);
+      return false;
+    }
+  return true;
+}
+
+void check_close(const Tensor& got, const Tensor& ref, DType dt, const std::string& what) {
+  INFO(what << " dtype " << dtype_name(dt) << " shape " << shape_str(ref.sizes()));
+  REQUIRE(got.defined());
+  CHECK(got.device().is_cuda());
+  CHECK(got.dtype() == ref.dtype());
+  const double e = testing::rel_err(got, ref);
+  INFO("rel_err " << e << " (tolerance " << testing::cuda_tolerance(dt) << ")");
+  CHECK(e < testing::cuda_tolerance(dt));
+}
+
+// Runs f forward and backward (random upstream gradient) on the CPU and on the device, the
+// device input NCHW or channels-last, and compares values, gradients and output layouts.
+// `exact`: forward values must match bit for bit (max pooling).
+enum class Fill { kRandn, kNaN, kTies };
+void check_pool(const PoolFn& f, const IntList& shape, DType dt, bool channels_last, bool exact,
+                const std::string& what, uint64_t seed = 7, Fill fill = Fill::kRandn) {
+  INFO(what << (channels_last ? " channels-last" : " NCHW") << " dtype " << dtype_name(dt) << " input "
+            << shape_str(shape));
+  Tensor x = randn_dt(shape, dt, seed);
+  if (fill != Fill::kRandn && x.numel() > 0) {
+    Tensor xf = x.to(kFloat64).contiguous();
+    double* p = xf.data_ptr<double>();
+    if (fill == Fill::kNaN) {
+      // NaNs at fixed places, some sharing a window with other NaNs.
+      for (int64_t i = 0; i < xf.numel(); i += 7) p[i] = std::numeric_limits<double>::quiet_NaN();
+    } else {
+      // A few integer levels: many ties in every window; the gradient shows which one won.
+      for (int64_t i = 0; i < xf.numel(); ++i) p[i] = std::floor(p[i] * 1.5);
+    }
+    x = xf.to(dt);
+  }
+  Tensor xc = x.detach();
+  xc.set_requires_grad(true);
+  Tensor xd = gpu(x);
+  if (channels_last) xd = xd.contiguous(MemoryFormat::ChannelsLast);
+  xd = xd.detach();
+  xd.set_requires_grad(true);
+
+  Tensor yc = f(xc);
+  Tensor yd = f(xd);
+  REQUIRE(yd.sizes() == yc.sizes());
+  CHECK(yd.device().is_cuda());
+  if (channels_last && yd.dim() == 4 && yd.size(1) > 1 && yd.size(2) * yd.size(3) > 1) {
+    INFO("a channels-last input gives a channels-last output");
+    CHECK(is_channels_last_only(yd));
+  }
+  if (!channels_last) CHECK(yd.is_contiguous());
+  if (exact) {
+    CHECK(same(yd, yc));
+  } else {
+    check_close(yd, yc, dt, what + " forward");
+  }
+
+  if (yc.numel() == 0 && xc.numel() == 0) return;
+  const Tensor gy = randn_dt(yc.sizes(), dt, seed + 1);
+  yc.backward(gy);
+  Tensor gyd = gpu(gy);
+  if (channels_last && gyd.dim() == 4) gyd = gyd.contiguous(MemoryFormat::ChannelsLast);
+  yd.backward(gyd);
+  REQUIRE(xd.grad().defined());
+  if (channels_last && shape[1] > 1 && shape[2] * shape[3] > 1) {
+    INFO("the gradient of a channels-last input is channels-last");
+    CHECK(is_channels_last_only(xd.grad()));
+  }
+  check_close(xd.grad(), xc.grad(), dt, what + " backward");
+}
+
+struct MaxCase {
+  IntList shape;
+  Pair k, s, p, d;
+  bool ceil;
+  const char* what;
+};
+const std::vector<MaxCase> kMaxCases = {
+    {{2, 5, 13, 11}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, false, "k3 s2 p1"},
+    {{2, 4, 12, 10}, {2, 2}, {2, 2}, {0, 0}, {1, 1}, false, "k2 s2"},
+    {{2, 3, 15, 14}, {3, 3}, {1, 1}, {1, 1}, {2, 2}, false, "k3 s1 p1 dilation 2"},
+    {{1, 3, 9, 8}, {3, 2}, {2, 1}, {1, 1}, {1, 2}, true, "k3x2 s2x1 d1x2 ceil"},
+    {{2, 3, 10, 11}, {2, 2}, {2, 2}, {0, 0}, {1, 1}, true, "k2 s2 ceil (odd width)"},
+    {{1, 37, 9, 9}, {3, 3}, {1, 1}, {0, 0}, {1, 1}, false, "k3 s1 overlapping, batch 1"},
+    {{3, 2, 7, 7}, {5, 5}, {3, 3}, {2, 2}, {1, 1}, true, "k5 s3 p2 ceil"},
+};
+
+}  // namespace
+
+TEST_CASE("cuda max_pool2d forward and backward match the CPU", "[cuda][pool]") {
+  if (!testing::cuda_ready()) return;
+  for (DType dt : kFloats)
+    for (const MaxCase& c : kMaxCases)
+      for (bool cl : {false, true}) {
+        const auto f = [&](const Tensor& x) { return max_pool2d(x, c.k, c.s, c.p, c.d, c.ceil); };
+        check_pool(f, c.shape, dt, cl, true, std::string("max_pool2d ") + c.what);
+      }
+}
+
+TEST_CASE("cuda max_pool2d propagates NaN like the CPU", "[cuda][pool]") {
+  if (!testing::cuda_ready()) return;
+  for (DType dt : kFloats)
+    for (bool cl : {false, true}) {
+      check_pool([](const Tensor& x) { return max_pool2d(x, {3, 3}, {2, 2}, {1, 1}); }, {2, 3, 9, 10}, dt, cl, true,
+                 "max_pool2d NaN k3 s2 p1", 3, Fill::kNaN);
+      check_pool([](const Tensor& x) { return max_pool2d(x, {2, 2}, {1, 1}); }, {1, 4, 6, 7}, dt, cl, true,
+                 "max_pool2d NaN k2 s1", 5, Fill::kNaN);
+    }
+}
+
+TEST_CASE("cuda max_pool2d ties pick the first maximum like the CPU", "[cuda][pool]") {
+  if (!testing::cuda_ready()) return;
+  for (DType dt : kFloats)
+    for (bool cl : {false, true}) {
+      const auto f = [](const Tensor& x) { return max_pool2d(x, {3, 3}, {1, 1}, {1, 1}); };
+      check_pool(f, {2, 3, 8, 9}, dt, cl, true, "max_pool2d ties", 6, Fill::kTies);
+      const auto g = [](const Tensor& x) { return max_pool2d(x, {2, 3}, {1, 2}, {1, 1}, {2, 1}, true); };
+      check_pool(g, {1, 5, 7, 9}, dt, cl, true, "max_pool2d ties, dilation, ceil", 8, Fill::kTies);
+    }
+}
+
+TEST_CASE("cuda avg_pool2d forward and backward match the CPU", "[cuda][pool]") {
+  if (!testing::cuda_ready()) return;
+  struct AvgCase {
+    IntList shape;
+    Pair k, s, p;
+    bool ceil, incl;
+    const char* what;
+  };
+  const std::vector<AvgCase> cases = {
+      {{2, 5, 13, 11}, {3, 3}, {2, 2}, {1, 1}, false, true, "k3 s2 p1 include pad"},
+      {{2, 5, 13, 11}, {3, 3}, {2, 2}, {1, 1}, false, false, "k3 s2 p1 exclude pad"},
+      {{2, 4, 12, 10}, {2, 2}, {2, 2}, {0, 0}, false, true, "k2 s2"},
+      {{1, 3, 9, 8}, {3, 2}, {2, 1}, {1, 1}, true, true, "k3x2 s2x1 p1 ceil include pad"},
+      {{1, 3, 9, 8}, {3, 2}, {2, 1}, {1, 1}, true, false, "k3x2 s2x1 p1 ceil exclude pad"},
+      {{2, 3, 10, 11}, {2, 2}, {2, 2}, {0, 0}, true, true, "k2 s2 ceil (odd width)"},
+      {{1, 37, 9, 9}, {3, 3}, {1, 1}, {1, 1}, false, true, "k3 s1 overlapping, batch 1"},
+  };
+  for (DType dt : kFloats)
+    for (const auto& c : cases)
+      for (bool cl : {false, true}) {
+        const auto f = [&](const Tensor& x) { return avg_pool2d(x, c.k, c.s, c.p, c.ceil, c.incl); };
+        check_pool(f, c.shape, dt, cl, false, std::string("avg_pool2d ") + c.what);
+      }
+}
+
+TEST_CASE("cuda adaptive_avg_pool2d forward and backward match the CPU", "[cuda][pool]") {
+  if (!testing::cuda_ready()) return;
+  struct AdaCase {
+    IntList shape;
+    Pair out;
+    const char* what;
+  };
+  const std::vector<AdaCase> cases = {
+      {{2, 5, 7, 7}, {1, 1}, "global 7x7"},
+      {{3, 37, 5, 6}, {1, 1}, "global, channels not a multiple of 32"},
+      {{1, 64, 1, 1}, {1, 1}, "global of 1x1"},
+      {{2, 3, 61, 67}, {1, 1}, "global of a large plane"},
+      {{2, 4, 14, 14}, {7, 7}, "14 -> 7"},
+      {{2, 3, 10, 10}, {3, 3}, "10 -> 3"},
+      {{1, 5, 11, 7}, {4, 3}, "11x7 -> 4x3"},
+      {{2, 3, 4, 5}, {6, 7}, "upsampling bins 4x5 -> 6x7"},
+      {{1, 6, 9, 9}, {7, 7}, "9 -> 7, batch 1"},
+  };
+  for (DType dt : kFloats)
+    for (const auto& c : cases)
+      for (bool cl : {false, true}) {
+        const auto f = [&](const Tensor& x) { return adaptive_avg_pool2d(x, c.out); };
+        check_pool(f, c.shape, dt, cl, false, std::string("adaptive_avg_pool2d ") + c.what);
+      }
+}
+
+TEST_CASE("cuda pooling: a ResNet-sized stem and head", "[cuda][pool]") {
+  if (!testing::cuda_ready()) return;
+  for (DType dt : {kFloat32, kFloat16})
+    for (bool cl : {false, true}) {
+      // About 2M input elements.
+      check_pool([](const Tensor& x) { return max_pool2d(x, {3, 3}, {2, 2}, {1, 1}); }, {4, 32, 112, 112}, dt, cl,
+                 true, "max_pool2d stem");
+      check_pool([](const Tensor& x) { return adaptive_avg_pool2d(x, {1, 1}); }, {8, 2048, 7, 7}, dt, cl, false,
+                 "global average head");
+    }
+}
+
+TEST_CASE("cuda pooling: empty batch, 3-d input, mixed layouts", "[cuda][pool]") {
+  if (!testing::cuda_ready()) return;
+  for (DType dt : kFloats) {
+    for (bool cl : {false, true}) {
+      const Tensor x = gpu(randn_dt({0, 3, 8, 8}, dt, 1));
+      const Tensor xe = cl ? x.contiguous(MemoryFormat::ChannelsLast) : x;
+      CHECK(max_pool2d(xe, {3, 3}, {2, 2}, {1, 1}).sizes() == IntList{0, 3, 4, 4});
+      CHECK(avg_pool2d(xe, {2, 2}).sizes() == IntList{0, 3, 4, 4});
+      CHECK(adaptive_avg_pool2d(xe, {1, 1}).sizes() == IntList{0, 3, 1, 1});
+      CHECK(adaptive_avg_pool2d(xe, {3, 3}).sizes() == IntList{0, 3, 3, 3});
+    }
+    // 3-d [C, H, W] input.
+    const Tensor x3 = randn_dt({4, 9, 9}, dt, 2);
+    check_close(max_pool2d(gpu(x3), {3, 3}, {2, 2}, {1, 1}), max_pool2d(x3, {3, 3}, {2, 2}, {1, 1}), dt, "3-d max");
+    check_close(avg_pool2d(gpu(x3), {3, 3}, {2, 2}, {1, 1}), avg_pool2d(x3, {3, 3}, {2, 2}, {1, 1}), dt, "3-d avg");
+    check_close(adaptive_avg_pool2d(gpu(x3), {2, 2}), adaptive_avg_pool2d(x3, {2, 2}), dt, "3-d adaptive");
+    // A strided (neither NCHW nor channels-last) input is made dense first.
+    const Tensor xs = randn_dt({2, 3, 10, 12}, dt, 3).transpose(2, 3);
+    check_close(max_pool2d(gpu(xs), {2, 2}), max_pool2d(xs, {2, 2}), dt, "transposed max");
+    check_close(avg_pool2d(gpu(xs), {3, 3}, {2, 2}, {1, 1}), avg_pool2d(xs, {3, 3}, {2, 2}, {1, 1}), dt,
+                "transposed avg");
+    check_close(adaptive_avg_pool2d(gpu(xs), {1, 1}), adaptive_avg_pool2d(xs, {1, 1}), dt, "transposed global");
+  }
+}
+
+TEST_CASE("cuda pooling backward with an NCHW gradient for a channels-last input", "[cuda][pool]") {
+  if (!testing::cuda_ready()) return;
+  for (DType dt : {kFloat32, kBFloat16}) {
+    const Tensor x = randn_dt({2, 6, 9, 9}, dt, 4);
+    const Tensor gy = randn_dt({2, 6, 5, 5}, dt, 5);
+    const std::vector<PoolFn> fns = {
+        [](const Tensor& t) { return max_pool2d(t, {3, 3}, {2, 2}, {1, 1}); },
+        [](const Tensor& t) { return avg_pool2d(t, {3, 3}, {2, 2}, {1, 1}); },
+        [](const Tensor& t) { return adaptive_avg_pool2d(t, {5, 5}); },
+    };
+    for (const auto& f : fns) {
+      Tensor xc = x.detach();
+      xc.set_requires_grad(true);
+      f(xc).backward(gy);
+      Tensor xd = gpu(x).contiguous(MemoryFormat::ChannelsLast).detach();
+      xd.set_requires_grad(true);
+      f(xd).backward(gpu(gy));  // NCHW gradient into a channels-last graph
+      check_close(xd.grad(), xc.grad(), dt, "mixed-layout backward");
+      CHECK(is_channels_last_only(xd.grad()));  // the forward input's layout wins
+    }
+  }
+}
+
+TEST_CASE("cuda avg pooling double backward matches the CPU", "[cuda][pool]") {
+  if (!testing::cuda_ready()) return;
+  const Tensor x = randn_dt({2, 3, 8, 8}, kFloat64, 9);
+  const Tensor gy = randn_dt({2, 3, 4, 4}, kFloat64, 10);
+  const Tensor v = randn_dt({2, 3, 8, 8}, kFloat64, 11);
+  for (bool cl : {false, true}) {
+    auto run = [&](const Tensor& x0, const Tensor& gy0, const Tensor& v0) {
+      Tensor xx = x0.detach();
+      xx.set_requires_grad(true);
+      Tensor g = gy0.detach();
+      g.set_requires_grad(true);
+      Tensor y = avg_pool2d(xx, {3, 3}, {2, 2}, {1, 1}, false, false);
+      y.backward(g, false, true);
+      Tensor gx = xx.grad();
+      sum(mul(gx, v0)).backward();
+      return g.grad();
+    };
+    Tensor xd = gpu(x), gyd = gpu(gy), vd = gpu(v);
+    if (cl) {
+      xd = xd.contiguous(MemoryFormat::ChannelsLast);
+      gyd = gyd.contiguous(MemoryFormat::ChannelsLast);
+      vd = vd.contiguous(MemoryFormat::ChannelsLast);
+    }
+    check_close(run(xd, gyd, vd), run(x, gy, v), kFloat64, "avg_pool2d double backward");
+  }
+}
