@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "autograd/grad_mode.h"
+#include "core/cuda.h"
 #include "core/random.h"
 
 namespace mpx::data {
@@ -16,8 +17,9 @@ namespace mpx::data {
 class EpochRun {
  public:
   EpochRun(const Dataset& ds, std::vector<std::vector<int64_t>> batches, uint64_t seed, int64_t epoch, int64_t workers,
-           int64_t capacity)
-      : ds_(ds), batches_(std::move(batches)), seed_(seed), epoch_(epoch), capacity_(static_cast<size_t>(capacity)) {
+           int64_t capacity, bool pin)
+      : ds_(ds), batches_(std::move(batches)), seed_(seed), epoch_(epoch), capacity_(static_cast<size_t>(capacity)),
+        pin_(pin) {
     for (int64_t w = 0; w < workers; ++w) threads_.emplace_back([this] { worker_loop(); });
   }
   ~EpochRun() { stop(); }
@@ -42,6 +44,11 @@ class EpochRun {
     for (int64_t i : idx) ex.push_back(ds_.get_seeded(i, sample_seed(seed_, epoch_, i)));
     Batch out = collate(ex);
     out.indices = idx;
+    if (pin_) {
+      // Pinned on the loading thread, so the training thread's .to(cuda, true) is an async DMA.
+      out.data = cuda::pin_memory(out.data);
+      out.target = cuda::pin_memory(out.target);
+    }
     return out;
   }
 
@@ -111,6 +118,7 @@ class EpochRun {
   const uint64_t seed_;
   const int64_t epoch_;
   const size_t capacity_;
+  const bool pin_;
   size_t cur_ = 0;
   Batch current_;
 
@@ -175,7 +183,9 @@ DataLoader::Iterator DataLoader::begin() {
   run_.reset();  // joins the workers of an unfinished epoch
   const int64_t e = epoch_++;
   const int64_t cap = std::max<int64_t>(1, options_.prefetch_ * options_.workers_);
-  run_ = std::make_unique<EpochRun>(*dataset_, batch_indices(e), seed_, e, options_.workers_, cap);
+  // Pinning needs the CUDA driver; without a GPU the option changes nothing.
+  const bool pin = options_.pin_memory_ && cuda_is_available();
+  run_ = std::make_unique<EpochRun>(*dataset_, batch_indices(e), seed_, e, options_.workers_, cap, pin);
   run_->start();
   Iterator it;
   it.run_ = run_.get();

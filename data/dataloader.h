@@ -22,9 +22,8 @@ struct DataLoaderOptions {
   DataLoaderOptions& workers(int64_t w) { workers_ = w; return *this; }
   /// Drop the last, incomplete batch.
   DataLoaderOptions& drop_last(bool d = true) { drop_last_ = d; return *this; }
-  /// Page-locked host batches for faster host-to-device copies. A no-op in this build: mpx's
-  /// allocator has no pinned host pool yet, so batches are ordinary host memory (with or
-  /// without CUDA); the option is accepted so code written for it runs unchanged.
+  /// Page-locked host batches (pinned by the loading threads), so `batch.data.to(cuda, true)`
+  /// copies asynchronously. A no-op when no GPU is present.
   DataLoaderOptions& pin_memory(bool p = true) { pin_memory_ = p; return *this; }
   /// Base seed of the shuffle order and per-sample transforms; defaults to the seed of
   /// mpx's default generator (mpx::manual_seed) at loader construction.

@@ -1,0 +1,287 @@
+// End-to-end tests of the mpx command line (train, dcgan, info): files written, resume, determinism, error handling.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <mpx/mpx.h>
+
+#ifndef MPX_CLI_PATH
+#error "tests/CMakeLists.txt defines MPX_CLI_PATH (the built mpx binary) for this test"
+#endif
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int rc = -1;
+  std::string out;  // stdout and stderr together, unless the command redirects
+};
+
+// Runs `mpx <args>` through the shell and captures its output and exit code.
+Run run_mpx(const std::string& args, const std::string& redirect = "2>&1") {
+  const std::string cmd = std::string("MPX_PROGRESS=plain '") + MPX_CLI_PATH + "' " + args + " " + redirect;
+  Run r;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// Only stderr (stdout discarded): what a user sees when something is wrong.
+Run mpx_err(const std::string& args) { return run_mpx(args, "2>&1 1>/dev/null"); }
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+size_t lines(const std::string& s) {
+  size_t n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+const fs::path& temp_root() {
+  static const fs::path root = fs::temp_directory_path() / ("mpx_cli_" + std::to_string(getpid()));
+  return root;
+}
+// Removes this process's temp folders when the test program exits.
+struct TempCleanup {
+  ~TempCleanup() {
+    std::error_code ec;
+    fs::remove_all(temp_root(), ec);
+  }
+} g_cleanup;
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path d = temp_root() / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+bool have_fashion() {
+  if (fs::exists(mpx::data::kFashionMnistDir)) return true;
+  WARN("Fashion-MNIST not installed (Debian package dataset-fashion-mnist); skipping");
+  return false;
+}
+
+// A tiny deterministic run: 512 training images in 8 steps of 64, 256 test images.
+const std::string kTiny = "--limit-train 512 --limit-test 256 -b 64 --deterministic --opt-level O1 ";
+
+// Every model tensor of two checkpoints is bit-identical.
+void require_same_model(const fs::path& a, const fs::path& b) {
+  const mpx::TensorDict ta = mpx::load_tensors(a.string()), tb = mpx::load_tensors(b.string());
+  int64_t compared = 0;
+  for (const auto& [name, t] : ta) {
+    if (name.rfind("model.", 0) != 0) continue;
+    INFO(name);
+    REQUIRE(tb.count(name) == 1);
+    const mpx::Tensor u = t.contiguous(), v = tb.at(name).contiguous();
+    REQUIRE(u.sizes() == v.sizes());
+    REQUIRE(u.dtype() == v.dtype());
+    const size_t bytes = static_cast<size_t>(u.numel()) * mpx::element_size(u.dtype());
+    CHECK(std::memcmp(u.raw_data(), v.raw_data(), bytes) == 0);
+    ++compared;
+  }
+  CHECK(compared > 4);
+}
+
+}  // namespace
+
+TEST_CASE("mpx info prints the version line and the build", "[cli]") {
+  const Run r = run_mpx("info");
+  CHECK(r.rc == 0);
+  CHECK(r.out.rfind("mpx 0.1.0\n", 0) == 0);
+  CHECK(r.out.find("CPU features:") != std::string::npos);
+  CHECK(r.out.find("CUDA") != std::string::npos);
+}
+
+TEST_CASE("mpx train: one short epoch writes metrics and curves and a checkpoint that resume continues and -e evaluates", "[cli]") {
+  if (!have_fashion()) return;
+  const fs::path out = temp_dir("train");
+  Run r = run_mpx("train " + kTiny + "--epochs 1 --out '" + out.string() + "'");
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("epoch 1/1") != std::string::npos);
+
+  const std::string csv = read(out / "metrics.csv");
+  CHECK(csv.rfind("epoch,global_step,lr,train_loss,train_top1,test_loss,test_top1,test_top5,", 0) == 0);
+  CHECK(lines(csv) == 2);
+  const std::string jsonl = read(out / "metrics.jsonl");
+  CHECK(lines(jsonl) == 1);
+  CHECK(jsonl.rfind("{\"epoch\": 1, \"global_step\": 8,", 0) == 0);
+  CHECK(jsonl.find("\"test_top5\": ") != std::string::npos);
+  const std::string svg = read(out / "curves.svg");
+  CHECK(svg.rfind("<?xml", 0) == 0);
+  CHECK(svg.find("<polyline") != std::string::npos);
+  CHECK(svg.find("test top-1") != std::string::npos);
+  CHECK(svg.find("</svg>") != std::string::npos);
+
+  mpx::Metadata meta;
+  const mpx::TensorDict ck = mpx::load_tensors((out / "checkpoint.safetensors").string(), &meta);
+  CHECK(meta.at("mpx.checkpoint") == "train");
+  CHECK(meta.at("epoch") == "1");
+  CHECK(meta.at("step_in_epoch") == "0");
+  CHECK(meta.count("amp.loss_scaler0.loss_scale") == 1);
+  CHECK(meta.count("rng.offset") == 1);
+  CHECK(ck.count("model.fc.weight") == 1);
+  CHECK(ck.count("optimizer.state.0.momentum_buffer") == 1);
+  // No temp files left behind by the atomic writes.
+  for (const auto& e : fs::directory_iterator(out)) CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
+
+  // --resume alone (run flags come from the checkpoint) with more epochs continues at epoch 2.
+  r = run_mpx("train --resume '" + (out / "checkpoint.safetensors").string() + "' --epochs 2 --out '" + out.string() + "'");
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("resumed from") != std::string::npos);
+  CHECK(r.out.find("epoch 2/2") != std::string::npos);
+  CHECK(r.out.find("epoch 1/2") == std::string::npos);
+  CHECK(lines(read(out / "metrics.csv")) == 3);
+  mpx::Metadata meta2;
+  mpx::load_tensors((out / "checkpoint.safetensors").string(), &meta2);
+  CHECK(meta2.at("epoch") == "2");
+  CHECK(meta2.at("global_step") == "16");
+
+  // Evaluate only.
+  r = run_mpx("train --resume '" + (out / "checkpoint.safetensors").string() + "' -e");
+  INFO(r.out);
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("evaluate: top-1 ") != std::string::npos);
+  CHECK(r.out.find("top-5 ") != std::string::npos);
+}
+
+TEST_CASE("mpx train --deterministic: stopped and resumed runs equal an uninterrupted one bit for bit", "[cli]") {
+  if (!have_fashion()) return;
+  const fs::path full = temp_dir("full"), split = temp_dir("split"), mid = temp_dir("mid");
+  // Uninterrupted: 2 epochs.
+  Run r = run_mpx("train " + kTiny + "--epochs 2 --out '" + full.string() + "'");
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  // Stopped at the end of epoch 1 (--prof 8 = one epoch of 8 steps), then resumed.
+  r = run_mpx("train " + kTiny + "--epochs 2 --prof 8 --out '" + split.string() + "'");
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("Profiling ended at iteration 8") != std::string::npos);
+  r = run_mpx("train --resume '" + (split / "checkpoint.safetensors").string() + "' --out '" + split.string() + "'");
+  REQUIRE(r.rc == 0);
+  require_same_model(full / "checkpoint.safetensors", split / "checkpoint.safetensors");
+  // Stopped in the middle of epoch 1 (step 5 of 8), then resumed: the data position is restored too.
+  r = run_mpx("train " + kTiny + "--epochs 2 --prof 5 --out '" + mid.string() + "'");
+  REQUIRE(r.rc == 0);
+  mpx::Metadata meta;
+  mpx::load_tensors((mid / "checkpoint.safetensors").string(), &meta);
+  CHECK(meta.at("step_in_epoch") == "5");
+  r = run_mpx("train --resume '" + (mid / "checkpoint.safetensors").string() + "' --out '" + mid.string() + "'");
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  require_same_model(full / "checkpoint.safetensors", mid / "checkpoint.safetensors");
+  // The epoch metrics of the resumed run match too (same loss, accuracy, loss scale).
+  auto strip_timing = [](const std::string& csv) {
+    std::string o;
+    std::stringstream ss(csv);
+    for (std::string line; std::getline(ss, line);) {
+      std::vector<std::string> cells;
+      std::stringstream ls(line);
+      for (std::string c; std::getline(ls, c, ',');) cells.push_back(c);
+      for (size_t i = 0; i < cells.size(); ++i)
+        if (i < 8 || i > 10) o += cells[i] + ",";  // drop images_per_s, epoch_seconds, eval_seconds
+      o += "\n";
+    }
+    return o;
+  };
+  CHECK(strip_timing(read(full / "metrics.csv")) == strip_timing(read(mid / "metrics.csv")));
+}
+
+TEST_CASE("mpx: wrong flags and missing data and bad checkpoints give one line and the right exit code", "[cli]") {
+  Run r = mpx_err("train --epoch 2");
+  CHECK(r.rc == 2);
+  CHECK(lines(r.out) == 1);
+  CHECK(r.out.find("unknown flag --epoch") != std::string::npos);
+  CHECK(r.out.find("did you mean --epochs?") != std::string::npos);
+
+  r = mpx_err("train --opt-level O4");
+  CHECK(r.rc == 2);
+  CHECK(lines(r.out) == 1);
+  CHECK(r.out.find("O0, O1, O2, O3") != std::string::npos);
+
+  r = mpx_err("train -b many");
+  CHECK(r.rc == 2);
+  CHECK(r.out.find("--batch-size expects an integer") != std::string::npos);
+
+  r = mpx_err("trian");
+  CHECK(r.rc == 2);
+  CHECK(r.out.find("did you mean train?") != std::string::npos);
+
+  r = mpx_err("train --dataset cifar10 --data /nonexistent/cifar");
+  CHECK(r.rc == 1);
+  CHECK(lines(r.out) == 1);
+  CHECK(r.out.find("/nonexistent/cifar") != std::string::npos);
+  CHECK(r.out.find("--data DIR") != std::string::npos);
+
+  const fs::path dir = temp_dir("errors");
+  {
+    std::ofstream f(dir / "bad.safetensors", std::ios::binary);
+    f << "this is not a checkpoint at all, just some bytes";
+  }
+  r = mpx_err("train --resume '" + (dir / "bad.safetensors").string() + "'");
+  CHECK(r.rc == 1);
+  CHECK(lines(r.out) == 1);
+  CHECK(r.out.find("unreadable") != std::string::npos);
+  CHECK(r.out.find("bad.safetensors") != std::string::npos);
+
+  r = mpx_err("train --resume '" + (dir / "missing.safetensors").string() + "'");
+  CHECK(r.rc == 1);
+  CHECK(r.out.find("no such file") != std::string::npos);
+
+#ifndef MPX_WITH_CUDA
+  r = mpx_err("train --device cuda");
+  CHECK(r.rc == 1);
+  CHECK(lines(r.out) == 1);
+  CHECK(r.out.find("without the CUDA backend") != std::string::npos);
+#endif
+}
+
+TEST_CASE("mpx dcgan --prof 3 writes a valid PNG sample grid and loss curves", "[cli]") {
+  if (!have_fashion()) return;
+  const fs::path out = temp_dir("dcgan");
+  const Run r = run_mpx("dcgan --prof 3 -b 16 --limit-train 64 --ngf 16 --ndf 16 --out '" + out.string() + "'");
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  const std::string png = read(out / "samples_epoch1.png");
+  REQUIRE(png.size() > 33);
+  CHECK(png.substr(0, 8) == std::string("\x89PNG\r\n\x1a\n", 8));
+  CHECK(png.substr(12, 4) == "IHDR");
+  auto be32 = [&](size_t at) {
+    return (uint32_t(uint8_t(png[at])) << 24) | (uint32_t(uint8_t(png[at + 1])) << 16) |
+           (uint32_t(uint8_t(png[at + 2])) << 8) | uint32_t(uint8_t(png[at + 3]));
+  };
+  // 64 samples of 28 px in an 8 x 8 grid with 2-pixel gaps: 8 * 30 + 2.
+  CHECK(be32(16) == 242);
+  CHECK(be32(20) == 242);
+  CHECK(png.substr(png.size() - 8, 4) == "IEND");
+  // The image decodes (stb_image through the library's reader) to the same size.
+  const mpx::Tensor img = mpx::data::read_image((out / "samples_epoch1.png").string(), 0);
+  CHECK(img.sizes() == mpx::IntList{242, 242, 1});
+  const std::string csv = read(out / "losses.csv");
+  CHECK(csv.rfind("epoch,step,global_step,loss_d,loss_g,", 0) == 0);
+  CHECK(lines(csv) == 4);
+  CHECK(read(out / "losses.svg").find("<polyline") != std::string::npos);
+  mpx::Metadata meta;
+  mpx::load_tensors((out / "checkpoint.safetensors").string(), &meta);
+  CHECK(meta.at("mpx.checkpoint") == "dcgan");
+  CHECK(meta.count("amp.loss_scaler2.loss_scale") == 1);  // three scalers
+}

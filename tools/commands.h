@@ -1,0 +1,13 @@
+// The mpx subcommands, each taking the arguments after its name; they return the exit code.
+#pragma once
+
+namespace mpx::cli {
+
+/// `mpx train`: classification training (apex's imagenet main_amp.py flags). See docs/cli.md.
+int run_train(int argc, char** argv);
+/// `mpx dcgan`: DCGAN with two optimizers and three loss scalers (apex's DCGAN example).
+int run_dcgan(int argc, char** argv);
+/// `mpx info`: version, build options, CPU features and CUDA devices.
+int run_info(int argc, char** argv);
+
+}  // namespace mpx::cli

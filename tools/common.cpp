@@ -1,0 +1,288 @@
+// Shared pieces of the mpx commands: device and amp flags, data sets by name, checkpoint state in/out.
+#include "tools/common.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+
+namespace mpx::cli {
+
+namespace fs = std::filesystem;
+
+Device parse_device(const std::string& spec) {
+  Device d;
+  try {
+    d = Device(spec);
+  } catch (const std::exception&) {
+    throw UsageError("--device expects cpu, cuda or cuda:N, got '" + spec + "'");
+  }
+  if (d.is_cuda()) {
+#ifndef MPX_WITH_CUDA
+    MPX_ERROR("--device ", spec, ": this mpx was built without the CUDA backend; rebuild with -DMPX_CUDA=ON on a "
+              "machine with nvcc, or use --device cpu");
+#endif
+    const int n = cuda_device_count();
+    MPX_CHECK(n > 0, "--device ", spec, ": no CUDA device is visible (driver missing or CUDA_VISIBLE_DEVICES empty); "
+              "use --device cpu");
+    MPX_CHECK(d.index >= 0 && d.index < n, "--device ", spec, ": only ", n, " CUDA device(s) (cuda:0..cuda:", n - 1,
+              ")");
+  }
+  return d;
+}
+
+void add_amp_flags(Args& args, const std::string& default_level) {
+  args.option({"--opt-level"}, "O0|O1|O2|O3",
+              "apex opt level: O0 f32, O1 autocast, O2 low-precision model with f32 masters, O3 pure low precision",
+              default_level)
+      .option({"--keep-batchnorm-fp32"}, "True|False", "override the level's keep_batchnorm_fp32 (O2/O3)")
+      .option({"--loss-scale"}, "X|dynamic", "override the level's loss scale: a number or \"dynamic\"")
+      .option({"--dtype"}, "f16|bf16", "the low precision of O1-O3", "f16");
+}
+
+amp::Options amp_options(const Args& args, int num_losses) {
+  amp::Options o;
+  o.opt_level(args.choice("--opt-level", {"O0", "O1", "O2", "O3"}));
+  o.dtype(args.choice("--dtype", {"f16", "bf16"}) == "bf16" ? kBFloat16 : kFloat16);
+  // str() rather than given(): a resumed run adopts the checkpoint's overrides as defaults.
+  if (!args.str("--keep-batchnorm-fp32").empty()) o.keep_batchnorm_fp32(args.on("--keep-batchnorm-fp32"));
+  if (!args.str("--loss-scale").empty()) {
+    const std::string v = args.str("--loss-scale");
+    if (v == "dynamic") o.loss_scale(v);
+    else o.loss_scale(args.number("--loss-scale", 0.0));
+    if (v != "dynamic" && !(args.number("--loss-scale") > 0))
+      throw UsageError("--loss-scale must be positive or \"dynamic\", got '" + v + "'");
+  }
+  o.num_losses(num_losses);
+  try {
+    o.resolve();  // apex's override rules, checked now so a bad combination is a usage error
+  } catch (const mpx::Error& e) {
+    throw UsageError(e.what());
+  }
+  return o;
+}
+
+namespace {
+
+// Where each data set lives by default, and how to get it.
+std::string default_root(const std::string& name) {
+  if (name == "fashion-mnist") return data::kFashionMnistDir;
+  if (name == "mnist") return "/usr/share/datasets/mnist";
+  return "";
+}
+
+void require_dir(const std::string& name, const std::string& root) {
+  if (root.empty())
+    MPX_ERROR("--dataset ", name, " needs a folder: pass --data DIR (or DIR as the last argument)");
+  if (!fs::is_directory(root)) {
+    std::string how = "pass --data DIR pointing at it";
+    if (name == "fashion-mnist") how = "install the Debian package dataset-fashion-mnist (tools/install-deps.sh) or " + how;
+    if (name == "cifar10") how = "download the binary version (cifar-10-binary.tar.gz) and " + how;
+    MPX_ERROR(name, " data not found: ", root, " is not a folder; ", how);
+  }
+}
+
+class Subset : public data::Dataset {
+ public:
+  Subset(std::shared_ptr<const data::Dataset> base, int64_t n) : base_(std::move(base)), n_(n) {}
+  int64_t size() const override { return n_; }
+  data::Example get(int64_t i) const override { return base_->get(i); }
+  data::Example get_seeded(int64_t i, uint64_t s) const override { return base_->get_seeded(i, s); }
+
+ private:
+  std::shared_ptr<const data::Dataset> base_;
+  int64_t n_;
+};
+
+}  // namespace
+
+std::shared_ptr<const data::Dataset> limit(std::shared_ptr<const data::Dataset> ds, int64_t n) {
+  if (n <= 0 || n >= ds->size()) return ds;
+  return std::make_shared<Subset>(std::move(ds), n);
+}
+
+DataSplits open_data(const std::string& name, const std::string& root_in, DataPurpose purpose, bool synthetic,
+                     int64_t image_size, uint64_t seed) {
+  namespace T = data::transforms;
+  DataSplits s;
+  s.name = name;
+  s.root = root_in.empty() ? default_root(name) : root_in;
+  const bool gen = purpose == DataPurpose::Generate;
+  if (name == "synthetic") {
+    s.channels = 3, s.image_size = image_size, s.num_classes = 1000, s.root = "";
+    s.train = std::make_shared<data::Synthetic>(IntList{3, image_size, image_size}, 1000, 12800, seed);
+    s.test = std::make_shared<data::Synthetic>(IntList{3, image_size, image_size}, 1000, 1280, seed + 1);
+    return s;
+  }
+  require_dir(name, s.root);
+  if (name == "fashion-mnist" || name == "mnist") {
+    const bool fashion = name == "fashion-mnist";
+    const double mean = gen ? 0.5 : (fashion ? 0.2860 : 0.1307), sd = gen ? 0.5 : (fashion ? 0.3530 : 0.3081);
+    T::Transform t = T::Compose({T::ToTensor(), T::Normalize({mean}, {sd})});
+    s.train = std::make_shared<data::MNIST>(s.root, true, t);
+    s.test = std::make_shared<data::MNIST>(s.root, false, t);
+    s.channels = 1, s.image_size = 28, s.num_classes = 10;
+  } else if (name == "cifar10") {
+    const std::vector<double> mean = gen ? std::vector<double>{0.5, 0.5, 0.5} : std::vector<double>{0.4914, 0.4822, 0.4465};
+    const std::vector<double> sd = gen ? std::vector<double>{0.5, 0.5, 0.5} : std::vector<double>{0.2470, 0.2435, 0.2616};
+    T::Transform test_t = T::Compose({T::ToTensor(), T::Normalize(mean, sd)});
+    T::Transform train_t = gen ? test_t
+                               : T::Compose({T::RandomCrop(32, 4), T::RandomHorizontalFlip(), T::ToTensor(),
+                                             T::Normalize(mean, sd)});
+    s.train = std::make_shared<data::CIFAR10>(s.root, true, train_t);
+    s.test = std::make_shared<data::CIFAR10>(s.root, false, test_t);
+    s.channels = 3, s.image_size = 32, s.num_classes = 10;
+  } else if (name == "imagefolder") {
+    // apex's layout: DIR/train and DIR/val; a folder without them is used for both (DCGAN-style).
+    const fs::path r(s.root);
+    const bool split = fs::is_directory(r / "train");
+    if (!gen && !split) MPX_ERROR("imagefolder: ", s.root, " has no train/ sub-folder; arrange it as DIR/train/<class>/... and DIR/val/<class>/...");
+    const std::vector<double> mean = gen ? std::vector<double>{0.5, 0.5, 0.5} : std::vector<double>{0.485, 0.456, 0.406};
+    const std::vector<double> sd = gen ? std::vector<double>{0.5, 0.5, 0.5} : std::vector<double>{0.229, 0.224, 0.225};
+    const int64_t resize = gen ? image_size : image_size * 256 / 224;
+    T::Transform test_t = T::Compose({T::Resize(resize), T::CenterCrop(image_size), T::ToTensor(), T::Normalize(mean, sd)});
+    T::Transform train_t = gen ? test_t
+                               : T::Compose({T::RandomResizedCrop(image_size), T::RandomHorizontalFlip(), T::ToTensor(),
+                                             T::Normalize(mean, sd)});
+    const std::string train_dir = split ? (r / "train").string() : s.root;
+    const std::string val_dir = split && fs::is_directory(r / "val") ? (r / "val").string() : train_dir;
+    auto tr = std::make_shared<data::ImageFolder>(train_dir, train_t);
+    s.train = tr;
+    s.test = std::make_shared<data::ImageFolder>(val_dir, test_t);
+    s.channels = 3, s.image_size = image_size, s.num_classes = static_cast<int64_t>(tr->classes().size());
+  } else {
+    throw UsageError("unknown --dataset '" + name + "'; use fashion-mnist, mnist, cifar10, imagefolder or synthetic");
+  }
+  if (synthetic) {
+    // Same shapes and sizes as the real data, random pixels: measures speed without the decoding cost.
+    const IntList shape{s.channels, s.image_size, s.image_size};
+    s.train = std::make_shared<data::Synthetic>(shape, s.num_classes, s.train->size(), seed);
+    s.test = std::make_shared<data::Synthetic>(shape, s.num_classes, s.test->size(), seed + 1);
+  }
+  return s;
+}
+
+std::string num(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+double meta_num(const Metadata& m, const std::string& key, const std::string& path) {
+  auto it = m.find(key);
+  MPX_CHECK(it != m.end(), "checkpoint ", path, " lacks \"", key, "\": it was not written by this mpx version's checkpointing; start without --resume");
+  char* end = nullptr;
+  const double v = std::strtod(it->second.c_str(), &end);
+  MPX_CHECK(end != it->second.c_str() && *end == '\0', "checkpoint ", path, ": \"", key, "\" is '", it->second,
+            "', not a number; the file is damaged, start without --resume");
+  return v;
+}
+
+std::string meta_str(const Metadata& m, const std::string& key) {
+  auto it = m.find(key);
+  return it == m.end() ? "" : it->second;
+}
+
+void put_optimizer(const optim::Optimizer& opt, const std::string& prefix, TensorDict& tensors, Metadata& meta) {
+  const optim::OptimizerState st = opt.state_dict();
+  for (const auto& [k, t] : st.tensors) tensors[prefix + "." + k] = t;
+  for (const auto& [k, v] : st.scalars) meta[prefix + "." + k] = num(v);
+  meta[prefix + ".__name__"] = st.optimizer;
+}
+
+void get_optimizer(optim::Optimizer& opt, const std::string& prefix, const TensorDict& tensors, const Metadata& meta,
+                   const std::string& path) {
+  optim::OptimizerState st;
+  st.optimizer = meta_str(meta, prefix + ".__name__");
+  const std::string p = prefix + ".";
+  for (const auto& [k, t] : tensors)
+    if (k.rfind(p, 0) == 0) st.tensors[k.substr(p.size())] = t;
+  for (const auto& [k, v] : meta)
+    if (k.rfind(p, 0) == 0 && k != p + "__name__") st.scalars[k.substr(p.size())] = meta_num(meta, k, path);
+  opt.load_state_dict(st);
+}
+
+void put_module(const nn::Module& m, const std::string& prefix, TensorDict& tensors) {
+  for (const auto& [k, t] : detail::module_state_dict(m)) tensors[prefix + "." + k] = t;
+}
+
+void get_module(nn::Module& m, const std::string& prefix, const TensorDict& tensors, const std::string& path) {
+  std::map<std::string, Tensor> sd;
+  const std::string p = prefix + ".";
+  for (const auto& [k, t] : tensors)
+    if (k.rfind(p, 0) == 0) sd[k.substr(p.size())] = t;
+  MPX_CHECK(!sd.empty(), "checkpoint ", path, " has no \"", prefix, ".*\" tensors; it is not a checkpoint of this command");
+  m.load_state_dict(sd, true);
+}
+
+void put_amp_and_rng(Metadata& meta) {
+  for (const auto& [k, v] : amp::state_dict()) meta["amp." + k] = num(v);
+  auto& g = random::default_generator();
+  meta["rng.seed"] = std::to_string(g.current_seed());
+  meta["rng.offset"] = std::to_string(g.offset());
+}
+
+void get_amp_and_rng(const Metadata& meta, const std::string& path) {
+  std::map<std::string, double> a;
+  for (const auto& [k, v] : meta)
+    if (k.rfind("amp.", 0) == 0) a[k.substr(4)] = meta_num(meta, k, path);
+  if (!a.empty()) amp::load_state_dict(a);
+  const std::string s = meta_str(meta, "rng.seed"), o = meta_str(meta, "rng.offset");
+  MPX_CHECK(!s.empty() && !o.empty(), "checkpoint ", path, " lacks the RNG state; start without --resume");
+  random::default_generator().set_state(std::stoull(s), std::stoull(o));
+}
+
+TensorDict load_checkpoint(const std::string& path, const std::string& kind, Metadata& meta) {
+  MPX_CHECK(fs::exists(path), "--resume ", path, ": no such file; give the checkpoint.safetensors a previous run wrote to its --out");
+  TensorDict t;
+  try {
+    t = load_tensors(path, &meta);
+  } catch (const std::exception& e) {
+    MPX_ERROR("--resume ", path, " is unreadable (", e.what(), "); use another checkpoint or start without --resume");
+  }
+  const std::string k = meta_str(meta, "mpx.checkpoint");
+  MPX_CHECK(k == kind, "--resume ", path, " is ", k.empty() ? std::string("not an mpx checkpoint") : "a '" + k + "' checkpoint",
+            "; `mpx ", kind, "` resumes only from its own checkpoint.safetensors");
+  return t;
+}
+
+std::pair<int64_t, int64_t> topk_hits(const Tensor& logits, const Tensor& target) {
+  Tensor l = logits.detach().to(Device::cpu(), kFloat32).contiguous();
+  Tensor t = target.to(Device::cpu(), kInt64).contiguous();
+  const int64_t b = l.size(0), c = l.size(1);
+  const float* lp = l.data_ptr<float>();
+  const int64_t* tp = t.data_ptr<int64_t>();
+  int64_t h1 = 0, h5 = 0;
+  for (int64_t i = 0; i < b; ++i) {
+    const float* row = lp + i * c;
+    const float v = row[tp[i]];
+    int64_t above = 0;  // classes scoring strictly higher than the true one
+    for (int64_t j = 0; j < c; ++j) above += row[j] > v;
+    h1 += above == 0;
+    h5 += above < 5;
+  }
+  return {h1, h5};
+}
+
+namespace {
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_sigint(int) {
+  // A second Ctrl-C kills the process the usual way, in case the step in flight hangs.
+  if (g_interrupted.exchange(true)) std::_Exit(130);
+}
+}  // namespace
+
+void install_interrupt_handler() { std::signal(SIGINT, on_sigint); }
+bool interrupted() { return g_interrupted.load(); }
+
+std::string human_bytes(double bytes) {
+  char buf[32];
+  if (bytes >= 1e9) std::snprintf(buf, sizeof buf, "%.1f GB", bytes / 1e9);
+  else if (bytes >= 1e6) std::snprintf(buf, sizeof buf, "%.1f MB", bytes / 1e6);
+  else std::snprintf(buf, sizeof buf, "%.0f kB", bytes / 1e3);
+  return buf;
+}
+
+}  // namespace mpx::cli

@@ -1,0 +1,93 @@
+// Shared pieces of the mpx commands: devices, amp flags, data sets by name, subsets, checkpoint metadata helpers.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <mpx/mpx.h>
+
+#include "tools/cli_args.h"
+
+namespace mpx::cli {
+
+/// `--device` text ("cpu", "cuda", "cuda:1") to a Device; throws UsageError on a malformed
+/// spec and mpx::Error when CUDA is asked for but the build or the machine has none.
+Device parse_device(const std::string& spec);
+
+/// Declares the amp flags shared by train and dcgan: --opt-level, --keep-batchnorm-fp32,
+/// --loss-scale, --dtype.
+void add_amp_flags(Args& args, const std::string& default_level);
+/// amp::Options from those flags (validated: bad values are UsageErrors).
+amp::Options amp_options(const Args& args, int num_losses);
+
+/// The train and test splits of a data set, ready for a DataLoader, and what a model needs to know.
+struct DataSplits {
+  std::shared_ptr<const data::Dataset> train, test;
+  int64_t channels = 1, image_size = 28, num_classes = 10;
+  std::string name;  ///< "fashion-mnist", ...
+  std::string root;  ///< where it was read from ("" for synthetic)
+};
+
+/// How a command wants its images.
+enum class DataPurpose {
+  Classify,  ///< normalized by the data set's mean/std; train-time augmentation where usual
+  Generate,  ///< scaled to [-1, 1] (the DCGAN generator's tanh range), no augmentation
+};
+
+/// Opens `name` ("fashion-mnist", "mnist", "cifar10", "imagefolder", "synthetic") at `root`
+/// ("" = the default location where there is one). `synthetic` replaces the images with
+/// random ones of the same shape. `image_size` is used by imagefolder and synthetic.
+/// A missing folder or file is an mpx::Error naming it and saying how to get the data.
+DataSplits open_data(const std::string& name, const std::string& root, DataPurpose purpose, bool synthetic,
+                     int64_t image_size, uint64_t seed);
+
+/// The first `n` examples of a data set (n <= 0 or >= size: all of it).
+std::shared_ptr<const data::Dataset> limit(std::shared_ptr<const data::Dataset> ds, int64_t n);
+
+/// A Sampler that yields a fixed index list every epoch (the rest of an epoch after a mid-epoch resume).
+class FixedSampler : public data::Sampler {
+ public:
+  explicit FixedSampler(std::vector<int64_t> idx) : idx_(std::move(idx)) {}
+  std::vector<int64_t> indices(int64_t) const override { return idx_; }
+  int64_t size() const override { return static_cast<int64_t>(idx_.size()); }
+
+ private:
+  std::vector<int64_t> idx_;
+};
+
+/// Round-trip text of a double for safetensors metadata.
+std::string num(double v);
+/// A metadata value as a number; throws mpx::Error naming the checkpoint and key when absent or malformed.
+double meta_num(const Metadata& m, const std::string& key, const std::string& path);
+/// A metadata value as text ("" when absent).
+std::string meta_str(const Metadata& m, const std::string& key);
+
+/// Optimizer state in/out of a checkpoint: tensors under "<prefix>.<name>", scalars in metadata
+/// under "<prefix>.<name>", the optimizer's name under "<prefix>.__name__".
+void put_optimizer(const optim::Optimizer& opt, const std::string& prefix, TensorDict& tensors, Metadata& meta);
+void get_optimizer(optim::Optimizer& opt, const std::string& prefix, const TensorDict& tensors, const Metadata& meta,
+                   const std::string& path);
+/// A module's state under "<prefix>.<name>".
+void put_module(const nn::Module& m, const std::string& prefix, TensorDict& tensors);
+void get_module(nn::Module& m, const std::string& prefix, const TensorDict& tensors, const std::string& path);
+/// amp's scaler state and the default generator's (seed, offset) in metadata.
+void put_amp_and_rng(Metadata& meta);
+void get_amp_and_rng(const Metadata& meta, const std::string& path);
+
+/// Loads a checkpoint, turning every failure into one mpx::Error that names the file and says
+/// what to do (the message of a corrupt file, a missing file, or a file of another command).
+TensorDict load_checkpoint(const std::string& path, const std::string& kind, Metadata& meta);
+
+/// Top-1 and top-5 hit counts of logits [B, C] against targets [B] (computed on the CPU).
+std::pair<int64_t, int64_t> topk_hits(const Tensor& logits, const Tensor& target);
+
+/// Makes the first Ctrl-C (SIGINT) only set a flag, so the training loop can checkpoint and stop cleanly.
+void install_interrupt_handler();
+/// True once SIGINT arrived.
+bool interrupted();
+
+/// "12.3 MB"-style size of a file, for messages.
+std::string human_bytes(double bytes);
+
+}  // namespace mpx::cli

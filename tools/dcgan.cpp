@@ -1,0 +1,306 @@
+// `mpx dcgan`: apex's DCGAN example — two Adam optimizers, three losses on separate loss scalers, PNG sample grids.
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "tools/commands.h"
+#include "tools/common.h"
+#include "tools/metrics.h"
+#include "tools/png.h"
+#include "tools/progress.h"
+
+namespace mpx::cli {
+
+namespace fs = std::filesystem;
+namespace F = nn::functional;
+
+namespace {
+
+const std::vector<std::string> kRunFlags = {"--dataset", "--data", "--batch-size", "--epochs", "--lr", "--beta1",
+                                            "--nz", "--ngf", "--ndf", "--opt-level", "--dtype", "--keep-batchnorm-fp32",
+                                            "--loss-scale", "--seed", "--limit-train", "--image-size", "--synthetic"};
+
+Args make_args() {
+  Args a("mpx dcgan", "mpx dcgan [flags] [DATA_DIR]");
+  a.positional("DATA_DIR", "the data set's folder (same as --data)");
+  a.option({"--dataset"}, "NAME", "fashion-mnist, mnist, cifar10, imagefolder or synthetic", "fashion-mnist")
+      .option({"--data", "--dataroot"}, "DIR", "the data set's folder (fashion-mnist: /usr/share/datasets/fashion-mnist)")
+      .option({"-b", "--batch-size"}, "N", "images per step", "64")
+      .option({"-j", "--workers"}, "N",
+              "data loader threads; default: 0 for the in-memory data sets, 4 for imagefolder")
+      .option({"--epochs", "--niter"}, "N", "epochs to train (in total, counting resumed ones)", "5")
+      .option({"--lr"}, "X", "Adam learning rate of both networks", "0.0002")
+      .option({"--beta1"}, "X", "Adam beta1", "0.5")
+      .option({"--nz"}, "N", "latent vector size", "100")
+      .option({"--ngf"}, "N", "generator width", "32")
+      .option({"--ndf"}, "N", "discriminator width", "32")
+      .option({"--image-size"}, "N", "image side for imagefolder (64 or 32) and synthetic", "64");
+  add_amp_flags(a, "O1");
+  a.option({"--resume"}, "PATH", "continue from a checkpoint.safetensors of mpx dcgan")
+      .flag({"--deterministic"}, "bit-identical runs: fixed threads, seeded everything, deterministic cuDNN")
+      .option({"--print-freq", "-p"}, "N", "log a line every N steps when stdout is not a terminal", "50")
+      .option({"--prof"}, "N", "stop after N steps (writing samples and a checkpoint), -1 = off", "-1")
+      .option({"--device"}, "cpu|cuda[:i]", "where to train", "cpu")
+      .option({"--seed", "--manualSeed"}, "N", "seed of the weights, the noise and the shuffle order", "0")
+      .option({"--out", "--outf"}, "DIR", "where samples_epochN.png, losses.csv/.jsonl/.svg and the checkpoint go",
+              "out/dcgan")
+      .flag({"--synthetic"}, "random images instead of the data set (speed tests)")
+      .option({"--threads"}, "N", "CPU threads (OpenMP); default: OMP_NUM_THREADS or all cores")
+      .option({"--limit-train"}, "N", "use only the first N training images; 0 = all", "0");
+  return a;
+}
+
+// An 8-column grid of images in [-1, 1] ([N, C, H, W]) as 8-bit pixels with 2-pixel gaps
+// (torchvision's save_image(normalize=True) layout for the tanh range).
+void save_grid(const Tensor& images, const std::string& path) {
+  Tensor x = images.detach().to(Device::cpu(), kFloat32).contiguous();
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3), cols = std::min<int64_t>(8, n);
+  const int64_t rows = (n + cols - 1) / cols, pad = 2;
+  const int64_t W = cols * (w + pad) + pad, H = rows * (h + pad) + pad, oc = c == 1 ? 1 : 3;
+  std::vector<uint8_t> px(static_cast<size_t>(W * H * oc), 0);
+  const float* p = x.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t gy = pad + (i / cols) * (h + pad), gx = pad + (i % cols) * (w + pad);
+    for (int64_t ch = 0; ch < oc; ++ch)
+      for (int64_t y = 0; y < h; ++y)
+        for (int64_t xx = 0; xx < w; ++xx) {
+          const float v = p[((i * c + std::min(ch, c - 1)) * h + y) * w + xx];
+          const float u = std::clamp((v + 1.0f) * 127.5f, 0.0f, 255.0f);
+          px[static_cast<size_t>(((gy + y) * W + gx + xx) * oc + ch)] = static_cast<uint8_t>(std::lround(u));
+        }
+  }
+  write_png(path, px, static_cast<int>(W), static_cast<int>(H), static_cast<int>(oc));
+}
+
+}  // namespace
+
+int run_dcgan(int argc, char** argv) {
+  Args args = make_args();
+  if (!args.parse(argc, argv)) return 0;
+  if (args.positional_value()) {
+    if (args.given("--data")) throw UsageError("mpx dcgan: give the data folder once, as --data DIR or as DATA_DIR");
+    args.set_default("--data", *args.positional_value());
+  }
+  const std::string resume = args.str("--resume");
+  Metadata ck_meta;
+  TensorDict ck;
+  if (!resume.empty()) {
+    ck = load_checkpoint(resume, "dcgan", ck_meta);
+    for (const auto& f : kRunFlags) {
+      auto it = ck_meta.find("flag." + f);
+      if (it != ck_meta.end() && !args.given(f)) args.set_default(f, it->second);
+    }
+  }
+  const std::string dataset = args.choice("--dataset", {"fashion-mnist", "mnist", "cifar10", "imagefolder", "synthetic"});
+  const int64_t batch = args.integer("--batch-size", 1), workers =
+      args.str("--workers").empty() ? (dataset == "imagefolder" ? 4 : 0) : args.integer("--workers", 0);
+  const int64_t epochs = args.integer("--epochs", 1);
+  const double lr = args.number("--lr", 0.0), beta1 = args.number("--beta1", 0.0);
+  const int64_t nz = args.integer("--nz", 1), ngf = args.integer("--ngf", 1), ndf = args.integer("--ndf", 1);
+  const int64_t print_freq = args.integer("--print-freq", 1), prof = args.integer("--prof", -1);
+  const uint64_t seed = static_cast<uint64_t>(args.integer("--seed", 0));
+  const int64_t limit_train = args.integer("--limit-train", 0);
+  const bool deterministic = args.on("--deterministic"), synthetic = args.on("--synthetic");
+  amp::Options amp_opts = amp_options(args, 3);
+  const Device device = parse_device(args.str("--device"));
+  const std::string out = args.str("--out");
+  if (args.given("--threads")) omp_set_num_threads(static_cast<int>(args.integer("--threads", 1)));
+  else if (deterministic && !meta_str(ck_meta, "threads").empty())
+    omp_set_num_threads(static_cast<int>(meta_num(ck_meta, "threads", resume)));  // see train.cpp
+  if (deterministic) {
+    cuda::cudnn_deterministic(true);
+    cuda::cudnn_benchmark(false);
+  }
+  int64_t image_size = args.integer("--image-size", 8);
+
+  manual_seed(seed);
+  DataSplits d = open_data(dataset, args.str("--data"), DataPurpose::Generate, synthetic, image_size, seed);
+  d.train = limit(d.train, limit_train);
+  image_size = d.image_size;
+  MPX_CHECK(image_size == 28 || image_size == 32 || image_size == 64, "mpx dcgan: the DCGAN models take 28, 32 or 64 px ",
+            "images, the data are ", image_size, " px; use --image-size 64 or 32 with imagefolder");
+  data::DataLoader loader(d.train, data::DataLoaderOptions(batch).shuffle(true).drop_last(true).workers(workers).seed(seed));
+  const int64_t steps_per_epoch = loader.size();
+  MPX_CHECK(steps_per_epoch > 0, "the training set has ", d.train->size(), " images, fewer than one batch of ", batch,
+            "; lower --batch-size or raise --limit-train");
+
+  // The fixed noise comes first from the seeded generator, so a resumed run draws the same one.
+  Tensor fixed_noise = randn({64, nz}).to(device);
+  const auto mopts = models::ModelOptions().in_channels(d.channels).nz(nz).ngf(ngf).ndf(ndf).image_size(image_size);
+  nn::AnyModule G = models::create("dcgan_generator", mopts), D = models::create("dcgan_discriminator", mopts);
+  G.ptr()->to(device);
+  D.ptr()->to(device);
+  const auto adam = optim::AdamOptions(lr).betas(optim::Betas(beta1, 0.999));
+  optim::Adam optD(D.ptr()->parameters(), adam), optG(G.ptr()->parameters(), adam);
+  amp::reset();
+  amp_opts.verbosity(0);
+  // apex's DCGAN: amp.initialize([netD, netG], [optimizerD, optimizerG], num_losses=3).
+  amp::initialize({D, G}, {optD, optG}, amp_opts);
+
+  int64_t start_epoch = 0, start_step = 0, global_step = 0;
+  if (!resume.empty()) {
+    try {
+      get_module(*G.ptr(), "G", ck, resume);
+      get_module(*D.ptr(), "D", ck, resume);
+      get_optimizer(optG, "optG", ck, ck_meta, resume);
+      get_optimizer(optD, "optD", ck, ck_meta, resume);
+      get_amp_and_rng(ck_meta, resume);
+    } catch (const std::exception& e) {
+      MPX_ERROR("--resume ", resume, " does not fit this run (", e.what(), "); resume with the flags it was written with");
+    }
+    start_epoch = static_cast<int64_t>(meta_num(ck_meta, "epoch", resume));
+    start_step = static_cast<int64_t>(meta_num(ck_meta, "step_in_epoch", resume));
+    global_step = static_cast<int64_t>(meta_num(ck_meta, "global_step", resume));
+    if (start_step >= steps_per_epoch) start_epoch += 1, start_step = 0;
+  }
+  const int threads = omp_get_max_threads();
+  std::printf("mpx dcgan: %s (%lld images, %lld px, %lld channel%s), batch %lld, nz %lld ngf %lld ndf %lld, Adam lr %g, "
+              "%s, 3 loss scalers, %s, %d thread%s\n",
+              dataset.c_str(), static_cast<long long>(d.train->size()), static_cast<long long>(image_size),
+              static_cast<long long>(d.channels), d.channels == 1 ? "" : "s", static_cast<long long>(batch),
+              static_cast<long long>(nz), static_cast<long long>(ngf), static_cast<long long>(ndf), lr,
+              amp::properties().opt_level.c_str(), device.str().c_str(), threads, threads == 1 ? "" : "s");
+  if (start_epoch >= epochs) {
+    std::printf("nothing to do: the checkpoint already finished %lld of %lld epochs (raise --epochs to train more)\n",
+                static_cast<long long>(start_epoch), static_cast<long long>(epochs));
+    return 0;
+  }
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  MPX_CHECK(fs::is_directory(out), "--out ", out, ": cannot create the folder (", ec.message(), ")");
+  const std::string ck_path = (fs::path(out) / "checkpoint.safetensors").string();
+  MetricsLog log(out, "losses");
+  log.resume("global_step", static_cast<double>(global_step));
+
+  auto save_checkpoint = [&](int64_t epoch_done, int64_t step_in_epoch) {
+    TensorDict t;
+    Metadata m;
+    put_module(*G.ptr(), "G", t);
+    put_module(*D.ptr(), "D", t);
+    put_optimizer(optG, "optG", t, m);
+    put_optimizer(optD, "optD", t, m);
+    put_amp_and_rng(m);
+    m["mpx.checkpoint"] = "dcgan";
+    m["mpx.version"] = MPX_VERSION_STRING;
+    for (const auto& f : kRunFlags) m["flag." + f] = args.str(f);
+    m["epoch"] = std::to_string(epoch_done);
+    m["step_in_epoch"] = std::to_string(step_in_epoch);
+    m["global_step"] = std::to_string(global_step);
+    m["threads"] = std::to_string(omp_get_max_threads());
+    save_tensors(t, ck_path, m);
+  };
+  auto save_samples = [&](int64_t epoch1) {
+    G.ptr()->eval();
+    {
+      NoGradGuard ng;
+      save_grid(G(fixed_noise), (fs::path(out) / ("samples_epoch" + std::to_string(epoch1) + ".png")).string());
+    }
+    G.ptr()->train();
+    write_svg((fs::path(out) / "losses.svg").string(), "mpx dcgan: " + dataset + ", " + amp::properties().opt_level,
+              {Panel{"losses", "step", "BCE with logits",
+                     {Series{"D (real + fake)", log.column("global_step", "loss_d")},
+                      Series{"G", log.column("global_step", "loss_g")}}}});
+  };
+
+  install_interrupt_handler();
+  const bool tty = Progress::stdout_is_tty();
+  const auto run_start = std::chrono::steady_clock::now();
+  int64_t iterations = 0;
+  for (int64_t epoch = start_epoch; epoch < epochs; ++epoch) {
+    const int64_t first = epoch == start_epoch ? start_step : 0;
+    std::unique_ptr<data::DataLoader> rest;
+    data::DataLoader* ld = &loader;
+    if (first > 0) {
+      std::vector<int64_t> idx;
+      const auto batches = loader.batch_indices(epoch);
+      for (size_t b = static_cast<size_t>(first); b < batches.size(); ++b) idx.insert(idx.end(), batches[b].begin(), batches[b].end());
+      rest = std::make_unique<data::DataLoader>(d.train, data::DataLoaderOptions(batch).drop_last(true).workers(workers).seed(seed).sampler(
+                                                             std::make_shared<FixedSampler>(std::move(idx))));
+      ld = rest.get();
+    }
+    ld->set_epoch(epoch);
+    Progress bar(epoch + 1, epochs, steps_per_epoch, batch, print_freq, tty, first);
+    int64_t step = first;
+    double sum_d = 0, sum_g = 0;
+    int64_t n_steps = 0;
+    bool stopped = false;
+    for (auto& b : *ld) {
+      if ((prof >= 0 && iterations >= prof) || interrupted()) {
+        stopped = true;
+        break;
+      }
+      Tensor real = b.data.to(device);
+      const int64_t bs = real.size(0);
+      Tensor ones_t = ones({bs}, TensorOptions().device(device)), zeros_t = zeros({bs}, TensorOptions().device(device));
+      // (1) D: maximize log D(x) + log(1 - D(G(z))), as two losses on their own scalers.
+      optD.zero_grad();
+      Tensor out_real = D(real).to(kFloat32);
+      Tensor errD_real = F::binary_cross_entropy_with_logits(out_real, ones_t);
+      amp::scale_loss(errD_real, optD, amp::ScaleLossOptions().loss_id(0)).backward();
+      Tensor noise = randn({bs, nz}, TensorOptions().device(device));
+      Tensor fake = G(noise);
+      Tensor out_fake = D(fake.detach()).to(kFloat32);
+      Tensor errD_fake = F::binary_cross_entropy_with_logits(out_fake, zeros_t);
+      amp::scale_loss(errD_fake, optD, amp::ScaleLossOptions().loss_id(1)).backward();
+      optD.step();
+      // (2) G: maximize log D(G(z)), the third loss.
+      optG.zero_grad();
+      Tensor out_g = D(fake).to(kFloat32);
+      Tensor errG = F::binary_cross_entropy_with_logits(out_g, ones_t);
+      amp::scale_loss(errG, optG, amp::ScaleLossOptions().loss_id(2)).backward();
+      optG.step();
+
+      const double ld_v = errD_real.item<double>() + errD_fake.item<double>(), lg_v = errG.item<double>();
+      const double d_x = mean(sigmoid(out_real)).item<double>(), d_gz = mean(sigmoid(out_g)).item<double>();
+      ++step, ++global_step, ++iterations, ++n_steps;
+      sum_d += ld_v, sum_g += lg_v;
+      log.append({{"epoch", static_cast<double>(epoch + 1)},
+                  {"step", static_cast<double>(step)},
+                  {"global_step", static_cast<double>(global_step)},
+                  {"loss_d", ld_v},
+                  {"loss_g", lg_v},
+                  {"d_x", d_x},
+                  {"d_g_z", d_gz},
+                  {"scale_d_real", amp::loss_scale(0)},
+                  {"scale_d_fake", amp::loss_scale(1)},
+                  {"scale_g", amp::loss_scale(2)}});
+      ProgressStats st;
+      st.loss = (sum_d + sum_g) / static_cast<double>(n_steps);
+      st.loss_scale = amp::properties().opt_level == "O0" ? 0 : amp::loss_scale(2);
+      st.skipped = amp::skipped_steps(optD) + amp::skipped_steps(optG);
+      char extra[96];
+      std::snprintf(extra, sizeof extra, "D %.3f G %.3f D(x) %.2f D(G(z)) %.2f", sum_d / static_cast<double>(n_steps),
+                    sum_g / static_cast<double>(n_steps), d_x, d_gz);
+      st.extra = extra;
+      bar.update(step, st);
+    }
+    bar.finish();
+    save_samples(epoch + 1);
+    if (stopped) {
+      save_checkpoint(epoch, step);
+      if (interrupted()) {
+        std::printf("interrupted at epoch %lld step %lld; samples and checkpoint saved, continue with --resume %s\n",
+                    static_cast<long long>(epoch + 1), static_cast<long long>(step), ck_path.c_str());
+        return 130;
+      }
+      std::printf("Profiling ended at iteration %lld; wrote %s/samples_epoch%lld.png and %s\n",
+                  static_cast<long long>(iterations), out.c_str(), static_cast<long long>(epoch + 1), ck_path.c_str());
+      return 0;
+    }
+    std::printf("epoch %lld/%lld: loss D %.4f G %.4f, %.0f img/s, %.1f s; wrote samples_epoch%lld.png\n",
+                static_cast<long long>(epoch + 1), static_cast<long long>(epochs), sum_d / std::max<int64_t>(1, n_steps),
+                sum_g / std::max<int64_t>(1, n_steps), bar.images_per_second(), bar.seconds(),
+                static_cast<long long>(epoch + 1));
+    std::fflush(stdout);
+    save_checkpoint(epoch + 1, 0);
+  }
+  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  std::printf("done in %s: samples, losses.csv/.jsonl/.svg and checkpoint in %s\n", format_duration(total).c_str(),
+              out.c_str());
+  return 0;
+}
+
+}  // namespace mpx::cli

@@ -1,0 +1,72 @@
+// `mpx info`: version, build options, CPU features and threads, CUDA runtime/driver/cuDNN/cuBLAS and devices.
+#include <omp.h>
+
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "tools/commands.h"
+#include "tools/common.h"
+
+namespace mpx::cli {
+
+namespace {
+
+// One "yes"/"no" per feature the CPU kernels can use; the compiler asks CPUID for us.
+std::string cpu_features() {
+  std::string s;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  auto add = [&](const char* name, bool on) { s += std::string(s.empty() ? "" : " ") + name + (on ? "" : "(no)"); };
+  add("SSE4.2", __builtin_cpu_supports("sse4.2"));
+  add("AVX", __builtin_cpu_supports("avx"));
+  add("AVX2", __builtin_cpu_supports("avx2"));
+  add("FMA", __builtin_cpu_supports("fma"));
+  add("F16C", __builtin_cpu_supports("f16c"));
+  add("AVX-512F", __builtin_cpu_supports("avx512f"));
+  add("AVX-512BW", __builtin_cpu_supports("avx512bw"));
+  add("AVX-512VL", __builtin_cpu_supports("avx512vl"));
+  add("AVX-512-BF16", __builtin_cpu_supports("avx512bf16"));
+#else
+  s = "(feature detection is implemented for x86-64 only)";
+#endif
+  return s;
+}
+
+}  // namespace
+
+int run_info(int argc, char** argv) {
+  Args args("mpx info", "mpx info");
+  if (!args.parse(argc, argv)) return 0;
+  std::printf("mpx %s\n", MPX_VERSION_STRING);
+  std::printf("build: %s, %s, CPU flags: %s\n", MPX_BUILD_TYPE[0] ? MPX_BUILD_TYPE : "(no build type)",
+              MPX_BUILD_COMPILER, MPX_BUILD_ARCH_FLAGS[0] ? MPX_BUILD_ARCH_FLAGS : "(compiler default)");
+#ifdef MPX_WITH_CUDA
+  const bool cuda_built = true;
+#else
+  const bool cuda_built = false;
+#endif
+  std::printf("backends: CUDA %s, cuDNN %s, oneDNN %s; CPU f32 convolutions: %s\n", cuda_built ? "on" : "off",
+              std::string(MPX_BUILD_CUDNN) == "ON" ? "on" : "off", std::string(MPX_BUILD_ONEDNN) == "ON" ? "on" : "off",
+              cpu_conv_backend().c_str());
+  std::printf("ops in the registry: %d\n", kNumOps);
+  std::printf("CPU: %u hardware threads, OpenMP threads %d\n", std::thread::hardware_concurrency(), omp_get_max_threads());
+  std::printf("CPU features: %s\n", cpu_features().c_str());
+  if (!cuda_built) {
+    std::printf("CUDA: not built (reconfigure with -DMPX_CUDA=ON where nvcc is installed)\n");
+    return 0;
+  }
+  std::printf("CUDA: %s\n", cuda::version_string().c_str());
+  std::printf("cuDNN: %s\n", cuda::cudnn_version().c_str());
+  const int n = cuda_device_count();
+  std::printf("CUDA devices: %d\n", n);
+  for (int i = 0; i < n; ++i) {
+    const cuda::DeviceProperties p = cuda::device_properties(i);
+    std::printf("  cuda:%d  %s, compute capability %d.%d, %d SMs, %.1f GiB, L2 %.0f MiB\n", i, p.name.c_str(), p.major,
+                p.minor, p.multiprocessors, static_cast<double>(p.total_memory) / (1024.0 * 1024 * 1024),
+                static_cast<double>(p.l2_cache) / (1024.0 * 1024));
+  }
+  return 0;
+}
+
+}  // namespace mpx::cli
