@@ -155,6 +155,10 @@ class HostReadback {
  public:
   /// Starts the copies on the current stream of the tensors' device.
   explicit HostReadback(const tensor_list& tensors);
+  /// Waits for copies still in flight: their page-locked buffers go back to a shared cache.
+  ~HostReadback();
+  HostReadback(const HostReadback&) = delete;
+  HostReadback& operator=(const HostReadback&) = delete;
   /// True once every copy has finished (never blocks).
   bool ready() const;
   /// Element 0 of tensor i as a double; waits for the copies if they are still in flight.

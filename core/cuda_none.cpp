@@ -52,6 +52,7 @@ void Graph::replay() { no_cuda("cuda::Graph"); }
 bool Graph::captured() const { return false; }
 bool is_capturing() { return false; }
 HostReadback::HostReadback(const tensor_list&) { no_cuda("cuda::HostReadback"); }
+HostReadback::~HostReadback() = default;
 bool HostReadback::ready() const { return true; }
 double HostReadback::value(size_t) const { no_cuda("cuda::HostReadback"); }
 DeviceProperties device_properties(int) { no_cuda("cuda::device_properties"); }

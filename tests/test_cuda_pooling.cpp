@@ -31,20 +31,6 @@ bool is_channels_last_only(const Tensor& t) {
   return t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(MemoryFormat::ChannelsLast);
 }
 
-// Exact equality on the host, NaN equal to NaN (max pooling selects values, it computes none).
-bool same(const Tensor& a, const Tensor& b) {
-  if (a.sizes() != b.sizes() || a.dtype() != b.dtype()) return false;
-  NoGradGuard ng;
-  const Tensor x = a.cpu().to(kFloat64).contiguous(), y = b.cpu().to(kFloat64).contiguous();
-  const double* px = x.data_ptr<double>();
-  const double* py = y.data_ptr<double>();
-  for (int64_t i = 0; i < x.numel(); ++i)
-    if (!(px[i] == py[i] || (std::isnan(px[i]) && std::isnan(py[i])))) {
-      INFO("first difference at " << i << ": " << px[i] << " vs " << py[i]);
-      return false;
-    }
-  return true;
-}
 
 void check_close(const Tensor& got, const Tensor& ref, DType dt, const std::string& what) {
   INFO(what << " dtype " << dtype_name(dt) << " shape " << shape_str(ref.sizes()));
@@ -94,7 +80,7 @@ void check_pool(const PoolFn& f, const IntList& shape, DType dt, bool channels_l
   }
   if (!channels_last) CHECK(yd.is_contiguous());
   if (exact) {
-    CHECK(same(yd, yc));
+    CHECK(testing::same_values(yd, yc));
   } else {
     check_close(yd, yc, dt, what + " forward");
   }

@@ -42,20 +42,6 @@ void check_close(const Tensor& got, const Tensor& ref, DType dt, const std::stri
   CHECK(e < testing::cuda_tolerance(dt));
 }
 
-// Exact equality on the host (NaN equals NaN): indices, integer results, dropout outputs.
-bool same(const Tensor& a, const Tensor& b) {
-  if (a.sizes() != b.sizes() || a.dtype() != b.dtype()) return false;
-  NoGradGuard ng;
-  const Tensor x = a.cpu().to(kFloat64).contiguous(), y = b.cpu().to(kFloat64).contiguous();
-  const double* px = x.data_ptr<double>();
-  const double* py = y.data_ptr<double>();
-  for (int64_t i = 0; i < x.numel(); ++i)
-    if (!(px[i] == py[i] || (std::isnan(px[i]) && std::isnan(py[i])))) {
-      INFO("first difference at " << i << ": " << px[i] << " vs " << py[i]);
-      return false;
-    }
-  return true;
-}
 
 // Shapes that reach each launch plan: short rows sharing a warp, a warp per row, a block per
 // row, long rows split across blocks, many short rows.
@@ -107,17 +93,17 @@ TEST_CASE("cuda sum of integers is exact", "[cuda]") {
   for (const IntList& s : kRowShapes) {
     const Tensor x = randint(-1000000, 1000000, s);
     const Tensor xd = gpu(x);
-    CHECK(same(sum(xd), sum(x)));
-    CHECK(same(sum(xd, {1}), sum(x, {1})));
-    CHECK(same(sum(xd.t(), {1}, true), sum(x.t(), {1}, true)));
+    CHECK(testing::same_values(sum(xd), sum(x)));
+    CHECK(testing::same_values(sum(xd, {1}), sum(x, {1})));
+    CHECK(testing::same_values(sum(xd.t(), {1}, true), sum(x.t(), {1}, true)));
   }
   const Tensor big = randint(0, 1 << 20, {4 * 1024 * 1024 + 3});
-  CHECK(same(sum(gpu(big)), sum(big)));
+  CHECK(testing::same_values(sum(gpu(big)), sum(big)));
   // i32 and bool inputs are summed in i64 (a count of true values).
   const Tensor b = gt(randn_dt({1000, 17}, kFloat32, 22), 0.0);
-  CHECK(same(sum(gpu(b), {1}), sum(b, {1})));
+  CHECK(testing::same_values(sum(gpu(b), {1}), sum(b, {1})));
   const Tensor i32 = randint(-50, 50, {33, 9}, TensorOptions(kInt32));
-  CHECK(same(sum(gpu(i32), {0}), sum(i32, {0})));
+  CHECK(testing::same_values(sum(gpu(i32), {0}), sum(i32, {0})));
 }
 
 TEST_CASE("cuda var matches the CPU", "[cuda]") {
@@ -140,8 +126,8 @@ TEST_CASE("cuda var matches the CPU", "[cuda]") {
     check_close(var(gpu(big), {0}), var(big, {0}), dt, "var 4M");
     // One element per row: n - 1 = 0 gives NaN (biased: 0), as on the CPU.
     const Tensor one = randn_dt({5, 1}, dt, 34);
-    CHECK(same(var(gpu(one), {1}), var(one, {1})));
-    CHECK(same(var(gpu(one), {1}, false), var(one, {1}, false)));
+    CHECK(testing::same_values(var(gpu(one), {1}), var(one, {1})));
+    CHECK(testing::same_values(var(gpu(one), {1}, false), var(one, {1}, false)));
   }
 }
 
@@ -159,26 +145,26 @@ TEST_CASE("cuda max/min/argmax/argmin give the CPU's values and indices", "[cuda
         INFO("dtype " << dtype_name(dt) << " shape " << shape_str(s) << " dim " << d);
         auto [v, i] = max(xd, d);
         auto [vc, ic] = max(x, d);
-        CHECK(same(v, vc));
-        CHECK(same(i, ic));
+        CHECK(testing::same_values(v, vc));
+        CHECK(testing::same_values(i, ic));
         auto [v2, i2] = min(xd, d, true);
         auto [vc2, ic2] = min(x, d, true);
-        CHECK(same(v2, vc2));
-        CHECK(same(i2, ic2));
-        CHECK(same(argmax(xd, d), argmax(x, d)));
-        CHECK(same(argmin(xd.t(), d), argmin(x.t(), d)));
+        CHECK(testing::same_values(v2, vc2));
+        CHECK(testing::same_values(i2, ic2));
+        CHECK(testing::same_values(argmax(xd, d), argmax(x, d)));
+        CHECK(testing::same_values(argmin(xd.t(), d), argmin(x.t(), d)));
       }
-      CHECK(same(max(xd), max(x)));
-      CHECK(same(min(xd), min(x)));
+      CHECK(testing::same_values(max(xd), max(x)));
+      CHECK(testing::same_values(min(xd), min(x)));
     }
   }
   const Tensor x = randn_dt({3, 4, 5}, kFloat32, 42);
-  CHECK(same(amax(gpu(x), {0, 2}), amax(x, {0, 2})));
-  CHECK(same(amin(gpu(x), {1, 2}, true), amin(x, {1, 2}, true)));
+  CHECK(testing::same_values(amax(gpu(x), {0, 2}), amax(x, {0, 2})));
+  CHECK(testing::same_values(amin(gpu(x), {1, 2}, true), amin(x, {1, 2}, true)));
   manual_seed(43);
   const Tensor big = randn({4 * 1024 * 1024 + 1});
-  CHECK(same(argmax(gpu(big), 0), argmax(big, 0)));
-  CHECK(same(argmin(gpu(big), 0), argmin(big, 0)));
+  CHECK(testing::same_values(argmax(gpu(big), 0), argmax(big, 0)));
+  CHECK(testing::same_values(argmin(gpu(big), 0), argmin(big, 0)));
   CHECK(testing::error_of([&] { max(gpu(randn_dt({0, 3}, kFloat32, 1)), 1); }).find("cannot reduce an empty tensor") !=
         std::string::npos);
 }
@@ -196,12 +182,12 @@ TEST_CASE("cuda arg-reductions break ties and propagate NaN like the CPU", "[cud
         INFO("dtype " << dtype_name(dt) << " dim " << d);
         auto [v, i] = max(gpu(x), d);
         auto [vc, ic] = max(x, d);
-        CHECK(same(v, vc));
-        CHECK(same(i, ic));
+        CHECK(testing::same_values(v, vc));
+        CHECK(testing::same_values(i, ic));
         auto [v2, i2] = min(gpu(x), d);
         auto [vc2, ic2] = min(x, d);
-        CHECK(same(v2, vc2));
-        CHECK(same(i2, ic2));
+        CHECK(testing::same_values(v2, vc2));
+        CHECK(testing::same_values(i2, ic2));
       }
     }
     // Ties and NaN far apart in one long row, landing in different blocks of the split path.
@@ -217,8 +203,8 @@ TEST_CASE("cuda arg-reductions break ties and propagate NaN like the CPU", "[cud
     for (bool is_max : {true, false}) {
       auto [v, i] = is_max ? max(gpu(lr), 1) : min(gpu(lr), 1);
       auto [vc, ic] = is_max ? max(lr, 1) : min(lr, 1);
-      CHECK(same(v, vc));
-      CHECK(same(i, ic));
+      CHECK(testing::same_values(v, vc));
+      CHECK(testing::same_values(i, ic));
     }
   }
 }
@@ -267,8 +253,8 @@ TEST_CASE("cuda softmax and log_softmax forward and backward match the CPU", "[c
     CHECK(log_softmax(gpu(randn_dt({3, 0}, dt, 55)), 1).sizes() == IntList{3, 0});
     const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
     const Tensor special = tensor<float>({-inf, -inf, -inf, -inf, 0, -inf, 2, nan, 3, inf, 1, 2}, {4, 3}).to(dt);
-    CHECK(same(softmax(gpu(special), 1), softmax(special, 1)));
-    CHECK(same(log_softmax(gpu(special), 1), log_softmax(special, 1)));
+    CHECK(testing::same_values(softmax(gpu(special), 1), softmax(special, 1)));
+    CHECK(testing::same_values(log_softmax(gpu(special), 1), log_softmax(special, 1)));
   }
   // The 4M-element row (split path), f32. The CPU kernel sums the 4M exponentials one after
   // the other in f32, which loses more than the device's tree does, so the reference is the
@@ -303,22 +289,22 @@ TEST_CASE("cuda dropout draws the CPU's mask for the same seed", "[cuda]") {
         Tensor yd2 = dropout(gpu(x), p, true);
         CHECK(yd.device().is_cuda());
         // Same mask and the same f32 product: bit-identical.
-        CHECK(same(yd, yc));
-        CHECK(same(yd2, yc2));
+        CHECK(testing::same_values(yd, yc));
+        CHECK(testing::same_values(yd2, yc2));
         yc.backward(g);
         yd.backward(gpu(g));
-        CHECK(same(xd.grad(), xc.grad()));
+        CHECK(testing::same_values(xd.grad(), xc.grad()));
       }
     }
     // p = 0 is the identity; p = 1 zeroes everything (and its gradient); eval is the identity.
     const Tensor x = randn_dt({123}, dt, 63);
-    CHECK(same(dropout(gpu(x), 0.0, true), x));
-    CHECK(same(dropout(gpu(x), 0.5, false), x));
+    CHECK(testing::same_values(dropout(gpu(x), 0.0, true), x));
+    CHECK(testing::same_values(dropout(gpu(x), 0.5, false), x));
     Tensor xd = gpu(x).set_requires_grad(true);
     Tensor y1 = dropout(xd, 1.0, true);
-    CHECK(same(y1, zeros({123}, dt)));
+    CHECK(testing::same_values(y1, zeros({123}, dt)));
     y1.backward(gpu(ones({123}, dt)));
-    CHECK(same(xd.grad(), zeros({123}, dt)));
+    CHECK(testing::same_values(xd.grad(), zeros({123}, dt)));
     CHECK(dropout(gpu(randn_dt({0, 4}, dt, 64)), 0.5, true).numel() == 0);
   }
 }

@@ -76,6 +76,22 @@ inline double rel_err(const Tensor& a, const Tensor& ref) {
   return num / std::max(den, 1e-30);
 }
 
+/// Exact equality of values on the host (same shape and dtype; NaN equals NaN): indices,
+/// integer results, and ops that select values rather than compute them.
+inline bool same_values(const Tensor& a, const Tensor& b) {
+  if (a.sizes() != b.sizes() || a.dtype() != b.dtype()) return false;
+  NoGradGuard ng;
+  const Tensor x = a.cpu().to(kFloat64).contiguous(), y = b.cpu().to(kFloat64).contiguous();
+  const double* px = x.data_ptr<double>();
+  const double* py = y.data_ptr<double>();
+  for (int64_t i = 0; i < x.numel(); ++i)
+    if (!(px[i] == py[i] || (std::isnan(px[i]) && std::isnan(py[i])))) {
+      INFO("first difference at " << i << ": " << px[i] << " vs " << py[i]);
+      return false;
+    }
+  return true;
+}
+
 /// Relative-error bound for a device result against the CPU kernels in `dt` (issue 5's table).
 inline double cuda_tolerance(DType dt) {
   switch (dt) {

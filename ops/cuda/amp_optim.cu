@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "ops/cuda/amp_optim_launch.h"
+#include "ops/cuda/convert.cuh"
 
 namespace mpx::cuda {
 namespace {
@@ -42,17 +43,8 @@ __device__ __forceinline__ const Item& block_item(const Meta<Item>& meta, int64_
   return it;
 }
 
-template <typename T> __device__ __forceinline__ float to_f(T v) { return static_cast<float>(v); }
-template <> __device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
-template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename A, typename T> __device__ __forceinline__ A load_as(const T* p, int64_t i) {
-  if constexpr (std::is_same_v<T, double>) return static_cast<A>(p[i]);
-  else return static_cast<A>(to_f(p[i]));
-}
 template <typename M, typename A> __device__ __forceinline__ void store_as(M* p, int64_t i, A v) {
-  if constexpr (std::is_same_v<M, __half>) p[i] = __float2half_rn(static_cast<float>(v));
-  else if constexpr (std::is_same_v<M, __nv_bfloat16>) p[i] = __float2bfloat16_rn(static_cast<float>(v));
-  else p[i] = static_cast<M>(v);
+  p[i] = from_acc<M>(v);
 }
 template <typename A> __device__ __forceinline__ bool finite(A v) { return isfinite(v); }
 

@@ -10,28 +10,13 @@
 
 #include "ops/cuda/launch.h"
 #include "ops/cuda/pooling_launch.h"
+#include "ops/cuda/convert.cuh"
 
 namespace mpx::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 
-// ---- element conversions: f16/bf16 compute in f32 and round once at the store ----
-template <typename T> struct AccOf { using type = T; };
-template <> struct AccOf<__half> { using type = float; };
-template <> struct AccOf<__nv_bfloat16> { using type = float; };
-template <typename T> using acc_t = typename AccOf<T>::type;
-
-template <typename A, typename T> __device__ __forceinline__ A load_as(const T* p, int64_t i) {
-  if constexpr (std::is_same_v<T, __half>) return static_cast<A>(__half2float(p[i]));
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return static_cast<A>(__bfloat162float(p[i]));
-  else return static_cast<A>(p[i]);
-}
-template <typename T, typename A> __device__ __forceinline__ T from_acc(A v) {
-  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(static_cast<float>(v));
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(static_cast<float>(v));
-  else return static_cast<T>(v);
-}
 
 __device__ __forceinline__ int64_t grid_start() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
 __device__ __forceinline__ int64_t grid_step() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }

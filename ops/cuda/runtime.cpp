@@ -593,6 +593,13 @@ HostReadback::HostReadback(const tensor_list& tensors) {
   done_ = std::make_shared<Event>(false);
   done_->record(Stream{s, dev.index});
 }
+HostReadback::~HostReadback() {
+  try {
+    if (done_) done_->synchronize();
+  } catch (const std::exception&) {
+    // A destructor cannot report it; the device error resurfaces at the next checked call.
+  }
+}
 bool HostReadback::ready() const { return done_->query(); }
 double HostReadback::value(size_t i) const {
   MPX_CHECK(i < host_.size(), "cuda::HostReadback::value: index ", i, " out of range (", host_.size(), " tensors)");
