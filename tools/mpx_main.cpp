@@ -1,4 +1,4 @@
-// The mpx command line's entry point: dispatches to train, dcgan and info and turns every failure into a one-line error.
+// The mpx command line's entry point: dispatches to train, dcgan, bench and info and turns every failure into a one-line error.
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -16,7 +16,7 @@ int usage(FILE* to) {
                "  train   train a classifier (apex's imagenet main_amp.py flags); default: small CNN on Fashion-MNIST\n"
                "  dcgan   train a DCGAN with three loss scalers; writes sample grids as PNG\n"
                "  info    version, build options, CPU features, CUDA devices\n"
-               "  bench   (coming later) speed, memory and accuracy tables across models and opt levels\n");
+               "  bench   O0-O3 speed/memory table (with a PyTorch peer) or accuracy table; CSV, JSON, Markdown, SVG\n");
   return to == stderr ? 2 : 0;
 }
 
@@ -37,10 +37,7 @@ int main(int argc, char** argv) {
     if (cmd == "dcgan") return mpx::cli::run_dcgan(argc - 2, argv + 2);
     if (cmd == "info") return mpx::cli::run_info(argc - 2, argv + 2);
     if (cmd == "-h" || cmd == "--help" || cmd == "help") return usage(stdout);
-    if (cmd == "bench") {
-      std::fprintf(stderr, "mpx: `mpx bench` is not implemented yet; see bench/ for the benchmark scripts\n");
-      return 2;
-    }
+    if (cmd == "bench") return mpx::cli::run_bench(argc - 2, argv + 2);
     const std::string near = mpx::cli::closest(cmd, {"train", "dcgan", "info", "bench", "help"});
     std::fprintf(stderr, "mpx: unknown command '%s'%s; run mpx --help\n", cmd.c_str(),
                  near.empty() ? "" : (" (did you mean " + near + "?)").c_str());

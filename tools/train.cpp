@@ -11,6 +11,7 @@
 #include "tools/common.h"
 #include "tools/metrics.h"
 #include "tools/progress.h"
+#include "tools/train.h"
 
 namespace mpx::cli {
 
@@ -119,7 +120,9 @@ std::string one_decimal(double v) {
 
 }  // namespace
 
-int run_train(int argc, char** argv) {
+int run_train(int argc, char** argv) { return train_main(argc, argv, nullptr); }
+
+int train_main(int argc, char** argv, TrainSummary* summary) {
   Args args = make_args();
   if (!args.parse(argc, argv)) return 0;
   if (args.positional_value()) {
@@ -335,6 +338,8 @@ int run_train(int argc, char** argv) {
       opt.step();
       const double lv = loss.item<double>();
       const int64_t n = yv.size(0);
+      if (summary)
+        summary->step_loss.emplace_back(static_cast<double>(global_step + 1) / static_cast<double>(steps_per_epoch), lv);
       loss_sum += lv * static_cast<double>(n);
       hits += static_cast<double>(topk_hits(logits, yv).first);
       seen += static_cast<double>(n);
@@ -394,6 +399,18 @@ int run_train(int argc, char** argv) {
     save_checkpoint(epoch + 1, 0, 0, 0, 0, 0);
   }
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  if (summary) {
+    summary->arch = arch;
+    summary->seconds = total;
+    summary->best_top1 = best_top1;
+    summary->skipped = amp::skipped_steps(opt);
+    summary->loss_scale = amp::loss_scale(0);
+    summary->train_loss = log.column("epoch", "train_loss");
+    summary->test_loss = log.column("epoch", "test_loss");
+    summary->test_top1 = log.column("epoch", "test_top1");
+    summary->images_per_s = log.column("epoch", "images_per_s");
+    summary->metrics_csv = log.csv_path();
+  }
   std::printf("done in %s: best test top-1 %s%% (epoch %lld); metrics, curves.svg and checkpoint in %s\n",
               format_duration(total).c_str(), one_decimal(best_top1).c_str(), static_cast<long long>(best_epoch),
               out.c_str());

@@ -1,0 +1,213 @@
+// End-to-end tests of `mpx bench` (speed and accuracy modes) on tiny configurations: files, columns, finite positive numbers, errors.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <mpx/mpx.h>
+
+#ifndef MPX_CLI_PATH
+#error "tests/CMakeLists.txt defines MPX_CLI_PATH (the built mpx binary) for this test"
+#endif
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int rc = -1;
+  std::string out;
+};
+
+// Runs `mpx <args>` through the shell, capturing output and exit code (as tests/test_cli.cpp does).
+Run run_mpx(const std::string& args, const std::string& redirect = "2>&1") {
+  const std::string cmd = std::string("MPX_PROGRESS=plain '") + MPX_CLI_PATH + "' " + args + " " + redirect;
+  Run r;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+Run mpx_err(const std::string& args) { return run_mpx(args, "2>&1 1>/dev/null"); }
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
+const fs::path& temp_root() {
+  static const fs::path root = fs::temp_directory_path() / ("mpx_bench_" + std::to_string(getpid()));
+  return root;
+}
+struct TempCleanup {
+  ~TempCleanup() {
+    std::error_code ec;
+    fs::remove_all(temp_root(), ec);
+  }
+} g_cleanup;
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path d = temp_root() / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// A CSV as header + rows of cells.
+struct Csv {
+  std::vector<std::string> head;
+  std::vector<std::vector<std::string>> rows;
+  size_t col(const std::string& name) const {
+    for (size_t i = 0; i < head.size(); ++i)
+      if (head[i] == name) return i;
+    FAIL("column " << name << " missing");
+    return 0;
+  }
+};
+Csv parse_csv(const std::string& text) {
+  Csv c;
+  std::stringstream in(text);
+  std::string line;
+  bool first = true;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::stringstream ls(line);
+    std::string cell;
+    while (std::getline(ls, cell, ',')) cells.push_back(cell);
+    if (first) c.head = cells, first = false;
+    else c.rows.push_back(cells);
+  }
+  return c;
+}
+
+double number(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  return end && *end == '\0' && !s.empty() ? v : NAN;
+}
+
+}  // namespace
+
+TEST_CASE("mpx bench speed mode: a tiny run writes the table and csv/json/md/svg with finite positive figures", "[bench][cli]") {
+  const fs::path out = temp_dir("speed");
+  const Run r = run_mpx("bench --models resnet18 --opt-levels O0,O1 --small-input --batch 4 --steps 2 --warmup 1 "
+                        "--windows 2 --threads 2 --out '" + out.string() + "'");
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("images/s") != std::string::npos);
+  CHECK(r.out.find("vs O0") != std::string::npos);
+  for (const char* f : {"bench.csv", "bench.json", "bench.md", "bench.svg"}) CHECK(fs::file_size(out / f) > 0);
+
+  const Csv csv = parse_csv(read(out / "bench.csv"));
+  REQUIRE(csv.rows.size() == 2);  // O0 f32 and O1 f16
+  CHECK(csv.rows[0][csv.col("level")] == "O0");
+  CHECK(csv.rows[0][csv.col("dtype")] == "f32");
+  CHECK(csv.rows[1][csv.col("level")] == "O1");
+  CHECK(csv.rows[1][csv.col("dtype")] == "f16");
+  for (const auto& row : csv.rows) {
+    CHECK(row[csv.col("model")] == "resnet18");
+    for (const char* c : {"images_per_s", "images_per_s_min", "images_per_s_max", "step_ms", "loss_scale",
+                          "speedup_vs_O0", "params", "final_loss"}) {
+      INFO(c);
+      const double v = number(row[csv.col(c)]);
+      CHECK(std::isfinite(v));
+      CHECK(v > 0);
+    }
+    const double peak = number(row[csv.col("peak_mem_mib")]), skipped = number(row[csv.col("skipped_steps")]);
+    CHECK(std::isfinite(peak));
+    CHECK(peak >= 0);
+    CHECK(std::isfinite(skipped));
+    CHECK(skipped >= 0);
+    CHECK(number(row[csv.col("images_per_s_min")]) <= number(row[csv.col("images_per_s")]));
+    CHECK(number(row[csv.col("images_per_s")]) <= number(row[csv.col("images_per_s_max")]));
+  }
+  CHECK(number(csv.rows[0][csv.col("speedup_vs_O0")]) == 1.0);
+
+  const std::string json = read(out / "bench.json");
+  CHECK(json.find("\"rows\": [") != std::string::npos);
+  CHECK(count(json, "\"images_per_s\": ") == 2);
+  const std::string md = read(out / "bench.md");
+  CHECK(md.find("| model | level | dtype |") != std::string::npos);
+  const std::string svg = read(out / "bench.svg");
+  CHECK(svg.rfind("<?xml", 0) == 0);
+  CHECK(count(svg, "class=\"bar\"") == 2);
+  CHECK(svg.find("resnet18") != std::string::npos);
+}
+
+TEST_CASE("mpx bench --accuracy: each level trains from the same seed and gets a curve and a row", "[bench][cli]") {
+  const std::string fashion = mpx::data::kFashionMnistDir;
+  // Fashion-MNIST when installed; otherwise synthetic 28 px images exercise the same path.
+  const std::string data = fs::exists(fashion) ? "" : "--dataset synthetic --image-size 28 ";
+  const fs::path out = temp_dir("accuracy");
+  const Run r = run_mpx("bench --accuracy --models small_cnn --opt-levels O0,O3 --epochs 1 --limit-train 256 "
+                        "--limit-test 128 --batch 64 --threads 2 " + data + "--out '" + out.string() + "'");
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("final top-1") != std::string::npos);
+  const Csv csv = parse_csv(read(out / "accuracy.csv"));
+  REQUIRE(csv.rows.size() == 2);
+  CHECK(csv.rows[0][csv.col("level")] == "O0");
+  CHECK(csv.rows[1][csv.col("level")] == "O3");
+  for (const auto& row : csv.rows) {
+    for (const char* c : {"final_top1", "best_top1", "final_train_loss", "final_test_loss", "wall_s", "images_per_s"}) {
+      INFO(c);
+      const double v = number(row[csv.col(c)]);
+      CHECK(std::isfinite(v));
+      CHECK(v >= 0);
+    }
+    CHECK(number(row[csv.col("wall_s")]) > 0);
+  }
+  for (const char* f : {"accuracy.json", "accuracy.md"}) CHECK(fs::file_size(out / f) > 0);
+  const std::string svg = read(out / "accuracy.svg");
+  CHECK(svg.rfind("<?xml", 0) == 0);
+  // Two panels (loss, top-1) with one series per level each.
+  CHECK(count(svg, "<polyline") == 4);
+  CHECK(count(svg, ">O0 f32</text>") == 2);
+  CHECK(count(svg, ">O3 f16</text>") == 2);
+  // The per-level mpx train runs keep their own metrics.
+  CHECK(fs::exists(out / "small_cnn_O0_f32" / "metrics.csv"));
+  CHECK(fs::exists(out / "small_cnn_O3_f16" / "metrics.csv"));
+}
+
+TEST_CASE("mpx bench: bad flags give one line and exit code 2; --cuda-graph on the CPU is a clear error", "[bench][cli]") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"bench --modles resnet18", "--models"},
+      {"bench --models resnt18", "resnet18"},
+      {"bench --opt-levels O0,O4", "O4"},
+      {"bench --dtype f8", "f8"},
+      {"bench --batch 0", "--batch"},
+      {"bench --models ,resnet18", "--models"},
+      {"bench --epochs 2", "--accuracy"},
+      {"bench --accuracy --steps 2", "speed mode"},
+      {"bench --cuda-graph --device cpu", "--device cuda"},
+  };
+  for (const auto& [args, what] : cases) {
+    INFO(args);
+    const Run r = mpx_err(args);
+    CHECK(r.rc == 2);
+    CHECK(count(r.out, "\n") == 1);
+    CHECK(r.out.find(what) != std::string::npos);
+  }
+  const Run graph = mpx_err("bench --cuda-graph");
+  CHECK(graph.out.find("CPU") != std::string::npos);
+}
