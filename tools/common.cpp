@@ -285,4 +285,31 @@ std::string human_bytes(double bytes) {
   return buf;
 }
 
+bool parse_resumable(Args& args, int argc, char** argv, const std::string& command,
+                     const std::vector<std::string>& run_flags, const std::vector<std::string>& free_flags,
+                     Metadata& meta, TensorDict& ck) {
+  if (!args.parse(argc, argv)) return false;
+  if (args.positional_value()) {
+    if (args.given("--data"))
+      throw UsageError("mpx " + command + ": give the data folder once, as --data DIR or as DATA_DIR");
+    args.set_default("--data", *args.positional_value());
+  }
+  const std::string resume = args.str("--resume");
+  if (resume.empty()) return true;
+  ck = load_checkpoint(resume, command, meta);
+  for (const auto& f : run_flags) {
+    auto it = meta.find("flag." + f);
+    if (it == meta.end()) continue;
+    if (!args.given(f)) {
+      args.set_default(f, it->second);
+    } else if (args.str(f) != it->second && std::find(free_flags.begin(), free_flags.end(), f) == free_flags.end()) {
+      std::fprintf(stderr,
+                   "mpx %s: warning: %s %s differs from the checkpoint's %s; the continuation will not match an "
+                   "uninterrupted run\n",
+                   command.c_str(), f.c_str(), args.str(f).c_str(), it->second.c_str());
+    }
+  }
+  return true;
+}
+
 }  // namespace mpx::cli

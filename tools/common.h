@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <mpx/mpx.h>
 
@@ -78,6 +79,15 @@ void get_amp_and_rng(const Metadata& meta, const std::string& path);
 /// Loads a checkpoint, turning every failure into one mpx::Error that names the file and says
 /// what to do (the message of a corrupt file, a missing file, or a file of another command).
 TensorDict load_checkpoint(const std::string& path, const std::string& kind, Metadata& meta);
+
+/// The start of a command that can resume (train, dcgan): parses the command line, turns a
+/// positional DATA_DIR into --data, and with --resume loads the checkpoint (into `ck`/`meta`) and
+/// makes its run flags the defaults. A run flag given again with another value is warned about,
+/// since the continuation then differs from an uninterrupted run, unless it is in `free_flags`.
+/// Returns false when the parse printed help (the command should exit 0).
+bool parse_resumable(Args& args, int argc, char** argv, const std::string& command,
+                     const std::vector<std::string>& run_flags, const std::vector<std::string>& free_flags,
+                     Metadata& meta, TensorDict& ck);
 
 /// Top-1 and top-5 hit counts of logits [B, C] against targets [B] (computed on the CPU).
 std::pair<int64_t, int64_t> topk_hits(const Tensor& logits, const Tensor& target);

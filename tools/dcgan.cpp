@@ -79,21 +79,10 @@ void save_grid(const Tensor& images, const std::string& path) {
 
 int run_dcgan(int argc, char** argv) {
   Args args = make_args();
-  if (!args.parse(argc, argv)) return 0;
-  if (args.positional_value()) {
-    if (args.given("--data")) throw UsageError("mpx dcgan: give the data folder once, as --data DIR or as DATA_DIR");
-    args.set_default("--data", *args.positional_value());
-  }
-  const std::string resume = args.str("--resume");
   Metadata ck_meta;
   TensorDict ck;
-  if (!resume.empty()) {
-    ck = load_checkpoint(resume, "dcgan", ck_meta);
-    for (const auto& f : kRunFlags) {
-      auto it = ck_meta.find("flag." + f);
-      if (it != ck_meta.end() && !args.given(f)) args.set_default(f, it->second);
-    }
-  }
+  if (!parse_resumable(args, argc, argv, "dcgan", kRunFlags, {"--epochs", "--limit-test"}, ck_meta, ck)) return 0;
+  const std::string resume = args.str("--resume");
   const std::string dataset = args.choice("--dataset", {"fashion-mnist", "mnist", "cifar10", "imagefolder", "synthetic"});
   const int64_t batch = args.integer("--batch-size", 1), workers =
       args.str("--workers").empty() ? (dataset == "imagefolder" ? 4 : 0) : args.integer("--workers", 0);

@@ -124,31 +124,11 @@ int run_train(int argc, char** argv) { return train_main(argc, argv, nullptr); }
 
 int train_main(int argc, char** argv, TrainSummary* summary) {
   Args args = make_args();
-  if (!args.parse(argc, argv)) return 0;
-  if (args.positional_value()) {
-    if (args.given("--data")) throw UsageError("mpx train: give the data folder once, as --data DIR or as DATA_DIR");
-    args.set_default("--data", *args.positional_value());
-  }
-
-  // ---- a resumed run adopts the checkpoint's run flags (unless given again) ----
-  const std::string resume = args.str("--resume");
   Metadata ck_meta;
   TensorDict ck;
-  if (!resume.empty()) {
-    ck = load_checkpoint(resume, "train", ck_meta);
-    for (const auto& f : kRunFlags) {
-      auto it = ck_meta.find("flag." + f);
-      if (it == ck_meta.end()) continue;
-      if (!args.given(f)) {
-        args.set_default(f, it->second);
-      } else if (args.str(f) != it->second && f != "--epochs" && f != "--limit-test") {
-        std::fprintf(stderr,
-                     "mpx train: warning: %s %s differs from the checkpoint's %s; the continuation will not match an "
-                     "uninterrupted run\n",
-                     f.c_str(), args.str(f).c_str(), it->second.c_str());
-      }
-    }
-  }
+  // A resumed run adopts the checkpoint's run flags unless given again.
+  if (!parse_resumable(args, argc, argv, "train", kRunFlags, {"--epochs", "--limit-test"}, ck_meta, ck)) return 0;
+  const std::string resume = args.str("--resume");
 
   const std::string dataset = args.choice("--dataset", {"fashion-mnist", "mnist", "cifar10", "imagefolder", "synthetic"});
   const int64_t batch = args.integer("--batch-size", 1);
