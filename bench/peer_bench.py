@@ -1,17 +1,25 @@
-# PyTorch peer of `mpx bench` (speed mode): same models, data shapes, optimizers and O0-O3 recipes; prints one "row,..." line per row.
+# PyTorch peer of `mpx bench`: speed mode ("row,..." lines) and accuracy mode ("acc,..." lines) with mpx's models and O0-O3 recipes.
 #
 #   python3 bench/peer_bench.py --models resnet18,dcgan --opt-levels O0,O1,O2,O3 --dtype f16,bf16 \
 #       --batch 32 --steps 3 --warmup 1 --windows 3 --image-size 28 --device cpu --threads 2
+#   python3 bench/peer_bench.py --accuracy --models small_cnn --opt-levels O0,O1,O2,O3 --dtype f16,bf16 \
+#       --batch 128 --epochs 3 --lr 0.1 --limit-train 0 --limit-test 0 --device cpu --threads 2
 #
-# `mpx bench --peer` runs it with its own settings and merges the rows. The models are defined
-# here (not imported from torchvision, which Debian's python3-torch lacks) to match mpx's
-# models/: ResNet-18/34/50 (torchvision layout; small-input variant: 3x3 stem, no max pool) and
-# the DCGAN generator/discriminator at 28/32/64 px. Parameter counts are printed so a mismatch
+# `mpx bench --peer` (and `mpx bench --accuracy --peer`) runs it with its own settings and merges the rows.
+# Accuracy mode repeats `mpx train`'s recipe (tools/train.cpp): Fashion-MNIST/MNIST IDX files read
+# here, ToTensor + Normalize(mean, std), shuffled batches with the last partial one dropped, SGD
+# lr x batch/256 with momentum and weight decay, per-step cosine schedule, test loss/top-1 per
+# epoch. PyTorch's random numbers differ from mpx's, so only the recipe is identical.
+#
+# The models are defined here (not imported from torchvision, which Debian's python3-torch
+# lacks) to match mpx's models/: small_cnn, ResNet-18/34/50 (torchvision layout; small-input
+# variant: 3x3 stem, no max pool) and the DCGAN generator/discriminator at 28/32/64 px. Parameter counts are printed so a mismatch
 # shows. Recipes (apex's definitions, as bench/peer_resnet50_cuda.py):
 #   O0 f32; O1 autocast (+ GradScaler for f16 on CUDA); O2 low-precision model with f32 batch
 #   norm and f32 master weights; O3 pure low precision. Loss scale for O2/O3 f16: a static 128
 #   (bf16: 1). A row PyTorch cannot run (e.g. f16 convolutions on the CPU) reports its reason.
 import argparse
+import math
 import statistics
 import time
 
@@ -98,6 +106,33 @@ class ResNet(nn.Module):
 
 RESNETS = {"resnet18": (BasicBlock, [2, 2, 2, 2]), "resnet34": (BasicBlock, [3, 4, 6, 3]),
            "resnet50": (Bottleneck, [3, 4, 6, 3])}
+
+
+class SmallCnn(nn.Module):
+    """mpx's models/small_cnn: conv3x3(16)-BN-ReLU-pool, conv3x3(32)-BN-ReLU-pool, linear (PyTorch's default init, as mpx's)."""
+
+    def __init__(self, in_channels=1, num_classes=10):
+        super().__init__()
+        self.c1 = nn.Conv2d(in_channels, 16, 3, padding=1, bias=False)
+        self.b1 = nn.BatchNorm2d(16)
+        self.c2 = nn.Conv2d(16, 32, 3, padding=1, bias=False)
+        self.b2 = nn.BatchNorm2d(32)
+        self.fc = nn.Linear(32 * 7 * 7, num_classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.b1(self.c1(x))), 2)
+        x = F.max_pool2d(F.relu(self.b2(self.c2(x))), 2)
+        return self.fc(torch.flatten(x, 1))
+
+
+def classifier(model, in_channels, num_classes, small_input):
+    """The peer's copy of models::create for the classifiers it knows."""
+    if model == "small_cnn":
+        return SmallCnn(in_channels, num_classes)
+    if model not in RESNETS:
+        raise ValueError(f"the peer has no {model} (it defines small_cnn, {', '.join(sorted(RESNETS))} and dcgan)")
+    block, layers = RESNETS[model]
+    return ResNet(block, layers, in_channels, num_classes, small_input)
 
 
 def up(cin, cout, k, s, p):
@@ -238,11 +273,8 @@ def build(model, level, low, a, dev):
             return err_g
 
         return step, nparams
-    if model not in RESNETS:
-        raise ValueError(f"the peer has no {model} (it defines {', '.join(sorted(RESNETS))} and dcgan)")
     nc, classes = (1 if side == 28 else 3), (10 if side <= 32 else 1000)
-    block, layers = RESNETS[model]
-    net = ResNet(block, layers, nc, classes, side <= 32)
+    net = classifier(model, nc, classes, side <= 32)
     nparams = sum(p.numel() for p in net.parameters())
     sgd = lambda ps: torch.optim.SGD(ps, lr=0.01, momentum=0.9, weight_decay=1e-4)  # noqa: E731
     r = Recipe(net, sgd, level, low, dev)
@@ -286,8 +318,165 @@ def run_row(model, level, dname, a, dev):
     return nparams, statistics.median(ips), ips[0], ips[-1], 1000 * statistics.median(secs) / a.steps, peak
 
 
+# ---------------------------------------------------------------- accuracy mode
+
+# mpx train's data sets the peer can read: default folder (tools/common.cpp's default_root;
+# Fashion-MNIST's is data/idx.h's kFashionMnistDir) and Normalize's mean/std (open_data).
+IDX_SETS = {"fashion-mnist": ("/usr/share/datasets/fashion-mnist", 0.2860, 0.3530),
+            "mnist": ("/usr/share/datasets/mnist", 0.1307, 0.3081)}
+
+
+def read_idx(path):
+    """An unsigned-byte IDX file (plain or gzip'd) as a uint8 numpy array of its dimensions."""
+    import gzip
+    import struct
+
+    import numpy as np
+
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    magic = struct.unpack(">I", raw[:4])[0]
+    if magic >> 8 != 0x08 or not 1 <= (magic & 0xFF) <= 4:
+        raise ValueError(f"{path}: not an unsigned-byte IDX file (magic {magic:#010x}); is it an MNIST-format file?")
+    ndim = magic & 0xFF
+    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
+    body = raw[4 + 4 * ndim:]
+    count = 1
+    for d in dims:
+        count *= d
+    if len(body) != count:
+        raise ValueError(f"{path}: {len(body)} bytes of data for dimensions {dims} ({count} expected); the file is "
+                         "truncated or has trailing bytes, reinstall it")
+    return np.frombuffer(body, dtype=np.uint8).reshape(dims)
+
+
+def load_split(root, train, mean, std, limit):
+    """(images f32 [N,1,28,28] normalized as mpx's ToTensor + Normalize, labels i64 [N]), first `limit` if > 0."""
+    import os
+
+    import numpy as np
+
+    stem = "train" if train else "t10k"
+    paths = []
+    for kind in ("images-idx3", "labels-idx1"):
+        base = os.path.join(root, f"{stem}-{kind}-ubyte")
+        path = base + ".gz" if os.path.exists(base + ".gz") else base
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{base}[.gz] not found; install Debian's dataset-fashion-mnist or pass --data DIR")
+        paths.append(path)
+    images, labels = read_idx(paths[0]), read_idx(paths[1])
+    if images.shape[0] != labels.shape[0]:
+        raise ValueError(f"{paths[0]} has {images.shape[0]} images but {paths[1]} {labels.shape[0]} labels")
+    if limit > 0:
+        images, labels = images[:limit], labels[:limit]
+    x = (images.astype(np.float32) / np.float32(255.0) - np.float32(mean)) / np.float32(std)
+    return torch.from_numpy(x).unsqueeze(1).contiguous(), torch.from_numpy(labels.astype(np.int64))
+
+
+def cosine_lr(base, step, total):
+    """tools/train.cpp's lr_at("cosine"): per step, to 0 at the end."""
+    return base * 0.5 * (1.0 + math.cos(math.pi * min(1.0, step / max(1, total))))
+
+
+def evaluate(r, x, y, batch):
+    r.net.eval()
+    loss_sum, hits = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, x.shape[0], batch):
+            xb, yb = x[i:i + batch].to(r.dev), y[i:i + batch].to(r.dev)
+            logits = r.forward(xb)
+            loss_sum += F.cross_entropy(logits, yb).item() * yb.shape[0]
+            hits += (logits.argmax(1) == yb).sum().item()
+    r.net.train()
+    n = max(1, x.shape[0])
+    return loss_sum / n, 100.0 * hits / n
+
+
+def train_row(model, level, dname, a, dev, data):
+    """One level trained with mpx train's recipe; returns (params, final top-1, best top-1, train loss, test loss, s, img/s)."""
+    low = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dname]
+    (xtr, ytr), (xte, yte) = data
+    torch.manual_seed(a.seed)
+    net = classifier(model, 1, 10, True)
+    nparams = sum(p.numel() for p in net.parameters())
+    base_lr = a.lr * a.batch / 256.0  # apex: lr x global batch / 256
+    sgd = lambda ps: torch.optim.SGD(ps, lr=base_lr, momentum=a.momentum, weight_decay=a.weight_decay)  # noqa: E731
+    r = Recipe(net, sgd, level, low, dev)
+    steps_per_epoch = xtr.shape[0] // a.batch  # drop_last, as mpx train's loader
+    if steps_per_epoch == 0:
+        raise ValueError(f"{xtr.shape[0]} training images are fewer than one batch of {a.batch}; raise --limit-train")
+    total = steps_per_epoch * a.epochs
+    gen = torch.Generator().manual_seed(a.seed)
+    step, best, t_train = 0, -1.0, 0.0
+    t0 = time.perf_counter()
+    for epoch in range(a.epochs):
+        order = torch.randperm(xtr.shape[0], generator=gen)
+        loss_sum, seen = 0.0, 0
+        te0 = time.perf_counter()
+        for b in range(steps_per_epoch):
+            idx = order[b * a.batch:(b + 1) * a.batch]
+            xb, yb = xtr[idx].to(dev), ytr[idx].to(dev)
+            for g in r.opt.param_groups:
+                g["lr"] = cosine_lr(base_lr, step, total)
+            r.zero_grad()
+            loss = F.cross_entropy(r.forward(xb), yb)
+            r.backward(loss)
+            r.step()
+            lv = loss.item()
+            if not math.isfinite(lv) and r.scaler is None:
+                raise FloatingPointError(f"the loss became {lv} at step {step + 1} (no dynamic loss scale to skip it)")
+            loss_sum += lv * yb.shape[0]
+            seen += yb.shape[0]
+            step += 1
+        t_train += time.perf_counter() - te0
+        test_loss, top1 = evaluate(r, xte, yte, a.batch)
+        best = max(best, top1)
+        print(f"  {model} {level} {dname} epoch {epoch + 1}/{a.epochs}: train loss {loss_sum / seen:.4f} | "
+              f"test loss {test_loss:.4f} top-1 {top1:.2f}% | {seen / (time.perf_counter() - te0):.0f} img/s", flush=True)
+    ips = steps_per_epoch * a.batch * a.epochs / max(1e-9, t_train)
+    return nparams, top1, best, loss_sum / seen, test_loss, time.perf_counter() - t0, ips
+
+
+def accuracy_main(a, dev, rows):
+    if a.dataset not in IDX_SETS:
+        raise SystemExit(f"peer_bench.py --accuracy: --dataset {a.dataset} is not supported by the peer (it reads "
+                         f"{', '.join(IDX_SETS)} IDX files); drop --peer or use one of those")
+    root, mean, std = IDX_SETS[a.dataset]
+    root = a.data or root
+    data = (load_split(root, True, mean, std, a.limit_train), load_split(root, False, mean, std, a.limit_test))
+    print(f"peer accuracy: {a.dataset} from {root} ({data[0][0].shape[0]} train / {data[1][0].shape[0]} test images), "
+          f"batch {a.batch}, lr {a.lr * a.batch / 256:g} ({a.lr:g} x {a.batch}/256, cosine), momentum {a.momentum:g}, "
+          f"weight decay {a.weight_decay:g}, {a.epochs} epoch(s), seed {a.seed}", flush=True)
+    counted = set()
+    for m, level, d in rows:
+        try:
+            res = train_row(m, level, d, a, dev, data)
+            status = "ok"
+        except Exception as e:  # noqa: BLE001 - a level PyTorch cannot run is reported, not fatal
+            res = (0,) + (float("nan"),) * 6
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            kind = "diverged: " if isinstance(e, FloatingPointError) else "unsupported: "
+            status = kind + msg.replace(",", ";")[:80]
+        nparams = res[0]
+        if nparams and m not in counted:
+            counted.add(m)
+            print(f"params {m}: {nparams:,}")
+        print(f"{m:9} {level} {d:4} final top-1 {res[1]:.2f}% best {res[2]:.2f}% test loss {res[4]:.4f} {status}")
+        print("acc," + ",".join(str(v) for v in (m, level, d) + tuple(res)) + "," + status, flush=True)
+
+
 def main():
-    ap = argparse.ArgumentParser(description="PyTorch peer of mpx bench (speed mode)")
+    ap = argparse.ArgumentParser(description="PyTorch peer of mpx bench (speed mode; --accuracy: accuracy mode)")
+    ap.add_argument("--accuracy", action="store_true", help="train each level with mpx train's recipe")
+    ap.add_argument("--epochs", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=0.1, help="base lr, scaled by batch/256 as mpx train")
+    ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--weight-decay", type=float, default=1e-4)
+    ap.add_argument("--limit-train", type=int, default=0)
+    ap.add_argument("--limit-test", type=int, default=0)
+    ap.add_argument("--dataset", default="fashion-mnist")
+    ap.add_argument("--data", default="", help="the data set's folder (default: Debian's)")
     ap.add_argument("--models", default="resnet18,dcgan")
     ap.add_argument("--opt-levels", default="O0,O1,O2,O3")
     ap.add_argument("--dtype", default="f16")
@@ -311,6 +500,9 @@ def main():
         for level in a.opt_levels.split(","):
             for d in (["f32"] if level == "O0" else a.dtype.split(",")):
                 rows.append((m, level, d))
+    if a.accuracy:
+        accuracy_main(a, dev, rows)
+        return
     counted = set()
     for m, level, d in rows:
         try:

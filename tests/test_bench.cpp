@@ -211,3 +211,36 @@ TEST_CASE("mpx bench: bad flags give one line and exit code 2; --cuda-graph on t
   const Run graph = mpx_err("bench --cuda-graph");
   CHECK(graph.out.find("CPU") != std::string::npos);
 }
+
+TEST_CASE("mpx bench --accuracy --peer: PyTorch's top-1 and loss with the same recipe join the table", "[bench][cli]") {
+  // The peer needs Debian's python3-torch and the real IDX files (it does not read synthetic data).
+  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
+    WARN("skipped: /usr/bin/python3 has no torch (install python3-torch)");
+    return;
+  }
+  if (!fs::exists(mpx::data::kFashionMnistDir)) {
+    WARN("skipped: no Fashion-MNIST in " << mpx::data::kFashionMnistDir << " (install dataset-fashion-mnist)");
+    return;
+  }
+  const fs::path out = temp_dir("accuracy_peer");
+  const Run r = run_mpx("bench --accuracy --peer --python /usr/bin/python3 --models small_cnn --opt-levels O0 "
+                        "--epochs 1 --limit-train 256 --limit-test 128 --batch 64 --threads 2 --out '" +
+                        out.string() + "'");
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("PyTorch top-1 %") != std::string::npos);
+  CHECK(r.out.find("parameters small_cnn: mpx 20538, PyTorch 20538 (match)") != std::string::npos);
+  const Csv csv = parse_csv(read(out / "accuracy.csv"));
+  REQUIRE(csv.rows.size() == 1);
+  const auto& row = csv.rows[0];
+  CHECK(row[csv.col("peer_status")] == "ok");
+  CHECK(number(row[csv.col("peer_params")]) == 20538);
+  for (const char* c : {"peer_final_top1", "peer_best_top1", "peer_final_train_loss", "peer_final_test_loss"}) {
+    INFO(c);
+    const double v = number(row[csv.col(c)]);
+    CHECK(std::isfinite(v));
+    CHECK(v > 0);
+  }
+  CHECK(std::isfinite(number(row[csv.col("top1_minus_peer")])));
+  CHECK(read(out / "accuracy.md").find("| PyTorch top-1 % |") != std::string::npos);
+}

@@ -1,11 +1,13 @@
 // `mpx bench`: O0-O3 speed table (images/s, memory, loss scale, PyTorch ratio) and accuracy table (via mpx train) with CSV/JSON/Markdown/SVG output.
 #include <malloc.h>
+#include <sys/wait.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -51,7 +53,8 @@ Args make_args() {
       .option({"--out"}, "DIR", "where bench.csv/.json/.md/.svg (or accuracy.*) go", "out/bench")
       .option({"--seed"}, "N", "seed of the weights and the synthetic data (the same for every level)", "0")
       .option({"--threads"}, "N", "CPU threads (OpenMP; the peer gets the same); default: OMP_NUM_THREADS or all cores")
-      .flag({"--peer"}, "also run bench/peer_bench.py (PyTorch) on the same rows and add mpx/PyTorch ratios")
+      .flag({"--peer"}, "also run bench/peer_bench.py (PyTorch) on the same rows: speed mode adds mpx/PyTorch ratios, "
+            "accuracy mode PyTorch's top-1 and loss with the same recipe")
       .option({"--python"}, "PATH", "the python that runs the peer (it needs torch)", "python3")
       .option({"--peer-script"}, "PATH", "the peer script", MPX_PEER_SCRIPT)
       .flag({"--accuracy"}, "accuracy mode: train each level with mpx train from the same seed and compare")
@@ -434,8 +437,46 @@ std::string shell_quote(const std::string& s) {
   return o + "'";
 }
 
-// Runs the peer script once for every row and parses its "row,..." lines; everything else it
-// prints is passed through so the user sees its parameter counts and versions.
+double peer_num(const std::string& s) { return s == "nan" ? NAN : std::atof(s.c_str()); }
+
+// Runs the peer's command line and hands every line starting with `tag` (split at commas, at least
+// `min_fields` of them) to `on_row`; everything else it prints is passed through, indented, so the
+// user sees its versions, parameter counts and progress. Sets `failure` when no row came back.
+void stream_peer(const Args& args, const std::string& cmd, const std::string& tag, size_t min_fields,
+                 std::string& failure, const std::function<void(const std::vector<std::string>&)>& on_row) {
+  std::printf("\npeer: %s\n", cmd.c_str());
+  std::fflush(stdout);
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) {
+    failure = "could not start " + args.str("--python") + "; check --python";
+    return;
+  }
+  char buf[4096];
+  std::string line;
+  size_t rows = 0;
+  while (std::fgets(buf, sizeof buf, p)) {
+    line = buf;
+    if (!line.empty() && line.back() == '\n') line.pop_back();
+    if (line.rfind(tag, 0) != 0) {
+      std::printf("  peer| %s\n", line.c_str());
+      std::fflush(stdout);
+      continue;
+    }
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    std::string item;
+    while (std::getline(ss, item, ',')) f.push_back(item);
+    if (f.size() < min_fields) continue;
+    on_row(f);
+    ++rows;
+  }
+  const int status = pclose(p);
+  if (status != 0 && rows == 0)
+    failure = "the peer exited with code " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : status) +
+              " before reporting any row (see its output above); check --python (it needs torch)";
+}
+
+// Runs the peer script once for every row and parses its "row,..." lines.
 std::map<std::string, PeerRow> run_peer(const Args& args, const std::vector<std::string>& models,
                                         const std::vector<std::string>& levels, const std::vector<std::string>& dtypes,
                                         const SpeedConfig& c, int threads, std::string& failure) {
@@ -455,41 +496,16 @@ std::map<std::string, PeerRow> run_peer(const Args& args, const std::vector<std:
       << c.steps << " --warmup " << c.warmup << " --windows " << c.windows << " --image-size " << c.image_size
       << " --device " << (c.device.is_cuda() ? "cuda" : "cpu") << " --threads " << threads << " --seed " << c.seed
       << " 2>&1";
-  std::printf("\npeer: %s\n", cmd.str().c_str());
-  std::fflush(stdout);
-  FILE* p = popen(cmd.str().c_str(), "r");
-  if (!p) {
-    failure = "could not start " + args.str("--python");
-    return out;
-  }
-  char buf[4096];
-  std::string line;
-  while (std::fgets(buf, sizeof buf, p)) {
-    line = buf;
-    if (!line.empty() && line.back() == '\n') line.pop_back();
-    if (line.rfind("row,", 0) != 0) {
-      std::printf("  peer| %s\n", line.c_str());
-      std::fflush(stdout);
-      continue;
-    }
-    // row,model,level,dtype,params,ips,ips_min,ips_max,step_ms,peak_mib,status
-    std::vector<std::string> f;
-    std::stringstream ss(line);
-    std::string item;
-    while (std::getline(ss, item, ',')) f.push_back(item);
-    if (f.size() < 11) continue;
+  // row,model,level,dtype,params,ips,ips_min,ips_max,step_ms,peak_mib,status
+  stream_peer(args, cmd.str(), "row,", 11, failure, [&](const std::vector<std::string>& f) {
     PeerRow r;
-    auto d = [](const std::string& s) { return s == "nan" ? NAN : std::atof(s.c_str()); };
     r.params = std::atoll(f[4].c_str());
-    r.ips = d(f[5]), r.ips_min = d(f[6]), r.ips_max = d(f[7]), r.step_ms = d(f[8]), r.peak_mib = d(f[9]);
+    r.ips = peer_num(f[5]), r.ips_min = peer_num(f[6]), r.ips_max = peer_num(f[7]), r.step_ms = peer_num(f[8]),
+    r.peak_mib = peer_num(f[9]);
     r.status = f[10];
     for (size_t i = 11; i < f.size(); ++i) r.status += ";" + f[i];
     out[f[1] + "/" + f[2] + "/" + f[3]] = r;
-  }
-  const int status = pclose(p);
-  if (status != 0 && out.empty())
-    failure = "the peer exited with status " + std::to_string(status) + " before reporting any row (see its output "
-              "above); check --python (it needs torch)";
+  });
   return out;
 }
 
@@ -717,10 +733,54 @@ int run_speed(const Args& args) {
 
 // ---------------------------------------------------------------- accuracy mode
 
+// What the PyTorch peer reported for one accuracy row (the same recipe, PyTorch's own random numbers).
+struct PeerAccuracy {
+  double top1 = NAN, best = NAN, train_loss = NAN, test_loss = NAN, wall_s = NAN, ips = NAN;
+  int64_t params = 0;
+  std::string status = "not run";
+};
+
+// Runs the peer script's accuracy mode once for all rows with mpx train's hyper-parameters and
+// parses its "acc,..." lines, keyed model/level/dtype.
+std::map<std::string, PeerAccuracy> run_peer_accuracy(const Args& args, const std::vector<std::string>& models,
+                                                      const std::vector<std::string>& levels,
+                                                      const std::vector<std::string>& dtypes, int64_t epochs,
+                                                      int64_t batch, int threads, std::string& failure) {
+  std::map<std::string, PeerAccuracy> out;
+  const std::string script = args.str("--peer-script");
+  if (!fs::exists(script)) {
+    failure = "peer script " + script + " not found; pass --peer-script PATH (it is bench/peer_bench.py in the sources)";
+    return out;
+  }
+  std::string ml, ll, dl;
+  for (const auto& m : models) ml += (ml.empty() ? "" : ",") + m;
+  for (const auto& l : levels) ll += (ll.empty() ? "" : ",") + l;
+  for (const auto& d : dtypes) dl += (dl.empty() ? "" : ",") + d;
+  // momentum 0.9 and weight decay 1e-4 are mpx train's defaults, which the accuracy mode keeps.
+  std::ostringstream cmd;
+  cmd << "OMP_NUM_THREADS=" << threads << " " << shell_quote(args.str("--python")) << " " << shell_quote(script)
+      << " --accuracy --models " << ml << " --opt-levels " << ll << " --dtype " << dl << " --batch " << batch
+      << " --epochs " << epochs << " --lr " << shell_quote(args.str("--lr")) << " --momentum 0.9 --weight-decay 1e-4"
+      << " --limit-train " << args.str("--limit-train") << " --limit-test " << args.str("--limit-test")
+      << " --dataset " << shell_quote(args.str("--dataset"))
+      << (args.given("--data") ? " --data " + shell_quote(args.str("--data")) : std::string())
+      << " --device " << (parse_device(args.str("--device")).is_cuda() ? "cuda" : "cpu") << " --threads " << threads
+      << " --seed " << args.str("--seed") << " 2>&1";
+  // acc,model,level,dtype,params,top1,best,train_loss,test_loss,wall_s,images_per_s,status
+  stream_peer(args, cmd.str(), "acc,", 12, failure, [&](const std::vector<std::string>& f) {
+    PeerAccuracy r;
+    r.params = std::atoll(f[4].c_str());
+    r.top1 = peer_num(f[5]), r.best = peer_num(f[6]), r.train_loss = peer_num(f[7]), r.test_loss = peer_num(f[8]);
+    r.wall_s = peer_num(f[9]), r.ips = peer_num(f[10]);
+    r.status = f[11];
+    for (size_t i = 12; i < f.size(); ++i) r.status += ";" + f[i];
+    out[f[1] + "/" + f[2] + "/" + f[3]] = r;
+  });
+  return out;
+}
+
 int run_accuracy(const Args& args) {
   if (args.on("--cuda-graph")) throw UsageError("--cuda-graph is for the speed mode; drop it with --accuracy");
-  if (args.on("--peer"))
-    throw UsageError("--peer runs the speed peer; the accuracy mode has no PyTorch peer yet (drop --peer)");
   const Device device = parse_device(args.str("--device"));
   const auto models = split_list("--models", args.given("--models") ? args.str("--models") : "small_cnn");
   std::vector<std::string> known = models::model_names();
@@ -737,6 +797,14 @@ int run_accuracy(const Args& args) {
   std::error_code ec;
   fs::create_directories(out, ec);
   MPX_CHECK(fs::is_directory(out), "--out ", out.string(), ": cannot create the folder (", ec.message(), ")");
+
+  // The peer runs after every mpx level, which can take hours: a python without torch should say
+  // so now, not then.
+  if (args.on("--peer") &&
+      std::system((shell_quote(args.str("--python")) + " -c 'import torch' >/dev/null 2>&1").c_str()) != 0)
+    std::fprintf(stderr, "mpx bench: warning: %s cannot import torch, so the PyTorch columns will be n/a; pass "
+                 "--python with one that can (Debian: /usr/bin/python3 with python3-torch)\n",
+                 args.str("--python").c_str());
 
   struct Run {
     std::string model;
@@ -777,9 +845,34 @@ int run_accuracy(const Args& args) {
       runs.push_back(std::move(r));
     }
 
+  // ---- the PyTorch peer: the same recipe per row, after all of mpx's rows ----
+  const bool peer = args.on("--peer");
+  std::string peer_failure;
+  std::map<std::string, PeerAccuracy> peer_rows;
+  if (peer) {
+    const int threads = omp_get_max_threads();
+    peer_rows = run_peer_accuracy(args, models, levels, dtypes, epochs, batch, threads, peer_failure);
+    if (!peer_failure.empty()) std::fprintf(stderr, "mpx bench: warning: %s\n", peer_failure.c_str());
+    // The parameter counts say whether the peer's copy of each model is mpx's (the peer reads
+    // only the 28 px one-channel IDX sets, so that is the shape compared).
+    const std::string ds = args.str("--dataset");
+    for (const auto& m : models) {
+      int64_t theirs = 0;
+      for (const auto& [k, pr] : peer_rows)
+        if (k.rfind(m + "/", 0) == 0 && pr.params > 0) theirs = pr.params;
+      if (theirs == 0 || (ds != "fashion-mnist" && ds != "mnist")) continue;
+      nn::AnyModule net = models::create(m, models::ModelOptions().num_classes(10).in_channels(1).small_input(true));
+      const int64_t ours = count_params(*net.ptr());
+      std::printf("parameters %s: mpx %lld, PyTorch %lld%s\n", m.c_str(), static_cast<long long>(ours),
+                  static_cast<long long>(theirs), ours == theirs ? " (match)" : " (MISMATCH: the models differ)");
+    }
+  }
+
   Table t;
   t.head = {"model", "level", "dtype", "epochs", "final top-1 %", "best top-1 %", "vs O0", "final train loss",
             "final test loss", "skipped", "loss scale", "wall s", "images/s"};
+  if (peer) t.head.insert(t.head.end(), {"PyTorch top-1 %", "PyTorch best %", "PyTorch test loss", "mpx - PyTorch"});
+  std::vector<std::string> peer_notes;
   std::vector<Record> recs;
   std::vector<Series> loss_series, acc_series;
   for (const auto& r : runs) {
@@ -793,13 +886,40 @@ int run_accuracy(const Args& args) {
                       std::isfinite(delta) ? (delta >= 0 ? "+" : "") + fixed(delta, 2) : "n/a", fixed(tr, 4),
                       fixed(te, 4), std::to_string(r.s.skipped), fixed(r.s.loss_scale, 0), fixed(r.s.seconds, 1),
                       rate(ips)});
+    PeerAccuracy pa;
+    if (peer) {
+      auto it = peer_rows.find(r.model + "/" + r.v.level + "/" + r.v.dtype);
+      if (it != peer_rows.end()) pa = it->second;
+      else if (!peer_failure.empty()) pa.status = "peer failed (" + peer_failure + ")";
+      else pa.status = "the peer reported no such row";
+    }
+    // Final top-1 minus PyTorch's: the two runs share the recipe, not the random numbers, so
+    // differences of the order of the run-to-run spread (a few tenths of a point) are noise.
+    const double vs_peer = top1 - pa.top1;
+    if (peer) {
+      std::vector<std::string>& cells = t.rows.back();
+      if (std::isfinite(pa.top1)) {
+        cells.insert(cells.end(), {fixed(pa.top1, 2), fixed(pa.best, 2), fixed(pa.test_loss, 4),
+                                   (vs_peer >= 0 ? "+" : "") + fixed(vs_peer, 2)});
+      } else {
+        // Reasons are long: the table says n/a with a numbered note underneath (as the speed mode).
+        auto it = std::find(peer_notes.begin(), peer_notes.end(), pa.status);
+        if (it == peer_notes.end()) it = peer_notes.insert(peer_notes.end(), pa.status);
+        const std::string na = "n/a [" + std::to_string(it - peer_notes.begin() + 1) + "]";
+        cells.insert(cells.end(), {na, "n/a", "n/a", "n/a"});
+      }
+    }
     recs.push_back({text_cell("model", r.model), text_cell("level", r.v.level), text_cell("dtype", r.v.dtype),
                     num_cell("epochs", static_cast<double>(epochs)), num_cell("final_top1", top1),
                     num_cell("best_top1", r.s.best_top1), num_cell("top1_vs_O0", delta),
                     num_cell("final_train_loss", tr), num_cell("final_test_loss", te),
                     num_cell("skipped_steps", static_cast<double>(r.s.skipped)), num_cell("loss_scale", r.s.loss_scale),
                     num_cell("wall_s", r.s.seconds), num_cell("images_per_s", ips),
-                    text_cell("metrics_csv", r.s.metrics_csv)});
+                    text_cell("metrics_csv", r.s.metrics_csv), num_cell("peer_final_top1", pa.top1),
+                    num_cell("peer_best_top1", pa.best), num_cell("peer_final_train_loss", pa.train_loss),
+                    num_cell("peer_final_test_loss", pa.test_loss), num_cell("top1_minus_peer", vs_peer),
+                    num_cell("peer_wall_s", pa.wall_s), num_cell("peer_images_per_s", pa.ips),
+                    num_cell("peer_params", static_cast<double>(pa.params)), text_cell("peer_status", pa.status)});
     // The per-step loss, averaged over blocks so a long run's curve stays readable.
     const size_t n = r.s.step_loss.size(), block = std::max<size_t>(1, n / 200);
     Series ls{(models.size() > 1 ? r.model + " " : "") + r.v.level + " " + r.v.dtype, {}};
@@ -814,7 +934,11 @@ int run_accuracy(const Args& args) {
   }
   const std::string table = t.aligned();
   std::printf("\n%s", table.c_str());
-  std::printf("O0 establishes the accuracy baseline; vs O0: final top-1 minus O0's (percentage points)\n");
+  std::string notes;
+  for (size_t i = 0; i < peer_notes.size(); ++i) notes += "[" + std::to_string(i + 1) + "] PyTorch: " + peer_notes[i] + "\n";
+  std::printf("%s", notes.c_str());
+  std::printf("O0 establishes the accuracy baseline; vs O0: final top-1 minus O0's (percentage points)%s\n",
+              peer ? "; mpx - PyTorch: final top-1 minus PyTorch's with the same recipe (its own random numbers)" : "");
   const std::string& cmdline = g_cmdline;
   write_csv_json(out, "accuracy", recs,
                  {{"mpx_version", MPX_VERSION_STRING}, {"date", today()}, {"device", device.str()},
@@ -823,8 +947,13 @@ int run_accuracy(const Args& args) {
   std::ostringstream md;
   md << "# mpx bench --accuracy\n\n" << today() << ", `" << cmdline << "`, " << device.str() << ", "
      << omp_get_max_threads() << " thread(s), " << args.str("--dataset") << ", batch " << batch << ", " << epochs
-     << " epoch(s), every level from seed " << args.str("--seed") << ".\n\n"
-     << t.markdown();
+     << " epoch(s), every level from seed " << args.str("--seed") << ".";
+  if (peer)
+    md << " PyTorch columns: bench/peer_bench.py --accuracy, the same recipe (model, data, batch, lr, schedule, "
+          "epochs, limits, seed) with PyTorch's own random numbers; mpx - PyTorch: final top-1 difference in points.";
+  md << "\n\n" << t.markdown();
+  for (size_t i = 0; i < peer_notes.size(); ++i) md << "\n[" << i + 1 << "] PyTorch: " << peer_notes[i] << "  ";
+  if (!peer_notes.empty()) md << "\n";
   write_file_atomic((out / "accuracy.md").string(), md.str());
   write_svg((out / "accuracy.svg").string(), "mpx bench --accuracy: " + args.str("--dataset"),
             {Panel{"training loss (per step)", "epoch", "cross-entropy", loss_series},
@@ -848,7 +977,7 @@ int run_bench(int argc, char** argv) {
       if (args.given(f)) throw UsageError(std::string(f) + " belongs to the accuracy mode; add --accuracy or drop it");
     return run_speed(args);
   }
-  for (const char* f : {"--steps", "--warmup", "--windows", "--small-input", "--python", "--peer-script"})
+  for (const char* f : {"--steps", "--warmup", "--windows", "--small-input"})
     if (args.given(f)) throw UsageError(std::string(f) + " belongs to the speed mode; drop it with --accuracy");
   return run_accuracy(args);
 }
