@@ -12,42 +12,16 @@
 
 #include <mpx/mpx.h>
 
-#ifndef MPX_CLI_PATH
-#error "tests/CMakeLists.txt defines MPX_CLI_PATH (the built mpx binary) for this test"
-#endif
+#include "tests/cli_util.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int rc = -1;
-  std::string out;  // stdout and stderr together, unless the command redirects
-};
-
-// Runs `mpx <args>` through the shell and captures its output and exit code.
-Run run_mpx(const std::string& args, const std::string& redirect = "2>&1") {
-  const std::string cmd = std::string("MPX_PROGRESS=plain '") + MPX_CLI_PATH + "' " + args + " " + redirect;
-  Run r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-// Only stderr (stdout discarded): what a user sees when something is wrong.
-Run mpx_err(const std::string& args) { return run_mpx(args, "2>&1 1>/dev/null"); }
-
-std::string read(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using mpx::testing::mpx_err;
+using mpx::testing::run_mpx;
+using Run = mpx::testing::CliRun;
+std::string read(const fs::path& p) { return mpx::testing::read_file(p); }
 
 size_t lines(const std::string& s) {
   size_t n = 0;
