@@ -1,6 +1,7 @@
 // Helpers of the command-line tests: run the built mpx binary and read the files it writes.
 #pragma once
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -43,6 +44,24 @@ inline std::string read_file(const std::filesystem::path& p) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+/// A fresh, empty folder `name` under this test program's own temp folder (<tmp>/<prefix><pid>),
+/// which is removed when the program exits.
+inline std::filesystem::path cli_temp_dir(const std::string& prefix, const std::string& name) {
+  namespace fs = std::filesystem;
+  static const fs::path root = fs::temp_directory_path() / (prefix + std::to_string(getpid()));
+  static const struct Cleanup {
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(root, ec);
+    }
+  } cleanup;
+  (void)cleanup;
+  const fs::path d = root / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
 }
 
 }  // namespace mpx::testing

@@ -31,23 +31,7 @@ size_t count(const std::string& s, const std::string& what) {
   return n;
 }
 
-const fs::path& temp_root() {
-  static const fs::path root = fs::temp_directory_path() / ("mpx_bench_" + std::to_string(getpid()));
-  return root;
-}
-struct TempCleanup {
-  ~TempCleanup() {
-    std::error_code ec;
-    fs::remove_all(temp_root(), ec);
-  }
-} g_cleanup;
-
-fs::path temp_dir(const std::string& name) {
-  const fs::path d = temp_root() / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path temp_dir(const std::string& name) { return mpx::testing::cli_temp_dir("mpx_bench_", name); }
 
 // A CSV as header + rows of cells.
 struct Csv {

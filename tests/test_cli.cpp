@@ -29,24 +29,7 @@ size_t lines(const std::string& s) {
   return n;
 }
 
-const fs::path& temp_root() {
-  static const fs::path root = fs::temp_directory_path() / ("mpx_cli_" + std::to_string(getpid()));
-  return root;
-}
-// Removes this process's temp folders when the test program exits.
-struct TempCleanup {
-  ~TempCleanup() {
-    std::error_code ec;
-    fs::remove_all(temp_root(), ec);
-  }
-} g_cleanup;
-
-fs::path temp_dir(const std::string& name) {
-  const fs::path d = temp_root() / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path temp_dir(const std::string& name) { return mpx::testing::cli_temp_dir("mpx_cli_", name); }
 
 bool have_fashion() {
   if (fs::exists(mpx::data::kFashionMnistDir)) return true;

@@ -32,15 +32,6 @@ bool is_channels_last_only(const Tensor& t) {
 }
 
 
-void check_close(const Tensor& got, const Tensor& ref, DType dt, const std::string& what) {
-  INFO(what << " dtype " << dtype_name(dt) << " shape " << shape_str(ref.sizes()));
-  REQUIRE(got.defined());
-  CHECK(got.device().is_cuda());
-  CHECK(got.dtype() == ref.dtype());
-  const double e = testing::rel_err(got, ref);
-  INFO("rel_err " << e << " (tolerance " << testing::cuda_tolerance(dt) << ")");
-  CHECK(e < testing::cuda_tolerance(dt));
-}
 
 // Runs f forward and backward (random upstream gradient) on the CPU and on the device, the
 // device input NCHW or channels-last, and compares values, gradients and output layouts.
@@ -82,7 +73,7 @@ void check_pool(const PoolFn& f, const IntList& shape, DType dt, bool channels_l
   if (exact) {
     CHECK(testing::same_values(yd, yc));
   } else {
-    check_close(yd, yc, dt, what + " forward");
+    testing::check_cuda_close(yd, yc, dt, what + " forward");
   }
 
   if (yc.numel() == 0 && xc.numel() == 0) return;
@@ -96,7 +87,7 @@ void check_pool(const PoolFn& f, const IntList& shape, DType dt, bool channels_l
     INFO("the gradient of a channels-last input is channels-last");
     CHECK(is_channels_last_only(xd.grad()));
   }
-  check_close(xd.grad(), xc.grad(), dt, what + " backward");
+  testing::check_cuda_close(xd.grad(), xc.grad(), dt, what + " backward");
 }
 
 struct MaxCase {
@@ -225,15 +216,15 @@ TEST_CASE("cuda pooling: empty batch, 3-d input, mixed layouts", "[cuda][pool]")
     }
     // 3-d [C, H, W] input.
     const Tensor x3 = randn_dt({4, 9, 9}, dt, 2);
-    check_close(max_pool2d(gpu(x3), {3, 3}, {2, 2}, {1, 1}), max_pool2d(x3, {3, 3}, {2, 2}, {1, 1}), dt, "3-d max");
-    check_close(avg_pool2d(gpu(x3), {3, 3}, {2, 2}, {1, 1}), avg_pool2d(x3, {3, 3}, {2, 2}, {1, 1}), dt, "3-d avg");
-    check_close(adaptive_avg_pool2d(gpu(x3), {2, 2}), adaptive_avg_pool2d(x3, {2, 2}), dt, "3-d adaptive");
+    testing::check_cuda_close(max_pool2d(gpu(x3), {3, 3}, {2, 2}, {1, 1}), max_pool2d(x3, {3, 3}, {2, 2}, {1, 1}), dt, "3-d max");
+    testing::check_cuda_close(avg_pool2d(gpu(x3), {3, 3}, {2, 2}, {1, 1}), avg_pool2d(x3, {3, 3}, {2, 2}, {1, 1}), dt, "3-d avg");
+    testing::check_cuda_close(adaptive_avg_pool2d(gpu(x3), {2, 2}), adaptive_avg_pool2d(x3, {2, 2}), dt, "3-d adaptive");
     // A strided (neither NCHW nor channels-last) input is made dense first.
     const Tensor xs = randn_dt({2, 3, 10, 12}, dt, 3).transpose(2, 3);
-    check_close(max_pool2d(gpu(xs), {2, 2}), max_pool2d(xs, {2, 2}), dt, "transposed max");
-    check_close(avg_pool2d(gpu(xs), {3, 3}, {2, 2}, {1, 1}), avg_pool2d(xs, {3, 3}, {2, 2}, {1, 1}), dt,
+    testing::check_cuda_close(max_pool2d(gpu(xs), {2, 2}), max_pool2d(xs, {2, 2}), dt, "transposed max");
+    testing::check_cuda_close(avg_pool2d(gpu(xs), {3, 3}, {2, 2}, {1, 1}), avg_pool2d(xs, {3, 3}, {2, 2}, {1, 1}), dt,
                 "transposed avg");
-    check_close(adaptive_avg_pool2d(gpu(xs), {1, 1}), adaptive_avg_pool2d(xs, {1, 1}), dt, "transposed global");
+    testing::check_cuda_close(adaptive_avg_pool2d(gpu(xs), {1, 1}), adaptive_avg_pool2d(xs, {1, 1}), dt, "transposed global");
   }
 }
 
@@ -254,7 +245,7 @@ TEST_CASE("cuda pooling backward with an NCHW gradient for a channels-last input
       Tensor xd = gpu(x).contiguous(MemoryFormat::ChannelsLast).detach();
       xd.set_requires_grad(true);
       f(xd).backward(gpu(gy));  // NCHW gradient into a channels-last graph
-      check_close(xd.grad(), xc.grad(), dt, "mixed-layout backward");
+      testing::check_cuda_close(xd.grad(), xc.grad(), dt, "mixed-layout backward");
       CHECK(is_channels_last_only(xd.grad()));  // the forward input's layout wins
     }
   }
@@ -283,6 +274,6 @@ TEST_CASE("cuda avg pooling double backward matches the CPU", "[cuda][pool]") {
       gyd = gyd.contiguous(MemoryFormat::ChannelsLast);
       vd = vd.contiguous(MemoryFormat::ChannelsLast);
     }
-    check_close(run(xd, gyd, vd), run(x, gy, v), kFloat64, "avg_pool2d double backward");
+    testing::check_cuda_close(run(xd, gyd, vd), run(x, gy, v), kFloat64, "avg_pool2d double backward");
   }
 }

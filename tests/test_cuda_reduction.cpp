@@ -32,15 +32,6 @@ Tensor randn_dt(const IntList& shape, DType dt, uint64_t seed, double scale = 1.
   return x.to(dt);
 }
 
-void check_close(const Tensor& got, const Tensor& ref, DType dt, const std::string& what) {
-  INFO(what << " dtype " << dtype_name(dt) << " shape " << shape_str(ref.sizes()));
-  REQUIRE(got.defined());
-  CHECK(got.device().is_cuda());
-  CHECK(got.dtype() == ref.dtype());
-  const double e = testing::rel_err(got, ref);
-  INFO("rel_err " << e << " (tolerance " << testing::cuda_tolerance(dt) << ")");
-  CHECK(e < testing::cuda_tolerance(dt));
-}
 
 
 // Shapes that reach each launch plan: short rows sharing a warp, a warp per row, a block per
@@ -55,35 +46,35 @@ TEST_CASE("cuda sum and mean match the CPU", "[cuda]") {
     for (const IntList& s : kRowShapes) {
       const Tensor x = randn_dt(s, dt, 11);
       const Tensor xd = gpu(x);
-      check_close(sum(xd), sum(x), dt, "sum all");
-      check_close(sum(xd, {1}), sum(x, {1}), dt, "sum dim 1");
-      check_close(sum(xd, {0}), sum(x, {0}), dt, "sum dim 0");
-      check_close(sum(xd, {-1}, true), sum(x, {-1}, true), dt, "sum keepdim");
-      check_close(mean(xd, {1}), mean(x, {1}), dt, "mean dim 1");
-      check_close(mean(xd), mean(x), dt, "mean all");
+      testing::check_cuda_close(sum(xd), sum(x), dt, "sum all");
+      testing::check_cuda_close(sum(xd, {1}), sum(x, {1}), dt, "sum dim 1");
+      testing::check_cuda_close(sum(xd, {0}), sum(x, {0}), dt, "sum dim 0");
+      testing::check_cuda_close(sum(xd, {-1}, true), sum(x, {-1}, true), dt, "sum keepdim");
+      testing::check_cuda_close(mean(xd, {1}), mean(x, {1}), dt, "mean dim 1");
+      testing::check_cuda_close(mean(xd), mean(x), dt, "mean all");
       // Transposed (strided) input.
-      check_close(sum(xd.t(), {1}), sum(x.t(), {1}), dt, "sum of transposed");
-      check_close(mean(xd.t(), {0}, true), mean(x.t(), {0}, true), dt, "mean of transposed");
+      testing::check_cuda_close(sum(xd.t(), {1}), sum(x.t(), {1}), dt, "sum of transposed");
+      testing::check_cuda_close(mean(xd.t(), {0}, true), mean(x.t(), {0}, true), dt, "mean of transposed");
     }
     // Several dims of a 4-d tensor, with and without keepdim, and a permuted view.
     const Tensor x = randn_dt({3, 5, 7, 9}, dt, 12);
     const Tensor xd = gpu(x);
-    check_close(sum(xd, {0, 2}), sum(x, {0, 2}), dt, "sum dims {0, 2}");
-    check_close(sum(xd, {1, 3}, true), sum(x, {1, 3}, true), dt, "sum dims {1, 3} keepdim");
-    check_close(mean(xd, {0, 1, 3}), mean(x, {0, 1, 3}), dt, "mean dims {0, 1, 3}");
-    check_close(mean(xd.permute({3, 1, 0, 2}), {1, 2}), mean(x.permute({3, 1, 0, 2}), {1, 2}), dt, "mean permuted");
+    testing::check_cuda_close(sum(xd, {0, 2}), sum(x, {0, 2}), dt, "sum dims {0, 2}");
+    testing::check_cuda_close(sum(xd, {1, 3}, true), sum(x, {1, 3}, true), dt, "sum dims {1, 3} keepdim");
+    testing::check_cuda_close(mean(xd, {0, 1, 3}), mean(x, {0, 1, 3}), dt, "mean dims {0, 1, 3}");
+    testing::check_cuda_close(mean(xd.permute({3, 1, 0, 2}), {1, 2}), mean(x.permute({3, 1, 0, 2}), {1, 2}), dt, "mean permuted");
     // One ~4M-element row (split path) of positive values, so the relative check is meaningful
     // (scaled for f16 so that the sum stays below its largest finite value, 65504).
     manual_seed(13);
     const Tensor big = ((rand({4 * 1024 * 1024 + 7}) + 0.5) * (dt == kFloat16 ? 1.0 / 512 : 1.0)).to(dt);
-    check_close(sum(gpu(big)), sum(big), dt, "sum 4M");
-    check_close(mean(gpu(big)), mean(big), dt, "mean 4M");
+    testing::check_cuda_close(sum(gpu(big)), sum(big), dt, "sum 4M");
+    testing::check_cuda_close(mean(gpu(big)), mean(big), dt, "mean 4M");
     // Empty tensors: sums of nothing are 0, reducing a zero-size non-reduced dim gives an empty result.
     const Tensor e = randn_dt({0, 5}, dt, 14);
-    check_close(sum(gpu(e), {1}), sum(e, {1}), dt, "sum of empty rows");
+    testing::check_cuda_close(sum(gpu(e), {1}), sum(e, {1}), dt, "sum of empty rows");
     CHECK(sum(gpu(e), {1}).numel() == 0);
-    check_close(sum(gpu(e)), sum(e), dt, "sum of empty");
-    check_close(sum(gpu(e), {0}), sum(e, {0}), dt, "sum over an empty dim");
+    testing::check_cuda_close(sum(gpu(e)), sum(e), dt, "sum of empty");
+    testing::check_cuda_close(sum(gpu(e), {0}), sum(e, {0}), dt, "sum over an empty dim");
   }
 }
 
@@ -113,17 +104,17 @@ TEST_CASE("cuda var matches the CPU", "[cuda]") {
       if (s[1] == 1) continue;  // one sample: the unbiased variance is NaN on both sides, checked below
       const Tensor x = randn_dt(s, dt, 31, 3.0);
       const Tensor xd = gpu(x);
-      check_close(var(xd, {1}), var(x, {1}), dt, "var unbiased dim 1");
-      check_close(var(xd, {1}, false, true), var(x, {1}, false, true), dt, "var biased keepdim");
-      if (s[0] > 1) check_close(var(xd, {0}), var(x, {0}), dt, "var dim 0 (transposed rows)");
-      check_close(var(xd, {}), var(x, {}), dt, "var all");
+      testing::check_cuda_close(var(xd, {1}), var(x, {1}), dt, "var unbiased dim 1");
+      testing::check_cuda_close(var(xd, {1}, false, true), var(x, {1}, false, true), dt, "var biased keepdim");
+      if (s[0] > 1) testing::check_cuda_close(var(xd, {0}), var(x, {0}), dt, "var dim 0 (transposed rows)");
+      testing::check_cuda_close(var(xd, {}), var(x, {}), dt, "var all");
     }
     const Tensor x = randn_dt({4, 6, 5}, dt, 32) + 10.0;  // an offset mean tests the centring
-    check_close(var(gpu(x), {0, 2}), var(x, {0, 2}), dt, "var dims {0, 2}");
-    check_close(mpx::std(gpu(x), {1}, false), mpx::std(x, {1}, false), dt, "std");
+    testing::check_cuda_close(var(gpu(x), {0, 2}), var(x, {0, 2}), dt, "var dims {0, 2}");
+    testing::check_cuda_close(mpx::std(gpu(x), {1}, false), mpx::std(x, {1}, false), dt, "std");
     manual_seed(33);
     const Tensor big = (randn({4 * 1024 * 1024 + 5}) * 2.0 + 1.0).to(dt);
-    check_close(var(gpu(big), {0}), var(big, {0}), dt, "var 4M");
+    testing::check_cuda_close(var(gpu(big), {0}), var(big, {0}), dt, "var 4M");
     // One element per row: n - 1 = 0 gives NaN (biased: 0), as on the CPU.
     const Tensor one = randn_dt({5, 1}, dt, 34);
     CHECK(testing::same_values(var(gpu(one), {1}), var(one, {1})));
@@ -230,20 +221,20 @@ TEST_CASE("cuda softmax and log_softmax forward and backward match the CPU", "[c
         Tensor yc = log ? log_softmax(xc, c.dim) : softmax(xc, c.dim);
         Tensor yd = log ? log_softmax(xd, c.dim) : softmax(xd, c.dim);
         const std::string what = std::string(log ? "log_softmax" : "softmax") + " dim " + std::to_string(c.dim);
-        check_close(yd, yc, dt, what);
+        testing::check_cuda_close(yd, yc, dt, what);
         yc.backward(g);
         yd.backward(gpu(g));
-        check_close(xd.grad(), xc.grad(), dt, what + " backward");
+        testing::check_cuda_close(xd.grad(), xc.grad(), dt, what + " backward");
         // Moderate inputs, where the gradient is not concentrated on one element per row.
         const Tensor xm = randn_dt(c.shape, dt, 53);
         Tensor xmc = xm.clone().set_requires_grad(true);
         Tensor xmd = gpu(xm).set_requires_grad(true);
         Tensor ymc = log ? log_softmax(xmc, c.dim) : softmax(xmc, c.dim);
         Tensor ymd = log ? log_softmax(xmd, c.dim) : softmax(xmd, c.dim);
-        check_close(ymd, ymc, dt, what + " moderate");
+        testing::check_cuda_close(ymd, ymc, dt, what + " moderate");
         ymc.backward(g);
         ymd.backward(gpu(g));
-        check_close(xmd.grad(), xmc.grad(), dt, what + " moderate backward");
+        testing::check_cuda_close(xmd.grad(), xmc.grad(), dt, what + " moderate backward");
       }
     }
     // Empty tensors, and -inf / NaN / inf lanes (NaN where the CPU gives NaN; values that are exact
@@ -260,15 +251,15 @@ TEST_CASE("cuda softmax and log_softmax forward and backward match the CPU", "[c
   // the other in f32, which loses more than the device's tree does, so the reference is the
   // CPU's f64 result.
   const Tensor big = randn_dt({1, 4 * 1024 * 1024 + 9}, kFloat32, 56, 10.0);
-  check_close(softmax(gpu(big), 1), softmax(big.to(kFloat64), 1).to(kFloat32), kFloat32, "softmax 4M");
-  check_close(log_softmax(gpu(big), 1), log_softmax(big.to(kFloat64), 1).to(kFloat32), kFloat32, "log_softmax 4M");
+  testing::check_cuda_close(softmax(gpu(big), 1), softmax(big.to(kFloat64), 1).to(kFloat32), kFloat32, "softmax 4M");
+  testing::check_cuda_close(log_softmax(gpu(big), 1), log_softmax(big.to(kFloat64), 1).to(kFloat32), kFloat32, "log_softmax 4M");
   const Tensor big_inner = randn_dt({2, 1024 * 1024 + 3, 2}, kFloat32, 58, 10.0);
-  check_close(softmax(gpu(big_inner), 1), softmax(big_inner.to(kFloat64), 1).to(kFloat32), kFloat32,
+  testing::check_cuda_close(softmax(gpu(big_inner), 1), softmax(big_inner.to(kFloat64), 1).to(kFloat32), kFloat32,
               "softmax 4M over a middle dim");
   // A softmax over a transposed view, and with a dtype argument.
   const Tensor x = randn_dt({9, 17}, kFloat16, 57);
-  check_close(softmax(gpu(x).t(), 1), softmax(x.t(), 1), kFloat16, "softmax transposed");
-  check_close(log_softmax(gpu(x), 1, kFloat32), log_softmax(x, 1, kFloat32), kFloat32, "log_softmax dtype=f32");
+  testing::check_cuda_close(softmax(gpu(x).t(), 1), softmax(x.t(), 1), kFloat16, "softmax transposed");
+  testing::check_cuda_close(log_softmax(gpu(x), 1, kFloat32), log_softmax(x, 1, kFloat32), kFloat32, "log_softmax dtype=f32");
 }
 
 TEST_CASE("cuda dropout draws the CPU's mask for the same seed", "[cuda]") {
@@ -346,11 +337,11 @@ TEST_CASE("cuda cross_entropy and nll_loss match the CPU forward and backward", 
         Tensor xd = gpu(x).set_requires_grad(true);
         Tensor lc = cross_entropy(xc, target, r, c.ignore, c.smoothing, w);
         Tensor ld = cross_entropy(xd, gpu(target), r, c.ignore, c.smoothing, w.defined() ? gpu(w) : w);
-        check_close(ld, lc, dt == kFloat64 ? kFloat64 : kFloat32, "cross_entropy");
+        testing::check_cuda_close(ld, lc, dt == kFloat64 ? kFloat64 : kFloat32, "cross_entropy");
         const Tensor g = randn_dt(lc.sizes(), lc.dtype(), 73);
         lc.backward(g);
         ld.backward(gpu(g));
-        check_close(xd.grad(), xc.grad(), dt, "cross_entropy backward");
+        testing::check_cuda_close(xd.grad(), xc.grad(), dt, "cross_entropy backward");
 
         // nll_loss on log-probabilities.
         const Tensor lp = log_softmax(x.to(dt == kFloat64 ? kFloat64 : kFloat32), c.shape.size() == 1 ? 0 : 1);
@@ -359,22 +350,22 @@ TEST_CASE("cuda cross_entropy and nll_loss match the CPU forward and backward", 
         const Tensor wl = w.defined() ? w.to(lp.dtype()) : w;
         Tensor nc = nll_loss(lpc, target, r, c.ignore, wl);
         Tensor nd = nll_loss(lpd, gpu(target), r, c.ignore, wl.defined() ? gpu(wl) : wl);
-        check_close(nd, nc, lp.dtype(), "nll_loss");
+        testing::check_cuda_close(nd, nc, lp.dtype(), "nll_loss");
         const Tensor gn = randn_dt(nc.sizes(), nc.dtype(), 74);
         nc.backward(gn);
         nd.backward(gpu(gn));
-        check_close(lpd.grad(), lpc.grad(), lp.dtype(), "nll_loss backward");
+        testing::check_cuda_close(lpd.grad(), lpc.grad(), lp.dtype(), "nll_loss backward");
       }
     }
   }
   // Soft (probability) targets.
   const Tensor x = randn_dt({16, 7}, kFloat32, 75);
   const Tensor probs = softmax(randn_dt({16, 7}, kFloat32, 76), 1);
-  check_close(cross_entropy(gpu(x), gpu(probs), Reduction::Mean, -100, 0.1),
+  testing::check_cuda_close(cross_entropy(gpu(x), gpu(probs), Reduction::Mean, -100, 0.1),
               cross_entropy(x, probs, Reduction::Mean, -100, 0.1), kFloat32, "cross_entropy soft targets");
   // Empty batch.
   const Tensor e = randn_dt({0, 5}, kFloat32, 77);
-  check_close(cross_entropy(gpu(e), gpu(randint(0, 5, {0})), Reduction::Sum),
+  testing::check_cuda_close(cross_entropy(gpu(e), gpu(randint(0, 5, {0})), Reduction::Sum),
               cross_entropy(e, randint(0, 5, {0}), Reduction::Sum), kFloat32, "cross_entropy empty");
   // Errors: a bad class index is found on the device without stalling the call; its loss is
   // NaN and the error (value and position) comes at the next check; devices must agree.
@@ -415,12 +406,12 @@ TEST_CASE("cuda pointwise losses match the CPU forward and backward", "[cuda]") 
           Tensor xc = x.clone().set_requires_grad(true);
           Tensor xd = gpu(x).set_requires_grad(true);
           Tensor lc = loss(xc, t), ld = loss(xd, gpu(t));
-          check_close(ld, lc, ldt, names[which]);
+          testing::check_cuda_close(ld, lc, ldt, names[which]);
           if (x.numel() == 0) continue;
           const Tensor g = randn_dt(lc.sizes(), lc.dtype(), 83);
           lc.backward(g);
           ld.backward(gpu(g));
-          check_close(xd.grad(), xc.grad(), dt, std::string(names[which]) + " backward");
+          testing::check_cuda_close(xd.grad(), xc.grad(), dt, std::string(names[which]) + " backward");
         }
       }
     }
@@ -429,7 +420,7 @@ TEST_CASE("cuda pointwise losses match the CPU forward and backward", "[cuda]") 
   const Tensor x = randn_dt({32, 6}, kFloat32, 84);
   manual_seed(85);
   const Tensor t = rand({32, 6}), w = rand({6}) + 0.5, pw = rand({6}) + 1.0;
-  check_close(binary_cross_entropy_with_logits(gpu(x), gpu(t), Reduction::Mean, gpu(w), gpu(pw)),
+  testing::check_cuda_close(binary_cross_entropy_with_logits(gpu(x), gpu(t), Reduction::Mean, gpu(w), gpu(pw)),
               binary_cross_entropy_with_logits(x, t, Reduction::Mean, w, pw), kFloat32, "bce_with_logits weighted");
 }
 
@@ -448,13 +439,13 @@ TEST_CASE("cuda layer_norm and group_norm match the CPU forward and backward", "
       Tensor xd = gpu(x).set_requires_grad(true), wd = gpu(w0).set_requires_grad(true),
              bd = gpu(b0).set_requires_grad(true);
       Tensor yc = layer_norm(xc, c.normalized, wc, bc), yd = layer_norm(xd, c.normalized, wd, bd);
-      check_close(yd, yc, dt, "layer_norm");
+      testing::check_cuda_close(yd, yc, dt, "layer_norm");
       const Tensor g = randn_dt(c.shape, dt, 94);
       yc.backward(g);
       yd.backward(gpu(g));
-      check_close(xd.grad(), xc.grad(), dt, "layer_norm grad x");
-      check_close(wd.grad(), wc.grad(), dt, "layer_norm grad weight");
-      check_close(bd.grad(), bc.grad(), dt, "layer_norm grad bias");
+      testing::check_cuda_close(xd.grad(), xc.grad(), dt, "layer_norm grad x");
+      testing::check_cuda_close(wd.grad(), wc.grad(), dt, "layer_norm grad weight");
+      testing::check_cuda_close(bd.grad(), bc.grad(), dt, "layer_norm grad bias");
     }
     struct Gn {
       IntList shape;
@@ -469,13 +460,13 @@ TEST_CASE("cuda layer_norm and group_norm match the CPU forward and backward", "
       Tensor xd = gpu(x).set_requires_grad(true), wd = gpu(w0).set_requires_grad(true),
              bd = gpu(b0).set_requires_grad(true);
       Tensor yc = group_norm(xc, c.groups, wc, bc), yd = group_norm(xd, c.groups, wd, bd);
-      check_close(yd, yc, dt, "group_norm");
+      testing::check_cuda_close(yd, yc, dt, "group_norm");
       const Tensor g = randn_dt(c.shape, dt, 98);
       yc.backward(g);
       yd.backward(gpu(g));
-      check_close(xd.grad(), xc.grad(), dt, "group_norm grad x");
-      check_close(wd.grad(), wc.grad(), dt, "group_norm grad weight");
-      check_close(bd.grad(), bc.grad(), dt, "group_norm grad bias");
+      testing::check_cuda_close(xd.grad(), xc.grad(), dt, "group_norm grad x");
+      testing::check_cuda_close(wd.grad(), wc.grad(), dt, "group_norm grad weight");
+      testing::check_cuda_close(bd.grad(), bc.grad(), dt, "group_norm grad bias");
     }
   }
 }

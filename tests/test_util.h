@@ -102,6 +102,18 @@ inline double cuda_tolerance(DType dt) {
   }
 }
 
+/// Checks a device result against the CPU reference: on the device, same dtype, and
+/// rel_err within cuda_tolerance(dt).
+inline void check_cuda_close(const Tensor& got, const Tensor& ref, DType dt, const std::string& what) {
+  INFO(what << " dtype " << dtype_name(dt) << " shape " << shape_str(ref.sizes()));
+  REQUIRE(got.defined());
+  CHECK(got.device().is_cuda());
+  CHECK(got.dtype() == ref.dtype());
+  const double e = rel_err(got, ref);
+  INFO("rel_err " << e << " (tolerance " << cuda_tolerance(dt) << ")");
+  CHECK(e < cuda_tolerance(dt));
+}
+
 /// True (and device allocations poisoned with NaN bytes) when a CUDA device is present.
 /// [cuda] tests start with `if (!cuda_ready()) return;`: they pass as skipped on machines
 /// without a GPU, with a warning saying so.
