@@ -312,4 +312,18 @@ bool parse_resumable(Args& args, int argc, char** argv, const std::string& comma
   return true;
 }
 
+bool epochs_left(int64_t start_epoch, int64_t epochs) {
+  if (start_epoch < epochs) return true;
+  std::printf("nothing to do: the checkpoint already finished %lld of %lld epochs (raise --epochs to train more)\n",
+              static_cast<long long>(start_epoch), static_cast<long long>(epochs));
+  return false;
+}
+
+std::string prepare_out(const std::string& out) {
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);
+  MPX_CHECK(std::filesystem::is_directory(out), "--out ", out, ": cannot create the folder (", ec.message(), ")");
+  return (std::filesystem::path(out) / "checkpoint.safetensors").string();
+}
+
 }  // namespace mpx::cli

@@ -80,6 +80,12 @@ void get_amp_and_rng(const Metadata& meta, const std::string& path);
 /// what to do (the message of a corrupt file, a missing file, or a file of another command).
 TensorDict load_checkpoint(const std::string& path, const std::string& kind, Metadata& meta);
 
+/// False, after saying so, when a resumed run's checkpoint already finished every epoch.
+bool epochs_left(int64_t start_epoch, int64_t epochs);
+/// Creates the --out folder (an mpx::Error naming it when that fails) and returns the path of
+/// the checkpoint inside it.
+std::string prepare_out(const std::string& out);
+
 /// The start of a command that can resume (train, dcgan): parses the command line, turns a
 /// positional DATA_DIR into --data, and with --resume loads the checkpoint (into `ck`/`meta`) and
 /// makes its run flags the defaults. A run flag given again with another value is warned about,

@@ -152,15 +152,8 @@ int run_dcgan(int argc, char** argv) {
               static_cast<long long>(d.channels), d.channels == 1 ? "" : "s", static_cast<long long>(batch),
               static_cast<long long>(nz), static_cast<long long>(ngf), static_cast<long long>(ndf), lr,
               amp::properties().opt_level.c_str(), device.str().c_str(), threads, threads == 1 ? "" : "s");
-  if (start_epoch >= epochs) {
-    std::printf("nothing to do: the checkpoint already finished %lld of %lld epochs (raise --epochs to train more)\n",
-                static_cast<long long>(start_epoch), static_cast<long long>(epochs));
-    return 0;
-  }
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  MPX_CHECK(fs::is_directory(out), "--out ", out, ": cannot create the folder (", ec.message(), ")");
-  const std::string ck_path = (fs::path(out) / "checkpoint.safetensors").string();
+  if (!epochs_left(start_epoch, epochs)) return 0;
+  const std::string ck_path = prepare_out(out);
   MetricsLog log(out, "losses");
   log.resume("global_step", static_cast<double>(global_step));
 

@@ -237,16 +237,9 @@ int train_main(int argc, char** argv, TrainSummary* summary) {
     std::printf("resumed from %s: epoch %lld, step %lld of %lld\n", resume.c_str(), static_cast<long long>(start_epoch + 1),
                 static_cast<long long>(start_step), static_cast<long long>(steps_per_epoch));
   }
-  if (start_epoch >= epochs) {
-    std::printf("nothing to do: the checkpoint already finished %lld of %lld epochs (raise --epochs to train more)\n",
-                static_cast<long long>(start_epoch), static_cast<long long>(epochs));
-    return 0;
-  }
+  if (!epochs_left(start_epoch, epochs)) return 0;
 
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  MPX_CHECK(fs::is_directory(out), "--out ", out, ": cannot create the folder (", ec.message(), ")");
-  const std::string ck_path = (fs::path(out) / "checkpoint.safetensors").string();
+  const std::string ck_path = prepare_out(out);
   MetricsLog log(out, "metrics");
   log.resume("epoch", static_cast<double>(start_epoch));  // keeps earlier epochs' rows, drops any later ones
 
