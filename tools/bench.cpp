@@ -476,23 +476,33 @@ void stream_peer(const Args& args, const std::string& cmd, const std::string& ta
               " before reporting any row (see its output above); check --python (it needs torch)";
 }
 
+// The start of a peer command line ("OMP_NUM_THREADS=n python script") and the comma lists of
+// models, levels and dtypes; empty, with `failure` set, when the script is missing.
+std::string peer_prefix(const Args& args, int threads, const std::vector<std::string>& models,
+                        const std::vector<std::string>& levels, const std::vector<std::string>& dtypes,
+                        std::string& ml, std::string& ll, std::string& dl, std::string& failure) {
+  const std::string script = args.str("--peer-script");
+  if (!fs::exists(script)) {
+    failure = "peer script " + script + " not found; pass --peer-script PATH (it is bench/peer_bench.py in the sources)";
+    return "";
+  }
+  for (const auto& m : models) ml += (ml.empty() ? "" : ",") + m;
+  for (const auto& l : levels) ll += (ll.empty() ? "" : ",") + l;
+  for (const auto& d : dtypes) dl += (dl.empty() ? "" : ",") + d;
+  return "OMP_NUM_THREADS=" + std::to_string(threads) + " " + shell_quote(args.str("--python")) + " " +
+         shell_quote(script);
+}
+
 // Runs the peer script once for every row and parses its "row,..." lines.
 std::map<std::string, PeerRow> run_peer(const Args& args, const std::vector<std::string>& models,
                                         const std::vector<std::string>& levels, const std::vector<std::string>& dtypes,
                                         const SpeedConfig& c, int threads, std::string& failure) {
   std::map<std::string, PeerRow> out;
-  const std::string script = args.str("--peer-script");
-  if (!fs::exists(script)) {
-    failure = "peer script " + script + " not found; pass --peer-script PATH (it is bench/peer_bench.py in the sources)";
-    return out;
-  }
   std::string ml, ll, dl;
-  for (const auto& m : models) ml += (ml.empty() ? "" : ",") + m;
-  for (const auto& l : levels) ll += (ll.empty() ? "" : ",") + l;
-  for (const auto& d : dtypes) dl += (dl.empty() ? "" : ",") + d;
+  const std::string prefix = peer_prefix(args, threads, models, levels, dtypes, ml, ll, dl, failure);
+  if (prefix.empty()) return out;
   std::ostringstream cmd;
-  cmd << "OMP_NUM_THREADS=" << threads << " " << shell_quote(args.str("--python")) << " " << shell_quote(script)
-      << " --models " << ml << " --opt-levels " << ll << " --dtype " << dl << " --batch " << c.batch << " --steps "
+  cmd << prefix << " --models " << ml << " --opt-levels " << ll << " --dtype " << dl << " --batch " << c.batch << " --steps "
       << c.steps << " --warmup " << c.warmup << " --windows " << c.windows << " --image-size " << c.image_size
       << " --device " << (c.device.is_cuda() ? "cuda" : "cpu") << " --threads " << threads << " --seed " << c.seed
       << " 2>&1";
@@ -747,19 +757,12 @@ std::map<std::string, PeerAccuracy> run_peer_accuracy(const Args& args, const st
                                                       const std::vector<std::string>& dtypes, int64_t epochs,
                                                       int64_t batch, int threads, std::string& failure) {
   std::map<std::string, PeerAccuracy> out;
-  const std::string script = args.str("--peer-script");
-  if (!fs::exists(script)) {
-    failure = "peer script " + script + " not found; pass --peer-script PATH (it is bench/peer_bench.py in the sources)";
-    return out;
-  }
   std::string ml, ll, dl;
-  for (const auto& m : models) ml += (ml.empty() ? "" : ",") + m;
-  for (const auto& l : levels) ll += (ll.empty() ? "" : ",") + l;
-  for (const auto& d : dtypes) dl += (dl.empty() ? "" : ",") + d;
+  const std::string prefix = peer_prefix(args, threads, models, levels, dtypes, ml, ll, dl, failure);
+  if (prefix.empty()) return out;
   // momentum 0.9 and weight decay 1e-4 are mpx train's defaults, which the accuracy mode keeps.
   std::ostringstream cmd;
-  cmd << "OMP_NUM_THREADS=" << threads << " " << shell_quote(args.str("--python")) << " " << shell_quote(script)
-      << " --accuracy --models " << ml << " --opt-levels " << ll << " --dtype " << dl << " --batch " << batch
+  cmd << prefix << " --accuracy --models " << ml << " --opt-levels " << ll << " --dtype " << dl << " --batch " << batch
       << " --epochs " << epochs << " --lr " << shell_quote(args.str("--lr")) << " --momentum 0.9 --weight-decay 1e-4"
       << " --limit-train " << args.str("--limit-train") << " --limit-test " << args.str("--limit-test")
       << " --dataset " << shell_quote(args.str("--dataset"))

@@ -326,4 +326,20 @@ std::string prepare_out(const std::string& out) {
   return (std::filesystem::path(out) / "checkpoint.safetensors").string();
 }
 
+ResumePoint restore_checkpoint(const Metadata& meta, const std::string& path,
+                               int64_t steps_per_epoch, const std::function<void()>& load) {
+  try {
+    load();
+    get_amp_and_rng(meta, path);
+  } catch (const std::exception& e) {
+    MPX_ERROR("--resume ", path, " does not fit this run (", e.what(), "); resume with the flags it was written with");
+  }
+  ResumePoint r;
+  r.epoch = static_cast<int64_t>(meta_num(meta, "epoch", path));
+  r.step = static_cast<int64_t>(meta_num(meta, "step_in_epoch", path));
+  r.global_step = static_cast<int64_t>(meta_num(meta, "global_step", path));
+  if (r.step >= steps_per_epoch && steps_per_epoch > 0) r.epoch += 1, r.step = 0;
+  return r;
+}
+
 }  // namespace mpx::cli

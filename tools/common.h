@@ -1,6 +1,7 @@
 // Shared pieces of the mpx commands: devices, amp flags, data sets by name, subsets, checkpoint metadata helpers.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -79,6 +80,16 @@ void get_amp_and_rng(const Metadata& meta, const std::string& path);
 /// Loads a checkpoint, turning every failure into one mpx::Error that names the file and says
 /// what to do (the message of a corrupt file, a missing file, or a file of another command).
 TensorDict load_checkpoint(const std::string& path, const std::string& kind, Metadata& meta);
+
+/// Where a checkpoint stopped, in steps of `steps_per_epoch` (an epoch that was finished moves
+/// on to the next one).
+struct ResumePoint {
+  int64_t epoch = 0, step = 0, global_step = 0;
+};
+/// Restores a checkpoint: `load` puts its modules and optimizers back, then the amp state and the
+/// RNG follow. Any mismatch becomes one error naming the file and what to do.
+ResumePoint restore_checkpoint(const Metadata& meta, const std::string& path,
+                               int64_t steps_per_epoch, const std::function<void()>& load);
 
 /// False, after saying so, when a resumed run's checkpoint already finished every epoch.
 bool epochs_left(int64_t start_epoch, int64_t epochs);

@@ -131,19 +131,15 @@ int run_dcgan(int argc, char** argv) {
 
   int64_t start_epoch = 0, start_step = 0, global_step = 0;
   if (!resume.empty()) {
-    try {
+    const ResumePoint at = restore_checkpoint(ck_meta, resume, steps_per_epoch, [&] {
       get_module(*G.ptr(), "G", ck, resume);
       get_module(*D.ptr(), "D", ck, resume);
       get_optimizer(optG, "optG", ck, ck_meta, resume);
       get_optimizer(optD, "optD", ck, ck_meta, resume);
-      get_amp_and_rng(ck_meta, resume);
-    } catch (const std::exception& e) {
-      MPX_ERROR("--resume ", resume, " does not fit this run (", e.what(), "); resume with the flags it was written with");
-    }
-    start_epoch = static_cast<int64_t>(meta_num(ck_meta, "epoch", resume));
-    start_step = static_cast<int64_t>(meta_num(ck_meta, "step_in_epoch", resume));
-    global_step = static_cast<int64_t>(meta_num(ck_meta, "global_step", resume));
-    if (start_step >= steps_per_epoch) start_epoch += 1, start_step = 0;
+    });
+    start_epoch = at.epoch;
+    start_step = at.step;
+    global_step = at.global_step;
   }
   const int threads = omp_get_max_threads();
   std::printf("mpx dcgan: %s (%lld images, %lld px, %lld channel%s), batch %lld, nz %lld ngf %lld ndf %lld, Adam lr %g, "

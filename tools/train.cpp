@@ -197,16 +197,13 @@ int train_main(int argc, char** argv, TrainSummary* summary) {
   int64_t start_epoch = 0, start_step = 0, global_step = 0;
   double carried_loss = 0, carried_hits = 0, carried_seen = 0, carried_seconds = 0;
   if (!resume.empty()) {
-    try {
+    const ResumePoint at = restore_checkpoint(ck_meta, resume, steps_per_epoch, [&] {
       get_module(*net.ptr(), "model", ck, resume);
       get_optimizer(opt, "optimizer", ck, ck_meta, resume);
-      get_amp_and_rng(ck_meta, resume);
-    } catch (const std::exception& e) {
-      MPX_ERROR("--resume ", resume, " does not fit this run (", e.what(), "); resume with the flags it was written with");
-    }
-    start_epoch = static_cast<int64_t>(meta_num(ck_meta, "epoch", resume));
-    start_step = static_cast<int64_t>(meta_num(ck_meta, "step_in_epoch", resume));
-    global_step = static_cast<int64_t>(meta_num(ck_meta, "global_step", resume));
+    });
+    start_epoch = at.epoch;
+    start_step = at.step;
+    global_step = at.global_step;
     carried_loss = meta_num(ck_meta, "partial.loss_sum", resume);
     carried_hits = meta_num(ck_meta, "partial.hits", resume);
     carried_seen = meta_num(ck_meta, "partial.seen", resume);
@@ -215,7 +212,6 @@ int train_main(int argc, char** argv, TrainSummary* summary) {
     if (deterministic && !t.empty() && t != std::to_string(threads))
       std::fprintf(stderr, "mpx train: warning: the checkpoint was written with %s threads, this run has %d; results "
                    "will differ in the last bits\n", t.c_str(), threads);
-    if (start_step >= steps_per_epoch && steps_per_epoch > 0) start_epoch += 1, start_step = 0;
   }
 
   const std::string dtype = args.str("--dtype");
