@@ -12,36 +12,33 @@ inline float bits_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 
 /// f32 -> binary16, round to nearest even; overflow past 65504 (after rounding) gives inf,
 /// results below the normal range become subnormals, NaN stays a (quiet) NaN with its sign.
+/// Branch-free (every case is computed, then selected) so kernel loops over halves vectorize.
 inline uint16_t f32_to_f16_bits(float f) {
-  uint32_t x = f32_bits(f);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) {  // inf or NaN
-    return static_cast<uint16_t>(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0u));
-  }
-  if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds past 65504
-  if (ax < 0x38800000u) {  // below 2^-14: subnormal half or zero
-    if (ax < 0x33000000u) return static_cast<uint16_t>(sign);  // below half of the smallest subnormal
-    // Add the value to 0.5 (as float) so the FPU's own RNE does the subnormal rounding.
-    float r = bits_f32(ax) + 0.5f;
-    return static_cast<uint16_t>(sign | (f32_bits(r) - 0x3f000000u));
-  }
-  uint32_t mant_odd = (ax >> 13) & 1u;
-  ax += 0xc8000fffu + mant_odd;  // rebias exponent (-112 << 23) and round half to even
-  return static_cast<uint16_t>(sign | (ax >> 13));
+  const uint32_t x = f32_bits(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t ax = x & 0x7fffffffu;
+  // Normal: rebias the exponent (-112 << 23) and round half to even on the 13 dropped bits.
+  const uint32_t normal = (ax + 0xc8000fffu + ((ax >> 13) & 1u)) >> 13;
+  // Below 2^-14: adding 0.5f makes the FPU's own round-to-nearest-even do the subnormal
+  // rounding (anything up to half the smallest subnormal rounds to zero).
+  const uint32_t subnormal = f32_bits(bits_f32(ax) + 0.5f) - 0x3f000000u;
+  const uint32_t nan = 0x7e00u | ((ax >> 13) & 0x3ffu);
+  uint32_t r = ax < 0x38800000u ? subnormal : normal;
+  r = ax >= 0x477ff000u ? 0x7c00u : r;  // rounds past 65504, or inf
+  r = ax > 0x7f800000u ? nan : r;
+  return static_cast<uint16_t>(sign | r);
 }
 
+/// binary16 -> f32, exact (NaN payloads kept); branch-free like f32_to_f16_bits.
 inline float f16_bits_to_f32(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  if (exp == 0x1f) return bits_f32(sign | 0x7f800000u | (mant << 13));
-  if (exp == 0) {
-    if (mant == 0) return bits_f32(sign);
-    float v = static_cast<float>(mant) * 5.9604644775390625e-08f;  // mant * 2^-24, exact
-    return sign ? -v : v;
-  }
-  return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t em = h & 0x7fffu;
+  // Normal: rebias the exponent by (127 - 15) << 23; inf/NaN (exponent 31) by twice that.
+  const uint32_t normal = (em << 13) + (0x38000000u << (em >= 0x7c00u));
+  const uint32_t subnormal = f32_bits(static_cast<float>(static_cast<int32_t>(em)) * 5.9604644775390625e-08f);
+  // A mask rather than ?: so GCC keeps the loop free of control flow.
+  const uint32_t is_sub = 0u - static_cast<uint32_t>(em < 0x400u);
+  return bits_f32(sign | (subnormal & is_sub) | (normal & ~is_sub));
 }
 
 /// f32 -> bfloat16 with round to nearest even; NaN stays NaN (never rounds to inf).

@@ -273,22 +273,30 @@ void backward_weight(S* gw, const S* gy, const S* x, const Geom& g) {
 template <typename T>
 constexpr bool kNative = std::is_same_v<T, float> || std::is_same_v<T, double>;
 
-// f16/bf16 inputs compute in f32 (dense copies) and round the result back once.
+// f16/bf16 inputs compute in f32 (dense copies, on oneDNN when it is there) and round the
+// result back once.
 Tensor widen(const Tensor& t) { return t.defined() ? t.to(kFloat32).contiguous() : t; }
 // The Eigen kernels run on NCHW: channels-last outputs are computed in a dense temporary.
 Tensor dense_out(const Tensor& t) { return t.is_contiguous() ? t : empty(t.sizes(), t.options()); }
 void finish(const Tensor& out, const Tensor& dense) {
   if (!dense.is_same(out)) Tensor(out).copy_(dense);
 }
+#ifndef MPX_WITH_ONEDNN
+namespace onednn {  // stand-ins so the f16/bf16 paths read the same with or without oneDNN
+inline bool conv_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Conv2dParams&) { return false; }
+inline bool conv_backward_input(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Conv2dParams&) {
+  return false;
+}
+inline bool conv_backward_weight(const Tensor&, const Tensor&, const Tensor&, const Conv2dParams&) { return false; }
+}  // namespace onednn
+#endif
 template <typename S>
 const S* ptr(const Tensor& t) { return t.defined() ? static_cast<const S*>(t.raw_data()) : nullptr; }
 
 template <typename T> struct ConvForward {
   static void run(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
     if (y.numel() == 0) return;
-#ifdef MPX_WITH_ONEDNN
     if constexpr (std::is_same_v<T, float>) if (onednn::conv_forward(y, x, w, b, p)) return;
-#endif
     const Geom g = geom(x.sizes(), w.sizes(), y.sizes(), p);
     if constexpr (kNative<T>) {
       const Tensor xc = x.contiguous(), yc = dense_out(y);
@@ -297,7 +305,8 @@ template <typename T> struct ConvForward {
     } else {
       Tensor xf = widen(x), wf = widen(w), bf = widen(b);
       Tensor yf = empty(y.sizes(), TensorOptions(kFloat32));
-      forward<float>(static_cast<float*>(yf.raw_data()), ptr<float>(xf), ptr<float>(wf), ptr<float>(bf), g);
+      if (!onednn::conv_forward(yf, xf, wf, bf, p))
+        forward<float>(static_cast<float*>(yf.raw_data()), ptr<float>(xf), ptr<float>(wf), ptr<float>(bf), g);
       Tensor(y).copy_(yf);
     }
   }
@@ -311,9 +320,7 @@ template <typename T> struct ConvBackwardInput {
       if (b.defined()) Tensor(gx).add_(b.view({1, -1, 1, 1}));
       return;
     }
-#ifdef MPX_WITH_ONEDNN
     if constexpr (std::is_same_v<T, float>) if (onednn::conv_backward_input(gx, gy, w, b, p)) return;
-#endif
     const Geom g = geom(gx.sizes(), w.sizes(), gy.sizes(), p);
     if constexpr (kNative<T>) {
       const Tensor gyc = gy.contiguous(), gxc = dense_out(gx);
@@ -322,7 +329,8 @@ template <typename T> struct ConvBackwardInput {
     } else {
       Tensor gyf = widen(gy), wf = widen(w), bf = widen(b);
       Tensor gxf = empty(gx.sizes(), TensorOptions(kFloat32));
-      backward_input<float>(static_cast<float*>(gxf.raw_data()), ptr<float>(gyf), ptr<float>(wf), ptr<float>(bf), g);
+      if (!onednn::conv_backward_input(gxf, gyf, wf, bf, p))
+        backward_input<float>(static_cast<float*>(gxf.raw_data()), ptr<float>(gyf), ptr<float>(wf), ptr<float>(bf), g);
       Tensor(gx).copy_(gxf);
     }
   }
@@ -332,16 +340,15 @@ template <typename T> struct ConvBackwardWeight {
   static void run(const Tensor& gw, const Tensor& gy, const Tensor& x, const Conv2dParams& p) {
     if (gw.numel() == 0) return;
     if (gy.numel() == 0) { Tensor(gw).zero_(); return; }
-#ifdef MPX_WITH_ONEDNN
     if constexpr (std::is_same_v<T, float>) if (onednn::conv_backward_weight(gw, gy, x, p)) return;
-#endif
     const Geom g = geom(x.sizes(), gw.sizes(), gy.sizes(), p);
     if constexpr (kNative<T>) {
       backward_weight<T>(static_cast<T*>(gw.raw_data()), ptr<T>(gy.contiguous()), ptr<T>(x.contiguous()), g);
     } else {
       Tensor gyf = widen(gy), xf = widen(x);
       Tensor gwf = empty(gw.sizes(), TensorOptions(kFloat32));
-      backward_weight<float>(static_cast<float*>(gwf.raw_data()), ptr<float>(gyf), ptr<float>(xf), g);
+      if (!onednn::conv_backward_weight(gwf, gyf, xf, p))
+        backward_weight<float>(static_cast<float*>(gwf.raw_data()), ptr<float>(gyf), ptr<float>(xf), g);
       Tensor(gw).copy_(gwf);
     }
   }

@@ -32,7 +32,6 @@ MPX_UNARY(Cos, std::cos(x))
 MPX_UNARY(Erf, std::erf(x))
 MPX_UNARY(Tanh, std::tanh(x))
 MPX_UNARY(Sigmoid, A(1) / (A(1) + std::exp(-x)))
-MPX_UNARY(Relu, x > A(0) ? x : A(0))
 MPX_UNARY(LeakyRelu, x > A(0) ? x : static_cast<A>(x * p0))
 MPX_UNARY(Gelu, static_cast<A>(0.5) * x * (A(1) + std::erf(x * static_cast<A>(0.70710678118654752440))))
 MPX_UNARY(Silu, x / (A(1) + std::exp(-x)))
@@ -106,9 +105,20 @@ template <typename T> struct Addcdiv {
       return static_cast<T>(static_cast<A>(z) + static_cast<A>(v) * static_cast<A>(x) / static_cast<A>(y)); }, s, a, b);
   }
 };
+// v where `keep`, else zero. Selecting the stored bits, rather than rounding a selected float,
+// keeps f16/bf16 loops free of control flow, so GCC vectorizes them.
+template <typename T> T keep_or_zero(bool keep, T v) {
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return T::from_bits(keep ? v.x : uint16_t{0});
+  else return keep ? v : T(0);
+}
+template <typename T> struct Relu {
+  static void run(const Tensor& out, const Tensor& in, double, double) {
+    elementwise<T, T>(out, [](T x) { return keep_or_zero(static_cast<acc_t<T>>(x) > acc_t<T>(0), x); }, in);
+  }
+};
 template <typename T> struct ThresholdBackward {
   static void run(const Tensor& out, const Tensor& g, const Tensor& x, double thr) {
-    elementwise<T, T, T>(out, [thr](T gv, T xv) { return static_cast<double>(xv) > thr ? gv : T(0.0f); }, g, x);
+    elementwise<T, T, T>(out, [thr](T gv, T xv) { return keep_or_zero(static_cast<double>(xv) > thr, gv); }, g, x);
   }
 };
 
@@ -188,7 +198,7 @@ MPX_REGISTER_KERNELS(cpu_elementwise) {
   reg_unary<Erf>(OpId::erf);
   reg_unary<Tanh>(OpId::tanh);
   reg_unary<Sigmoid>(OpId::sigmoid);
-  reg_unary<Relu>(OpId::relu);
+  dispatch::register_types<Relu, float, double, Half, BFloat16>(OpId::relu, D::kCPU);
   reg_unary<LeakyRelu>(OpId::leaky_relu);
   reg_unary<Gelu>(OpId::gelu);
   reg_unary<Silu>(OpId::silu);

@@ -14,6 +14,30 @@ template <typename T> using stat_t = std::conditional_t<std::is_same_v<T, double
 template <typename S>
 S* mut(const Tensor& t) { return t.defined() ? static_cast<S*>(t.raw_data()) : nullptr; }
 
+// Adds f(i) over [0, n) into `sums` (K double accumulators side by side, each summing its own
+// fixed subset in a fixed order, so results never depend on threads): independent lanes
+// let the compiler vectorize what one serial double sum would not.
+template <int K, typename F>
+void add_lanes(double (&sums)[K][8], int64_t n, F f) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    double v[K][8];
+    for (int j = 0; j < 8; ++j) f(i + j, v, j);
+    for (int k = 0; k < K; ++k)
+      for (int j = 0; j < 8; ++j) sums[k][j] += v[k][j];
+  }
+  for (; i < n; ++i) {
+    double v[K][8];
+    f(i, v, 0);
+    for (int k = 0; k < K; ++k) sums[k][0] += v[k][0];
+  }
+}
+template <int K>
+double total(const double (&sums)[K][8], int k) {
+  const double* s = sums[k];
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
 // Channels are independent; a channel's work is N segments of S contiguous elements.
 template <typename F>
 void for_channels(int64_t C, int64_t per_channel, F f) {
@@ -34,20 +58,21 @@ template <typename T> struct BatchNorm {
     const St *wp = mut<St>(weight), *bp = mut<St>(bias);
     for_channels(C, M, [&](int64_t c) {
       if (training) {
-        double s = 0;
+        double s[1][8] = {};
         for (int64_t n = 0; n < N; ++n) {
           const T* r = xp + (n * C + c) * S;
-          for (int64_t i = 0; i < S; ++i) s += static_cast<double>(static_cast<A>(r[i]));
+          add_lanes(s, S, [&](int64_t i, double (&v)[1][8], int j) { v[0][j] = static_cast<double>(static_cast<A>(r[i])); });
         }
-        const double m = M > 0 ? s / static_cast<double>(M) : 0.0;
-        double ss = 0;
+        const double m = M > 0 ? total(s, 0) / static_cast<double>(M) : 0.0;
+        double q[1][8] = {};
         for (int64_t n = 0; n < N; ++n) {
           const T* r = xp + (n * C + c) * S;
-          for (int64_t i = 0; i < S; ++i) {
+          add_lanes(q, S, [&](int64_t i, double (&v)[1][8], int j) {
             const double d = static_cast<double>(static_cast<A>(r[i])) - m;
-            ss += d * d;
-          }
+            v[0][j] = d * d;
+          });
         }
+        const double ss = total(q, 0);
         mp[c] = static_cast<St>(m);
         vp[c] = static_cast<St>(M > 0 ? ss / static_cast<double>(M) : 0.0);
       }
@@ -79,16 +104,17 @@ template <typename T> struct BatchNormBackward {
     const St *mp = mut<St>(mean), *ip = mut<St>(invstd), *wp = mut<St>(weight);
     for_channels(C, M, [&](int64_t c) {
       const double m = static_cast<double>(mp[c]), is = static_cast<double>(ip[c]);
-      double sg = 0, sgx = 0;  // sum(gy), sum(gy * (x - mean))
+      double sums[2][8] = {};  // sum(gy), sum(gy * (x - mean))
       for (int64_t n = 0; n < N; ++n) {
         const T* r = xp + (n * C + c) * S;
         const T* g = gp + (n * C + c) * S;
-        for (int64_t i = 0; i < S; ++i) {
+        add_lanes(sums, S, [&](int64_t i, double (&v)[2][8], int j) {
           const double gv = static_cast<double>(static_cast<A>(g[i]));
-          sg += gv;
-          sgx += gv * (static_cast<double>(static_cast<A>(r[i])) - m);
-        }
+          v[0][j] = gv;
+          v[1][j] = gv * (static_cast<double>(static_cast<A>(r[i])) - m);
+        });
       }
+      const double sg = total(sums, 0), sgx = total(sums, 1);
       if (gbp) gbp[c] = static_cast<St>(sg);
       if (gwp) gwp[c] = static_cast<St>(sgx * is);
       if (!gxp) return;
