@@ -70,24 +70,24 @@ class Bottleneck(nn.Module):
 
 
 class ResNet(nn.Module):
-    def __init__(self, block, layers, in_channels, num_classes, small_input):
+    def __init__(self, block, layers, in_channels, num_classes, small_input, width=64):
         super().__init__()
         self.small = small_input
         if small_input:  # mpx's small-input variant: 3x3 stride-1 stem, no max pool
-            self.conv1 = nn.Conv2d(in_channels, 64, 3, 1, 1, bias=False)
+            self.conv1 = nn.Conv2d(in_channels, width, 3, 1, 1, bias=False)
         else:
-            self.conv1 = nn.Conv2d(in_channels, 64, 7, 2, 3, bias=False)
-        self.bn1 = nn.BatchNorm2d(64)
-        cin = 64
+            self.conv1 = nn.Conv2d(in_channels, width, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        cin = width
         stages = []
         for i, n in enumerate(layers):
-            planes, stride = 64 * 2**i, 1 if i == 0 else 2
+            planes, stride = width * 2**i, 1 if i == 0 else 2
             blocks = []
             for j in range(n):
                 blocks.append(block(cin, planes, stride if j == 0 else 1))
                 cin = planes * block.expansion
             stages.append(nn.Sequential(*blocks))
-        self.layer1, self.layer2, self.layer3, self.layer4 = stages
+        self.stages = nn.Sequential(*stages)
         self.fc = nn.Linear(cin, num_classes)
         for m in self.modules():  # torchvision's (and mpx's) initialisation
             if isinstance(m, nn.Conv2d):
@@ -100,12 +100,13 @@ class ResNet(nn.Module):
         x = F.relu(self.bn1(self.conv1(x)))
         if not self.small:
             x = F.max_pool2d(x, 3, 2, 1)
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        x = self.stages(x)
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
-RESNETS = {"resnet18": (BasicBlock, [2, 2, 2, 2]), "resnet34": (BasicBlock, [3, 4, 6, 3]),
-           "resnet50": (Bottleneck, [3, 4, 6, 3])}
+# name: (block, blocks per stage, stem width); resnet20 is He et al.'s CIFAR net (always the small stem).
+RESNETS = {"resnet18": (BasicBlock, [2, 2, 2, 2], 64), "resnet34": (BasicBlock, [3, 4, 6, 3], 64),
+           "resnet50": (Bottleneck, [3, 4, 6, 3], 64), "resnet20": (BasicBlock, [3, 3, 3], 16)}
 
 
 class SmallCnn(nn.Module):
@@ -131,8 +132,8 @@ def classifier(model, in_channels, num_classes, small_input):
         return SmallCnn(in_channels, num_classes)
     if model not in RESNETS:
         raise ValueError(f"the peer has no {model} (it defines small_cnn, {', '.join(sorted(RESNETS))} and dcgan)")
-    block, layers = RESNETS[model]
-    return ResNet(block, layers, in_channels, num_classes, small_input)
+    block, layers, width = RESNETS[model]
+    return ResNet(block, layers, in_channels, num_classes, small_input or model == "resnet20", width)
 
 
 def up(cin, cout, k, s, p):

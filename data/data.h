@@ -5,5 +5,6 @@
 #include "data/dataset.h"
 #include "data/datasets.h"
 #include "data/idx.h"
+#include "data/prefetcher.h"
 #include "data/sampler.h"
 #include "data/transforms.h"

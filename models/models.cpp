@@ -35,6 +35,7 @@ const std::vector<std::pair<std::string, Factory>>& registry() {
       {"resnet50", [](const ModelOptions& o) { return nn::AnyModule(resnet50(o.resnet())); }},
       {"resnet101", [](const ModelOptions& o) { return nn::AnyModule(resnet101(o.resnet())); }},
       {"resnet152", [](const ModelOptions& o) { return nn::AnyModule(resnet152(o.resnet())); }},
+      {"resnet20", [](const ModelOptions& o) { return nn::AnyModule(resnet20(o.resnet())); }},
       {"vgg11", [](const ModelOptions& o) { return nn::AnyModule(vgg11(o.vgg())); }},
       {"vgg11_bn", [](const ModelOptions& o) { return nn::AnyModule(vgg11_bn(o.vgg())); }},
       {"vgg13", [](const ModelOptions& o) { return nn::AnyModule(vgg13(o.vgg())); }},

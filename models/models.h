@@ -40,7 +40,7 @@ struct ModelOptions {
   DCGANOptions dcgan() const;
 };
 
-/// Builds a model by name: "resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
+/// Builds a model by name: "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnet20",
 /// "vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19", "vgg19_bn",
 /// "alexnet", "dcgan_generator", "dcgan_discriminator", "small_cnn" (names are
 /// case-insensitive). The result is callable (`net(x)`) and `net.ptr()` is the module for

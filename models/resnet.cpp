@@ -55,25 +55,28 @@ Tensor BottleneckImpl::forward(const Tensor& x) {
   return F::relu(out + (downsample ? downsample(x) : x));
 }
 
-ResNetImpl::ResNetImpl(ResNetBlock block, std::vector<int64_t> layers, const ResNetOptions& options)
+ResNetImpl::ResNetImpl(ResNetBlock block, std::vector<int64_t> layers, const ResNetOptions& options,
+                       std::vector<int64_t> widths)
     : options(options) {
-  MPX_CHECK(layers.size() == 4, "ResNet: expected the block counts of 4 stages, got ", layers.size());
+  MPX_CHECK((layers.size() == 3 || layers.size() == 4) && widths.size() == layers.size(),
+            "ResNet: expected the block counts and widths of 3 or 4 stages, got ", layers.size(), " and ",
+            widths.size());
   MPX_CHECK(options.num_classes() > 0 && options.in_channels() > 0,
             "ResNet: num_classes and in_channels must be positive, got num_classes=", options.num_classes(),
             " in_channels=", options.in_channels());
+  inplanes_ = widths[0];
   if (options.small_input()) {
-    conv1 = register_module("conv1", conv3x3(options.in_channels(), 64));
+    conv1 = register_module("conv1", conv3x3(options.in_channels(), inplanes_));
   } else {
     conv1 = register_module(
-        "conv1", nn::Conv2d(nn::Conv2dOptions(options.in_channels(), 64, 7).stride(2).padding(3).bias(false)));
+        "conv1", nn::Conv2d(nn::Conv2dOptions(options.in_channels(), inplanes_, 7).stride(2).padding(3).bias(false)));
   }
-  bn1 = register_module("bn1", nn::BatchNorm2d(64));
-  layer1 = register_module("layer1", make_layer(block, 64, layers[0], 1));
-  layer2 = register_module("layer2", make_layer(block, 128, layers[1], 2));
-  layer3 = register_module("layer3", make_layer(block, 256, layers[2], 2));
-  layer4 = register_module("layer4", make_layer(block, 512, layers[3], 2));
-  const int64_t expansion = block == ResNetBlock::Basic ? BasicBlockImpl::expansion : BottleneckImpl::expansion;
-  fc = register_module("fc", nn::Linear(512 * expansion, options.num_classes()));
+  bn1 = register_module("bn1", nn::BatchNorm2d(inplanes_));
+  layer1 = register_module("layer1", make_layer(block, widths[0], layers[0], 1));
+  layer2 = register_module("layer2", make_layer(block, widths[1], layers[1], 2));
+  layer3 = register_module("layer3", make_layer(block, widths[2], layers[2], 2));
+  if (layers.size() == 4) layer4 = register_module("layer4", make_layer(block, widths[3], layers[3], 2));
+  fc = register_module("fc", nn::Linear(inplanes_, options.num_classes()));
 
   for (const auto& m : modules(false)) {
     if (auto* conv = m->as<nn::Conv2dImpl>()) {
@@ -110,7 +113,8 @@ nn::Sequential ResNetImpl::make_layer(ResNetBlock block, int64_t planes, int64_t
 Tensor ResNetImpl::forward(const Tensor& input) {
   Tensor x = F::relu(bn1(conv1(input)));
   if (!options.small_input()) x = F::max_pool2d(x, nn::MaxPool2dOptions(3).stride(2).padding(1));
-  x = layer4(layer3(layer2(layer1(x))));
+  x = layer3(layer2(layer1(x)));
+  if (layer4) x = layer4(x);
   x = F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions({1, 1}));
   return fc(x.flatten(1));
 }
@@ -125,6 +129,11 @@ ResNet resnet101(const ResNetOptions& options) {
 }
 ResNet resnet152(const ResNetOptions& options) {
   return ResNet(ResNetBlock::Bottleneck, std::vector<int64_t>{3, 8, 36, 3}, options);
+}
+ResNet resnet20(const ResNetOptions& options) {
+  ResNetOptions o = options;
+  o.small_input(true);
+  return ResNet(ResNetBlock::Basic, std::vector<int64_t>{3, 3, 3}, o, std::vector<int64_t>{16, 32, 64});
 }
 
 }  // namespace mpx::models

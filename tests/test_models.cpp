@@ -168,6 +168,17 @@ TEST_CASE("small-input variants work at 28 and 32 px", "[models]") {
   CHECK(count_params(r) == 11172810);  // the CIFAR ResNet-18 of bench/bench_resnet18_cpu
   CHECK(out_shape(r, {2, 1, 28, 28}) == IntList{2, 10});
   CHECK(out_shape(r, {2, 1, 32, 32}) == IntList{2, 10});
+  // ResNet-20 (He et al.'s CIFAR net with projection shortcuts): 3 stages of 3 blocks, 16-64 planes.
+  auto r20 = models::resnet20(models::ResNetOptions().num_classes(10));
+  CHECK(count_params(r20) == 272474);
+  CHECK(r20->conv1->weight.sizes() == IntList{16, 3, 3, 3});
+  CHECK(r20->layer3->size() == 3);
+  CHECK_FALSE(r20->layer4);
+  CHECK(r20->fc->weight.sizes() == IntList{10, 64});
+  CHECK(out_shape(r20, {2, 3, 32, 32}) == IntList{2, 10});
+  CHECK(out_shape(models::create("resnet20", grey), {2, 1, 28, 28}) == IntList{2, 10});
+  CHECK_THROWS_WITH(models::ResNet(models::ResNetBlock::Basic, std::vector<int64_t>{2, 2}),
+                    Catch::Contains("3 or 4 stages"));
   auto v = models::vgg16(models::VGGOptions().small_input(true).num_classes(10).in_channels(1));
   CHECK(v->classifier->size() == 1);
   CHECK(v->features->size() == 30);  // torchvision's 31 minus the last max-pool
@@ -277,7 +288,7 @@ TEST_CASE("models::create builds by name and lists the known names on an unknown
                   {2, 1, 28, 28}) == IntList{2, 10});
   auto g = models::create("dcgan_generator", models::ModelOptions().in_channels(1).image_size(28));
   CHECK(out_shape(g, {2, 100}) == IntList{2, 1, 28, 28});
-  CHECK(models::model_names().size() == 17);
+  CHECK(models::model_names().size() == 18);
   CHECK_THROWS_WITH(models::create("resnet19"),
                     Contains("unknown model 'resnet19'") && Contains("resnet50") && Contains("vgg16_bn") &&
                         Contains("alexnet") && Contains("dcgan_discriminator"));

@@ -38,7 +38,7 @@ std::string g_cmdline;
 Args make_args() {
   Args a("mpx bench", "mpx bench [--accuracy] [flags]");
   a.option({"--models"}, "LIST",
-           "comma-separated models: resnet18/34/50/101/152, vgg11..vgg19[_bn], alexnet, small_cnn, dcgan "
+           "comma-separated models: resnet18/34/50/101/152, resnet20, vgg11..vgg19[_bn], alexnet, small_cnn, dcgan "
            "(default: resnet18,dcgan on the CPU, resnet18,resnet50,vgg16,dcgan on CUDA; accuracy: small_cnn)")
       .option({"--opt-levels"}, "LIST", "comma-separated apex opt levels", "O0,O1,O2,O3")
       .option({"--dtype"}, "LIST", "low precision(s) of O1-O3: f16, bf16 or f16,bf16 (O0 always runs f32 once)", "f16")
