@@ -153,6 +153,16 @@ Compose::Compose(std::vector<Transform> ts)
   for (size_t i = 0; i < ts.size(); ++i) MPX_CHECK(ts[i].defined(), "Compose: transform ", i, " is empty");
 }
 
+PILToTensor::PILToTensor()
+    : Transform(
+          [](const Tensor& img, Rng&) {
+            MPX_CHECK(img.dtype() == kUInt8 && (img.dim() == 2 || img.dim() == 3),
+                      "PILToTensor: expected a u8 image [H,W,C] or [H,W], got ", dtype_name(img.dtype()),
+                      shape_str(img.sizes()));
+            return img.dim() == 2 ? img.unsqueeze(0).contiguous() : img.permute({2, 0, 1}).contiguous();
+          },
+          "PILToTensor") {}
+
 ToTensor::ToTensor()
     : Transform(
           [](const Tensor& img, Rng&) {

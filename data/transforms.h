@@ -60,6 +60,11 @@ struct Compose : Transform {
 struct ToTensor : Transform {
   ToTensor();
 };
+/// u8 [H,W,C] or [H,W] -> u8 [C,H,W], values unchanged (torchvision's PILToTensor): batches
+/// stay u8 (a quarter of f32's bytes to copy) for DevicePrefetcher to scale and normalize.
+struct PILToTensor : Transform {
+  PILToTensor();
+};
 /// (x - mean[c]) / std[c] per channel of a floating [C,H,W] image; one value means all channels.
 struct Normalize : Transform {
   Normalize(std::vector<double> mean, std::vector<double> std);

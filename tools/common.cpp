@@ -120,17 +120,17 @@ DataSplits open_data(const std::string& name, const std::string& root_in, DataPu
   if (name == "fashion-mnist" || name == "mnist") {
     const bool fashion = name == "fashion-mnist";
     const double mean = gen ? 0.5 : (fashion ? 0.2860 : 0.1307), sd = gen ? 0.5 : (fashion ? 0.3530 : 0.3081);
-    T::Transform t = T::Compose({T::ToTensor(), T::Normalize({mean}, {sd})});
+    s.mean = {mean}, s.std = {sd};
+    T::Transform t = T::PILToTensor();
     s.train = std::make_shared<data::MNIST>(s.root, true, t);
     s.test = std::make_shared<data::MNIST>(s.root, false, t);
     s.channels = 1, s.image_size = 28, s.num_classes = 10;
   } else if (name == "cifar10") {
     const std::vector<double> mean = gen ? std::vector<double>{0.5, 0.5, 0.5} : std::vector<double>{0.4914, 0.4822, 0.4465};
     const std::vector<double> sd = gen ? std::vector<double>{0.5, 0.5, 0.5} : std::vector<double>{0.2470, 0.2435, 0.2616};
-    T::Transform test_t = T::Compose({T::ToTensor(), T::Normalize(mean, sd)});
-    T::Transform train_t = gen ? test_t
-                               : T::Compose({T::RandomCrop(32, 4), T::RandomHorizontalFlip(), T::ToTensor(),
-                                             T::Normalize(mean, sd)});
+    s.mean = mean, s.std = sd;
+    T::Transform test_t = T::PILToTensor();
+    T::Transform train_t = gen ? test_t : T::Compose({T::RandomCrop(32, 4), T::RandomHorizontalFlip(), T::PILToTensor()});
     s.train = std::make_shared<data::CIFAR10>(s.root, true, train_t);
     s.test = std::make_shared<data::CIFAR10>(s.root, false, test_t);
     s.channels = 3, s.image_size = 32, s.num_classes = 10;
@@ -142,10 +142,10 @@ DataSplits open_data(const std::string& name, const std::string& root_in, DataPu
     const std::vector<double> mean = gen ? std::vector<double>{0.5, 0.5, 0.5} : std::vector<double>{0.485, 0.456, 0.406};
     const std::vector<double> sd = gen ? std::vector<double>{0.5, 0.5, 0.5} : std::vector<double>{0.229, 0.224, 0.225};
     const int64_t resize = gen ? image_size : image_size * 256 / 224;
-    T::Transform test_t = T::Compose({T::Resize(resize), T::CenterCrop(image_size), T::ToTensor(), T::Normalize(mean, sd)});
+    s.mean = mean, s.std = sd;
+    T::Transform test_t = T::Compose({T::Resize(resize), T::CenterCrop(image_size), T::PILToTensor()});
     T::Transform train_t = gen ? test_t
-                               : T::Compose({T::RandomResizedCrop(image_size), T::RandomHorizontalFlip(), T::ToTensor(),
-                                             T::Normalize(mean, sd)});
+                               : T::Compose({T::RandomResizedCrop(image_size), T::RandomHorizontalFlip(), T::PILToTensor()});
     const std::string train_dir = split ? (r / "train").string() : s.root;
     const std::string val_dir = split && fs::is_directory(r / "val") ? (r / "val").string() : train_dir;
     auto tr = std::make_shared<data::ImageFolder>(train_dir, train_t);
@@ -160,8 +160,38 @@ DataSplits open_data(const std::string& name, const std::string& root_in, DataPu
     const IntList shape{s.channels, s.image_size, s.image_size};
     s.train = std::make_shared<data::Synthetic>(shape, s.num_classes, s.train->size(), seed);
     s.test = std::make_shared<data::Synthetic>(shape, s.num_classes, s.test->size(), seed + 1);
+    s.mean.clear(), s.std.clear();
   }
   return s;
+}
+
+namespace {
+// Yields a fixed index list every epoch.
+class FixedSampler : public data::Sampler {
+ public:
+  explicit FixedSampler(std::vector<int64_t> idx) : idx_(std::move(idx)) {}
+  std::vector<int64_t> indices(int64_t) const override { return idx_; }
+  int64_t size() const override { return static_cast<int64_t>(idx_.size()); }
+
+ private:
+  std::vector<int64_t> idx_;
+};
+}  // namespace
+
+EpochBatches::EpochBatches(data::DataLoader& loader, const DataSplits& d, int64_t epoch, int64_t first, Device device) {
+  data::DataLoader* ld = &loader;
+  if (first > 0) {
+    std::vector<int64_t> idx;
+    const auto order = loader.batch_indices(epoch);
+    for (size_t b = static_cast<size_t>(first); b < order.size(); ++b) idx.insert(idx.end(), order[b].begin(), order[b].end());
+    data::DataLoaderOptions o = loader.options();
+    o.shuffle(false).sampler(std::make_shared<FixedSampler>(std::move(idx)));
+    if (!o.seed_) o.seed(loader.seed());
+    rest = std::make_unique<data::DataLoader>(loader.dataset(), o);
+    ld = rest.get();
+  }
+  ld->set_epoch(epoch);
+  batches = std::make_unique<data::DevicePrefetcher>(*ld, device, d.prefetch_options());
 }
 
 std::string num(double v) {

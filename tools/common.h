@@ -29,6 +29,10 @@ struct DataSplits {
   int64_t channels = 1, image_size = 28, num_classes = 10;
   std::string name;  ///< "fashion-mnist", ...
   std::string root;  ///< where it was read from ("" for synthetic)
+  /// The images come as u8 [C,H,W]; a DevicePrefetcher with prefetch_options() scales them to
+  /// [0, 1] and normalizes them by these on the training device (empty for synthetic data).
+  std::vector<double> mean, std;
+  data::PrefetchOptions prefetch_options() const { return data::PrefetchOptions().mean(mean).std(std); }
 };
 
 /// How a command wants its images.
@@ -47,15 +51,13 @@ DataSplits open_data(const std::string& name, const std::string& root, DataPurpo
 /// The first `n` examples of a data set (n <= 0 or >= size: all of it).
 std::shared_ptr<const data::Dataset> limit(std::shared_ptr<const data::Dataset> ds, int64_t n);
 
-/// A Sampler that yields a fixed index list every epoch (the rest of an epoch after a mid-epoch resume).
-class FixedSampler : public data::Sampler {
- public:
-  explicit FixedSampler(std::vector<int64_t> idx) : idx_(std::move(idx)) {}
-  std::vector<int64_t> indices(int64_t) const override { return idx_; }
-  int64_t size() const override { return static_cast<int64_t>(idx_.size()); }
-
- private:
-  std::vector<int64_t> idx_;
+/// One epoch of `loader`'s batches on `device`, through a DevicePrefetcher with the data set's
+/// prefetch_options(). After a mid-epoch resume (first > 0) they are the rest of the very order
+/// that epoch had, from batch `first` on.
+struct EpochBatches {
+  EpochBatches(data::DataLoader& loader, const DataSplits& d, int64_t epoch, int64_t first, Device device);
+  std::unique_ptr<data::DataLoader> rest;  ///< the loader of the rest of an epoch (first > 0)
+  std::unique_ptr<data::DevicePrefetcher> batches;
 };
 
 /// Round-trip text of a double for safetensors metadata.

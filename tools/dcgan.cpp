@@ -111,7 +111,9 @@ int run_dcgan(int argc, char** argv) {
   image_size = d.image_size;
   MPX_CHECK(image_size == 28 || image_size == 32 || image_size == 64, "mpx dcgan: the DCGAN models take 28, 32 or 64 px ",
             "images, the data are ", image_size, " px; use --image-size 64 or 32 with imagefolder");
-  data::DataLoader loader(d.train, data::DataLoaderOptions(batch).shuffle(true).drop_last(true).workers(workers).seed(seed));
+  data::DataLoader loader(
+      d.train,
+      data::DataLoaderOptions(batch).shuffle(true).drop_last(true).workers(workers).seed(seed).pin_memory(device.is_cuda()));
   const int64_t steps_per_epoch = loader.size();
   MPX_CHECK(steps_per_epoch > 0, "the training set has ", d.train->size(), " images, fewer than one batch of ", batch,
             "; lower --batch-size or raise --limit-train");
@@ -189,28 +191,18 @@ int run_dcgan(int argc, char** argv) {
   int64_t iterations = 0;
   for (int64_t epoch = start_epoch; epoch < epochs; ++epoch) {
     const int64_t first = epoch == start_epoch ? start_step : 0;
-    std::unique_ptr<data::DataLoader> rest;
-    data::DataLoader* ld = &loader;
-    if (first > 0) {
-      std::vector<int64_t> idx;
-      const auto batches = loader.batch_indices(epoch);
-      for (size_t b = static_cast<size_t>(first); b < batches.size(); ++b) idx.insert(idx.end(), batches[b].begin(), batches[b].end());
-      rest = std::make_unique<data::DataLoader>(d.train, data::DataLoaderOptions(batch).drop_last(true).workers(workers).seed(seed).sampler(
-                                                             std::make_shared<FixedSampler>(std::move(idx))));
-      ld = rest.get();
-    }
-    ld->set_epoch(epoch);
+    const EpochBatches ep(loader, d, epoch, first, device);
     Progress bar(epoch + 1, epochs, steps_per_epoch, batch, print_freq, tty, first);
     int64_t step = first;
     double sum_d = 0, sum_g = 0;
     int64_t n_steps = 0;
     bool stopped = false;
-    for (auto& b : *ld) {
+    for (auto& b : *ep.batches) {
       if ((prof >= 0 && iterations >= prof) || interrupted()) {
         stopped = true;
         break;
       }
-      Tensor real = b.data.to(device);
+      const Tensor& real = b.data;
       const int64_t bs = real.size(0);
       Tensor ones_t = ones({bs}, TensorOptions().device(device)), zeros_t = zeros({bs}, TensorOptions().device(device));
       // (1) D: maximize log D(x) + log(1 - D(G(z))), as two losses on their own scalers.

@@ -70,16 +70,16 @@ struct EvalResult {
   double seconds = 0;
 };
 
-EvalResult evaluate(const nn::AnyModule& net, data::DataLoader& loader, Device dev) {
+EvalResult evaluate(const nn::AnyModule& net, data::DevicePrefetcher& batches) {
   const auto t0 = std::chrono::steady_clock::now();
   net.ptr()->eval();
   NoGradGuard ng;
   EvalResult r;
   int64_t h1 = 0, h5 = 0;
   double loss_sum = 0;
-  for (auto& batch : loader) {
-    Tensor x = batch.data.to(dev), y = batch.target.to(dev);
-    Tensor logits = net(x).to(kFloat32);
+  for (auto& batch : batches) {
+    const Tensor& y = batch.target;
+    Tensor logits = net(batch.data).to(kFloat32);
     const int64_t b = y.size(0);
     loss_sum += F::cross_entropy(logits, y).item<double>() * static_cast<double>(b);
     auto [a1, a5] = topk_hits(logits, y);
@@ -175,8 +175,13 @@ int train_main(int argc, char** argv, TrainSummary* summary) {
     throw UsageError("-a small_cnn takes 28x28 images, " + dataset + " has " + std::to_string(d.image_size) +
                      " px; pick another --arch (e.g. resnet18)");
   args.set_default("--arch", arch);
-  data::DataLoader train_loader(d.train, data::DataLoaderOptions(batch).shuffle(true).drop_last(true).workers(workers).seed(seed));
-  data::DataLoader test_loader(d.test, data::DataLoaderOptions(batch).workers(workers).seed(seed));
+  // On a GPU the loaders pin their batches and the prefetchers copy them on a side stream
+  // while the previous step computes; scaling and normalization run on the device.
+  const bool pin = device.is_cuda();
+  data::DataLoader train_loader(
+      d.train, data::DataLoaderOptions(batch).shuffle(true).drop_last(true).workers(workers).seed(seed).pin_memory(pin));
+  data::DataLoader test_loader(d.test, data::DataLoaderOptions(batch).workers(workers).seed(seed).pin_memory(pin));
+  data::DevicePrefetcher test_batches(test_loader, device, d.prefetch_options());
   const int64_t steps_per_epoch = train_loader.size();
   if (steps_per_epoch == 0 && !evaluate_only)
     MPX_ERROR("the training set has ", d.train->size(), " images, fewer than one batch of ", batch,
@@ -224,7 +229,7 @@ int train_main(int argc, char** argv, TrainSummary* summary) {
               device.str().c_str(), threads, threads == 1 ? "" : "s", deterministic ? ", deterministic" : "");
 
   if (evaluate_only) {
-    const EvalResult r = evaluate(net, test_loader, device);
+    const EvalResult r = evaluate(net, test_batches);
     std::printf("evaluate: top-1 %.2f%%  top-5 %.2f%%  loss %.4f  (%lld images, %.1f s)\n", r.top1, r.top5, r.loss,
                 static_cast<long long>(r.n), r.seconds);
     return 0;
@@ -274,33 +279,21 @@ int train_main(int argc, char** argv, TrainSummary* summary) {
 
   for (int64_t epoch = start_epoch; epoch < epochs; ++epoch) {
     const int64_t first = epoch == start_epoch ? start_step : 0;
-    // A mid-epoch resume visits the rest of the very order the interrupted epoch had.
-    std::unique_ptr<data::DataLoader> rest;
-    data::DataLoader* loader = &train_loader;
-    if (first > 0) {
-      std::vector<int64_t> idx;
-      const auto batches = train_loader.batch_indices(epoch);
-      for (size_t b = static_cast<size_t>(first); b < batches.size(); ++b) idx.insert(idx.end(), batches[b].begin(), batches[b].end());
-      rest = std::make_unique<data::DataLoader>(
-          d.train, data::DataLoaderOptions(batch).drop_last(true).workers(workers).seed(seed).sampler(
-                       std::make_shared<FixedSampler>(std::move(idx))));
-      loader = rest.get();
-    }
-    loader->set_epoch(epoch);
+    const EpochBatches ep(train_loader, d, epoch, first, device);
     double loss_sum = first > 0 ? carried_loss : 0, hits = first > 0 ? carried_hits : 0, seen = first > 0 ? carried_seen : 0;
     const double prior_seconds = first > 0 ? carried_seconds : 0;
     Progress bar(epoch + 1, epochs, steps_per_epoch, batch, print_freq, tty, first);
     int64_t step = first;
     bool stopped = false;
-    for (auto& b : *loader) {
+    for (auto& b : *ep.batches) {
       if ((prof >= 0 && iterations >= prof) || interrupted()) {
         stopped = true;
         break;
       }
       const double lr = lr_at(schedule, base_lr, global_step, steps_per_epoch, epochs);
       for (auto& g : opt.param_groups()) g.set_lr(lr);
-      Tensor x = b.data.to(device), yv = b.target.to(device);
-      Tensor logits = net(x).to(kFloat32);
+      const Tensor& yv = b.target;
+      Tensor logits = net(b.data).to(kFloat32);
       Tensor loss = F::cross_entropy(logits, yv);
       opt.zero_grad();
       amp::scale_loss(loss, opt).backward();
@@ -336,7 +329,7 @@ int train_main(int argc, char** argv, TrainSummary* summary) {
     }
     const double train_seconds = prior_seconds + bar.seconds();
     const double ips = static_cast<double>(steps_per_epoch * batch) / std::max(1e-9, train_seconds);
-    const EvalResult r = evaluate(net, test_loader, device);
+    const EvalResult r = evaluate(net, test_batches);
     const double train_loss = loss_sum / std::max(1.0, seen), train_top1 = 100.0 * hits / std::max(1.0, seen);
     std::printf("epoch %lld/%lld: train loss %.4f top-1 %.2f%% | test loss %.4f top-1 %.2f%% top-5 %.2f%% | %.0f img/s, "
                 "%.1f s + eval %.1f s\n",
