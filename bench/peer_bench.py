@@ -185,17 +185,21 @@ class Recipe:
     """One network + optimizer under an opt level: forward context, backward with scaling, step."""
 
     def __init__(self, net, make_opt, level, low, dev):
+        # O3-bnf32 is O3 with keep_batchnorm_fp32=True (apex's fastest ImageNet recipe).
+        bn32 = level in ("O2", "O3-bnf32")
+        level = "O3" if level == "O3-bnf32" else level
         self.level, self.low, self.dev = level, low, dev
         self.net = net.to(dev)
         self.params = list(self.net.parameters())
         self.masters = None
         if level in ("O2", "O3"):
             self.net.to(low)
-            if level == "O2":
+            if bn32:
                 for m in self.net.modules():
                     if isinstance(m, nn.BatchNorm2d):
                         m.float()
                 self.params = list(self.net.parameters())
+            if level == "O2":
                 self.masters = [p.detach().float().requires_grad_() for p in self.params]
         self.opt = make_opt(self.masters if self.masters is not None else self.params)
         self.scaler = None

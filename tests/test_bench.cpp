@@ -70,7 +70,7 @@ double number(const std::string& s) {
 
 TEST_CASE("mpx bench speed mode: a tiny run writes the table and csv/json/md/svg with finite positive figures", "[bench][cli]") {
   const fs::path out = temp_dir("speed");
-  const Run r = run_mpx("bench --models resnet18 --opt-levels O0,O1 --small-input --batch 4 --steps 2 --warmup 1 "
+  const Run r = run_mpx("bench --models resnet18 --opt-levels O0,O1,O3-bnf32 --small-input --batch 4 --steps 2 --warmup 1 "
                         "--windows 2 --threads 2 --out '" + out.string() + "'");
   INFO(r.out);
   REQUIRE(r.rc == 0);
@@ -79,11 +79,12 @@ TEST_CASE("mpx bench speed mode: a tiny run writes the table and csv/json/md/svg
   for (const char* f : {"bench.csv", "bench.json", "bench.md", "bench.svg"}) CHECK(fs::file_size(out / f) > 0);
 
   const Csv csv = parse_csv(read(out / "bench.csv"));
-  REQUIRE(csv.rows.size() == 2);  // O0 f32 and O1 f16
+  REQUIRE(csv.rows.size() == 3);  // O0 f32, O1 f16 and O3 f16 with f32 batch norm
   CHECK(csv.rows[0][csv.col("level")] == "O0");
   CHECK(csv.rows[0][csv.col("dtype")] == "f32");
   CHECK(csv.rows[1][csv.col("level")] == "O1");
   CHECK(csv.rows[1][csv.col("dtype")] == "f16");
+  CHECK(csv.rows[2][csv.col("level")] == "O3-bnf32");
   for (const auto& row : csv.rows) {
     CHECK(row[csv.col("model")] == "resnet18");
     for (const char* c : {"images_per_s", "images_per_s_min", "images_per_s_max", "step_ms", "loss_scale",
@@ -105,12 +106,12 @@ TEST_CASE("mpx bench speed mode: a tiny run writes the table and csv/json/md/svg
 
   const std::string json = read(out / "bench.json");
   CHECK(json.find("\"rows\": [") != std::string::npos);
-  CHECK(count(json, "\"images_per_s\": ") == 2);
+  CHECK(count(json, "\"images_per_s\": ") == 3);
   const std::string md = read(out / "bench.md");
   CHECK(md.find("| model | level | dtype |") != std::string::npos);
   const std::string svg = read(out / "bench.svg");
   CHECK(svg.rfind("<?xml", 0) == 0);
-  CHECK(count(svg, "class=\"bar\"") == 2);
+  CHECK(count(svg, "class=\"bar\"") == 3);
   CHECK(svg.find("resnet18") != std::string::npos);
 }
 

@@ -40,7 +40,9 @@ Args make_args() {
   a.option({"--models"}, "LIST",
            "comma-separated models: resnet18/34/50/101/152, resnet20, vgg11..vgg19[_bn], alexnet, small_cnn, dcgan "
            "(default: resnet18,dcgan on the CPU, resnet18,resnet50,vgg16,dcgan on CUDA; accuracy: small_cnn)")
-      .option({"--opt-levels"}, "LIST", "comma-separated apex opt levels", "O0,O1,O2,O3")
+      .option({"--opt-levels"}, "LIST",
+              "comma-separated apex opt levels; O3-bnf32 is O3 with keep_batchnorm_fp32=True (apex's fastest recipe) "
+              "(default: O0,O1,O2,O3; on CUDA also O3-bnf32)")
       .option({"--dtype"}, "LIST", "low precision(s) of O1-O3: f16, bf16 or f16,bf16 (O0 always runs f32 once)", "f16")
       .option({"--device"}, "cpu|cuda[:i]", "where to run", "cpu")
       .option({"--batch", "-b"}, "N", "images per step (default: 32 on the CPU, 128 on CUDA; accuracy: 128)")
@@ -94,6 +96,10 @@ void check_items(const std::string& flag, const std::vector<std::string>& items,
                      "; choose from " + all);
   }
 }
+
+// O3 with keep_batchnorm_fp32=True, apex's fastest ImageNet recipe, as a level of its own.
+constexpr const char* kO3BnF32 = "O3-bnf32";
+const std::vector<std::string> kLevels = {"O0", "O1", "O2", "O3", kO3BnF32};
 
 // One (level, dtype) pair to run: O0 runs once in f32 whatever --dtype says.
 struct Variant {
@@ -308,11 +314,13 @@ void time_windows(const SpeedConfig& c, const std::function<void()>& step, Speed
 }
 
 amp::Options level_options(const Variant& v, int num_losses) {
-  return amp::Options()
-      .opt_level(v.level)
-      .dtype(v.dtype == "bf16" ? kBFloat16 : kFloat16)
-      .num_losses(num_losses)
-      .verbosity(0);
+  auto o = amp::Options()
+               .opt_level(v.level == kO3BnF32 ? "O3" : v.level)
+               .dtype(v.dtype == "bf16" ? kBFloat16 : kFloat16)
+               .num_losses(num_losses)
+               .verbosity(0);
+  if (v.level == kO3BnF32) o.keep_batchnorm_fp32(true);
+  return o;
 }
 
 SpeedResult bench_classifier(const std::string& model, const Variant& v, const SpeedConfig& c) {
@@ -593,8 +601,9 @@ int run_speed(const Args& args) {
   const auto models =
       split_list("--models", args.given("--models") ? args.str("--models") : cpu ? "resnet18,dcgan" : "resnet18,resnet50,vgg16,dcgan");
   check_items("--models", models, known);
-  const auto levels = split_list("--opt-levels", args.str("--opt-levels"));
-  check_items("--opt-levels", levels, {"O0", "O1", "O2", "O3"});
+  const auto levels = split_list(
+      "--opt-levels", args.given("--opt-levels") ? args.str("--opt-levels") : cpu ? "O0,O1,O2,O3" : "O0,O1,O2,O3,O3-bnf32");
+  check_items("--opt-levels", levels, kLevels);
   const auto dtypes = split_list("--dtype", args.str("--dtype"));
   check_items("--dtype", dtypes, {"f16", "bf16"});
 
@@ -790,8 +799,8 @@ int run_accuracy(const Args& args) {
   known.erase(std::remove_if(known.begin(), known.end(), [](const std::string& n) { return n.rfind("dcgan", 0) == 0; }),
               known.end());
   check_items("--models", models, known);
-  const auto levels = split_list("--opt-levels", args.str("--opt-levels"));
-  check_items("--opt-levels", levels, {"O0", "O1", "O2", "O3"});
+  const auto levels = split_list("--opt-levels", args.given("--opt-levels") ? args.str("--opt-levels") : "O0,O1,O2,O3");
+  check_items("--opt-levels", levels, kLevels);
   const auto dtypes = split_list("--dtype", args.str("--dtype"));
   check_items("--dtype", dtypes, {"f16", "bf16"});
   const int64_t epochs = args.integer("--epochs", 1);
@@ -820,10 +829,11 @@ int run_accuracy(const Args& args) {
       const fs::path dir = out / (m + "_" + v.level + "_" + v.dtype);
       std::vector<std::string> a = {"--arch", m, "--dataset", args.str("--dataset"), "--batch-size",
                                     std::to_string(batch), "--epochs", std::to_string(epochs), "--lr", args.str("--lr"),
-                                    "--opt-level", v.level, "--dtype", v.dtype == "f32" ? "f16" : v.dtype, "--seed",
+                                    "--opt-level", v.level == kO3BnF32 ? "O3" : v.level, "--dtype", v.dtype == "f32" ? "f16" : v.dtype, "--seed",
                                     args.str("--seed"), "--out", dir.string(), "--limit-train", args.str("--limit-train"),
                                     "--limit-test", args.str("--limit-test"), "--device", args.str("--device")};
       if (args.given("--data")) a.insert(a.end(), {"--data", args.str("--data")});
+      if (v.level == kO3BnF32) a.insert(a.end(), {"--keep-batchnorm-fp32", "True"});
       if (args.given("--image-size")) a.insert(a.end(), {"--image-size", args.str("--image-size")});
       std::printf("\n== %s %s %s (mpx train", m.c_str(), v.level.c_str(), v.dtype.c_str());
       for (const auto& s : a) std::printf(" %s", s.c_str());

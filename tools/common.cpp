@@ -278,22 +278,15 @@ TensorDict load_checkpoint(const std::string& path, const std::string& kind, Met
   return t;
 }
 
-std::pair<int64_t, int64_t> topk_hits(const Tensor& logits, const Tensor& target) {
-  Tensor l = logits.detach().to(Device::cpu(), kFloat32).contiguous();
-  Tensor t = target.to(Device::cpu(), kInt64).contiguous();
-  const int64_t b = l.size(0), c = l.size(1);
-  const float* lp = l.data_ptr<float>();
-  const int64_t* tp = t.data_ptr<int64_t>();
-  int64_t h1 = 0, h5 = 0;
-  for (int64_t i = 0; i < b; ++i) {
-    const float* row = lp + i * c;
-    const float v = row[tp[i]];
-    int64_t above = 0;  // classes scoring strictly higher than the true one
-    for (int64_t j = 0; j < c; ++j) above += row[j] > v;
-    h1 += above == 0;
-    h5 += above < 5;
-  }
-  return {h1, h5};
+std::pair<Tensor, Tensor> topk_hits(const Tensor& logits, const Tensor& target) {
+  NoGradGuard no_grad;
+  const Tensor l = logits.detach().to(kFloat32);
+  const int64_t c = l.size(1);
+  const Tensor classes = arange(0, static_cast<double>(c), 1, TensorOptions(kInt64).device(l.device())).view({1, c});
+  const Tensor is_true = eq(classes, target.to(kInt64).view({-1, 1}));
+  const Tensor truth = sum(where(is_true, l, zeros({}, l.options())), {1}, /*keepdim=*/true);
+  const Tensor above = sum(gt(l, truth).to(kFloat32), {1});  // classes scoring strictly higher than the true one
+  return {sum(eq(above, 0.0).to(kFloat64)), sum(lt(above, 5.0).to(kFloat64))};
 }
 
 namespace {

@@ -108,8 +108,9 @@ bool parse_resumable(Args& args, int argc, char** argv, const std::string& comma
                      const std::vector<std::string>& run_flags, const std::vector<std::string>& free_flags,
                      Metadata& meta, TensorDict& ck);
 
-/// Top-1 and top-5 hit counts of logits [B, C] against targets [B] (computed on the CPU).
-std::pair<int64_t, int64_t> topk_hits(const Tensor& logits, const Tensor& target);
+/// Top-1 and top-5 hit counts of logits [B, C] against targets [B], as 0-dim f64 tensors on the
+/// logits' device (nothing waits for the device). A class ties the true one without beating it.
+std::pair<Tensor, Tensor> topk_hits(const Tensor& logits, const Tensor& target);
 
 /// Makes the first Ctrl-C (SIGINT) only set a flag, so the training loop can checkpoint and stop cleanly.
 void install_interrupt_handler();

@@ -66,6 +66,11 @@ std::string Progress::line(int64_t step, const ProgressStats& st) const {
   return s;
 }
 
+bool Progress::due(int64_t step) const {
+  if (tty_) return step >= total_ || std::chrono::steady_clock::now() - last_draw_ >= std::chrono::milliseconds(100);
+  return step % print_freq_ == 0 || step == total_;
+}
+
 void Progress::update(int64_t step, const ProgressStats& stats) {
   last_step_ = step;
   const auto now = std::chrono::steady_clock::now();

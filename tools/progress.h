@@ -27,6 +27,15 @@ class Progress {
            int64_t first_step = 0, FILE* out = stdout);
   /// Reports that `step` (1-based, counting first_step) steps are done.
   void update(int64_t step, const ProgressStats& stats);
+  /// The same, with the stats computed only when a line is drawn: reading values that live on
+  /// a GPU waits for it, which the steps between two lines then never do.
+  template <typename F>
+  void update_lazy(int64_t step, F&& stats) {
+    if (due(step)) update(step, stats());
+    else last_step_ = step;
+  }
+  /// Whether update(step, ...) would draw now.
+  bool due(int64_t step) const;
   /// Ends the line (TTY mode) so later output starts on a fresh line.
   void finish();
   /// Images per second since the epoch (or the resumed part of it) started.

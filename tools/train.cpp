@@ -75,21 +75,25 @@ EvalResult evaluate(const nn::AnyModule& net, data::DevicePrefetcher& batches) {
   net.ptr()->eval();
   NoGradGuard ng;
   EvalResult r;
-  int64_t h1 = 0, h5 = 0;
-  double loss_sum = 0;
+  // Sums stay on the device until the end: no batch waits for the previous one.
+  Tensor loss_sum, h1, h5;
   for (auto& batch : batches) {
     const Tensor& y = batch.target;
     Tensor logits = net(batch.data).to(kFloat32);
     const int64_t b = y.size(0);
-    loss_sum += F::cross_entropy(logits, y).item<double>() * static_cast<double>(b);
+    Tensor l = F::cross_entropy(logits, y).to(kFloat64) * static_cast<double>(b);
     auto [a1, a5] = topk_hits(logits, y);
-    h1 += a1, h5 += a5, r.n += b;
+    loss_sum = loss_sum.defined() ? loss_sum + l : l;
+    h1 = h1.defined() ? h1 + a1 : a1;
+    h5 = h5.defined() ? h5 + a5 : a5;
+    r.n += b;
   }
   net.ptr()->train();
   if (r.n > 0) {
-    r.loss = loss_sum / static_cast<double>(r.n);
-    r.top1 = 100.0 * static_cast<double>(h1) / static_cast<double>(r.n);
-    r.top5 = 100.0 * static_cast<double>(h5) / static_cast<double>(r.n);
+    const double n = static_cast<double>(r.n);
+    r.loss = loss_sum.item<double>() / n;
+    r.top1 = 100.0 * h1.item<double>() / n;
+    r.top5 = 100.0 * h5.item<double>() / n;
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
@@ -280,7 +284,13 @@ int train_main(int argc, char** argv, TrainSummary* summary) {
   for (int64_t epoch = start_epoch; epoch < epochs; ++epoch) {
     const int64_t first = epoch == start_epoch ? start_step : 0;
     const EpochBatches ep(train_loader, d, epoch, first, device);
-    double loss_sum = first > 0 ? carried_loss : 0, hits = first > 0 ? carried_hits : 0, seen = first > 0 ? carried_seen : 0;
+    // The epoch's running sums live on the training device and are read only when shown, so
+    // the host queues step after step without waiting for the GPU.
+    const TensorOptions sum_opts = TensorOptions(kFloat64).device(device);
+    Tensor loss_sum = scalar_tensor(first > 0 ? carried_loss : 0, sum_opts);
+    Tensor hits = scalar_tensor(first > 0 ? carried_hits : 0, sum_opts);
+    double seen = first > 0 ? carried_seen : 0;
+    std::vector<std::pair<double, Tensor>> step_losses;  // (epoch position, loss) for the summary
     const double prior_seconds = first > 0 ? carried_seconds : 0;
     Progress bar(epoch + 1, epochs, steps_per_epoch, batch, print_freq, tty, first);
     int64_t step = first;
@@ -298,25 +308,28 @@ int train_main(int argc, char** argv, TrainSummary* summary) {
       opt.zero_grad();
       amp::scale_loss(loss, opt).backward();
       opt.step();
-      const double lv = loss.item<double>();
+      const Tensor lv = loss.detach().to(kFloat64);
       const int64_t n = yv.size(0);
       if (summary)
-        summary->step_loss.emplace_back(static_cast<double>(global_step + 1) / static_cast<double>(steps_per_epoch), lv);
-      loss_sum += lv * static_cast<double>(n);
-      hits += static_cast<double>(topk_hits(logits, yv).first);
+        step_losses.emplace_back(static_cast<double>(global_step + 1) / static_cast<double>(steps_per_epoch), lv);
+      loss_sum = loss_sum + lv * static_cast<double>(n);
+      hits = hits + topk_hits(logits, yv).first;
       seen += static_cast<double>(n);
       ++step, ++global_step, ++iterations;
-      ProgressStats st;
-      st.loss = loss_sum / seen;
-      st.top1 = 100.0 * hits / seen;
-      st.loss_scale = amp::properties().opt_level == "O0" ? 0 : amp::loss_scale(0);
-      st.skipped = amp::skipped_steps(opt);
-      bar.update(step, st);
+      bar.update_lazy(step, [&] {
+        ProgressStats st;
+        st.loss = loss_sum.item<double>() / seen;
+        st.top1 = 100.0 * hits.item<double>() / seen;
+        st.loss_scale = amp::properties().opt_level == "O0" ? 0 : amp::loss_scale(0);
+        st.skipped = amp::skipped_steps(opt);
+        return st;
+      });
     }
     bar.finish();
+    for (const auto& [x, l] : step_losses) summary->step_loss.emplace_back(x, l.item<double>());
     if (stopped) {
       const double secs = prior_seconds + bar.seconds();
-      save_checkpoint(epoch, step, loss_sum, hits, seen, secs);
+      save_checkpoint(epoch, step, loss_sum.item<double>(), hits.item<double>(), seen, secs);
       if (interrupted()) {
         std::printf("interrupted at epoch %lld step %lld; checkpoint saved, continue with --resume %s\n",
                     static_cast<long long>(epoch + 1), static_cast<long long>(step), ck_path.c_str());
@@ -330,7 +343,8 @@ int train_main(int argc, char** argv, TrainSummary* summary) {
     const double train_seconds = prior_seconds + bar.seconds();
     const double ips = static_cast<double>(steps_per_epoch * batch) / std::max(1e-9, train_seconds);
     const EvalResult r = evaluate(net, test_batches);
-    const double train_loss = loss_sum / std::max(1.0, seen), train_top1 = 100.0 * hits / std::max(1.0, seen);
+    const double train_loss = loss_sum.item<double>() / std::max(1.0, seen);
+    const double train_top1 = 100.0 * hits.item<double>() / std::max(1.0, seen);
     std::printf("epoch %lld/%lld: train loss %.4f top-1 %.2f%% | test loss %.4f top-1 %.2f%% top-5 %.2f%% | %.0f img/s, "
                 "%.1f s + eval %.1f s\n",
                 static_cast<long long>(epoch + 1), static_cast<long long>(epochs), train_loss, train_top1, r.loss, r.top1,
