@@ -250,6 +250,7 @@ class Recipe:
 def build(model, level, low, a, dev):
     """Returns (step function, parameter count, batch)."""
     side = a.image_size
+    fmt = torch.channels_last if a.channels_last else torch.contiguous_format
     if model == "dcgan":
         side = 28 if side == 28 else (32 if side <= 32 else 64)
         nc, width, nz = (1 if side == 28 else 3), (32 if side <= 32 else 64), 100
@@ -258,8 +259,9 @@ def build(model, level, low, a, dev):
         D.apply(dcgan_init)
         nparams = sum(p.numel() for p in G.parameters()) + sum(p.numel() for p in D.parameters())
         adam = lambda ps: torch.optim.Adam(ps, lr=2e-4, betas=(0.5, 0.999))  # noqa: E731
+        G, D = G.to(memory_format=fmt), D.to(memory_format=fmt)
         rd, rg = Recipe(D, adam, level, low, dev), Recipe(G, adam, level, low, dev)
-        real = (torch.rand(a.batch, nc, side, side) * 2 - 1).to(dev)
+        real = (torch.rand(a.batch, nc, side, side) * 2 - 1).to(dev).to(memory_format=fmt)
         ones, zeros = torch.ones(a.batch, device=dev), torch.zeros(a.batch, device=dev)
 
         def step():
@@ -281,9 +283,10 @@ def build(model, level, low, a, dev):
     nc, classes = (1 if side == 28 else 3), (10 if side <= 32 else 1000)
     net = classifier(model, nc, classes, side <= 32)
     nparams = sum(p.numel() for p in net.parameters())
+    net = net.to(memory_format=fmt)
     sgd = lambda ps: torch.optim.SGD(ps, lr=0.01, momentum=0.9, weight_decay=1e-4)  # noqa: E731
     r = Recipe(net, sgd, level, low, dev)
-    x = torch.randn(a.batch, nc, side, side).to(dev)
+    x = torch.randn(a.batch, nc, side, side).to(dev).to(memory_format=fmt)
     y = torch.randint(0, classes, (a.batch,)).to(dev)
 
     def step():
@@ -493,6 +496,7 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--channels-last", action="store_true", help="models and inputs in torch.channels_last")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)

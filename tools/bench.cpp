@@ -52,6 +52,9 @@ Args make_args() {
       .option({"--image-size"}, "N", "input side (default: 28 with --small-input or on the CPU, else 224 and 64 for dcgan)")
       .flag({"--small-input"}, "28x28 one-channel inputs and the models' small-input variants (default on the CPU)")
       .flag({"--cuda-graph"}, "capture one training step as a CUDA graph and time its replays (CUDA only)")
+      .option({"--channels-last"}, "on|off",
+              "models and inputs in channels-last (NHWC) layout, as Tensor Cores want (default: on for CUDA, off on "
+              "the CPU; the peer follows)")
       .option({"--out"}, "DIR", "where bench.csv/.json/.md/.svg (or accuracy.*) go", "out/bench")
       .option({"--seed"}, "N", "seed of the weights and the synthetic data (the same for every level)", "0")
       .option({"--threads"}, "N", "CPU threads (OpenMP; the peer gets the same); default: OMP_NUM_THREADS or all cores")
@@ -270,7 +273,7 @@ struct MemProbe {
 struct SpeedConfig {
   Device device;
   int64_t batch = 32, steps = 3, warmup = 1, windows = 3, image_size = 28;
-  bool graph = false;
+  bool graph = false, channels_last = false;
   uint64_t seed = 0;
 };
 
@@ -336,7 +339,9 @@ SpeedResult bench_classifier(const std::string& model, const Variant& v, const S
         model, models::ModelOptions().num_classes(classes).in_channels(ch).small_input(side <= 32));
     r.params = count_params(*net.ptr());
     net.ptr()->to(c.device);
-    const Tensor x = randn({c.batch, ch, side, side}).to(c.device);
+    const MemoryFormat fmt = c.channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+    net.ptr()->to(fmt);
+    const Tensor x = randn({c.batch, ch, side, side}).to(c.device).contiguous(fmt);
     const Tensor y = randint(0, classes, {c.batch}).to(c.device);
     Tensor loss;
     if (!c.graph) {
@@ -398,13 +403,16 @@ SpeedResult bench_dcgan(const Variant& v, const SpeedConfig& c) {
     const auto mopts = models::ModelOptions().in_channels(ch).nz(nz).ngf(width).ndf(width).image_size(side);
     nn::AnyModule G = models::create("dcgan_generator", mopts), D = models::create("dcgan_discriminator", mopts);
     r.params = count_params(*G.ptr()) + count_params(*D.ptr());
+    const MemoryFormat fmt = c.channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
     G.ptr()->to(c.device);
     D.ptr()->to(c.device);
+    G.ptr()->to(fmt);
+    D.ptr()->to(fmt);
     const auto adam = optim::AdamOptions(2e-4).betas(optim::Betas(0.5, 0.999));
     optim::Adam optD(D.ptr()->parameters(), adam), optG(G.ptr()->parameters(), adam);
     amp::initialize({D, G}, {optD, optG}, level_options(v, 3));
     const TensorOptions on = TensorOptions().device(c.device);
-    const Tensor real = (rand({c.batch, ch, side, side}) * 2.0 - 1.0).to(c.device);
+    const Tensor real = (rand({c.batch, ch, side, side}) * 2.0 - 1.0).to(c.device).contiguous(fmt);
     const Tensor ones_t = ones({c.batch}, on), zeros_t = zeros({c.batch}, on);
     Tensor errG;
     // One G+D step pair exactly as mpx dcgan (apex's DCGAN example) runs it.
@@ -513,7 +521,7 @@ std::map<std::string, PeerRow> run_peer(const Args& args, const std::vector<std:
   cmd << prefix << " --models " << ml << " --opt-levels " << ll << " --dtype " << dl << " --batch " << c.batch << " --steps "
       << c.steps << " --warmup " << c.warmup << " --windows " << c.windows << " --image-size " << c.image_size
       << " --device " << (c.device.is_cuda() ? "cuda" : "cpu") << " --threads " << threads << " --seed " << c.seed
-      << " 2>&1";
+      << (c.channels_last ? " --channels-last" : "") << " 2>&1";
   // row,model,level,dtype,params,ips,ips_min,ips_max,step_ms,peak_mib,status
   stream_peer(args, cmd.str(), "row,", 11, failure, [&](const std::vector<std::string>& f) {
     PeerRow r;
@@ -610,6 +618,7 @@ int run_speed(const Args& args) {
   SpeedConfig c;
   c.device = device;
   c.graph = args.on("--cuda-graph");
+  c.channels_last = args.given("--channels-last") ? args.choice("--channels-last", {"on", "off"}) == "on" : !cpu;
   c.batch = args.given("--batch") ? args.integer("--batch", 1) : cpu ? 32 : 128;
   c.steps = args.given("--steps") ? args.integer("--steps", 1) : cpu ? 3 : 10;
   c.warmup = args.given("--warmup") ? args.integer("--warmup", 0) : cpu ? 1 : 5;

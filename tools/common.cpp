@@ -178,7 +178,8 @@ class FixedSampler : public data::Sampler {
 };
 }  // namespace
 
-EpochBatches::EpochBatches(data::DataLoader& loader, const DataSplits& d, int64_t epoch, int64_t first, Device device) {
+EpochBatches::EpochBatches(data::DataLoader& loader, const DataSplits& d, int64_t epoch, int64_t first, Device device,
+                           MemoryFormat layout) {
   data::DataLoader* ld = &loader;
   if (first > 0) {
     std::vector<int64_t> idx;
@@ -191,7 +192,7 @@ EpochBatches::EpochBatches(data::DataLoader& loader, const DataSplits& d, int64_
     ld = rest.get();
   }
   ld->set_epoch(epoch);
-  batches = std::make_unique<data::DevicePrefetcher>(*ld, device, d.prefetch_options());
+  batches = std::make_unique<data::DevicePrefetcher>(*ld, device, d.prefetch_options().memory_format(layout));
 }
 
 std::string num(double v) {

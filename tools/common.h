@@ -53,9 +53,10 @@ std::shared_ptr<const data::Dataset> limit(std::shared_ptr<const data::Dataset> 
 
 /// One epoch of `loader`'s batches on `device`, through a DevicePrefetcher with the data set's
 /// prefetch_options(). After a mid-epoch resume (first > 0) they are the rest of the very order
-/// that epoch had, from batch `first` on.
+/// that epoch had, from batch `first` on. The batches' data come in `layout`.
 struct EpochBatches {
-  EpochBatches(data::DataLoader& loader, const DataSplits& d, int64_t epoch, int64_t first, Device device);
+  EpochBatches(data::DataLoader& loader, const DataSplits& d, int64_t epoch, int64_t first, Device device,
+               MemoryFormat layout = MemoryFormat::Contiguous);
   std::unique_ptr<data::DataLoader> rest;  ///< the loader of the rest of an epoch (first > 0)
   std::unique_ptr<data::DevicePrefetcher> batches;
 };

@@ -57,6 +57,7 @@ Args make_args() {
       .option({"--seed"}, "N", "seed of the weights, the shuffle order and the augmentations", "0")
       .option({"--out"}, "DIR", "where metrics.csv/.jsonl, curves.svg and checkpoint.safetensors go", "out/train")
       .flag({"--synthetic"}, "random images of the data set's shape instead of the real ones (speed tests)")
+      .flag({"--channels-last"}, "model and batches in channels-last (NHWC) layout, as Tensor Cores want (apex's flag)")
       .option({"--threads"}, "N", "CPU threads (OpenMP); default: OMP_NUM_THREADS or all cores")
       .option({"--limit-train"}, "N", "use only the first N training images (quick runs, tests); 0 = all", "0")
       .option({"--limit-test"}, "N", "use only the first N test images; 0 = all", "0")
@@ -150,6 +151,7 @@ int train_main(int argc, char** argv, TrainSummary* summary) {
   const int64_t image_size = args.integer("--image-size", 8);
   const bool evaluate_only = args.on("--evaluate"), deterministic = args.on("--deterministic");
   const bool synthetic = args.on("--synthetic");
+  const MemoryFormat layout = args.on("--channels-last") ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
   amp::Options amp_opts = amp_options(args, 1);
   const Device device = parse_device(args.str("--device"));
   const std::string out = args.str("--out");
@@ -185,7 +187,7 @@ int train_main(int argc, char** argv, TrainSummary* summary) {
   data::DataLoader train_loader(
       d.train, data::DataLoaderOptions(batch).shuffle(true).drop_last(true).workers(workers).seed(seed).pin_memory(pin));
   data::DataLoader test_loader(d.test, data::DataLoaderOptions(batch).workers(workers).seed(seed).pin_memory(pin));
-  data::DevicePrefetcher test_batches(test_loader, device, d.prefetch_options());
+  data::DevicePrefetcher test_batches(test_loader, device, d.prefetch_options().memory_format(layout));
   const int64_t steps_per_epoch = train_loader.size();
   if (steps_per_epoch == 0 && !evaluate_only)
     MPX_ERROR("the training set has ", d.train->size(), " images, fewer than one batch of ", batch,
@@ -198,6 +200,7 @@ int train_main(int argc, char** argv, TrainSummary* summary) {
                                                .in_channels(d.channels)
                                                .small_input(d.image_size <= 32));
   net.ptr()->to(device);
+  net.ptr()->to(layout);
   optim::SGD opt(net.ptr()->parameters(), optim::SGDOptions(base_lr).momentum(momentum).weight_decay(wd));
   amp::reset();
   amp_opts.verbosity(0);
@@ -283,7 +286,7 @@ int train_main(int argc, char** argv, TrainSummary* summary) {
 
   for (int64_t epoch = start_epoch; epoch < epochs; ++epoch) {
     const int64_t first = epoch == start_epoch ? start_step : 0;
-    const EpochBatches ep(train_loader, d, epoch, first, device);
+    const EpochBatches ep(train_loader, d, epoch, first, device, layout);
     // The epoch's running sums live on the training device and are read only when shown, so
     // the host queues step after step without waiting for the GPU.
     const TensorOptions sum_opts = TensorOptions(kFloat64).device(device);
