@@ -1,7 +1,9 @@
 // The op registry: OpId and policies generated from ops.def, and the dense kernel table.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "core/device.h"
 #include "core/dtype.h"
@@ -39,10 +41,49 @@ void register_kernel(OpId op, DeviceType dev, DType dt, void* fn);
 void* find_kernel(OpId op, DeviceType dev, DType dt);
 bool has_kernel(OpId op, DeviceType dev, DType dt);
 
+namespace detail {
+extern std::atomic<bool> g_profiling;
+// Times one kernel call for mpx::profiler (ops/profiler.h); only made while it records.
+class ProfileScope {
+ public:
+  ProfileScope(OpId op, Device dev, DType dt);
+  ~ProfileScope();
+  ProfileScope(const ProfileScope&) = delete;
+  ProfileScope& operator=(const ProfileScope&) = delete;
+
+ private:
+  int slot_ = -1;  // -1: not recorded (nested in another kernel, or a CUDA graph capture)
+};
+}  // namespace detail
+
+template <typename Fn> class KernelRef;
+/// A looked-up kernel: calling it runs the kernel, timed by mpx::profiler while that records
+/// (one relaxed atomic load otherwise). Converts to the bare function pointer, which is never timed.
+template <typename R, typename... A>
+class KernelRef<R (*)(A...)> {
+ public:
+  using Fn = R (*)(A...);
+  KernelRef() = default;
+  KernelRef(Fn fn, OpId op, Device dev, DType dt) : fn_(fn), op_(op), dev_(dev), dt_(dt) {}
+  R operator()(A... a) const {
+    if (!detail::g_profiling.load(std::memory_order_relaxed)) return fn_(std::forward<A>(a)...);
+    detail::ProfileScope timed(op_, dev_, dt_);
+    return fn_(std::forward<A>(a)...);
+  }
+  explicit operator bool() const { return fn_ != nullptr; }
+  operator Fn() const { return fn_; }  // NOLINT: bare pointers for code that stores kernels
+
+ private:
+  Fn fn_ = nullptr;
+  OpId op_{};
+  Device dev_;
+  DType dt_{};
+};
+
 /// Typed lookup: Fn is the kernel signature the op's family header declares.
 template <typename Fn>
-Fn kernel(OpId op, Device dev, DType dt) {
-  return reinterpret_cast<Fn>(find_kernel(op, dev.type, dt));
+KernelRef<Fn> kernel(OpId op, Device dev, DType dt) {
+  return KernelRef<Fn>(reinterpret_cast<Fn>(find_kernel(op, dev.type, dt)), op, dev, dt);
 }
 
 /// Registers `K<T>::run` for each T in Ts (one kernel template, many dtypes).

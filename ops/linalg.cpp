@@ -18,8 +18,8 @@ void check_float_pair(const char* op, const Tensor& a, const Tensor& b) {
 }
 
 // The fused-epilogue GEMM for a tensor's device and dtype, or null where there is none (the CPU).
-kernels::GemmEpilogueFn epilogue_kernel(const Tensor& t) {
-  if (!dispatch::has_kernel(OpId::linear, t.device().type, t.dtype())) return nullptr;
+dispatch::KernelRef<kernels::GemmEpilogueFn> epilogue_kernel(const Tensor& t) {
+  if (!dispatch::has_kernel(OpId::linear, t.device().type, t.dtype())) return {};
   return dispatch::kernel<kernels::GemmEpilogueFn>(OpId::linear, t.device(), t.dtype());
 }
 

@@ -52,6 +52,8 @@ Args make_args() {
       .option({"--image-size"}, "N", "input side (default: 28 with --small-input or on the CPU, else 224 and 64 for dcgan)")
       .flag({"--small-input"}, "28x28 one-channel inputs and the models' small-input variants (default on the CPU)")
       .flag({"--cuda-graph"}, "capture one training step as a CUDA graph and time its replays (CUDA only)")
+      .flag({"--profile"}, "after the timed windows, one more window under mpx::profiler: per-op kernel time per row "
+                           "(printed and written to profile.md)")
       .option({"--channels-last"}, "on|off",
               "models and inputs in channels-last (NHWC) layout, as Tensor Cores want (default: on for CUDA, off on "
               "the CPU; the peer follows)")
@@ -273,7 +275,7 @@ struct MemProbe {
 struct SpeedConfig {
   Device device;
   int64_t batch = 32, steps = 3, warmup = 1, windows = 3, image_size = 28;
-  bool graph = false, channels_last = false;
+  bool graph = false, channels_last = false, profile = false;
   uint64_t seed = 0;
 };
 
@@ -288,6 +290,7 @@ struct SpeedResult {
   double step_ms = NAN, peak_mib = NAN, loss_scale = NAN, final_loss = NAN;
   double skipped = NAN;
   int64_t params = 0;
+  std::string profile;  // per-op table of one extra window (--profile)
 };
 
 int64_t count_params(const nn::Module& m) {
@@ -314,6 +317,16 @@ void time_windows(const SpeedConfig& c, const std::function<void()>& step, Speed
   for (double s : secs) r.window_ips.push_back(static_cast<double>(c.batch * c.steps) / std::max(1e-12, s));
   std::sort(secs.begin(), secs.end());
   r.step_ms = 1000.0 * secs[secs.size() / 2] / static_cast<double>(c.steps);
+  if (c.profile) {
+    // One more window under the profiler, so its overhead never enters the timed ones.
+    profiler::reset();
+    profiler::start();
+    for (int64_t i = 0; i < c.steps; ++i) step();
+    sync(c.device);
+    profiler::stop();
+    r.profile = profiler::report(20);
+    profiler::reset();
+  }
 }
 
 amp::Options level_options(const Variant& v, int num_losses) {
@@ -618,6 +631,9 @@ int run_speed(const Args& args) {
   SpeedConfig c;
   c.device = device;
   c.graph = args.on("--cuda-graph");
+  c.profile = args.on("--profile");
+  if (c.profile && c.graph)
+    throw UsageError("--profile times the kernels of eager steps; a CUDA graph replays them as one, drop one of the two");
   c.channels_last = args.given("--channels-last") ? args.choice("--channels-last", {"on", "off"}) == "on" : !cpu;
   c.batch = args.given("--batch") ? args.integer("--batch", 1) : cpu ? 32 : 128;
   c.steps = args.given("--steps") ? args.integer("--steps", 1) : cpu ? 3 : 10;
@@ -648,6 +664,7 @@ int run_speed(const Args& args) {
     PeerRow peer;
   };
   std::vector<Row> rows;
+  std::ostringstream profile_log;
   const auto vars = variants(levels, dtypes);
   for (const auto& m : models) {
     for (const auto& v : vars) {
@@ -664,6 +681,12 @@ int run_speed(const Args& args) {
       std::sort(w.begin(), w.end());
       row.median = w[w.size() / 2], row.lo = w.front(), row.hi = w.back();
       std::printf("%s images/s\n", rate(row.median).c_str());
+      if (c.profile) {
+        std::printf("\n  kernels of %s %s %s, %lld steps (wall time on the CPU, event time on CUDA):\n%s\n", m.c_str(),
+                    v.level.c_str(), v.dtype.c_str(), static_cast<long long>(c.steps), row.r.profile.c_str());
+        profile_log << "## " << m << " " << v.level << " " << v.dtype << ", " << c.steps << " steps\n\n```\n"
+                    << row.r.profile << "```\n\n";
+      }
       std::fflush(stdout);
       rows.push_back(std::move(row));
     }
@@ -755,7 +778,9 @@ int run_speed(const Args& args) {
   write_file_atomic((out / "bench.svg").string(),
                     bar_svg("mpx bench: images/s per opt level (" + device.str() + ", batch " + std::to_string(c.batch) + ")",
                             models, bars));
-  std::printf("wrote bench.csv, bench.json, bench.md and bench.svg in %s\n", out.string().c_str());
+  if (c.profile) write_file_atomic((out / "profile.md").string(), "# mpx bench --profile\n\n" + profile_log.str());
+  std::printf("wrote bench.csv, bench.json, bench.md%s and bench.svg in %s\n", c.profile ? ", profile.md" : "",
+              out.string().c_str());
   return 0;
 }
 
@@ -999,7 +1024,7 @@ int run_bench(int argc, char** argv) {
       if (args.given(f)) throw UsageError(std::string(f) + " belongs to the accuracy mode; add --accuracy or drop it");
     return run_speed(args);
   }
-  for (const char* f : {"--steps", "--warmup", "--windows", "--small-input"})
+  for (const char* f : {"--steps", "--warmup", "--windows", "--small-input", "--profile", "--channels-last"})
     if (args.given(f)) throw UsageError(std::string(f) + " belongs to the speed mode; drop it with --accuracy");
   return run_accuracy(args);
 }
