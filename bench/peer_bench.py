@@ -126,12 +126,64 @@ class SmallCnn(nn.Module):
         return self.fc(torch.flatten(x, 1))
 
 
+M = 0  # a max-pool in a VGG cfg
+VGG_CFGS = {"vgg11": [64, M, 128, M, 256, 256, M, 512, 512, M, 512, 512, M],
+            "vgg13": [64, 64, M, 128, 128, M, 256, 256, M, 512, 512, M, 512, 512, M],
+            "vgg16": [64, 64, M, 128, 128, M, 256, 256, 256, M, 512, 512, 512, M, 512, 512, 512, M],
+            "vgg19": [64, 64, M, 128, 128, M, 256, 256, 256, 256, M, 512, 512, 512, 512, M, 512, 512, 512, 512, M]}
+
+
+class VGG(nn.Module):
+    """torchvision's VGG (mpx's models/vgg): the small-input variant drops the last max-pool and
+    ends in global average pooling and one Linear layer."""
+
+    def __init__(self, cfg, batch_norm, in_channels, num_classes, small_input, dropout=0.5):
+        super().__init__()
+        layers, cin = [], in_channels
+        for i, v in enumerate(cfg):
+            if v == M:
+                if not (small_input and i + 1 == len(cfg)):
+                    layers.append(nn.MaxPool2d(2, 2))
+                continue
+            layers.append(nn.Conv2d(cin, v, 3, padding=1))
+            if batch_norm:
+                layers.append(nn.BatchNorm2d(v))
+            layers.append(nn.ReLU(inplace=True))
+            cin = v
+        self.features = nn.Sequential(*layers)
+        if small_input:
+            self.avgpool = nn.AdaptiveAvgPool2d(1)
+            self.classifier = nn.Sequential(nn.Linear(cin, num_classes))
+        else:
+            self.avgpool = nn.AdaptiveAvgPool2d(7)
+            self.classifier = nn.Sequential(nn.Linear(cin * 49, 4096), nn.ReLU(True), nn.Dropout(dropout),
+                                            nn.Linear(4096, 4096), nn.ReLU(True), nn.Dropout(dropout),
+                                            nn.Linear(4096, num_classes))
+        for m in self.modules():  # torchvision's (and mpx's) initialisation
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, 0, 0.01)
+                nn.init.zeros_(m.bias)
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
+
+
 def classifier(model, in_channels, num_classes, small_input):
     """The peer's copy of models::create for the classifiers it knows."""
     if model == "small_cnn":
         return SmallCnn(in_channels, num_classes)
+    vgg = model[:-3] if model.endswith("_bn") else model
+    if vgg in VGG_CFGS:
+        return VGG(VGG_CFGS[vgg], model.endswith("_bn"), in_channels, num_classes, small_input)
     if model not in RESNETS:
-        raise ValueError(f"the peer has no {model} (it defines small_cnn, {', '.join(sorted(RESNETS))} and dcgan)")
+        known = ["small_cnn", "dcgan"] + sorted(RESNETS) + [v + b for v in sorted(VGG_CFGS) for b in ("", "_bn")]
+        raise ValueError(f"the peer has no {model} (it defines {', '.join(known)})")
     block, layers, width = RESNETS[model]
     return ResNet(block, layers, in_channels, num_classes, small_input or model == "resnet20", width)
 

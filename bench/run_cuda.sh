@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # On a GPU machine: builds mpx with CUDA, runs the [cuda] tests, then times GEMM, the fused amp
 # kernels, an MLP step and ResNet-50 training at O0-O3 next to PyTorch on the same device. Usage:
-#   bench/run_cuda.sh [out-dir] [parts]    parts: any of "tests gemm amp resnet50" (default: all)
+#   bench/run_cuda.sh [out-dir] [parts]    parts: any of "tests gemm amp resnet50" (default: all),
+#   and, not in the default: "profile" (per-op kernel times of a ResNet-50 O1 step, mpx bench
+#   --profile) and "table" (mpx bench's GPU table: ResNet-50, VGG-16, DCGAN at O0-O3 and O3-bnf32,
+#   f16 and bf16, eager and CUDA graphs, with the PyTorch peer).
 # (configure needs Eigen/Catch2/stb/zlib: see README, GPU section)
 set -uo pipefail
 out=${1:-bench-out}
@@ -35,12 +38,13 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITE
   "${cudnn[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 grep "mpx: cuDNN" "$out/configure.log"
 start=$(date +%s)
-# Only what this script runs: the library, the [cuda] tests and the GPU benchmarks.
-# MPX_CUDA_TESTS="test_cuda_conv ..." narrows the tests (and skips the benchmarks' build).
+# Only what this script runs: the library, the test files with [cuda] cases, the GPU benchmarks
+# and the CLI. MPX_CUDA_TESTS="test_cuda_conv ..." narrows the tests (and skips the rest's build).
+cuda_tests=$(grep -l '\[cuda\]' tests/test_*.cpp | xargs -n1 basename | sed 's/\.cpp$//')
 if [ -n "${MPX_CUDA_TESTS:-}" ]; then
   targets=(mpx $MPX_CUDA_TESTS)
 else
-  targets=(mpx $(ls tests/test_cuda_*.cpp bench/bench_*_cuda.cpp | xargs -n1 basename | sed 's/\.cpp$//'))
+  targets=(mpx mpx_cli $cuda_tests $(ls bench/bench_*_cuda.cpp | xargs -n1 basename | sed 's/\.cpp$//'))
 fi
 cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1 ||
   { grep -E "error|Error" -A3 "$out/build.log" | head -60; exit 1; }
@@ -48,8 +52,9 @@ echo "build: $(( $(date +%s) - start )) s"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 fail=0
 : >"$out/tests.log"
-has tests && for t in build-gpu/tests/test_cuda_*; do
-  [ -x "$t" ] && [ -f "$t" ] && [[ "$t" != *.cmake ]] || continue
+has tests && for t in $cuda_tests; do
+  t=build-gpu/tests/$t
+  [ -x "$t" ] || continue
   [ -z "${MPX_CUDA_TESTS:-}" ] || [[ " $MPX_CUDA_TESTS " == *" $(basename "$t") "* ]] || continue
   "$t" >"$out/one.log" 2>&1 || fail=1
   echo "$(basename "$t"): $(tail -2 "$out/one.log" | head -1)"
@@ -61,5 +66,17 @@ rm -f "$out/one.log"
   if has gemm; then build-gpu/bench/bench_gemm_cuda; python3 bench/peer_gemm_cuda.py; fi
   if has amp; then build-gpu/bench/bench_amp_cuda; python3 bench/peer_mlp_cuda.py; fi
   if has resnet50; then build-gpu/bench/bench_resnet50_cuda; python3 bench/peer_resnet50_cuda.py; fi
+  if has profile; then
+    build-gpu/tools/mpx bench --device cuda --models resnet50 --opt-levels O1 --dtype f16 --batch 256 --profile \
+      --out "$out/profile"
+  fi
+  if has table; then
+    for graph in "" --cuda-graph; do
+      models=resnet50,vgg16,dcgan
+      [ -z "$graph" ] || models=resnet50,vgg16  # dcgan is not captured yet
+      build-gpu/tools/mpx bench --device cuda --models $models --dtype f16,bf16 --batch 256 $graph --peer \
+        --out "$out/table${graph:+-graph}"
+    done
+  fi
 } 2>&1 | tee "$out/bench.log" | grep -v "^csv,"
 exit $fail
