@@ -102,7 +102,6 @@ void DevicePrefetcher::preload() {
 
 void DevicePrefetcher::stage(const Batch& host, Slot& slot) {
   NoGradGuard no_grad;
-  const TensorOptions out_opts = TensorOptions(options_.dtype()).device(device_).memory_format(options_.memory_format());
   if (!device_.is_cuda()) {
     Batch b = transfer(host);
     b.data = b.data.to(options_.dtype()).contiguous(options_.memory_format());
@@ -115,7 +114,8 @@ void DevicePrefetcher::stage(const Batch& host, Slot& slot) {
     // to the pool on that stream after the last step that reads them. The side stream waits
     // for the allocation point before writing into them.
     Batch out;
-    out.data = empty(host.data.sizes(), out_opts);
+    out.data = empty(host.data.sizes(),
+                     TensorOptions(options_.dtype()).device(device_).memory_format(options_.memory_format()));
     if (host.target.defined()) out.target = empty(host.target.sizes(), TensorOptions(host.target.dtype()).device(device_));
     out.indices = host.indices;
     cuda::Event allocated(false);
