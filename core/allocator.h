@@ -1,6 +1,7 @@
 // Allocators: 64-byte aligned CPU memory and the per-device-type seam the CUDA pool plugs into.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "core/device.h"
@@ -24,6 +25,22 @@ struct Allocator {
 Allocator& allocator_for(DeviceType type);
 /// Installs the allocator for a device type (the CUDA backend calls this at load time).
 void set_allocator(DeviceType type, Allocator* alloc);
+
+/// Bytes held by the allocations of one device's allocator.
+struct MemoryStats {
+  int64_t allocated = 0;       ///< bytes in live tensors (and kernels' scratch tensors)
+  int64_t reserved = 0;        ///< bytes the allocator holds (CUDA: allocated + the pool's cache)
+  int64_t peak_allocated = 0;  ///< high-water mark of `allocated` since the last reset
+};
+
+namespace cpu {
+/// Bytes in live CPU tensors, as the allocator counts them (rounded up to kCpuAlignment);
+/// memory libraries allocate on their own (oneDNN scratch, the C++ runtime) is not included.
+/// The CPU counterpart of cuda::memory_stats(): a step's peak is comparable across devices.
+MemoryStats memory_stats();
+/// Restarts the peak of memory_stats() at the current allocation.
+void reset_peak_memory_stats();
+}  // namespace cpu
 
 /// Alignment of every CPU allocation: one cache line, and enough for AVX-512 loads.
 inline constexpr size_t kCpuAlignment = 64;

@@ -1,6 +1,7 @@
 // Core implementations: dtype names and promotion, devices, the CPU allocator, tensor metadata.
 #include <malloc.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -94,7 +95,15 @@ struct CpuAllocator final : Allocator {
     const size_t rounded = (std::max<size_t>(nbytes, 1) + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
     void* p = std::aligned_alloc(kCpuAlignment, rounded);
     MPX_CHECK(p, "cpu allocator: out of memory allocating ", nbytes, " bytes");
-    return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+    const auto n = static_cast<int64_t>(rounded);
+    const int64_t now = allocated.fetch_add(n, std::memory_order_relaxed) + n;
+    int64_t peak = peak_allocated.load(std::memory_order_relaxed);
+    while (now > peak && !peak_allocated.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+    return std::shared_ptr<void>(p, [this, n](void* q) {
+      std::free(q);
+      allocated.fetch_sub(n, std::memory_order_relaxed);
+    });
   }
   void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes,
             const std::shared_ptr<void>&) override {
@@ -102,13 +111,32 @@ struct CpuAllocator final : Allocator {
               dst_dev.str());
     std::memcpy(dst, src, nbytes);
   }
+  std::atomic<int64_t> allocated{0}, peak_allocated{0};
 };
 Allocator* g_allocators[kNumDeviceTypes] = {};
+// Never destroyed: tensors in static objects may be freed after main returns.
+CpuAllocator& cpu_allocator() {
+  static auto* a = new CpuAllocator;
+  return *a;
+}
 }  // namespace
 
+namespace cpu {
+MemoryStats memory_stats() {
+  const CpuAllocator& a = cpu_allocator();
+  MemoryStats s;
+  s.allocated = s.reserved = a.allocated.load(std::memory_order_relaxed);
+  s.peak_allocated = a.peak_allocated.load(std::memory_order_relaxed);
+  return s;
+}
+void reset_peak_memory_stats() {
+  CpuAllocator& a = cpu_allocator();
+  a.peak_allocated.store(a.allocated.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+}  // namespace cpu
+
 Allocator& allocator_for(DeviceType type) {
-  static CpuAllocator cpu;
-  if (type == DeviceType::kCPU) return g_allocators[0] ? *g_allocators[0] : cpu;
+  if (type == DeviceType::kCPU) return g_allocators[0] ? *g_allocators[0] : cpu_allocator();
   Allocator* a = g_allocators[static_cast<int>(type)];
   MPX_CHECK(a, "no allocator for cuda: mpx was built without CUDA or no GPU is present; use Device::cpu()");
   return *a;

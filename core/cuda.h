@@ -6,16 +6,14 @@
 #include <memory>
 #include <string>
 
+#include "core/allocator.h"
 #include "core/tensor.h"
 
 namespace mpx::cuda {
 
-/// Bytes held by the stream-ordered pool of one device.
-struct MemoryStats {
-  int64_t allocated = 0;       ///< bytes in live tensors (and workspaces)
-  int64_t reserved = 0;        ///< bytes the pool holds from the driver (allocated + cached)
-  int64_t peak_allocated = 0;  ///< high-water mark of `allocated` since the last reset
-};
+/// Bytes held by the stream-ordered pool of one device (reserved: what the pool holds from
+/// the driver, allocated + cached).
+using MemoryStats = mpx::MemoryStats;
 /// Statistics of a device's pool (device -1: the current device).
 MemoryStats memory_stats(int device = -1);
 /// Restarts the peak of memory_stats() at the current allocation.

@@ -32,8 +32,7 @@ BasicBlockImpl::BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride)
 
 Tensor BasicBlockImpl::forward(const Tensor& x) {
   Tensor out = F::relu(bn1(conv1(x)));
-  out = bn2(conv2(out));
-  return F::relu(out + (downsample ? downsample(x) : x));
+  return bn2->forward_add_relu(conv2(out), downsample ? downsample(x) : x);
 }
 
 BottleneckImpl::BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride) {
@@ -51,8 +50,7 @@ BottleneckImpl::BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride)
 Tensor BottleneckImpl::forward(const Tensor& x) {
   Tensor out = F::relu(bn1(conv1(x)));
   out = F::relu(bn2(conv2(out)));
-  out = bn3(conv3(out));
-  return F::relu(out + (downsample ? downsample(x) : x));
+  return bn3->forward_add_relu(conv3(out), downsample ? downsample(x) : x);
 }
 
 ResNetImpl::ResNetImpl(ResNetBlock block, std::vector<int64_t> layers, const ResNetOptions& options,

@@ -6,6 +6,8 @@
 #include "autograd/grad_mode.h"
 #include "nn/functional.h"
 #include "nn/init.h"
+#include "ops/elementwise.h"
+#include "ops/norm.h"
 #include "ops/op_utils.h"
 
 namespace mpx::nn {
@@ -147,7 +149,12 @@ void BatchNormImplBase::reset_parameters() {
     init::zeros_(bias);
   }
 }
-Tensor BatchNormImplBase::forward(const Tensor& x) {
+Tensor BatchNormImplBase::forward(const Tensor& x) { return run(x, Tensor()); }
+Tensor BatchNormImplBase::forward_add_relu(const Tensor& x, const Tensor& residual) {
+  if (has_forward_hooks()) return F::relu(detail::call_forward_hooked(*this, x) + residual);
+  return run(x, residual);
+}
+Tensor BatchNormImplBase::run(const Tensor& x, const Tensor& residual) {
   check_input_dim(x);
   MPX_CHECK(x.size(1) == options.num_features(), name(), ": expected ", options.num_features(),
             " channels in dim 1, got input ", ops::describe(x));
@@ -161,7 +168,10 @@ Tensor BatchNormImplBase::forward(const Tensor& x) {
   // Without running statistics eval also normalizes with the batch's own statistics.
   const bool use_batch_stats = is_training() || !running_mean.defined();
   const bool pass_running = !is_training() || options.track_running_stats();
-  return F::batch_norm(x, pass_running ? running_mean : Tensor(), pass_running ? running_var : Tensor(),
+  const Tensor rm = pass_running ? running_mean : Tensor(), rv = pass_running ? running_var : Tensor();
+  if (residual.defined())
+    return mpx::batch_norm_add_relu(x, residual, rm, rv, weight, bias, use_batch_stats, factor, options.eps());
+  return F::batch_norm(x, rm, rv,
                        F::BatchNormFuncOptions()
                            .weight(weight)
                            .bias(bias)

@@ -76,6 +76,10 @@ class BatchNormImplBase : public Module {
   void reset_running_stats();
   void reset_parameters();
   Tensor forward(const Tensor& x);
+  /// relu(forward(x) + residual) as one fused op (batch_norm_add_relu): the end of a ResNet
+  /// block, one pass over memory instead of three. With forward hooks registered it runs
+  /// the hooked forward, then the add and ReLU, so hooks see what they always saw.
+  Tensor forward_add_relu(const Tensor& x, const Tensor& residual);
   bool is_batchnorm() const override { return true; }
   void pretty_print(std::ostream& os) const override;
 
@@ -88,6 +92,10 @@ class BatchNormImplBase : public Module {
 
  protected:
   virtual void check_input_dim(const Tensor& x) const = 0;
+
+ private:
+  // Batch norm or, given a residual, the fused form, with this module's statistics policy.
+  Tensor run(const Tensor& x, const Tensor& residual);
 };
 
 /// Batch norm over [N, C] or [N, C, L].

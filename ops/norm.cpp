@@ -2,6 +2,8 @@
 // low-precision input), layer_norm and group_norm composed from differentiable ops.
 #include "ops/norm.h"
 
+#include <array>
+
 #include "ops/elementwise.h"
 #include "ops/op_utils.h"
 #include "ops/reduction.h"
@@ -65,58 +67,96 @@ tensor_list batch_norm_backward_composite(const Tensor& gy, const Tensor& x, con
 // persistent (Ex) kernels. The CPU kernels take row-major [N, C, S] views.
 constexpr bool kNhwcBatchNorm = false;
 
-Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight0,
-                  const Tensor& bias0, bool training, double momentum, double eps) {
-  MPX_CHECK(x0.defined(), "batch_norm: input is undefined");
+namespace {
+// What batch_norm and batch_norm_add_relu check and derive alike.
+struct BnArgs {
+  Tensor x, w, b;
+  int64_t C = 0, M = 0;  // channels, values per channel
+  DType sd = kFloat32;   // statistics dtype
+  bool nhwc = false;     // the kernel sees channels-last x as it is
+  IntList s3;            // [N, C, S]: the row-major view the kernels take
+};
+BnArgs check_bn(const char* op, const Tensor& x0, const Tensor& running_mean, const Tensor& running_var,
+                const Tensor& weight0, const Tensor& bias0, bool training, OpId id) {
+  MPX_CHECK(x0.defined(), op, ": input is undefined");
   // The running statistics are updated in place, so they never go through autocast.
-  auto in = ops::autocast(OpId::batch_norm, {x0, weight0, bias0});
-  const Tensor &x = in[0], &w = in[1], &b = in[2];
-  MPX_CHECK(x.dim() >= 2, "batch_norm: expected an input [N, C, *] with at least 2 dims, got ", ops::describe(x));
-  MPX_CHECK(is_floating(x.dtype()), "batch_norm: input must be floating point, got ", ops::describe(x));
-  const int64_t C = x.size(1);
+  auto in = ops::autocast(id, {x0, weight0, bias0});
+  BnArgs a;
+  a.x = in[0];
+  a.w = in[1];
+  a.b = in[2];
+  const Tensor& x = a.x;
+  MPX_CHECK(x.dim() >= 2, op, ": expected an input [N, C, *] with at least 2 dims, got ", ops::describe(x));
+  MPX_CHECK(is_floating(x.dtype()), op, ": input must be floating point, got ", ops::describe(x));
+  a.C = x.size(1);
   auto check_vec = [&](const Tensor& t, const char* what) {
-    MPX_CHECK(!t.defined() || (t.dim() == 1 && t.size(0) == C && is_floating(t.dtype())), "batch_norm: ", what, " ",
-              ops::describe(t), " must be a floating 1-d tensor of ", C, " elements (the channels of input ",
+    MPX_CHECK(!t.defined() || (t.dim() == 1 && t.size(0) == a.C && is_floating(t.dtype())), op, ": ", what, " ",
+              ops::describe(t), " must be a floating 1-d tensor of ", a.C, " elements (the channels of input ",
               ops::describe(x), ")");
   };
-  check_vec(w, "weight");
-  check_vec(b, "bias");
+  check_vec(a.w, "weight");
+  check_vec(a.b, "bias");
   check_vec(running_mean, "running_mean");
   check_vec(running_var, "running_var");
-  MPX_CHECK(running_mean.defined() == running_var.defined(),
-            "batch_norm: give both running_mean and running_var, or neither");
-  MPX_CHECK(training || running_mean.defined(),
-            "batch_norm: evaluation mode needs running_mean and running_var (or call with training=true)");
-  ops::common_device("batch_norm", {x, w, b, running_mean, running_var});
-  const int64_t M = x.numel() / std::max<int64_t>(C, 1);
-  MPX_CHECK(!training || M > 1, "batch_norm: expected more than 1 value per channel when training, got input ",
+  MPX_CHECK(running_mean.defined() == running_var.defined(), op,
+            ": give both running_mean and running_var, or neither");
+  MPX_CHECK(training || running_mean.defined(), op,
+            ": evaluation mode needs running_mean and running_var (or call with training=true)");
+  ops::common_device(op, {x, a.w, a.b, running_mean, running_var});
+  a.M = x.numel() / std::max<int64_t>(a.C, 1);
+  MPX_CHECK(!training || a.M > 1, op, ": expected more than 1 value per channel when training, got input ",
             ops::describe(x));
+  a.sd = stat_dtype(x.dtype());
+  a.nhwc = kNhwcBatchNorm && x.is_cuda() && channels_last(x);
+  a.s3 = {x.size(0), a.C, x.numel() == 0 ? 0 : x.numel() / (x.size(0) * a.C)};
+  return a;
+}
 
-  const DType sd = stat_dtype(x.dtype());
-  const TensorOptions so = TensorOptions().dtype(sd).device(x.device());
-  Tensor mean = empty({C}, so), var = empty({C}, so), invstd = empty({C}, so);
-  const bool nhwc = kNhwcBatchNorm && x.is_cuda() && channels_last(x);
-  Tensor y = empty(x.sizes(), nhwc ? x.options().memory_format(MemoryFormat::ChannelsLast) : x.options());
-  const IntList s3{x.size(0), C, x.numel() == 0 ? 0 : x.numel() / (x.size(0) * C)};
+// Statistics buffers [C]: the running ones copied in for eval.
+std::array<Tensor, 3> bn_stats(const BnArgs& a, const Tensor& running_mean, const Tensor& running_var,
+                               bool training) {
+  const TensorOptions so = TensorOptions().dtype(a.sd).device(a.x.device());
+  std::array<Tensor, 3> st{empty({a.C}, so), empty({a.C}, so), empty({a.C}, so)};  // mean, var, invstd
+  if (!training) {
+    NoGradGuard ng;
+    st[0].copy_(running_mean);
+    st[1].copy_(running_var);
+  }
+  return st;
+}
+
+// PyTorch's update: the running variance uses the unbiased batch variance.
+void update_running(const BnArgs& a, const Tensor& running_mean, const Tensor& running_var, const Tensor& mean,
+                    const Tensor& var, double momentum) {
+  NoGradGuard ng;
+  const double unbias = static_cast<double>(a.M) / static_cast<double>(a.M - 1);
+  Tensor rm = running_mean, rv = running_var;
+  rm.copy_(running_mean * (1.0 - momentum) + mean * momentum);
+  rv.copy_(running_var * (1.0 - momentum) + var * (momentum * unbias));
+}
+
+// The layout the kernels write gradients/outputs in for x.
+TensorOptions kernel_layout(const Tensor& x, bool nhwc) {
+  return nhwc ? x.options().memory_format(MemoryFormat::ChannelsLast) : x.options();
+}
+}  // namespace
+
+Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight0,
+                  const Tensor& bias0, bool training, double momentum, double eps) {
+  const BnArgs a = check_bn("batch_norm", x0, running_mean, running_var, weight0, bias0, training, OpId::batch_norm);
+  const Tensor &x = a.x, &w = a.w, &b = a.b;
+  const bool nhwc = a.nhwc;
+  auto [mean, var, invstd] = bn_stats(a, running_mean, running_var, training);
+  Tensor y = empty(x.sizes(), kernel_layout(x, nhwc));
   {
     NoGradGuard ng;
-    if (!training) {
-      mean.copy_(running_mean);
-      var.copy_(running_var);
-    }
     Tensor xc = nhwc ? x : x.contiguous();
     if (x.numel() > 0)
       dispatch::kernel<kernels::BatchNormFn>(OpId::batch_norm, x.device(), x.dtype())(
-          nhwc ? y : y.view(s3), mean, var, invstd, nhwc ? xc : xc.view(s3), stat_copy(w, sd), stat_copy(b, sd),
-          training, eps);
+          nhwc ? y : y.view(a.s3), mean, var, invstd, nhwc ? xc : xc.view(a.s3), stat_copy(w, a.sd),
+          stat_copy(b, a.sd), training, eps);
     if (!nhwc && channels_last(x)) y = y.contiguous(MemoryFormat::ChannelsLast);
-    if (training && running_mean.defined()) {
-      // PyTorch's update: the running variance uses the unbiased batch variance.
-      const double unbias = static_cast<double>(M) / static_cast<double>(M - 1);
-      Tensor rm = running_mean, rv = running_var;
-      rm.copy_(running_mean * (1.0 - momentum) + mean * momentum);
-      rv.copy_(running_var * (1.0 - momentum) + var * (momentum * unbias));
-    }
+    if (training && running_mean.defined()) update_running(a, running_mean, running_var, mean, var, momentum);
   }
   if (auto n = autograd::record("BatchNormBackward", {x, w, b}, {y},
                                 [training, eps](FunctionNode& self, const tensor_list& g) -> tensor_list {
@@ -132,9 +172,8 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
                                     const IntList s3{x.size(0), C, x.numel() == 0 ? 0 : x.numel() / (x.size(0) * C)};
                                     const TensorOptions so = TensorOptions().dtype(sd).device(x.device());
                                     const bool nhwc = kNhwcBatchNorm && x.is_cuda() && channels_last(x);
-                                    const TensorOptions xo =
-                                        nhwc ? x.options().memory_format(MemoryFormat::ChannelsLast) : x.options();
-                                    Tensor gx = self.next_edges[0].valid() ? empty(x.sizes(), xo) : Tensor();
+                                    Tensor gx =
+                                        self.next_edges[0].valid() ? empty(x.sizes(), kernel_layout(x, nhwc)) : Tensor();
                                     Tensor gw = self.next_edges[1].valid() ? empty({C}, so) : Tensor();
                                     Tensor gb = self.next_edges[2].valid() ? empty({C}, so) : Tensor();
                                     if (x.numel() > 0) {
@@ -164,6 +203,80 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
     n->save(b);
     n->save(mean);
     n->save(invstd);
+  }
+  return y;
+}
+
+Tensor batch_norm_add_relu(const Tensor& x0, const Tensor& z, const Tensor& running_mean, const Tensor& running_var,
+                           const Tensor& weight0, const Tensor& bias0, bool training, double momentum, double eps) {
+  MPX_CHECK(z.defined(), "batch_norm_add_relu: the residual z is undefined");
+  const BnArgs a = check_bn("batch_norm_add_relu", x0, running_mean, running_var, weight0, bias0, training,
+                            OpId::batch_norm_add_relu);
+  const Tensor &x = a.x, &w = a.w, &b = a.b;
+  // The kernels take z exactly like x; a broadcast z or one of another dtype (the add would
+  // promote) goes through the composite, which defines the result.
+  if (z.sizes() != x.sizes() || z.dtype() != x.dtype() || z.device() != x.device() || x.numel() == 0 ||
+      !dispatch::has_kernel(OpId::batch_norm_add_relu, x.device().type, x.dtype()))
+    return relu(batch_norm(x, running_mean, running_var, w, b, training, momentum, eps) + z);
+
+  // CUDA kernels normalize channels-last activations as they are (cuDNN's fused NHWC kernels);
+  // the CPU's take row-major [N, C, S].
+  const bool nhwc = x.is_cuda() && channels_last(x);
+  const MemoryFormat kf = nhwc ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+  auto as_kernel = [&](const Tensor& t) { return nhwc ? t.contiguous(kf) : t.contiguous().view(a.s3); };
+  auto [mean, var, invstd] = bn_stats(a, running_mean, running_var, training);
+  Tensor y = empty(x.sizes(), kernel_layout(x, nhwc)), reserve;
+  {
+    NoGradGuard ng;
+    reserve = dispatch::kernel<kernels::BatchNormAddReluFn>(OpId::batch_norm_add_relu, x.device(), x.dtype())(
+        as_kernel(y), mean, var, invstd, as_kernel(x), as_kernel(z), stat_copy(w, a.sd), stat_copy(b, a.sd), training,
+        eps);
+    if (!nhwc && channels_last(x)) y = y.contiguous(MemoryFormat::ChannelsLast);
+    if (training && running_mean.defined()) update_running(a, running_mean, running_var, mean, var, momentum);
+  }
+  auto backward = [training, eps, s3 = a.s3, nhwc](FunctionNode& self, const tensor_list& g) -> tensor_list {
+    Tensor x = self.saved(0), y = self.saved(1), w = self.saved(2), b = self.saved(3);
+    Tensor mean = self.saved(4), invstd = self.saved(5), reserve = self.saved(6);
+    Tensor gy = g[0].dtype() == x.dtype() ? g[0] : g[0].to(x.dtype());
+    tensor_list r;
+    if (GradMode::is_enabled()) {
+      // Recorded backward (create_graph): the composite's, from differentiable ops.
+      Tensor gr = threshold_backward(gy, y, 0.0);
+      r = batch_norm_backward_composite(gr, x, w, mean, invstd, training, eps);
+      r.insert(r.begin() + 1, gr);
+    } else {
+      const int64_t C = x.size(1);
+      const TensorOptions so = mean.options(), xo = kernel_layout(x, nhwc);
+      auto as_kernel = [&](const Tensor& t) {
+        return !t.defined() || nhwc ? t.contiguous(MemoryFormat::ChannelsLast) : t.contiguous().view(s3);
+      };
+      Tensor gx = self.next_edges[0].valid() ? empty(x.sizes(), xo) : Tensor();
+      Tensor gz = self.next_edges[1].valid() ? empty(x.sizes(), xo) : Tensor();
+      Tensor gw = self.next_edges[2].valid() ? empty({C}, so) : Tensor();
+      Tensor gb = self.next_edges[3].valid() ? empty({C}, so) : Tensor();
+      if (!nhwc) gy = gy.contiguous();
+      dispatch::kernel<kernels::BatchNormAddReluBackwardFn>(OpId::batch_norm_add_relu_backward, x.device(),
+                                                            x.dtype())(
+          as_kernel(gx), as_kernel(gz), gw, gb, as_kernel(gy), as_kernel(x), as_kernel(y), mean, invstd,
+          stat_copy(w, mean.dtype()), stat_copy(b, mean.dtype()), reserve, training);
+      for (Tensor* t : {&gx, &gz})
+        if (t->defined() && !nhwc && channels_last(x)) *t = t->contiguous(MemoryFormat::ChannelsLast);
+      r = {gx, gz, gw, gb};
+    }
+    if (r[2].defined() && w.defined() && r[2].dtype() != w.dtype()) r[2] = r[2].to(w.dtype());
+    if (r[3].defined() && b.defined() && r[3].dtype() != b.dtype()) r[3] = r[3].to(b.dtype());
+    for (size_t i = 0; i < 4; ++i)
+      if (!self.next_edges[i].valid()) r[i] = Tensor();
+    return r;
+  };
+  if (auto n = autograd::record("BatchNormAddReluBackward", {x, z, w, b}, {y}, backward)) {
+    n->save(x);
+    n->save(y, true);
+    n->save(w);
+    n->save(b);
+    n->save(mean);
+    n->save(invstd);
+    n->save(reserve);
   }
   return y;
 }

@@ -10,6 +10,13 @@ namespace mpx {
 /// Statistics are computed in f32 (or f64 for f64 input); the output has x's dtype.
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
+/// relu(batch_norm(x) + z) in one pass, the end of every ResNet block (cuDNN's fused
+/// batch-norm + add + activation on NHWC f16 activations; one rounding of the result on every
+/// device). z has x's shape, dtype and device; otherwise (broadcasting, a dtype the add would
+/// promote) the composite runs. The statistics and running updates are batch_norm's.
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& z, const Tensor& running_mean, const Tensor& running_var,
+                           const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
+                           double eps = 1e-5);
 /// Layer norm over the trailing dims given by normalized_shape.
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},
                   double eps = 1e-5);
@@ -33,4 +40,17 @@ using BatchNormFn = void (*)(const Tensor& y, const Tensor& mean, const Tensor& 
 using BatchNormBackwardFn = void (*)(const Tensor& gx, const Tensor& gweight, const Tensor& gbias, const Tensor& gy,
                                      const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
                                      bool training);
+/// Fused y = max(bn(x) + z, 0) (one rounding): x, z, y share shape, dtype and layout; the rest
+/// as BatchNormFn. Returns what the backward needs beyond the statistics (cuDNN's reserve
+/// space for its fused NHWC kernels), or an undefined tensor.
+using BatchNormAddReluFn = Tensor (*)(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd,
+                                      const Tensor& x, const Tensor& z, const Tensor& weight, const Tensor& bias,
+                                      bool training, double eps);
+/// Its backward: gr = gy where y > 0, else 0; gz = gr; gx, gweight, gbias are batch norm's
+/// backward of gr. Any of gx, gz, gweight, gbias may be undefined; `reserve` is the forward's
+/// (cuDNN's fused backward also takes the bias).
+using BatchNormAddReluBackwardFn = void (*)(const Tensor& gx, const Tensor& gz, const Tensor& gweight,
+                                            const Tensor& gbias, const Tensor& gy, const Tensor& x, const Tensor& y,
+                                            const Tensor& mean, const Tensor& invstd, const Tensor& weight,
+                                            const Tensor& bias, const Tensor& reserve, bool training);
 }  // namespace mpx::kernels

@@ -258,3 +258,23 @@ TEST_CASE("factories", "[core]") {
   CHECK(zeros({2}, TensorOptions().requires_grad(true)).requires_grad());
   CHECK(cuda_is_available() == (cuda_device_count() > 0));
 }
+
+TEST_CASE("cpu::memory_stats counts live tensor bytes and their peak", "[core][memory]") {
+  const int64_t before = cpu::memory_stats().allocated;
+  cpu::reset_peak_memory_stats();
+  CHECK(cpu::memory_stats().peak_allocated == before);
+  {
+    Tensor a = empty({1024, 256});  // 1 MiB of f32
+    CHECK(cpu::memory_stats().allocated == before + (1 << 20));
+    {
+      Tensor b = empty({3}, TensorOptions().dtype(kUInt8));  // rounded up to one 64-byte line
+      CHECK(cpu::memory_stats().allocated == before + (1 << 20) + 64);
+    }
+    CHECK(cpu::memory_stats().allocated == before + (1 << 20));
+  }
+  const auto s = cpu::memory_stats();
+  CHECK(s.allocated == before);
+  CHECK(s.peak_allocated == before + (1 << 20) + 64);
+  cpu::reset_peak_memory_stats();
+  CHECK(cpu::memory_stats().peak_allocated == before);
+}

@@ -307,6 +307,44 @@ TEST_CASE("cuda batch_norm forward, running stats and backward match the CPU", "
   check_bn({32, 4, 64, 64}, kFloat32, kFloat32, true, true, false);
 }
 
+namespace {
+// batch_norm_add_relu on both devices: y, running statistics and the x, z, weight, bias grads.
+// The ReLU's kink makes elements near 0 flip between devices; gy is zeroed there.
+void check_fused_bn(DType dt, bool training, bool channels_last) {
+  INFO("batch_norm_add_relu " << dtype_name(dt) << (training ? " training" : " eval")
+                              << (channels_last ? ", channels-last" : ""));
+  manual_seed(22);
+  const DType wdt = dt == kFloat64 ? kFloat64 : kFloat32;
+  const IntList shape{8, 16, 7, 9};  // C % 8 == 0: what cuDNN's fused NHWC kernels want
+  auto x = leaves_of((randn(shape) * 2.0 + 0.5).to(dt), channels_last);
+  auto z = leaves_of(randn(shape).to(dt), channels_last);
+  Pair2 w = leaves({16}, wdt), b = leaves({16}, wdt);
+  Tensor rm = randn({16}).to(wdt), rv = (rand({16}) + 0.5).to(wdt);
+  Tensor rmd = rm.to(Device::cuda()), rvd = rv.to(Device::cuda());
+  Tensor yc = batch_norm_add_relu(x.cpu, z.cpu, rm, rv, w.cpu, b.cpu, training, 0.1, 1e-5);
+  Tensor yd = batch_norm_add_relu(x.dev, z.dev, rmd, rvd, w.dev, b.dev, training, 0.1, 1e-5);
+  const double tol = bn_tol(dt), stol = bn_tol(wdt);
+  CHECK(yd.is_contiguous(channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous));
+  expect_close(yd, yc, tol, "output");
+  expect_close(rmd, rm, stol, "running_mean");
+  expect_close(rvd, rv, stol, "running_var");
+  Tensor gy = randn(yc.sizes()).to(dt) * gt(abs(yc.detach().to(kFloat32)), 0.05).to(dt);
+  yc.backward(gy);
+  yd.backward(gy.to(Device::cuda()));
+  expect_close(x.dev.grad(), x.cpu.grad(), tol, "input grad");
+  expect_close(z.dev.grad(), z.cpu.grad(), tol, "residual grad");
+  expect_close(w.dev.grad(), w.cpu.grad(), stol, "weight grad");
+  expect_close(b.dev.grad(), b.cpu.grad(), stol, "bias grad");
+}
+}  // namespace
+
+TEST_CASE("cuda batch_norm_add_relu matches the CPU in every dtype and layout", "[cuda][norm]") {
+  if (!cuda_ready() || !has_cudnn_kernels()) return;
+  for (DType dt : kTypes)
+    for (bool training : {true, false})
+      for (bool cl : {false, true}) check_fused_bn(dt, training, cl);
+}
+
 TEST_CASE("a ResNet-18 SGD step on the GPU matches the CPU", "[cuda][conv][models]") {
   if (!cuda_ready() || !has_cudnn_kernels()) return;
   if (!dispatch::has_kernel(OpId::max_pool2d, DeviceType::kCUDA, kFloat32) ||

@@ -8,6 +8,7 @@
 #include "models/models.h"
 #include "nn/nn.h"
 #include "ops/dispatch.h"
+#include "ops/norm.h"
 #include "ops/pooling.h"
 #include "optim/optim.h"
 #include "tests/test_util.h"
@@ -76,6 +77,30 @@ TEST_CASE("a channels-last conv net trains on the GPU without layout round trips
   const int64_t before = cuda::layout_conversions();
   step();
   CHECK(cuda::layout_conversions() - before == 0);
+}
+
+TEST_CASE("batch_norm_add_relu on channels-last f16 runs on cuDNN's fused NHWC kernels", "[cuda][layout]") {
+  if (!testing::cuda_ready()) return;
+  if (!dispatch::has_kernel(OpId::batch_norm_add_relu, DeviceType::kCUDA, kFloat16)) {
+    WARN("skipped: this build has no cuDNN batch norm");
+    return;
+  }
+  manual_seed(5);
+  auto cl = [](const Tensor& t) {
+    return t.to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast).detach().set_requires_grad(true);
+  };
+  Tensor x = cl(randn({16, 64, 14, 14}).to(kFloat16)), z = cl(randn({16, 64, 14, 14}).to(kFloat16));
+  Tensor w = ones({64}, TensorOptions().device(Device::cuda())).set_requires_grad(true);
+  Tensor b = zeros({64}, TensorOptions().device(Device::cuda())).set_requires_grad(true);
+  const int64_t before = cuda::layout_conversions();
+  Tensor y = batch_norm_add_relu(x, z, {}, {}, w, b, true);
+  y.backward(ones_like(y));
+  cuda::synchronize();
+  INFO("a layout conversion here means cuDNN refused its fused kernels and the NCHW fallback ran");
+  CHECK(cuda::layout_conversions() - before == 0);
+  CHECK(y.is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK(x.grad().is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK(z.grad().is_contiguous(MemoryFormat::ChannelsLast));
 }
 
 TEST_CASE("a channels-last ResNet-18 step on the GPU round-trips only around batch norm", "[cuda][layout]") {

@@ -9,6 +9,7 @@
 
 using namespace mpx;
 using Catch::Matchers::Contains;
+namespace F = mpx::nn::functional;
 
 namespace {
 
@@ -292,4 +293,58 @@ TEST_CASE("models::create builds by name and lists the known names on an unknown
   CHECK_THROWS_WITH(models::create("resnet19"),
                     Contains("unknown model 'resnet19'") && Contains("resnet50") && Contains("vgg16_bn") &&
                         Contains("alexnet") && Contains("dcgan_discriminator"));
+}
+
+TEST_CASE("resnet blocks end in the fused batch_norm_add_relu; hooks on the BN still see its output", "[models]") {
+  // The same block twice from one seed: forward/backward through the fused op vs the same
+  // submodules composed by hand (batch norm, add, ReLU as separate ops).
+  for (bool bottleneck : {false, true}) {
+    INFO((bottleneck ? "Bottleneck" : "BasicBlock"));
+    auto build = [&]() -> std::shared_ptr<nn::Module> {
+      manual_seed(3);
+      if (bottleneck) return models::Bottleneck(8, 4, 2).ptr();
+      return models::BasicBlock(8, 8, 1).ptr();
+    };
+    auto fused = build(), plain = build();
+    manual_seed(4);
+    const Tensor x0 = randn({4, 8, 6, 6});
+    Tensor x = x0.clone().set_requires_grad(true), xr = x0.clone().set_requires_grad(true);
+    Tensor y, yr;
+    if (bottleneck) {
+      auto& m = static_cast<models::BottleneckImpl&>(*fused);
+      auto& r = static_cast<models::BottleneckImpl&>(*plain);
+      y = m.forward(x);
+      Tensor h = F::relu(r.bn2(r.conv2(F::relu(r.bn1(r.conv1(xr))))));
+      yr = F::relu(r.bn3(r.conv3(h)) + r.downsample(xr));
+    } else {
+      auto& m = static_cast<models::BasicBlockImpl&>(*fused);
+      auto& r = static_cast<models::BasicBlockImpl&>(*plain);
+      y = m.forward(x);
+      yr = F::relu(r.bn2(r.conv2(F::relu(r.bn1(r.conv1(xr))))) + xr);
+    }
+    CHECK(allclose(y, yr, 1e-5, 1e-5));
+    y.sum().backward();
+    yr.sum().backward();
+    CHECK(allclose(x.grad(), xr.grad(), 1e-4, 1e-5));
+    const auto pf = fused->named_parameters(), pp = plain->named_parameters();
+    for (const auto& [name, p] : pf) {
+      INFO(name);
+      CHECK(allclose(p.grad(), pp[name].grad(), 1e-4, 1e-5));
+    }
+    const auto bf = fused->named_buffers(), bp = plain->named_buffers();
+    for (const auto& [name, t] : bf) {
+      INFO(name);
+      CHECK(allclose(t.to(kFloat64), bp[name].to(kFloat64), 1e-6, 1e-6));
+    }
+  }
+  // A forward hook on bn2 sees batch norm's own output, before the add and the ReLU.
+  manual_seed(3);
+  models::BasicBlock block(4, 4, 1);
+  Tensor seen;
+  block->bn2->register_forward_hook([&](nn::Module&, const Tensor&, Tensor& out) { seen = out.detach(); });
+  Tensor x = randn({2, 4, 5, 5});
+  Tensor y = block(x);
+  REQUIRE(seen.defined());
+  CHECK(seen.min().item<double>() < 0.0);  // no ReLU applied yet
+  CHECK(allclose(y, F::relu(seen + x), 1e-6, 1e-6));
 }

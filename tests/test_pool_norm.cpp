@@ -252,6 +252,78 @@ TEST_CASE("batch_norm validation errors", "[norm][errors]") {
   REQUIRE_THROWS_WITH(batch_norm(randn({1, 3}), {}, {}, {}, {}, true), Catch::Contains("more than 1 value per channel"));
 }
 
+namespace {
+// batch_norm_add_relu against relu(batch_norm(x) + z): output, running statistics and the
+// gradients of x, z, weight and bias.
+void check_fused_bn(DType dt, DType wdt, bool training, bool channels_last, double tol) {
+  INFO(dtype_name(dt) << " (stats " << dtype_name(wdt) << ") " << (training ? "training" : "eval")
+                      << (channels_last ? ", channels-last" : ""));
+  manual_seed(24);
+  auto make = [&](const Tensor& t) {
+    Tensor v = t.to(dt);
+    if (channels_last) v = v.contiguous(MemoryFormat::ChannelsLast);
+    return v.detach().set_requires_grad(true);
+  };
+  const Tensor x0 = randn({4, 3, 5, 6}) * 2.0 + 0.5, z0 = randn({4, 3, 5, 6});
+  Tensor x = make(x0), z = make(z0), xr = make(x0), zr = make(z0);
+  Tensor w = (rand({3}) + 0.5).to(wdt).detach().set_requires_grad(true), wr = w.detach().clone().set_requires_grad(true);
+  Tensor b = randn({3}).to(wdt).detach().set_requires_grad(true), br = b.detach().clone().set_requires_grad(true);
+  Tensor rm = randn({3}).to(wdt), rv = (rand({3}) + 0.5).to(wdt), rmr = rm.clone(), rvr = rv.clone();
+
+  Tensor y = batch_norm_add_relu(x, z, rm, rv, w, b, training, 0.1, 1e-5);
+  Tensor yr = relu(batch_norm(xr, rmr, rvr, wr, br, training, 0.1, 1e-5) + zr);
+  CHECK(y.dtype() == dt);
+  CHECK(y.is_contiguous(channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous));
+  CHECK(close(y, yr, tol, tol));
+  CHECK(close(rm, rmr, 1e-6, 1e-6));
+  CHECK(close(rv, rvr, 1e-6, 1e-6));
+  Tensor gy = randn(y.sizes()).to(dt);
+  // Where the composite's f16 sum rounds to exactly 0 the fused one may not: compare the
+  // gradients where both outputs are clearly away from the ReLU's kink.
+  Tensor away = gt(abs(yr.detach().to(kFloat64)), 4 * tol).to(dt);
+  (y * gy * away).sum().backward();
+  (yr * gy * away).sum().backward();
+  CHECK(close(x.grad(), xr.grad(), 10 * tol, 10 * tol));
+  CHECK(close(z.grad(), zr.grad(), tol, tol));
+  CHECK(close(w.grad(), wr.grad(), 10 * tol, 10 * tol));
+  CHECK(close(b.grad(), br.grad(), 10 * tol, 10 * tol));
+  CHECK(w.grad().dtype() == wdt);
+}
+}  // namespace
+
+TEST_CASE("batch_norm_add_relu equals relu(batch_norm(x) + z) in every dtype and layout", "[norm]") {
+  for (bool training : {true, false})
+    for (bool cl : {false, true}) {
+      check_fused_bn(kFloat64, kFloat64, training, cl, 1e-12);
+      check_fused_bn(kFloat32, kFloat32, training, cl, 1e-5);
+      check_fused_bn(kFloat16, kFloat32, training, cl, 2e-3);
+      check_fused_bn(kBFloat16, kFloat32, training, cl, 1.6e-2);
+    }
+}
+
+TEST_CASE("batch_norm_add_relu gradcheck, composite fallbacks and errors", "[norm][gradcheck]") {
+  manual_seed(25);
+  // Shifted so that no value sits within the finite difference's step of the ReLU's kink.
+  Tensor x = leaf({3, 2, 4, 3}, 2.0, 1.0), z = leaf({3, 2, 4, 3}), w = leaf({2}, 0.5, 1.0), b = leaf({2});
+  Tensor rm = randn({2}, kFloat64), rv = rand({2}, kFloat64) + 0.5;
+  for (bool training : {true, false}) {
+    auto f = [&](const tensor_list& t) {
+      return batch_norm_add_relu(t[0], t[1], training ? Tensor() : rm, training ? Tensor() : rv, t[2], t[3], training);
+    };
+    CHECK(gradcheck(f, {x, z, w, b}) == "");
+    CHECK(gradgradcheck(f, {x, z, w, b}) == "");
+  }
+  // A broadcast residual or one of another dtype: the composite, with the add's promotion.
+  Tensor xf = randn({2, 3, 4, 4}), zb = randn({1, 3, 1, 1});
+  CHECK(close(batch_norm_add_relu(xf, zb, {}, {}, {}, {}, true), relu(batch_norm(xf, {}, {}, {}, {}, true) + zb), 1e-6));
+  Tensor yp = batch_norm_add_relu(xf.to(kFloat16), xf, {}, {}, {}, {}, true);
+  CHECK(yp.dtype() == kFloat32);
+  REQUIRE_THROWS_WITH(batch_norm_add_relu(xf, Tensor(), {}, {}, {}, {}, true), Catch::Contains("residual z"));
+  REQUIRE_THROWS_WITH(batch_norm_add_relu(xf, xf, {}, {}, ones({4}), {}, true),
+                      Catch::Contains("batch_norm_add_relu") && Catch::Contains("3 elements"));
+  REQUIRE_THROWS_WITH(batch_norm_add_relu(xf, randn({2, 3, 4, 5}), {}, {}, {}, {}, true), Catch::Contains("4, 5"));
+}
+
 TEST_CASE("layer_norm and group_norm", "[norm][gradcheck]") {
   manual_seed(24);
   SECTION("layer_norm forward normalizes the trailing dims") {

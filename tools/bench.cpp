@@ -1,5 +1,4 @@
 // `mpx bench`: O0-O3 speed table (images/s, memory, loss scale, PyTorch ratio) and accuracy table (via mpx train) with CSV/JSON/Markdown/SVG output.
-#include <malloc.h>
 #include <sys/wait.h>
 #include <omp.h>
 
@@ -10,7 +9,6 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -237,36 +235,23 @@ void write_csv_json(const fs::path& dir, const std::string& stem, const std::vec
 
 // ---------------------------------------------------------------- memory
 
-// CPU: the kernel's resident-set high-water mark (VmHWM). Writing 5 to clear_refs restarts it at
-// the current RSS, so each row's growth is its own; where that is refused, the growth is
-// measured against the process-wide peak and may read 0 for rows smaller than an earlier one.
-double proc_status_kib(const char* key) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  const std::string k = std::string(key) + ":";
-  while (std::getline(f, line))
-    if (line.rfind(k, 0) == 0) return std::atof(line.c_str() + k.size());
-  return NAN;
-}
-
+// Peak bytes in live tensors during a row, from the device's allocator: on CUDA the absolute
+// peak (as torch.cuda.max_memory_allocated), on the CPU the growth over what was live before.
 struct MemProbe {
   Device dev;
-  double base = 0;
+  int64_t base = 0;
   explicit MemProbe(Device d) : dev(d) {
     if (dev.is_cuda()) {
       cuda::synchronize();
       cuda::reset_peak_memory_stats();
-      base = 0;  // CUDA: the absolute peak of allocated memory, as torch.cuda.max_memory_allocated
     } else {
-      // Freed blocks the C allocator keeps would hide this row's growth: hand them back first.
-      malloc_trim(0);
-      std::ofstream("/proc/self/clear_refs") << "5";
-      base = proc_status_kib("VmRSS");
+      cpu::reset_peak_memory_stats();
+      base = cpu::memory_stats().allocated;
     }
   }
   double peak_mib() const {
-    if (dev.is_cuda()) return static_cast<double>(cuda::memory_stats().peak_allocated) / (1024.0 * 1024.0);
-    return std::max(0.0, proc_status_kib("VmHWM") - base) / 1024.0;
+    const int64_t peak = dev.is_cuda() ? cuda::memory_stats().peak_allocated : cpu::memory_stats().peak_allocated - base;
+    return static_cast<double>(peak) / (1024.0 * 1024.0);
   }
 };
 
@@ -642,7 +627,7 @@ int run_speed(const Args& args) {
   c.image_size = args.given("--image-size") ? args.integer("--image-size", 8) : small ? 28 : 224;
   c.seed = static_cast<uint64_t>(args.integer("--seed", 0));
   const int threads = omp_get_max_threads();
-  const std::string mem_kind = cpu ? "CPU peak RSS growth (VmHWM)" : "CUDA peak allocated";
+  const std::string mem_kind = cpu ? "CPU tensor memory (peak over the row's start)" : "CUDA peak allocated";
   const fs::path out = args.str("--out");
   std::error_code ec;
   fs::create_directories(out, ec);

@@ -105,12 +105,6 @@ template <typename T> struct Addcdiv {
       return static_cast<T>(static_cast<A>(z) + static_cast<A>(v) * static_cast<A>(x) / static_cast<A>(y)); }, s, a, b);
   }
 };
-// v where `keep`, else zero. Selecting the stored bits, rather than rounding a selected float,
-// keeps f16/bf16 loops free of control flow, so GCC vectorizes them.
-template <typename T> T keep_or_zero(bool keep, T v) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return T::from_bits(keep ? v.x : uint16_t{0});
-  else return keep ? v : T(0);
-}
 template <typename T> struct Relu {
   static void run(const Tensor& out, const Tensor& in, double, double) {
     elementwise<T, T>(out, [](T x) { return keep_or_zero(static_cast<acc_t<T>>(x) > acc_t<T>(0), x); }, in);

@@ -1,5 +1,6 @@
 // CUDA batch-norm kernels on cuDNN (spatial mode): training and eval forward, and backward, with
-// f32 statistics for f16/bf16/f32 activations and f64 for f64, reproducing ops/cpu/norm.cpp's contract.
+// f32 statistics for f16/bf16/f32 activations and f64 for f64, reproducing ops/cpu/norm.cpp's
+// contract; batch norm + add + ReLU on cuDNN's fused persistent NHWC kernels where it has them.
 #ifdef MPX_WITH_CUDNN
 #include <atomic>
 
@@ -170,6 +171,157 @@ void batch_norm_backward(const Tensor& gx, const Tensor& gweight, const Tensor& 
   if (gx.defined() && !dx.is_same(gx)) Tensor(gx).copy_(dx);
 }
 
+// ---- batch norm + add + ReLU ----
+// cuDNN fuses the three in training for NHWC activations (persistent mode: the reserve space
+// its forward fills must reach the backward). Everything else, and any shape or dtype it
+// refuses, runs batch norm in NCHW (its fast layout) and the add + ReLU as elementwise ops.
+constexpr cudnnBatchNormMode_t kPersistent = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+constexpr cudnnBatchNormOps_t kAddRelu = CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
+
+// Set once cuDNN has refused the fused kernels for f16 / bf16 / f32 / f64.
+std::atomic<bool> g_no_fused[4] = {false, false, false, false};
+std::atomic<bool>& no_fused(DType dt) {
+  return g_no_fused[dt == kFloat16 ? 0 : dt == kBFloat16 ? 1 : dt == kFloat32 ? 2 : 3];
+}
+
+class ReluDescriptor {
+ public:
+  ReluDescriptor() {
+    MPX_CUDNN_CHECK(cudnnCreateActivationDescriptor(&d_), "batch_norm_add_relu");
+    MPX_CUDNN_CHECK(cudnnSetActivationDescriptor(d_, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0),
+                    "batch_norm_add_relu");
+  }
+  ~ReluDescriptor() { cudnnDestroyActivationDescriptor(d_); }
+  ReluDescriptor(const ReluDescriptor&) = delete;
+  ReluDescriptor& operator=(const ReluDescriptor&) = delete;
+  cudnnActivationDescriptor_t get() const { return d_; }
+
+ private:
+  cudnnActivationDescriptor_t d_ = nullptr;
+};
+
+bool try_fused(const Tensor& x, bool training) {
+  return training && cudnn::layout_of(x) == Layout::kNHWC && !no_fused(x.dtype()).load();
+}
+
+// The fused training forward; returns cuDNN's status (and fills `reserve`) instead of throwing.
+cudnnStatus_t fused_forward_cudnn(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd,
+                                  const Tensor& x, const Tensor& z, const Tensor& w, const Tensor& b, double eps,
+                                  Tensor& reserve) {
+  TensorDescriptor xd, zd, yd, sd;
+  describe(xd, x);
+  describe(zd, z);
+  describe(yd, y);
+  MPX_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(sd.get(), xd.get(), kPersistent), "batch_norm_add_relu");
+  const ReluDescriptor act;
+  cudnnHandle_t h = cudnn::handle(y);
+  size_t ws_bytes = 0, rs_bytes = 0;
+  cudnnStatus_t st = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+      h, kPersistent, kAddRelu, xd.get(), zd.get(), yd.get(), sd.get(), act.get(), &ws_bytes);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kPersistent, kAddRelu, act.get(), xd.get(),
+                                                              &rs_bytes);
+  if (st != CUDNN_STATUS_SUCCESS) return st;
+  const Tensor ws = cudnn::workspace(y, ws_bytes);
+  reserve = empty({static_cast<int64_t>(std::max<size_t>(rs_bytes, 1))},
+                  TensorOptions().dtype(kUInt8).device(y.device()));
+  const Scale one(1.0), zero(0.0);
+  const Tensor wv = stat_or(w, 1.0, invstd), bv = stat_or(b, 0.0, invstd);
+  // As in forward_cudnn: the batch variance arrives through a zeroed running average.
+  Tensor running_mean = zeros({mean.size(0)}, mean.options());
+  Tensor(var).zero_();
+  st = cudnnBatchNormalizationForwardTrainingEx(
+      h, kPersistent, kAddRelu, one.of(x.dtype()), zero.of(x.dtype()), xd.get(), x.raw_data(), zd.get(),
+      z.raw_data(), yd.get(), y.raw_data(), sd.get(), wv.raw_data(), bv.raw_data(), 1.0, running_mean.raw_data(),
+      var.raw_data(), eps, mean.raw_data(), invstd.raw_data(), act.get(), ws.defined() ? ws.raw_data() : nullptr,
+      ws_bytes, reserve.raw_data(), rs_bytes);
+  if (st != CUDNN_STATUS_SUCCESS) return st;
+  const int64_t M = x.numel() / x.size(1);
+  if (M > 1) Tensor(var).mul_(static_cast<double>(M - 1) / static_cast<double>(M));
+  return st;
+}
+
+Tensor batch_norm_add_relu_forward(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd,
+                                   const Tensor& x0, const Tensor& z0, const Tensor& weight, const Tensor& bias,
+                                   bool training, double eps) {
+  TensorDeviceGuard g(y);
+  NoGradGuard ng;
+  const Layout L = cudnn::layout_of(x0);
+  const Tensor x = cudnn::dense_in(x0, L), z = cudnn::dense_in(z0, L);
+  if (try_fused(x, training)) {
+    Tensor reserve;
+    const Tensor yd = cudnn::dense_in(y, L);
+    const cudnnStatus_t st = fused_forward_cudnn(yd, mean, var, invstd, x, z, weight, bias, eps, reserve);
+    if (st == CUDNN_STATUS_SUCCESS) {
+      if (!yd.is_same(y)) Tensor(y).copy_(yd);
+      return reserve;
+    }
+    no_fused(x.dtype()).store(true);
+  }
+  // Batch norm in NCHW, then y = relu(bn + z) in y's own layout.
+  const Tensor xn = L == Layout::kNHWC ? x.contiguous() : x;
+  Tensor bn = empty(xn.sizes(), xn.options());
+  batch_norm_forward(bn, mean, var, invstd, xn, weight, bias, training, eps);
+  Tensor(y).copy_(relu(bn + z));
+  return Tensor();
+}
+
+void batch_norm_add_relu_backward(const Tensor& gx, const Tensor& gz, const Tensor& gweight, const Tensor& gbias,
+                                  const Tensor& gy0, const Tensor& x0, const Tensor& y0, const Tensor& mean,
+                                  const Tensor& invstd, const Tensor& weight, const Tensor& bias,
+                                  const Tensor& reserve, bool training) {
+  TensorDeviceGuard g(x0);
+  NoGradGuard ng;
+  const Layout L = cudnn::layout_of(x0);
+  const Tensor x = cudnn::dense_in(x0, L), y = cudnn::dense_in(y0, L), gy = cudnn::dense_in(gy0, L);
+  const TensorOptions so = mean.options();
+  if (reserve.defined()) {
+    // The forward ran fused: so does the backward, which needs every output buffer.
+    const Tensor dx = gx.defined() ? cudnn::dense_in(gx, L) : empty_as(x, x.dtype());
+    const Tensor dz = gz.defined() ? cudnn::dense_in(gz, L) : empty_as(x, x.dtype());
+    const Tensor dw = gweight.defined() ? gweight : empty({x.size(1)}, so);
+    const Tensor db = gbias.defined() ? gbias : empty({x.size(1)}, so);
+    TensorDescriptor xd, yd, gyd, dzd, dxd, sd;
+    describe(xd, x);
+    describe(yd, y);
+    describe(gyd, gy);
+    describe(dzd, dz);
+    describe(dxd, dx);
+    MPX_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(sd.get(), xd.get(), kPersistent), "batch_norm_add_relu_backward");
+    const ReluDescriptor act;
+    cudnnHandle_t h = cudnn::handle(x);
+    size_t ws_bytes = 0;
+    MPX_CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kPersistent, kAddRelu, xd.get(), yd.get(),
+                                                                      gyd.get(), dzd.get(), dxd.get(), sd.get(),
+                                                                      act.get(), &ws_bytes),
+                    "batch_norm_add_relu_backward");
+    const Tensor ws = cudnn::workspace(x, ws_bytes);
+    const Scale one(1.0), zero(0.0);
+    const Tensor wv = stat_or(weight, 1.0, invstd), bv = stat_or(bias, 0.0, invstd);
+    // eps is unused: cuDNN takes the saved invstd as it is.
+    MPX_CUDNN_CHECK(
+        cudnnBatchNormalizationBackwardEx(
+            h, kPersistent, kAddRelu, one.of(x.dtype()), zero.of(x.dtype()), one.of(x.dtype()), zero.of(x.dtype()),
+            xd.get(), x.raw_data(), yd.get(), y.raw_data(), gyd.get(), gy.raw_data(), dzd.get(), dz.raw_data(),
+            dxd.get(), dx.raw_data(), sd.get(), wv.raw_data(), bv.raw_data(), dw.raw_data(), db.raw_data(), 1e-5,
+            mean.raw_data(), invstd.raw_data(), act.get(), ws.defined() ? ws.raw_data() : nullptr, ws_bytes,
+            reserve.raw_data(), static_cast<size_t>(reserve.numel())),
+        "batch_norm_add_relu_backward");
+    if (gx.defined() && !dx.is_same(gx)) Tensor(gx).copy_(dx);
+    if (gz.defined() && !dz.is_same(gz)) Tensor(gz).copy_(dz);
+    return;
+  }
+  // The forward's fallback: the ReLU's mask, then batch norm's backward in NCHW.
+  const Tensor gr = threshold_backward(gy, y, 0.0);
+  if (gz.defined()) Tensor(gz).copy_(gr);
+  if (!gx.defined() && !gweight.defined() && !gbias.defined()) return;
+  const bool nhwc = L == Layout::kNHWC;
+  const Tensor dx = gx.defined() && nhwc ? empty(x.sizes(), x.options().memory_format(MemoryFormat::Contiguous)) : gx;
+  batch_norm_backward(dx, gweight, gbias, nhwc ? gr.contiguous() : gr, nhwc ? x.contiguous() : x, mean, invstd,
+                      weight, training);
+  if (gx.defined() && !dx.is_same(gx)) Tensor(gx).copy_(dx);
+}
+
 }  // namespace
 
 MPX_REGISTER_KERNELS(cuda_norm) {
@@ -179,6 +331,12 @@ MPX_REGISTER_KERNELS(cuda_norm) {
     dispatch::register_kernel(
         OpId::batch_norm_backward, DeviceType::kCUDA, dt,
         reinterpret_cast<void*>(static_cast<kernels::BatchNormBackwardFn>(&batch_norm_backward)));
+    dispatch::register_kernel(
+        OpId::batch_norm_add_relu, DeviceType::kCUDA, dt,
+        reinterpret_cast<void*>(static_cast<kernels::BatchNormAddReluFn>(&batch_norm_add_relu_forward)));
+    dispatch::register_kernel(
+        OpId::batch_norm_add_relu_backward, DeviceType::kCUDA, dt,
+        reinterpret_cast<void*>(static_cast<kernels::BatchNormAddReluBackwardFn>(&batch_norm_add_relu_backward)));
   }
 }
 
