@@ -61,11 +61,6 @@ tensor_list batch_norm_backward_composite(const Tensor& gy, const Tensor& x, con
 
 }  // namespace
 
-// The CUDA kernels can normalize channels-last activations in place of layout, but cuDNN's
-// SPATIAL batch norm on NHWC measured 5x slower than the NCHW round trip (ResNet-50 on an H100,
-// 2026-11-23: 215 vs 1,073 images/s), so it stays off until the NHWC path uses cuDNN's
-// persistent (Ex) kernels. The CPU kernels take row-major [N, C, S] views.
-constexpr bool kNhwcBatchNorm = false;
 
 namespace {
 // What batch_norm and batch_norm_add_relu check and derive alike.
@@ -73,7 +68,7 @@ struct BnArgs {
   Tensor x, w, b;
   int64_t C = 0, M = 0;  // channels, values per channel
   DType sd = kFloat32;   // statistics dtype
-  bool nhwc = false;     // the kernel sees channels-last x as it is
+  bool nhwc = false;     // the kernel sees channels-last x as it is (CUDA), else [N, C, S]
   IntList s3;            // [N, C, S]: the row-major view the kernels take
 };
 BnArgs check_bn(const char* op, const Tensor& x0, const Tensor& running_mean, const Tensor& running_var,
@@ -107,7 +102,9 @@ BnArgs check_bn(const char* op, const Tensor& x0, const Tensor& running_mean, co
   MPX_CHECK(!training || a.M > 1, op, ": expected more than 1 value per channel when training, got input ",
             ops::describe(x));
   a.sd = stat_dtype(x.dtype());
-  a.nhwc = kNhwcBatchNorm && x.is_cuda() && channels_last(x);
+  // The CUDA kernels take channels-last activations as they are (cuDNN's persistent NHWC
+  // kernels in training); the CPU's take row-major [N, C, S] views.
+  a.nhwc = x.is_cuda() && channels_last(x);
   a.s3 = {x.size(0), a.C, x.numel() == 0 ? 0 : x.numel() / (x.size(0) * a.C)};
   return a;
 }
@@ -147,62 +144,54 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
   const Tensor &x = a.x, &w = a.w, &b = a.b;
   const bool nhwc = a.nhwc;
   auto [mean, var, invstd] = bn_stats(a, running_mean, running_var, training);
-  Tensor y = empty(x.sizes(), kernel_layout(x, nhwc));
+  Tensor y = empty(x.sizes(), kernel_layout(x, nhwc)), reserve;
   {
     NoGradGuard ng;
     Tensor xc = nhwc ? x : x.contiguous();
     if (x.numel() > 0)
-      dispatch::kernel<kernels::BatchNormFn>(OpId::batch_norm, x.device(), x.dtype())(
+      reserve = dispatch::kernel<kernels::BatchNormFn>(OpId::batch_norm, x.device(), x.dtype())(
           nhwc ? y : y.view(a.s3), mean, var, invstd, nhwc ? xc : xc.view(a.s3), stat_copy(w, a.sd),
           stat_copy(b, a.sd), training, eps);
     if (!nhwc && channels_last(x)) y = y.contiguous(MemoryFormat::ChannelsLast);
     if (training && running_mean.defined()) update_running(a, running_mean, running_var, mean, var, momentum);
   }
-  if (auto n = autograd::record("BatchNormBackward", {x, w, b}, {y},
-                                [training, eps](FunctionNode& self, const tensor_list& g) -> tensor_list {
-                                  Tensor x = self.saved(0), w = self.saved(1), b = self.saved(2);
-                                  Tensor mean = self.saved(3), invstd = self.saved(4);
-                                  Tensor gy = g[0].dtype() == x.dtype() ? g[0] : g[0].to(x.dtype());
-                                  tensor_list r;
-                                  if (GradMode::is_enabled()) {
-                                    r = batch_norm_backward_composite(gy, x, w, mean, invstd, training, eps);
-                                  } else {
-                                    const DType sd = mean.dtype();
-                                    const int64_t C = x.size(1);
-                                    const IntList s3{x.size(0), C, x.numel() == 0 ? 0 : x.numel() / (x.size(0) * C)};
-                                    const TensorOptions so = TensorOptions().dtype(sd).device(x.device());
-                                    const bool nhwc = kNhwcBatchNorm && x.is_cuda() && channels_last(x);
-                                    Tensor gx =
-                                        self.next_edges[0].valid() ? empty(x.sizes(), kernel_layout(x, nhwc)) : Tensor();
-                                    Tensor gw = self.next_edges[1].valid() ? empty({C}, so) : Tensor();
-                                    Tensor gb = self.next_edges[2].valid() ? empty({C}, so) : Tensor();
-                                    if (x.numel() > 0) {
-                                      auto as3 = [&](const Tensor& t) {
-                                        return !t.defined() || nhwc ? t : t.contiguous().view(s3);
-                                      };
-                                      dispatch::kernel<kernels::BatchNormBackwardFn>(OpId::batch_norm_backward,
-                                                                                     x.device(), x.dtype())(
-                                          as3(gx), gw, gb, as3(gy), as3(x), mean, invstd, stat_copy(w, sd), training);
-                                    } else {
-                                      if (gw.defined()) gw.zero_();
-                                      if (gb.defined()) gb.zero_();
-                                    }
-                                    if (gx.defined() && !nhwc && channels_last(x))
-                                      gx = gx.contiguous(MemoryFormat::ChannelsLast);
-                                    r = {gx, gw, gb};
-                                  }
-                                  if (r[1].defined() && w.defined() && r[1].dtype() != w.dtype()) r[1] = r[1].to(w.dtype());
-                                  if (r[2].defined() && b.defined() && r[2].dtype() != b.dtype()) r[2] = r[2].to(b.dtype());
-                                  if (!self.next_edges[0].valid()) r[0] = Tensor();
-                                  if (!self.next_edges[1].valid()) r[1] = Tensor();
-                                  if (!self.next_edges[2].valid()) r[2] = Tensor();
-                                  return r;
-                                })) {
+  auto backward = [training, eps, s3 = a.s3, nhwc](FunctionNode& self, const tensor_list& g) -> tensor_list {
+    Tensor x = self.saved(0), w = self.saved(1), b = self.saved(2);
+    Tensor mean = self.saved(3), invstd = self.saved(4), reserve = self.saved(5);
+    Tensor gy = g[0].dtype() == x.dtype() ? g[0] : g[0].to(x.dtype());
+    tensor_list r;
+    if (GradMode::is_enabled()) {
+      r = batch_norm_backward_composite(gy, x, w, mean, invstd, training, eps);
+    } else {
+      const int64_t C = x.size(1);
+      const TensorOptions so = mean.options();
+      Tensor gx = self.next_edges[0].valid() ? empty(x.sizes(), kernel_layout(x, nhwc)) : Tensor();
+      Tensor gw = self.next_edges[1].valid() ? empty({C}, so) : Tensor();
+      Tensor gb = self.next_edges[2].valid() ? empty({C}, so) : Tensor();
+      if (x.numel() > 0) {
+        auto as3 = [&](const Tensor& t) { return !t.defined() || nhwc ? t : t.contiguous().view(s3); };
+        dispatch::kernel<kernels::BatchNormBackwardFn>(OpId::batch_norm_backward, x.device(), x.dtype())(
+            as3(gx), gw, gb, as3(gy), as3(x), mean, invstd, stat_copy(w, mean.dtype()), reserve, training);
+      } else {
+        if (gw.defined()) gw.zero_();
+        if (gb.defined()) gb.zero_();
+      }
+      if (gx.defined() && !nhwc && channels_last(x)) gx = gx.contiguous(MemoryFormat::ChannelsLast);
+      r = {gx, gw, gb};
+    }
+    if (r[1].defined() && w.defined() && r[1].dtype() != w.dtype()) r[1] = r[1].to(w.dtype());
+    if (r[2].defined() && b.defined() && r[2].dtype() != b.dtype()) r[2] = r[2].to(b.dtype());
+    for (size_t i = 0; i < 3; ++i)
+      if (!self.next_edges[i].valid()) r[i] = Tensor();
+    return r;
+  };
+  if (auto n = autograd::record("BatchNormBackward", {x, w, b}, {y}, backward)) {
     n->save(x);
     n->save(w);
     n->save(b);
     n->save(mean);
     n->save(invstd);
+    n->save(reserve);
   }
   return y;
 }
@@ -219,9 +208,7 @@ Tensor batch_norm_add_relu(const Tensor& x0, const Tensor& z, const Tensor& runn
       !dispatch::has_kernel(OpId::batch_norm_add_relu, x.device().type, x.dtype()))
     return relu(batch_norm(x, running_mean, running_var, w, b, training, momentum, eps) + z);
 
-  // CUDA kernels normalize channels-last activations as they are (cuDNN's fused NHWC kernels);
-  // the CPU's take row-major [N, C, S].
-  const bool nhwc = x.is_cuda() && channels_last(x);
+  const bool nhwc = a.nhwc;
   const MemoryFormat kf = nhwc ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
   auto as_kernel = [&](const Tensor& t) { return nhwc ? t.contiguous(kf) : t.contiguous().view(a.s3); };
   auto [mean, var, invstd] = bn_stats(a, running_mean, running_var, training);

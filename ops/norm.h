@@ -32,17 +32,18 @@ namespace mpx::kernels {
 /// in the statistics dtype (f32, f64 for f64 input); weight/bias are [C] in that dtype or
 /// undefined. training: computes mean and the biased var from x and writes them;
 /// eval: reads mean/var (the running statistics). invstd = 1/sqrt(var + eps) is written in both.
-using BatchNormFn = void (*)(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd,
-                             const Tensor& x, const Tensor& weight, const Tensor& bias, bool training, double eps);
+/// Returns what the backward needs beyond the statistics (cuDNN's reserve space for its
+/// persistent NHWC kernels), or an undefined tensor.
+using BatchNormFn = Tensor (*)(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd,
+                               const Tensor& x, const Tensor& weight, const Tensor& bias, bool training, double eps);
 /// Batch norm backward: any of gx (x's dtype, [N, C, S]), gweight, gbias ([C], statistics
 /// dtype) may be undefined when not needed. gy and x contiguous [N, C, S] (on CUDA also
-/// channels-last [N, C, H, W], as in the forward).
+/// channels-last [N, C, H, W], as in the forward); `reserve` is what the forward returned.
 using BatchNormBackwardFn = void (*)(const Tensor& gx, const Tensor& gweight, const Tensor& gbias, const Tensor& gy,
                                      const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
-                                     bool training);
+                                     const Tensor& reserve, bool training);
 /// Fused y = max(bn(x) + z, 0) (one rounding): x, z, y share shape, dtype and layout; the rest
-/// as BatchNormFn. Returns what the backward needs beyond the statistics (cuDNN's reserve
-/// space for its fused NHWC kernels), or an undefined tensor.
+/// as BatchNormFn, including the returned reserve.
 using BatchNormAddReluFn = Tensor (*)(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd,
                                       const Tensor& x, const Tensor& z, const Tensor& weight, const Tensor& bias,
                                       bool training, double eps);

@@ -1,8 +1,13 @@
-// CUDA batch-norm kernels on cuDNN (spatial mode): training and eval forward, and backward, with
-// f32 statistics for f16/bf16/f32 activations and f64 for f64, reproducing ops/cpu/norm.cpp's
-// contract; batch norm + add + ReLU on cuDNN's fused persistent NHWC kernels where it has them.
+// CUDA batch-norm kernels on cuDNN: training and eval forward, and backward, with f32 statistics
+// for f16/bf16/f32 activations and f64 for f64, reproducing ops/cpu/norm.cpp's contract; NHWC
+// training (and batch norm + add + ReLU) on cuDNN's persistent kernels.
 #ifdef MPX_WITH_CUDNN
+#include <algorithm>
 #include <atomic>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <tuple>
 
 #include "autograd/grad_mode.h"
 #include "ops/cuda/cuda_common.h"
@@ -76,11 +81,9 @@ cudnnStatus_t forward_cudnn(const Tensor& y, const Tensor& mean, const Tensor& v
   return st;
 }
 
-void batch_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd, const Tensor& x0,
-                        const Tensor& weight, const Tensor& bias, bool training, double eps) {
-  if (x0.numel() == 0) return;
-  TensorDeviceGuard g(y);
-  NoGradGuard ng;
+// Forward through cuDNN's classic (spatial) kernels in x's layout, widening refused dtypes.
+void forward_spatial(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd, const Tensor& x0,
+                     const Tensor& weight, const Tensor& bias, bool training, double eps) {
   const Tensor x = cudnn::dense_in(x0, cudnn::layout_of(x0));
   MPX_CHECK(cudnn::layout_of(y) == cudnn::layout_of(x), "batch_norm: output and input layouts differ");
   const bool widen = low_precision(x.dtype()) && widen_flag(x.dtype()).load();
@@ -138,12 +141,10 @@ void backward_eval(const Tensor& gx, const Tensor& gw, const Tensor& gb, const T
   }
 }
 
-void batch_norm_backward(const Tensor& gx, const Tensor& gweight, const Tensor& gbias, const Tensor& gy0,
-                         const Tensor& x0, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
-                         bool training) {
-  if (x0.numel() == 0) return;
-  TensorDeviceGuard g(x0);
-  NoGradGuard ng;
+// Backward through cuDNN's classic kernels (or backward_eval) in x's layout.
+void backward_spatial(const Tensor& gx, const Tensor& gweight, const Tensor& gbias, const Tensor& gy0,
+                      const Tensor& x0, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
+                      bool training) {
   const Layout L = cudnn::layout_of(x0);
   const Tensor x = cudnn::dense_in(x0, L), gy = cudnn::dense_in(gy0, L);
   if (!training) {
@@ -171,17 +172,29 @@ void batch_norm_backward(const Tensor& gx, const Tensor& gweight, const Tensor& 
   if (gx.defined() && !dx.is_same(gx)) Tensor(gx).copy_(dx);
 }
 
-// ---- batch norm + add + ReLU ----
-// cuDNN fuses the three in training for NHWC activations (persistent mode: the reserve space
-// its forward fills must reach the backward). Everything else, and any shape or dtype it
-// refuses, runs batch norm in NCHW (its fast layout) and the add + ReLU as elementwise ops.
+// ---- NHWC training: cuDNN's persistent kernels ----
+// cuDNN's classic spatial kernels measured 5x slower on NHWC than on NCHW (ResNet-50, H100), so
+// channels-last training runs on the persistent "Ex" kernels PyTorch uses for channels_last
+// (batch norm alone, or fused with the residual add and ReLU); their forward fills a reserve
+// space the backward must get back. NHWC in eval, and any shape or dtype cuDNN refuses, goes
+// through NCHW copies (its fast layout for the classic kernels).
 constexpr cudnnBatchNormMode_t kPersistent = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
-constexpr cudnnBatchNormOps_t kAddRelu = CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
 
-// Set once cuDNN has refused the fused kernels for f16 / bf16 / f32 / f64.
-std::atomic<bool> g_no_fused[4] = {false, false, false, false};
-std::atomic<bool>& no_fused(DType dt) {
-  return g_no_fused[dt == kFloat16 ? 0 : dt == kBFloat16 ? 1 : dt == kFloat32 ? 2 : 3];
+// The (op, dtype, channels) combinations cuDNN has refused the persistent kernels for, so each
+// is asked once; one refused layer does not send the others to the fallback.
+std::mutex g_refused_mu;
+std::set<std::tuple<int, int, int64_t>> g_refused;
+std::tuple<int, int, int64_t> refusal_key(cudnnBatchNormOps_t ops, const Tensor& x) {
+  return {static_cast<int>(ops), static_cast<int>(x.dtype()), x.size(1)};
+}
+void refuse(cudnnBatchNormOps_t ops, const Tensor& x) {
+  std::lock_guard<std::mutex> lk(g_refused_mu);
+  g_refused.insert(refusal_key(ops, x));
+}
+bool try_persistent(const Tensor& x, cudnnBatchNormOps_t ops, bool training) {
+  if (!training || x.dim() != 4 || cudnn::layout_of(x) != Layout::kNHWC) return false;
+  std::lock_guard<std::mutex> lk(g_refused_mu);
+  return g_refused.count(refusal_key(ops, x)) == 0;
 }
 
 class ReluDescriptor {
@@ -200,27 +213,27 @@ class ReluDescriptor {
   cudnnActivationDescriptor_t d_ = nullptr;
 };
 
-bool try_fused(const Tensor& x, bool training) {
-  return training && cudnn::layout_of(x) == Layout::kNHWC && !no_fused(x.dtype()).load();
-}
-
-// The fused training forward; returns cuDNN's status (and fills `reserve`) instead of throwing.
-cudnnStatus_t fused_forward_cudnn(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd,
-                                  const Tensor& x, const Tensor& z, const Tensor& w, const Tensor& b, double eps,
-                                  Tensor& reserve) {
+// The persistent training forward, y = bn(x) or relu(bn(x) + z) (z defined); returns cuDNN's
+// status, and fills `reserve`, instead of throwing.
+cudnnStatus_t persistent_forward(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd,
+                                 const Tensor& x, const Tensor& z, const Tensor& w, const Tensor& b, double eps,
+                                 Tensor& reserve) {
+  const bool fused = z.defined();
+  const cudnnBatchNormOps_t ops = fused ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
   TensorDescriptor xd, zd, yd, sd;
   describe(xd, x);
-  describe(zd, z);
   describe(yd, y);
-  MPX_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(sd.get(), xd.get(), kPersistent), "batch_norm_add_relu");
-  const ReluDescriptor act;
+  if (fused) describe(zd, z);
+  MPX_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(sd.get(), xd.get(), kPersistent), "batch_norm");
+  std::optional<ReluDescriptor> act;
+  if (fused) act.emplace();
+  cudnnActivationDescriptor_t ad = fused ? act->get() : nullptr;
   cudnnHandle_t h = cudnn::handle(y);
   size_t ws_bytes = 0, rs_bytes = 0;
   cudnnStatus_t st = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
-      h, kPersistent, kAddRelu, xd.get(), zd.get(), yd.get(), sd.get(), act.get(), &ws_bytes);
+      h, kPersistent, ops, xd.get(), fused ? zd.get() : nullptr, yd.get(), sd.get(), ad, &ws_bytes);
   if (st == CUDNN_STATUS_SUCCESS)
-    st = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kPersistent, kAddRelu, act.get(), xd.get(),
-                                                              &rs_bytes);
+    st = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kPersistent, ops, ad, xd.get(), &rs_bytes);
   if (st != CUDNN_STATUS_SUCCESS) return st;
   const Tensor ws = cudnn::workspace(y, ws_bytes);
   reserve = empty({static_cast<int64_t>(std::max<size_t>(rs_bytes, 1))},
@@ -231,14 +244,110 @@ cudnnStatus_t fused_forward_cudnn(const Tensor& y, const Tensor& mean, const Ten
   Tensor running_mean = zeros({mean.size(0)}, mean.options());
   Tensor(var).zero_();
   st = cudnnBatchNormalizationForwardTrainingEx(
-      h, kPersistent, kAddRelu, one.of(x.dtype()), zero.of(x.dtype()), xd.get(), x.raw_data(), zd.get(),
-      z.raw_data(), yd.get(), y.raw_data(), sd.get(), wv.raw_data(), bv.raw_data(), 1.0, running_mean.raw_data(),
-      var.raw_data(), eps, mean.raw_data(), invstd.raw_data(), act.get(), ws.defined() ? ws.raw_data() : nullptr,
-      ws_bytes, reserve.raw_data(), rs_bytes);
+      h, kPersistent, ops, one.of(x.dtype()), zero.of(x.dtype()), xd.get(), x.raw_data(), fused ? zd.get() : nullptr,
+      fused ? z.raw_data() : nullptr, yd.get(), y.raw_data(), sd.get(), wv.raw_data(), bv.raw_data(), 1.0,
+      running_mean.raw_data(), var.raw_data(), eps, mean.raw_data(), invstd.raw_data(), ad,
+      ws.defined() ? ws.raw_data() : nullptr, ws_bytes, reserve.raw_data(), rs_bytes);
   if (st != CUDNN_STATUS_SUCCESS) return st;
   const int64_t M = x.numel() / x.size(1);
   if (M > 1) Tensor(var).mul_(static_cast<double>(M - 1) / static_cast<double>(M));
   return st;
+}
+
+// The persistent backward of a forward that filled `reserve`: gx, gw, gb (and gz when fused,
+// from y and the bias) all written; callers pass scratch for those not wanted.
+void persistent_backward(const Tensor& gx, const Tensor& gz, const Tensor& gw, const Tensor& gb, const Tensor& gy,
+                         const Tensor& x, const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& w,
+                         const Tensor& b, const Tensor& reserve) {
+  const bool fused = gz.defined();
+  const cudnnBatchNormOps_t ops = fused ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
+  const char* op = fused ? "batch_norm_add_relu_backward" : "batch_norm_backward";
+  TensorDescriptor xd, yd, gyd, gzd, gxd, sd;
+  describe(xd, x);
+  describe(gyd, gy);
+  describe(gxd, gx);
+  if (fused) {
+    describe(yd, y);
+    describe(gzd, gz);
+  }
+  MPX_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(sd.get(), xd.get(), kPersistent), op);
+  std::optional<ReluDescriptor> act;
+  if (fused) act.emplace();
+  cudnnActivationDescriptor_t ad = fused ? act->get() : nullptr;
+  cudnnHandle_t h = cudnn::handle(x);
+  size_t ws_bytes = 0;
+  MPX_CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+                      h, kPersistent, ops, xd.get(), fused ? yd.get() : nullptr, gyd.get(),
+                      fused ? gzd.get() : nullptr, gxd.get(), sd.get(), ad, &ws_bytes),
+                  op);
+  const Tensor ws = cudnn::workspace(x, ws_bytes);
+  const Scale one(1.0), zero(0.0);
+  const Tensor wv = stat_or(w, 1.0, invstd), bv = stat_or(b, 0.0, invstd);
+  // eps is unused: cuDNN takes the saved invstd as it is.
+  MPX_CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
+                      h, kPersistent, ops, one.of(x.dtype()), zero.of(x.dtype()), one.of(x.dtype()),
+                      zero.of(x.dtype()), xd.get(), x.raw_data(), fused ? yd.get() : nullptr,
+                      fused ? y.raw_data() : nullptr, gyd.get(), gy.raw_data(), fused ? gzd.get() : nullptr,
+                      fused ? gz.raw_data() : nullptr, gxd.get(), gx.raw_data(), sd.get(), wv.raw_data(),
+                      fused ? bv.raw_data() : nullptr, gw.raw_data(), gb.raw_data(), 1e-5, mean.raw_data(),
+                      invstd.raw_data(), ad, ws.defined() ? ws.raw_data() : nullptr, ws_bytes, reserve.raw_data(),
+                      static_cast<size_t>(reserve.numel())),
+                  op);
+}
+
+// Output buffers for the persistent backward: t itself when dense in x's layout, else scratch.
+Tensor out_like(const Tensor& t, const Tensor& x) { return t.defined() ? cudnn::dense_in(t, cudnn::layout_of(x)) : empty_as(x, x.dtype()); }
+Tensor stat_out(const Tensor& t, const Tensor& mean) { return t.defined() ? t : empty({mean.size(0)}, mean.options()); }
+void copy_back(const Tensor& dst, const Tensor& src) {
+  if (dst.defined() && !src.is_same(dst)) Tensor(dst).copy_(src);
+}
+
+Tensor batch_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd,
+                          const Tensor& x0, const Tensor& weight, const Tensor& bias, bool training, double eps) {
+  if (x0.numel() == 0) return Tensor();
+  TensorDeviceGuard g(y);
+  NoGradGuard ng;
+  const Layout L = cudnn::layout_of(x0);
+  if (try_persistent(x0, CUDNN_BATCHNORM_OPS_BN, training)) {
+    Tensor reserve;
+    const Tensor x = cudnn::dense_in(x0, L), yd = cudnn::dense_in(y, L);
+    if (persistent_forward(yd, mean, var, invstd, x, Tensor(), weight, bias, eps, reserve) == CUDNN_STATUS_SUCCESS) {
+      copy_back(y, yd);
+      return reserve;
+    }
+    refuse(CUDNN_BATCHNORM_OPS_BN, x);
+  }
+  if (L == Layout::kNHWC) {
+    Tensor yn = empty(y.sizes(), y.options().memory_format(MemoryFormat::Contiguous));
+    forward_spatial(yn, mean, var, invstd, x0.contiguous(), weight, bias, training, eps);
+    Tensor(y).copy_(yn);
+  } else {
+    forward_spatial(y, mean, var, invstd, x0, weight, bias, training, eps);
+  }
+  return Tensor();
+}
+
+void batch_norm_backward(const Tensor& gx, const Tensor& gweight, const Tensor& gbias, const Tensor& gy0,
+                         const Tensor& x0, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
+                         const Tensor& reserve, bool training) {
+  if (x0.numel() == 0) return;
+  TensorDeviceGuard g(x0);
+  NoGradGuard ng;
+  const Layout L = cudnn::layout_of(x0);
+  if (reserve.defined()) {  // the forward ran on the persistent kernels
+    const Tensor x = cudnn::dense_in(x0, L), gy = cudnn::dense_in(gy0, L);
+    const Tensor dx = out_like(gx, x), dw = stat_out(gweight, mean), db = stat_out(gbias, mean);
+    persistent_backward(dx, Tensor(), dw, db, gy, x, Tensor(), mean, invstd, weight, Tensor(), reserve);
+    copy_back(gx, dx);
+    return;
+  }
+  if (L == Layout::kNHWC) {
+    const Tensor dx = gx.defined() ? empty(gx.sizes(), gx.options().memory_format(MemoryFormat::Contiguous)) : gx;
+    backward_spatial(dx, gweight, gbias, gy0.contiguous(), x0.contiguous(), mean, invstd, weight, training);
+    copy_back(gx, dx);
+  } else {
+    backward_spatial(gx, gweight, gbias, gy0, x0, mean, invstd, weight, training);
+  }
 }
 
 Tensor batch_norm_add_relu_forward(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd,
@@ -247,23 +356,23 @@ Tensor batch_norm_add_relu_forward(const Tensor& y, const Tensor& mean, const Te
   TensorDeviceGuard g(y);
   NoGradGuard ng;
   const Layout L = cudnn::layout_of(x0);
-  const Tensor x = cudnn::dense_in(x0, L), z = cudnn::dense_in(z0, L);
-  if (try_fused(x, training)) {
+  const cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
+  if (try_persistent(x0, ops, training)) {
     Tensor reserve;
-    const Tensor yd = cudnn::dense_in(y, L);
-    const cudnnStatus_t st = fused_forward_cudnn(yd, mean, var, invstd, x, z, weight, bias, eps, reserve);
-    if (st == CUDNN_STATUS_SUCCESS) {
-      if (!yd.is_same(y)) Tensor(y).copy_(yd);
+    const Tensor x = cudnn::dense_in(x0, L), z = cudnn::dense_in(z0, L), yd = cudnn::dense_in(y, L);
+    if (persistent_forward(yd, mean, var, invstd, x, z, weight, bias, eps, reserve) == CUDNN_STATUS_SUCCESS) {
+      copy_back(y, yd);
       return reserve;
     }
-    no_fused(x.dtype()).store(true);
+    refuse(ops, x);
   }
-  // Batch norm in NCHW, then y = relu(bn + z) in y's own layout.
-  const Tensor xn = L == Layout::kNHWC ? x.contiguous() : x;
-  Tensor bn = empty(xn.sizes(), xn.options());
-  batch_norm_forward(bn, mean, var, invstd, xn, weight, bias, training, eps);
-  Tensor(y).copy_(relu(bn + z));
-  return Tensor();
+  // Batch norm (persistent or spatial, as batch_norm would run), then the add and ReLU.
+  Tensor bn = empty_as(x0, x0.dtype());
+  const Tensor bn_reserve = batch_norm_forward(bn, mean, var, invstd, x0, weight, bias, training, eps);
+  Tensor(y).copy_(relu(bn + z0));
+  // The backward then runs batch norm's own backward, which needs this reserve: handed over as
+  // a [1, n] view, where the fused forward's is [n].
+  return bn_reserve.defined() ? bn_reserve.view({1, -1}) : Tensor();
 }
 
 void batch_norm_add_relu_backward(const Tensor& gx, const Tensor& gz, const Tensor& gweight, const Tensor& gbias,
@@ -273,53 +382,21 @@ void batch_norm_add_relu_backward(const Tensor& gx, const Tensor& gz, const Tens
   TensorDeviceGuard g(x0);
   NoGradGuard ng;
   const Layout L = cudnn::layout_of(x0);
-  const Tensor x = cudnn::dense_in(x0, L), y = cudnn::dense_in(y0, L), gy = cudnn::dense_in(gy0, L);
-  const TensorOptions so = mean.options();
-  if (reserve.defined()) {
-    // The forward ran fused: so does the backward, which needs every output buffer.
-    const Tensor dx = gx.defined() ? cudnn::dense_in(gx, L) : empty_as(x, x.dtype());
-    const Tensor dz = gz.defined() ? cudnn::dense_in(gz, L) : empty_as(x, x.dtype());
-    const Tensor dw = gweight.defined() ? gweight : empty({x.size(1)}, so);
-    const Tensor db = gbias.defined() ? gbias : empty({x.size(1)}, so);
-    TensorDescriptor xd, yd, gyd, dzd, dxd, sd;
-    describe(xd, x);
-    describe(yd, y);
-    describe(gyd, gy);
-    describe(dzd, dz);
-    describe(dxd, dx);
-    MPX_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(sd.get(), xd.get(), kPersistent), "batch_norm_add_relu_backward");
-    const ReluDescriptor act;
-    cudnnHandle_t h = cudnn::handle(x);
-    size_t ws_bytes = 0;
-    MPX_CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kPersistent, kAddRelu, xd.get(), yd.get(),
-                                                                      gyd.get(), dzd.get(), dxd.get(), sd.get(),
-                                                                      act.get(), &ws_bytes),
-                    "batch_norm_add_relu_backward");
-    const Tensor ws = cudnn::workspace(x, ws_bytes);
-    const Scale one(1.0), zero(0.0);
-    const Tensor wv = stat_or(weight, 1.0, invstd), bv = stat_or(bias, 0.0, invstd);
-    // eps is unused: cuDNN takes the saved invstd as it is.
-    MPX_CUDNN_CHECK(
-        cudnnBatchNormalizationBackwardEx(
-            h, kPersistent, kAddRelu, one.of(x.dtype()), zero.of(x.dtype()), one.of(x.dtype()), zero.of(x.dtype()),
-            xd.get(), x.raw_data(), yd.get(), y.raw_data(), gyd.get(), gy.raw_data(), dzd.get(), dz.raw_data(),
-            dxd.get(), dx.raw_data(), sd.get(), wv.raw_data(), bv.raw_data(), dw.raw_data(), db.raw_data(), 1e-5,
-            mean.raw_data(), invstd.raw_data(), act.get(), ws.defined() ? ws.raw_data() : nullptr, ws_bytes,
-            reserve.raw_data(), static_cast<size_t>(reserve.numel())),
-        "batch_norm_add_relu_backward");
-    if (gx.defined() && !dx.is_same(gx)) Tensor(gx).copy_(dx);
-    if (gz.defined() && !dz.is_same(gz)) Tensor(gz).copy_(dz);
+  if (reserve.defined() && reserve.dim() == 1) {  // the forward ran fused
+    const Tensor x = cudnn::dense_in(x0, L), y = cudnn::dense_in(y0, L), gy = cudnn::dense_in(gy0, L);
+    const Tensor dx = out_like(gx, x), dz = out_like(gz, x);
+    const Tensor dw = stat_out(gweight, mean), db = stat_out(gbias, mean);
+    persistent_backward(dx, dz, dw, db, gy, x, y, mean, invstd, weight, bias, reserve);
+    copy_back(gx, dx);
+    copy_back(gz, dz);
     return;
   }
-  // The forward's fallback: the ReLU's mask, then batch norm's backward in NCHW.
-  const Tensor gr = threshold_backward(gy, y, 0.0);
-  if (gz.defined()) Tensor(gz).copy_(gr);
+  // The forward's fallback: the ReLU's mask, then batch norm's backward (with its reserve).
+  const Tensor gr = threshold_backward(gy0, y0, 0.0);
+  copy_back(gz, gr);
   if (!gx.defined() && !gweight.defined() && !gbias.defined()) return;
-  const bool nhwc = L == Layout::kNHWC;
-  const Tensor dx = gx.defined() && nhwc ? empty(x.sizes(), x.options().memory_format(MemoryFormat::Contiguous)) : gx;
-  batch_norm_backward(dx, gweight, gbias, nhwc ? gr.contiguous() : gr, nhwc ? x.contiguous() : x, mean, invstd,
-                      weight, training);
-  if (gx.defined() && !dx.is_same(gx)) Tensor(gx).copy_(dx);
+  batch_norm_backward(gx, gweight, gbias, gr, x0, mean, invstd, weight,
+                      reserve.defined() ? reserve.view({-1}) : Tensor(), training);
 }
 
 }  // namespace
