@@ -236,7 +236,7 @@ def dcgan_init(m):
 class Recipe:
     """One network + optimizer under an opt level: forward context, backward with scaling, step."""
 
-    def __init__(self, net, make_opt, level, low, dev):
+    def __init__(self, net, make_opt, level, low, dev, compile_net=False):
         # O3-bnf32 is O3 with keep_batchnorm_fp32=True (apex's fastest ImageNet recipe).
         bn32 = level in ("O2", "O3-bnf32")
         level = "O3" if level == "O3-bnf32" else level
@@ -258,14 +258,20 @@ class Recipe:
         if level == "O1" and low == torch.float16 and dev.type == "cuda":
             self.scaler = torch.cuda.amp.GradScaler()
         self.static_scale = 128.0 if (level in ("O2", "O3") and low == torch.float16) else 1.0
+        # --compile: the same module through torch.compile (default mode); parameters are shared.
+        self.run = self.net
+        if compile_net:
+            if not hasattr(torch, "compile"):
+                raise RuntimeError(f"torch.compile needs PyTorch 2 (this is {torch.__version__})")
+            self.run = torch.compile(self.net)
 
     def forward(self, x):
         if self.level == "O1":
             with torch.autocast(self.dev.type, dtype=self.low):
-                return self.net(x).float()
+                return self.run(x).float()
         if self.level in ("O2", "O3"):
             x = x.to(self.low)
-        return self.net(x).float()
+        return self.run(x).float()
 
     def zero_grad(self):
         self.opt.zero_grad(set_to_none=True)
@@ -312,7 +318,7 @@ def build(model, level, low, a, dev):
         nparams = sum(p.numel() for p in G.parameters()) + sum(p.numel() for p in D.parameters())
         adam = lambda ps: torch.optim.Adam(ps, lr=2e-4, betas=(0.5, 0.999))  # noqa: E731
         G, D = G.to(memory_format=fmt), D.to(memory_format=fmt)
-        rd, rg = Recipe(D, adam, level, low, dev), Recipe(G, adam, level, low, dev)
+        rd, rg = Recipe(D, adam, level, low, dev, a.compile), Recipe(G, adam, level, low, dev, a.compile)
         real = (torch.rand(a.batch, nc, side, side) * 2 - 1).to(dev).to(memory_format=fmt)
         ones, zeros = torch.ones(a.batch, device=dev), torch.zeros(a.batch, device=dev)
 
@@ -337,7 +343,7 @@ def build(model, level, low, a, dev):
     nparams = sum(p.numel() for p in net.parameters())
     net = net.to(memory_format=fmt)
     sgd = lambda ps: torch.optim.SGD(ps, lr=0.01, momentum=0.9, weight_decay=1e-4)  # noqa: E731
-    r = Recipe(net, sgd, level, low, dev)
+    r = Recipe(net, sgd, level, low, dev, a.compile)
     x = torch.randn(a.batch, nc, side, side).to(dev).to(memory_format=fmt)
     y = torch.randint(0, classes, (a.batch,)).to(dev)
 
@@ -549,6 +555,7 @@ def main():
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--channels-last", action="store_true", help="models and inputs in torch.channels_last")
+    ap.add_argument("--compile", action="store_true", help="speed mode: the models through torch.compile")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)

@@ -74,7 +74,9 @@ rm -f "$out/one.log"
     for graph in "" --cuda-graph; do
       models=resnet50,vgg16,dcgan
       [ -z "$graph" ] || models=resnet50,vgg16  # dcgan is not captured yet
-      build-gpu/tools/mpx bench --device cuda --models $models --dtype f16,bf16 --batch 256 $graph --peer \
+      compiled=--peer-compile
+      [ -z "$graph" ] || compiled=""  # torch.compile's columns once, beside the eager rows
+      build-gpu/tools/mpx bench --device cuda --models $models --dtype f16,bf16 --batch 256 $graph --peer $compiled \
         --out "$out/table${graph:+-graph}"
     done
   fi

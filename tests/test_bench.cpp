@@ -161,6 +161,8 @@ TEST_CASE("mpx bench: bad flags give one line and exit code 2; --cuda-graph on t
       {"bench --epochs 2", "--accuracy"},
       {"bench --accuracy --steps 2", "speed mode"},
       {"bench --cuda-graph --device cpu", "--device cuda"},
+      {"bench --peer-compile", "--peer"},
+      {"bench --accuracy --peer --peer-compile", "speed mode"},
   };
   for (const auto& [args, what] : cases) {
     INFO(args);
@@ -171,6 +173,37 @@ TEST_CASE("mpx bench: bad flags give one line and exit code 2; --cuda-graph on t
   }
   const Run graph = mpx_err("bench --cuda-graph");
   CHECK(graph.out.find("CPU") != std::string::npos);
+}
+
+TEST_CASE("mpx bench --peer --peer-compile: PyTorch's eager and compiled columns join the speed table", "[bench][cli]") {
+  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
+    WARN("skipped: /usr/bin/python3 has no torch (install python3-torch)");
+    return;
+  }
+  const bool has_compile = std::system("/usr/bin/python3 -c 'import torch; torch.compile' >/dev/null 2>&1") == 0;
+  const fs::path out = temp_dir("speed_peer");
+  const Run r = run_mpx("bench --peer --peer-compile --python /usr/bin/python3 --models resnet18 --opt-levels O0 "
+                        "--small-input --batch 4 --steps 1 --warmup 1 --windows 1 --threads 2 --out '" +
+                        out.string() + "'");
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("mpx/PyTorch") != std::string::npos);
+  CHECK(r.out.find("mpx/compiled") != std::string::npos);
+  CHECK(r.out.find("parameters resnet18: mpx 11172810, PyTorch 11172810 (match)") != std::string::npos);
+  const Csv csv = parse_csv(read(out / "bench.csv"));
+  REQUIRE(csv.rows.size() == 1);
+  const auto& row = csv.rows[0];
+  CHECK(row[csv.col("peer_status")] == "ok");
+  CHECK(number(row[csv.col("peer_images_per_s")]) > 0);
+  CHECK(number(row[csv.col("mpx_over_peer")]) > 0);
+  if (has_compile) {
+    CHECK(row[csv.col("peer_compiled_status")] == "ok");
+    CHECK(number(row[csv.col("mpx_over_peer_compiled")]) > 0);
+  } else {
+    // Older PyTorch: an n/a cell whose note says why.
+    CHECK(row[csv.col("peer_compiled_status")].find("torch.compile needs PyTorch 2") != std::string::npos);
+    CHECK(r.out.find("PyTorch: unsupported: torch.compile needs PyTorch 2") != std::string::npos);
+  }
 }
 
 TEST_CASE("mpx bench --accuracy --peer: PyTorch's top-1 and loss with the same recipe join the table", "[bench][cli]") {

@@ -60,6 +60,8 @@ Args make_args() {
       .option({"--threads"}, "N", "CPU threads (OpenMP; the peer gets the same); default: OMP_NUM_THREADS or all cores")
       .flag({"--peer"}, "also run bench/peer_bench.py (PyTorch) on the same rows: speed mode adds mpx/PyTorch ratios, "
             "accuracy mode PyTorch's top-1 and loss with the same recipe")
+      .flag({"--peer-compile"}, "speed mode: with --peer, also time PyTorch through torch.compile (PyTorch 2) and add "
+            "its columns")
       .option({"--python"}, "PATH", "the python that runs the peer (it needs torch)", "python3")
       .option({"--peer-script"}, "PATH", "the peer script", MPX_PEER_SCRIPT)
       .flag({"--accuracy"}, "accuracy mode: train each level with mpx train from the same seed and compare")
@@ -507,10 +509,11 @@ std::string peer_prefix(const Args& args, int threads, const std::vector<std::st
          shell_quote(script);
 }
 
-// Runs the peer script once for every row and parses its "row,..." lines.
+// Runs the peer script once for every row (eager, or through torch.compile) and parses its
+// "row,..." lines.
 std::map<std::string, PeerRow> run_peer(const Args& args, const std::vector<std::string>& models,
                                         const std::vector<std::string>& levels, const std::vector<std::string>& dtypes,
-                                        const SpeedConfig& c, int threads, std::string& failure) {
+                                        const SpeedConfig& c, int threads, bool compiled, std::string& failure) {
   std::map<std::string, PeerRow> out;
   std::string ml, ll, dl;
   const std::string prefix = peer_prefix(args, threads, models, levels, dtypes, ml, ll, dl, failure);
@@ -519,7 +522,7 @@ std::map<std::string, PeerRow> run_peer(const Args& args, const std::vector<std:
   cmd << prefix << " --models " << ml << " --opt-levels " << ll << " --dtype " << dl << " --batch " << c.batch << " --steps "
       << c.steps << " --warmup " << c.warmup << " --windows " << c.windows << " --image-size " << c.image_size
       << " --device " << (c.device.is_cuda() ? "cuda" : "cpu") << " --threads " << threads << " --seed " << c.seed
-      << (c.channels_last ? " --channels-last" : "") << " 2>&1";
+      << (c.channels_last ? " --channels-last" : "") << (compiled ? " --compile" : "") << " 2>&1";
   // row,model,level,dtype,params,ips,ips_min,ips_max,step_ms,peak_mib,status
   stream_peer(args, cmd.str(), "row,", 11, failure, [&](const std::vector<std::string>& f) {
     PeerRow r;
@@ -646,7 +649,7 @@ int run_speed(const Args& args) {
     Variant v;
     SpeedResult r;
     double median = NAN, lo = NAN, hi = NAN, speedup = NAN;
-    PeerRow peer;
+    PeerRow peer, compiled;  // PyTorch eager, and through torch.compile (--peer-compile)
   };
   std::vector<Row> rows;
   std::ostringstream profile_log;
@@ -655,7 +658,7 @@ int run_speed(const Args& args) {
     for (const auto& v : vars) {
       std::printf("  %-10s %s %-4s ... ", m.c_str(), v.level.c_str(), v.dtype.c_str());
       std::fflush(stdout);
-      Row row{m, v, {}, NAN, NAN, NAN, NAN, {}};
+      Row row{m, v, {}, NAN, NAN, NAN, NAN, {}, {}};
       try {
         row.r = m == "dcgan" ? bench_dcgan(v, c) : bench_classifier(m, v, c);
       } catch (const mpx::Error& e) {
@@ -682,16 +685,21 @@ int run_speed(const Args& args) {
           if (o.model == m && o.v.level == "O0") r.speedup = r.median / o.median;
   }
 
-  std::string peer_failure;
-  bool peer = args.on("--peer");
+  const bool peer = args.on("--peer"), peer_compile = args.on("--peer-compile");
+  if (peer_compile && !peer) throw UsageError("--peer-compile adds columns to --peer's: pass both");
   if (peer) {
-    const auto pr = run_peer(args, models, levels, dtypes, c, threads, peer_failure);
-    for (auto& r : rows) {
-      auto it = pr.find(r.model + "/" + r.v.level + "/" + r.v.dtype);
-      if (it != pr.end()) r.peer = it->second;
-      else if (!peer_failure.empty()) r.peer.status = "peer failed";
+    for (bool compiled : {false, true}) {
+      if (compiled && !peer_compile) break;
+      std::string failure;
+      const auto pr = run_peer(args, models, levels, dtypes, c, threads, compiled, failure);
+      for (auto& r : rows) {
+        PeerRow& slot = compiled ? r.compiled : r.peer;
+        auto it = pr.find(r.model + "/" + r.v.level + "/" + r.v.dtype);
+        if (it != pr.end()) slot = it->second;
+        else if (!failure.empty()) slot.status = "peer failed";
+      }
+      if (!failure.empty()) std::fprintf(stderr, "mpx bench: warning: %s\n", failure.c_str());
     }
-    if (!peer_failure.empty()) std::fprintf(stderr, "mpx bench: warning: %s\n", peer_failure.c_str());
     std::map<std::string, std::pair<int64_t, int64_t>> params;
     for (const auto& r : rows)
       if (r.peer.params > 0) params[r.model] = {r.r.params, r.peer.params};
@@ -704,25 +712,32 @@ int run_speed(const Args& args) {
   t.head = {"model", "level", "dtype", "batch", "images/s", "min-max", "step ms", "peak MiB", "loss scale", "skipped",
             "vs O0"};
   if (peer) t.head.insert(t.head.end(), {"PyTorch img/s", "mpx/PyTorch"});
+  if (peer && !cpu) t.head.push_back("PyTorch MiB");
+  if (peer_compile) t.head.insert(t.head.end(), {"compiled img/s", "mpx/compiled"});
   std::vector<Record> recs;
   std::vector<std::string> peer_notes;
   std::vector<std::tuple<std::string, std::string, double, double, double, double>> bars;
+  // PyTorch's images/s, or n/a with a numbered note underneath (the reasons are long).
+  auto peer_cell = [&](const PeerRow& p) {
+    if (std::isfinite(p.ips)) return rate(p.ips);
+    auto it = std::find(peer_notes.begin(), peer_notes.end(), p.status);
+    if (it == peer_notes.end()) it = peer_notes.insert(peer_notes.end(), p.status);
+    return "n/a [" + std::to_string(it - peer_notes.begin() + 1) + "]";
+  };
   for (const auto& r : rows) {
-    const double ratio = r.median / r.peer.ips;
+    const double ratio = r.median / r.peer.ips, cratio = r.median / r.compiled.ips;
     std::vector<std::string> cells = {r.model, r.v.level, r.v.dtype, std::to_string(c.batch), rate(r.median),
                                       rate(r.lo) + "-" + rate(r.hi), fixed(r.r.step_ms, 1), fixed(r.r.peak_mib, 0),
                                       fixed(r.r.loss_scale, 0), fixed(r.r.skipped, 0),
                                       std::isfinite(r.speedup) ? fixed(r.speedup, 2) + "x" : "n/a"};
     if (peer) {
-      // Reasons are long: the table says n/a with a numbered note underneath.
-      std::string pc = rate(r.peer.ips);
-      if (!std::isfinite(r.peer.ips)) {
-        auto it = std::find(peer_notes.begin(), peer_notes.end(), r.peer.status);
-        if (it == peer_notes.end()) it = peer_notes.insert(peer_notes.end(), r.peer.status);
-        pc = "n/a [" + std::to_string(it - peer_notes.begin() + 1) + "]";
-      }
-      cells.push_back(pc);
+      cells.push_back(peer_cell(r.peer));
       cells.push_back(fixed(ratio, 2));
+      if (!cpu) cells.push_back(std::isfinite(r.peer.peak_mib) ? fixed(r.peer.peak_mib, 0) : "n/a");
+    }
+    if (peer_compile) {
+      cells.push_back(peer_cell(r.compiled));
+      cells.push_back(fixed(cratio, 2));
     }
     t.rows.push_back(cells);
     recs.push_back({text_cell("model", r.model), text_cell("level", r.v.level), text_cell("dtype", r.v.dtype),
@@ -736,7 +751,10 @@ int run_speed(const Args& args) {
                     num_cell("peer_images_per_s", r.peer.ips), num_cell("peer_images_per_s_min", r.peer.ips_min),
                     num_cell("peer_images_per_s_max", r.peer.ips_max), num_cell("peer_peak_mem_mib", r.peer.peak_mib),
                     num_cell("peer_params", static_cast<double>(r.peer.params)), num_cell("mpx_over_peer", ratio),
-                    text_cell("peer_status", peer ? r.peer.status : "not run")});
+                    text_cell("peer_status", peer ? r.peer.status : "not run"),
+                    num_cell("peer_compiled_images_per_s", r.compiled.ips),
+                    num_cell("peer_compiled_peak_mem_mib", r.compiled.peak_mib),
+                    num_cell("mpx_over_peer_compiled", cratio), text_cell("peer_compiled_status", r.compiled.status)});
     bars.emplace_back(r.model, r.v.level + " " + r.v.dtype, r.median, r.lo, r.hi, r.peer.ips);
   }
   const std::string table = t.aligned();
@@ -811,7 +829,8 @@ std::map<std::string, PeerAccuracy> run_peer_accuracy(const Args& args, const st
 }
 
 int run_accuracy(const Args& args) {
-  if (args.on("--cuda-graph")) throw UsageError("--cuda-graph is for the speed mode; drop it with --accuracy");
+  for (const char* f : {"--cuda-graph", "--peer-compile", "--profile"})
+    if (args.on(f)) throw UsageError(std::string(f) + " is for the speed mode; drop it with --accuracy");
   const Device device = parse_device(args.str("--device"));
   const auto models = split_list("--models", args.given("--models") ? args.str("--models") : "small_cnn");
   std::vector<std::string> known = models::model_names();
