@@ -16,7 +16,8 @@
 # variant: 3x3 stem, no max pool) and the DCGAN generator/discriminator at 28/32/64 px. Parameter counts are printed so a mismatch
 # shows. Recipes (apex's definitions, as bench/peer_resnet50_cuda.py):
 #   O0 f32; O1 autocast (+ GradScaler for f16 on CUDA); O2 low-precision model with f32 batch
-#   norm and f32 master weights; O3 pure low precision. Loss scale for O2/O3 f16: a static 128
+#   norm and f32 master weights; O3 pure low precision. Peak memory: torch.cuda.max_memory_allocated
+#   on CUDA; on the CPU one extra profiled step (see cpu_step_peak). Loss scale for O2/O3 f16: a static 128
 #   (bf16: 1). A row PyTorch cannot run (e.g. f16 convolutions on the CPU) reports its reason.
 import argparse
 import math
@@ -265,6 +266,12 @@ class Recipe:
                 raise RuntimeError(f"torch.compile needs PyTorch 2 (this is {torch.__version__})")
             self.run = torch.compile(self.net)
 
+    def live_bytes(self):
+        """Bytes of what lives between steps: parameters, buffers, masters, optimizer state."""
+        ts = list(self.net.parameters()) + list(self.net.buffers()) + (self.masters or [])
+        ts += [v for st in self.opt.state.values() for v in st.values() if torch.is_tensor(v)]
+        return sum(t.numel() * t.element_size() for t in ts)
+
     def forward(self, x):
         if self.level == "O1":
             with torch.autocast(self.dev.type, dtype=self.low):
@@ -337,7 +344,7 @@ def build(model, level, low, a, dev):
             rg.step()
             return err_g
 
-        return step, nparams
+        return step, nparams, lambda: rd.live_bytes() + rg.live_bytes() + tensor_bytes(real, ones, zeros)
     nc, classes = (1 if side == 28 else 3), (10 if side <= 32 else 1000)
     net = classifier(model, nc, classes, side <= 32)
     nparams = sum(p.numel() for p in net.parameters())
@@ -354,7 +361,27 @@ def build(model, level, low, a, dev):
         r.step()
         return loss
 
-    return step, nparams
+    return step, nparams, lambda: r.live_bytes() + tensor_bytes(x, y)
+
+
+def tensor_bytes(*ts):
+    return sum(t.numel() * t.element_size() for t in ts)
+
+
+def cpu_step_peak(step, live):
+    """Peak CPU tensor bytes of one step: what lives between steps plus the largest growth of
+    the allocations the profiler records, summed op by op (so a lower bound: an op's own
+    short-lived scratch is not seen). torch has no CPU allocator statistics."""
+    from torch.profiler import ProfilerActivity, profile
+
+    base = live()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    cur = peak = 0
+    for e in sorted(prof.events(), key=lambda e: e.time_range.start):
+        cur += e.cpu_memory_usage if e.name == "[memory]" else e.self_cpu_memory_usage
+        peak = max(peak, cur)
+    return base + peak
 
 
 def sync(dev):
@@ -367,7 +394,7 @@ def run_row(model, level, dname, a, dev):
     torch.manual_seed(a.seed)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    step, nparams = build(model, level, low, a, dev)
+    step, nparams, live = build(model, level, low, a, dev)
     for _ in range(a.warmup):
         step()
     sync(dev)
@@ -380,7 +407,7 @@ def run_row(model, level, dname, a, dev):
         sync(dev)
         secs.append(time.perf_counter() - t0)
     ips = sorted(a.batch * a.steps / s for s in secs)
-    peak = torch.cuda.max_memory_allocated() / 2**20 if dev.type == "cuda" else float("nan")
+    peak = (torch.cuda.max_memory_allocated() if dev.type == "cuda" else cpu_step_peak(step, live)) / 2**20
     return nparams, statistics.median(ips), ips[0], ips[-1], 1000 * statistics.median(secs) / a.steps, peak
 
 

@@ -196,6 +196,8 @@ TEST_CASE("mpx bench --peer --peer-compile: PyTorch's eager and compiled columns
   CHECK(row[csv.col("peer_status")] == "ok");
   CHECK(number(row[csv.col("peer_images_per_s")]) > 0);
   CHECK(number(row[csv.col("mpx_over_peer")]) > 0);
+  // PyTorch's peak CPU memory from its profiler: at least its weights, gradients and momentum.
+  CHECK(number(row[csv.col("peer_peak_mem_mib")]) > 3 * 11172810 * 4 / 1048576.0);
   if (has_compile) {
     CHECK(row[csv.col("peer_compiled_status")] == "ok");
     CHECK(number(row[csv.col("mpx_over_peer_compiled")]) > 0);

@@ -712,7 +712,7 @@ int run_speed(const Args& args) {
   t.head = {"model", "level", "dtype", "batch", "images/s", "min-max", "step ms", "peak MiB", "loss scale", "skipped",
             "vs O0"};
   if (peer) t.head.insert(t.head.end(), {"PyTorch img/s", "mpx/PyTorch"});
-  if (peer && !cpu) t.head.push_back("PyTorch MiB");
+  if (peer) t.head.push_back("PyTorch MiB");
   if (peer_compile) t.head.insert(t.head.end(), {"compiled img/s", "mpx/compiled"});
   std::vector<Record> recs;
   std::vector<std::string> peer_notes;
@@ -733,7 +733,7 @@ int run_speed(const Args& args) {
     if (peer) {
       cells.push_back(peer_cell(r.peer));
       cells.push_back(fixed(ratio, 2));
-      if (!cpu) cells.push_back(std::isfinite(r.peer.peak_mib) ? fixed(r.peer.peak_mib, 0) : "n/a");
+      cells.push_back(std::isfinite(r.peer.peak_mib) ? fixed(r.peer.peak_mib, 0) : "n/a");
     }
     if (peer_compile) {
       cells.push_back(peer_cell(r.compiled));
@@ -762,6 +762,9 @@ int run_speed(const Args& args) {
   std::string notes;
   for (size_t i = 0; i < peer_notes.size(); ++i) notes += "[" + std::to_string(i + 1) + "] PyTorch: " + peer_notes[i] + "\n";
   std::printf("%s", notes.c_str());
+  if (peer && cpu)
+    std::printf("PyTorch MiB: what lives between steps plus the step's largest growth in the allocations torch's "
+                "profiler records op by op (a lower bound; torch has no CPU allocator statistics)\n");
   std::printf("peak MiB: %s; loss scale: amp's at the end (dcgan: the smallest of its three); vs O0: images/s over "
               "O0's of the same model\n", mem_kind.c_str());
 
