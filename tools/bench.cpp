@@ -237,18 +237,22 @@ void write_csv_json(const fs::path& dir, const std::string& stem, const std::vec
 
 // ---------------------------------------------------------------- memory
 
-// Peak bytes in live tensors during a row, from the device's allocator: on CUDA the absolute
-// peak (as torch.cuda.max_memory_allocated), on the CPU the growth over what was live before.
+// Peak bytes in live tensors during a row's timed steps (after warm-up, so setup transients
+// such as amp::initialize's copies do not count), everything the row keeps included: on CUDA
+// the absolute peak (as torch.cuda.max_memory_allocated), on the CPU the peak over what was
+// live before the row began.
 struct MemProbe {
   Device dev;
   int64_t base = 0;
   explicit MemProbe(Device d) : dev(d) {
+    if (!dev.is_cuda()) base = cpu::memory_stats().allocated;
+  }
+  void restart() const {
     if (dev.is_cuda()) {
       cuda::synchronize();
       cuda::reset_peak_memory_stats();
     } else {
       cpu::reset_peak_memory_stats();
-      base = cpu::memory_stats().allocated;
     }
   }
   double peak_mib() const {
@@ -290,10 +294,12 @@ void sync(Device d) {
   if (d.is_cuda()) cuda::synchronize();
 }
 
-// Warm-up, then `windows` windows of `steps` steps, each timed to the device's completion.
-void time_windows(const SpeedConfig& c, const std::function<void()>& step, SpeedResult& r) {
+// Warm-up, then `windows` windows of `steps` steps, each timed to the device's completion;
+// the peak memory is that of the timed windows.
+void time_windows(const SpeedConfig& c, const std::function<void()>& step, const MemProbe& mem, SpeedResult& r) {
   for (int64_t i = 0; i < c.warmup; ++i) step();
   sync(c.device);
+  mem.restart();
   std::vector<double> secs;
   for (int64_t w = 0; w < c.windows; ++w) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -301,6 +307,7 @@ void time_windows(const SpeedConfig& c, const std::function<void()>& step, Speed
     sync(c.device);
     secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
+  r.peak_mib = mem.peak_mib();
   for (double s : secs) r.window_ips.push_back(static_cast<double>(c.batch * c.steps) / std::max(1e-12, s));
   std::sort(secs.begin(), secs.end());
   r.step_ms = 1000.0 * secs[secs.size() / 2] / static_cast<double>(c.steps);
@@ -354,7 +361,7 @@ SpeedResult bench_classifier(const std::string& model, const Variant& v, const S
         amp::scale_loss(loss, opt).backward();
         opt.step();
       };
-      time_windows(c, step, r);
+      time_windows(c, step, mem, r);
       r.loss_scale = amp::loss_scale(0);
       r.skipped = static_cast<double>(amp::skipped_steps(opt));
     } else {
@@ -380,12 +387,11 @@ SpeedResult bench_classifier(const std::string& model, const Variant& v, const S
       g.capture_begin();
       step();
       g.capture_end();
-      time_windows(c, [&] { g.replay(); }, r);
+      time_windows(c, [&] { g.replay(); }, mem, r);
       r.loss_scale = scaler.is_enabled() ? scaler.get_scale() : props.loss_scale;
       r.skipped = static_cast<double>(scaler.skipped_steps());
     }
     r.final_loss = loss.item<double>();
-    r.peak_mib = mem.peak_mib();
   }
   amp::reset();
   return r;
@@ -429,12 +435,11 @@ SpeedResult bench_dcgan(const Variant& v, const SpeedConfig& c) {
       amp::scale_loss(errG, optG, amp::ScaleLossOptions().loss_id(2)).backward();
       optG.step();
     };
-    time_windows(c, step, r);
+    time_windows(c, step, mem, r);
     // The smallest of the three scales: the one closest to overflow trouble.
     r.loss_scale = std::min({amp::loss_scale(0), amp::loss_scale(1), amp::loss_scale(2)});
     r.skipped = static_cast<double>(amp::skipped_steps(optD) + amp::skipped_steps(optG));
     r.final_loss = errG.item<double>();
-    r.peak_mib = mem.peak_mib();
   }
   amp::reset();
   return r;
