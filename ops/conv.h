@@ -30,8 +30,12 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, 
                         Pair dilation = {1, 1});
 
 /// What runs f32 convolutions on the CPU in this build: "oneDNN 2.6.3 (CPU ISA ...)" when
-/// mpx was built with oneDNN, else "im2col + Eigen GEMM". f64/f16/bf16 always use the latter.
+/// mpx was built with oneDNN, else "im2col + Eigen GEMM".
 std::string cpu_conv_backend();
+/// Whether CPU convolutions of dtype dt run on kernels of that dtype (f32/f64 always; bf16 on
+/// oneDNN where the CPU has AVX-512) rather than on f32 copies rounded back once. Either way
+/// they accumulate in f32 and round each output once.
+bool cpu_conv_native(DType dt);
 
 }  // namespace mpx
 

@@ -135,6 +135,58 @@ TEST_CASE("conv f32 kernels match f64 when called directly with mixed layouts", 
   }
 }
 
+TEST_CASE("conv bf16 kernels equal f32 arithmetic on the same values rounded once (within one bf16 ulp)",
+          "[conv][onednn]") {
+  // Native (oneDNN's bf16 kernels) or on f32 copies, the contract is the GPU's: products and
+  // sums in f32, each output rounded to nearest-even bf16 once. Summation order may move a
+  // result across a rounding boundary: one ulp (plus a hair for sums that cancel) in rare
+  // elements; any other rounding (truncation, double rounding) would miss in many.
+  INFO("CPU convolutions: " << cpu_conv_backend() << ", bf16 native: " << cpu_conv_native(kBFloat16));
+  if (cpu_conv_backend().find("avx512") != std::string::npos) CHECK(cpu_conv_native(kBFloat16));
+  auto within_ulp = [](const Tensor& got, const Tensor& ref32) {
+    NoGradGuard ng;
+    REQUIRE(got.dtype() == kBFloat16);
+    const Tensor a = got.to(kFloat64), r = ref32.to(kBFloat16).to(kFloat64);
+    const double scale = abs(r).max().item<double>();
+    const double differ = mean(ne(a, r).to(kFloat64)).item<double>();
+    INFO("fraction of outputs not equal to the reference: " << differ);
+    return differ < 0.01 && (abs(a - r) - (abs(r) * (1.0 / 128) + 1e-5 * scale)).max().item<double>() <= 0.0;
+  };
+  manual_seed(13);
+  for (const Case& c : random_cases(25)) {
+    INFO(c.str());
+    const Conv2dParams p{c.s, c.p, c.d, c.G};
+    const int64_t C = c.G * c.Cg, O = c.G * c.Og;
+    // bf16 values, so that the f32 reference sees exactly what the bf16 kernels see.
+    const Tensor x = randn({c.N, C, c.H, c.W}).to(kBFloat16), w = randn({O, c.Cg, c.kh, c.kw}).to(kBFloat16);
+    const Tensor b = randn({O}).to(kBFloat16), gy = randn({c.N, O, c.Ho(), c.Wo()}).to(kBFloat16);
+    NoGradGuard ng;
+    auto fwd = [&](DType dt) {
+      Tensor y = empty({c.N, O, c.Ho(), c.Wo()}, TensorOptions(dt).memory_format(
+                                                     c.cl_gy ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous));
+      dispatch::kernel<kernels::Conv2dFn>(OpId::conv2d, Device::cpu(), dt)(
+          y, as_format(x.to(dt), c.cl_x), w.to(dt), c.bias ? b.to(dt) : Tensor(), p);
+      return y;
+    };
+    auto bwd_in = [&](DType dt) {
+      Tensor gx = empty({c.N, C, c.H, c.W}, TensorOptions(dt).memory_format(
+                                                c.cl_x ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous));
+      dispatch::kernel<kernels::Conv2dBackwardInputFn>(OpId::conv2d_backward_input, Device::cpu(), dt)(
+          gx, as_format(gy.to(dt), c.cl_gy), w.to(dt), Tensor(), p);
+      return gx;
+    };
+    auto bwd_w = [&](DType dt) {
+      Tensor gw = empty(w.sizes(), TensorOptions(dt));
+      dispatch::kernel<kernels::Conv2dBackwardWeightFn>(OpId::conv2d_backward_weight, Device::cpu(), dt)(
+          gw, as_format(gy.to(dt), c.cl_gy), as_format(x.to(dt), c.cl_x), p);
+      return gw;
+    };
+    CHECK(within_ulp(fwd(kBFloat16), fwd(kFloat32)));
+    CHECK(within_ulp(bwd_in(kBFloat16), bwd_in(kFloat32)));
+    CHECK(within_ulp(bwd_w(kBFloat16), bwd_w(kFloat32)));
+  }
+}
+
 TEST_CASE("conv_transpose2d f32 matches f64 with bias, groups and output_padding", "[conv][onednn]") {
   manual_seed(13);
   struct T {

@@ -46,9 +46,9 @@ int run_info(int argc, char** argv) {
 #else
   const bool cuda_built = false;
 #endif
-  std::printf("backends: CUDA %s, cuDNN %s, oneDNN %s; CPU f32 convolutions: %s\n", cuda_built ? "on" : "off",
+  std::printf("backends: CUDA %s, cuDNN %s, oneDNN %s; CPU f32 convolutions: %s; bf16: %s\n", cuda_built ? "on" : "off",
               std::string(MPX_BUILD_CUDNN) == "ON" ? "on" : "off", std::string(MPX_BUILD_ONEDNN) == "ON" ? "on" : "off",
-              cpu_conv_backend().c_str());
+              cpu_conv_backend().c_str(), cpu_conv_native(kBFloat16) ? "native" : "on f32 copies");
   std::printf("ops in the registry: %d\n", kNumOps);
   std::printf("CPU: %u hardware threads, OpenMP threads %d\n", std::thread::hardware_concurrency(), omp_get_max_threads());
   std::printf("CPU features: %s\n", cpu_features().c_str());

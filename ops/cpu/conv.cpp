@@ -266,12 +266,16 @@ void backward_weight(S* gw, const S* gy, const S* x, const Geom& g) {
   }
 }
 
-// f32 tries oneDNN first (it returns false for what it cannot run). The choice is made here,
-// in the entry points, rather than by a second registration, so it never depends on the order
-// in which files' static registrations run. f64 and f16/bf16 (whose "compute in f32, round
-// once" numerics are ours) stay on the Eigen kernels.
+// f32 and bf16 try oneDNN first (it returns false for what it cannot run). The choice is made
+// here, in the entry points, rather than by a second registration, so it never depends on the
+// order in which files' static registrations run. oneDNN's bf16 convolutions accumulate in f32
+// and round each output once: the "compute in f32, round once" contract of our f16/bf16
+// kernels, without widened copies (ResNet-18 O1 bf16 on AVX512-BF16: see bench/RESULTS.md).
+// f64 stays on the Eigen kernels; f16, and bf16 oneDNN refuses, compute on f32 copies.
 template <typename T>
 constexpr bool kNative = std::is_same_v<T, float> || std::is_same_v<T, double>;
+template <typename T>
+constexpr bool kOneDnn = std::is_same_v<T, float> || std::is_same_v<T, BFloat16>;
 
 // f16/bf16 inputs compute in f32 (dense copies, on oneDNN when it is there) and round the
 // result back once.
@@ -296,7 +300,7 @@ const S* ptr(const Tensor& t) { return t.defined() ? static_cast<const S*>(t.raw
 template <typename T> struct ConvForward {
   static void run(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
     if (y.numel() == 0) return;
-    if constexpr (std::is_same_v<T, float>) if (onednn::conv_forward(y, x, w, b, p)) return;
+    if constexpr (kOneDnn<T>) if (onednn::conv_forward(y, x, w, b, p)) return;
     const Geom g = geom(x.sizes(), w.sizes(), y.sizes(), p);
     if constexpr (kNative<T>) {
       const Tensor xc = x.contiguous(), yc = dense_out(y);
@@ -320,7 +324,7 @@ template <typename T> struct ConvBackwardInput {
       if (b.defined()) Tensor(gx).add_(b.view({1, -1, 1, 1}));
       return;
     }
-    if constexpr (std::is_same_v<T, float>) if (onednn::conv_backward_input(gx, gy, w, b, p)) return;
+    if constexpr (kOneDnn<T>) if (onednn::conv_backward_input(gx, gy, w, b, p)) return;
     const Geom g = geom(gx.sizes(), w.sizes(), gy.sizes(), p);
     if constexpr (kNative<T>) {
       const Tensor gyc = gy.contiguous(), gxc = dense_out(gx);
@@ -340,7 +344,7 @@ template <typename T> struct ConvBackwardWeight {
   static void run(const Tensor& gw, const Tensor& gy, const Tensor& x, const Conv2dParams& p) {
     if (gw.numel() == 0) return;
     if (gy.numel() == 0) { Tensor(gw).zero_(); return; }
-    if constexpr (std::is_same_v<T, float>) if (onednn::conv_backward_weight(gw, gy, x, p)) return;
+    if constexpr (kOneDnn<T>) if (onednn::conv_backward_weight(gw, gy, x, p)) return;
     const Geom g = geom(x.sizes(), gw.sizes(), gy.sizes(), p);
     if constexpr (kNative<T>) {
       backward_weight<T>(static_cast<T*>(gw.raw_data()), ptr<T>(gy.contiguous()), ptr<T>(x.contiguous()), g);
@@ -365,6 +369,13 @@ std::string cpu_conv_backend() {
 #else
   return "im2col + Eigen GEMM";
 #endif
+}
+bool cpu_conv_native(DType dt) {
+  if (dt == kFloat32 || dt == kFloat64) return true;
+#ifdef MPX_WITH_ONEDNN
+  if (dt == kBFloat16) return cpu::onednn::bf16_native();
+#endif
+  return false;
 }
 }  // namespace mpx
 

@@ -1,4 +1,4 @@
-// f32 conv2d forward / input gradient / weight gradient on oneDNN primitives (built only with MPX_WITH_ONEDNN).
+// f32 and bf16 conv2d forward / input gradient / weight gradient on oneDNN primitives (built only with MPX_WITH_ONEDNN).
 #include "ops/cpu/conv_onednn.h"
 
 #include <omp.h>
@@ -19,7 +19,8 @@ namespace {
 using kernels::Conv2dParams;
 using md = dnnl::memory::desc;
 using tag = dnnl::memory::format_tag;
-constexpr auto f32 = dnnl::memory::data_type::f32;
+using dt = dnnl::memory::data_type;
+constexpr auto f32 = dt::f32;
 
 enum class Kind : int64_t { kForward, kBackwardData, kBackwardWeights };
 
@@ -78,7 +79,7 @@ struct Entry {
 
 // Everything that determines a primitive: the kind, sizes, geometry, layouts, and the
 // thread count, which oneDNN fixes when it creates a primitive.
-using Key = std::array<int64_t, 21>;
+using Key = std::array<int64_t, 22>;
 struct KeyHash {
   size_t operator()(const Key& k) const {
     size_t h = 0xcbf29ce484222325ull;
@@ -92,10 +93,12 @@ struct Geom {
   int64_t N, C, H, W, O, Ho, Wo, kh, kw;
   int lx, ly;  // layouts of the x-side and y-side activations
   bool bias;
+  dt type;     // of activations and weights (bias: f32 for f32, its own for bf16)
+  dt bias_type = f32;
 };
 
-md act_md(int64_t n, int64_t c, int64_t h, int64_t w, int layout) {
-  return md({n, c, h, w}, f32, layout == 1 ? tag::nhwc : tag::nchw);
+md act_md(int64_t n, int64_t c, int64_t h, int64_t w, int layout, dt type) {
+  return md({n, c, h, w}, type, layout == 1 ? tag::nhwc : tag::nchw);
 }
 
 // How activations reach the primitives. Channels-last tensors go in as they are: oneDNN's
@@ -107,8 +110,8 @@ md act_md(int64_t n, int64_t c, int64_t h, int64_t w, int layout) {
 // ~0.9 s against ~1.9 s for oneDNN's GEMM path on NCHW (about what Eigen takes), so the
 // step goes from ~69 to ~102 images/s. Weights are always reordered to oneDNN's choice;
 // they are small next to the activations.
-md act_query(int64_t n, int64_t c, int64_t h, int64_t w, int layout) {
-  return layout == 1 ? act_md(n, c, h, w, layout) : md({n, c, h, w}, f32, tag::any);
+md act_query(int64_t n, int64_t c, int64_t h, int64_t w, int layout, dt type) {
+  return layout == 1 ? act_md(n, c, h, w, layout, type) : md({n, c, h, w}, type, tag::any);
 }
 
 // Right padding that makes oneDNN's size rule give `out` exactly: the symmetric value when
@@ -130,11 +133,12 @@ std::shared_ptr<Entry> create(Kind kind, const Geom& g, const Conv2dParams& p) {
     if (pr[d] + strides[d] <= 0) return nullptr;  // oneDNN requires padding_r > -stride
 
   const int64_t G = p.groups;
-  const md x_user = act_md(g.N, g.C, g.H, g.W, g.lx), y_user = act_md(g.N, g.O, g.Ho, g.Wo, g.ly);
-  const md x_q = act_query(g.N, g.C, g.H, g.W, g.lx), y_q = act_query(g.N, g.O, g.Ho, g.Wo, g.ly);
-  const md w_user = G > 1 ? md({G, g.O / G, g.C / G, g.kh, g.kw}, f32, tag::goihw) : md({g.O, g.C, g.kh, g.kw}, f32, tag::oihw);
-  const md w_q = G > 1 ? md({G, g.O / G, g.C / G, g.kh, g.kw}, f32, tag::any) : md({g.O, g.C, g.kh, g.kw}, f32, tag::any);
-  const md b_user({g.O}, f32, tag::x);
+  const dt t = g.type;
+  const md x_user = act_md(g.N, g.C, g.H, g.W, g.lx, t), y_user = act_md(g.N, g.O, g.Ho, g.Wo, g.ly, t);
+  const md x_q = act_query(g.N, g.C, g.H, g.W, g.lx, t), y_q = act_query(g.N, g.O, g.Ho, g.Wo, g.ly, t);
+  const md w_user = G > 1 ? md({G, g.O / G, g.C / G, g.kh, g.kw}, t, tag::goihw) : md({g.O, g.C, g.kh, g.kw}, t, tag::oihw);
+  const md w_q = G > 1 ? md({G, g.O / G, g.C / G, g.kh, g.kw}, t, tag::any) : md({g.O, g.C, g.kh, g.kw}, t, tag::any);
+  const md b_user({g.O}, g.bias_type, tag::x);
 
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -200,7 +204,8 @@ std::shared_ptr<Entry> lookup(Kind kind, const Geom& g, const Conv2dParams& p) {
   static auto* cache = new std::unordered_map<Key, std::shared_ptr<Entry>, KeyHash>();
   const Key key{static_cast<int64_t>(kind), g.N, g.C, g.H, g.W, g.O, g.Ho, g.Wo, g.kh, g.kw,
                 p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0], p.dilation[1],
-                p.groups, g.bias, g.lx, g.ly, omp_get_max_threads()};
+                p.groups, g.bias, g.lx, g.ly, omp_get_max_threads(),
+                static_cast<int64_t>(g.type) * 256 + static_cast<int64_t>(g.bias_type)};
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache->find(key);
   if (it != cache->end()) return it->second;
@@ -242,14 +247,37 @@ void execute(Entry& e, const std::vector<void*>& ptrs) {
 
 void* ptr(const Tensor& t) { return t.raw_data(); }
 
-bool weights_ok(const Tensor& w) { return w.is_contiguous() && w.dtype() == kFloat32; }
+// oneDNN's data type for an mpx dtype it runs here: f32, and bf16 (f32 accumulation and one
+// rounding of each output, as the GPU's and our own f16/bf16 kernels: the same contract).
+std::optional<dt> type_of(DType d) {
+  if (d == kFloat32) return f32;
+  if (d == kBFloat16) return dt::bf16;
+  return std::nullopt;
+}
+// The common data type of the operands, when oneDNN runs them here.
+std::optional<dt> common_type(std::initializer_list<Tensor> ts) {
+  std::optional<dt> t;
+  for (const Tensor& x : ts) {
+    if (!x.defined()) continue;
+    const auto tx = type_of(x.dtype());
+    if (!tx || (t && *t != *tx)) return std::nullopt;
+    t = tx;
+  }
+  return t;
+}
 
 }  // namespace
 
 bool conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
-  if (y.numel() == 0 || x.numel() == 0 || w.numel() == 0 || !weights_ok(w)) return false;
-  const Geom g{x.size(0), x.size(1), x.size(2), x.size(3), y.size(1), y.size(2), y.size(3), w.size(2), w.size(3),
-               layout_of(x), layout_of(y), b.defined()};
+  const auto t = common_type({y, x, w});
+  if (!t || y.numel() == 0 || x.numel() == 0 || w.numel() == 0 || !w.is_contiguous()) return false;
+  Geom g{x.size(0), x.size(1), x.size(2), x.size(3), y.size(1), y.size(2), y.size(3), w.size(2), w.size(3),
+         layout_of(x), layout_of(y), b.defined(), *t};
+  if (b.defined()) {
+    const auto tb = type_of(b.dtype());
+    if (!tb || (*t == f32 && *tb != f32)) return false;
+    g.bias_type = *tb;
+  }
   if (g.lx < 0 || g.ly < 0 || (b.defined() && !b.is_contiguous())) return false;
   auto e = lookup(Kind::kForward, g, p);
   if (!e) return false;
@@ -261,9 +289,12 @@ bool conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tenso
 }
 
 bool conv_backward_input(const Tensor& gx, const Tensor& gy, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
-  if (gx.numel() == 0 || gy.numel() == 0 || w.numel() == 0 || !weights_ok(w)) return false;
+  const auto t = common_type({gx, gy, w});
+  // conv_transpose2d's bias is added below in f32 only.
+  if (!t || (b.defined() && (*t != f32 || b.dtype() != kFloat32))) return false;
+  if (gx.numel() == 0 || gy.numel() == 0 || w.numel() == 0 || !w.is_contiguous()) return false;
   const Geom g{gx.size(0), gx.size(1), gx.size(2), gx.size(3), gy.size(1), gy.size(2), gy.size(3), w.size(2), w.size(3),
-               layout_of(gx), layout_of(gy), false};
+               layout_of(gx), layout_of(gy), false, *t};
   if (g.lx < 0 || g.ly < 0 || (b.defined() && !b.is_contiguous())) return false;
   auto e = lookup(Kind::kBackwardData, g, p);
   if (!e) return false;
@@ -292,14 +323,27 @@ bool conv_backward_input(const Tensor& gx, const Tensor& gy, const Tensor& w, co
 }
 
 bool conv_backward_weight(const Tensor& gw, const Tensor& gy, const Tensor& x, const Conv2dParams& p) {
-  if (gw.numel() == 0 || gy.numel() == 0 || x.numel() == 0 || !weights_ok(gw)) return false;
+  const auto t = common_type({gw, gy, x});
+  if (!t || gw.numel() == 0 || gy.numel() == 0 || x.numel() == 0 || !gw.is_contiguous()) return false;
   const Geom g{x.size(0), x.size(1), x.size(2), x.size(3), gy.size(1), gy.size(2), gy.size(3), gw.size(2), gw.size(3),
-               layout_of(x), layout_of(gy), false};
+               layout_of(x), layout_of(gy), false, *t};
   if (g.lx < 0 || g.ly < 0) return false;
   auto e = lookup(Kind::kBackwardWeights, g, p);
   if (!e) return false;
   execute(*e, {ptr(gy), ptr(x), ptr(gw)});
   return true;
+}
+
+bool bf16_native() {
+  // Asked once: a ResNet-sized 3x3 convolution in all three directions (oneDNN's reference
+  // loops, all it has for bf16 without AVX-512, count as no).
+  static const bool ok = [] {
+    Conv2dParams p;
+    p.padding = {1, 1};
+    const Geom g{2, 16, 8, 8, 16, 8, 8, 3, 3, 1, 1, false, dt::bf16};
+    return lookup(Kind::kForward, g, p) && lookup(Kind::kBackwardData, g, p) && lookup(Kind::kBackwardWeights, g, p);
+  }();
+  return ok;
 }
 
 std::string version() {
