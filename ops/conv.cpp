@@ -24,11 +24,12 @@ bool channels_last(const Tensor& t) {
 // An activation as the kernels take it: channels-last stays so (oneDNN runs NHWC without
 // copies), anything else becomes contiguous.
 Tensor kernel_act(const Tensor& t) { return channels_last(t) ? t : t.contiguous(); }
-// Weights: the CPU kernels take them row-major; cuDNN takes a channels-last filter as it is
-// (a channels-last model keeps its weights NHWC, so no per-call reorder).
-Tensor kernel_weight(const Tensor& w) { return w.is_cuda() && channels_last(w) ? w : w.contiguous(); }
+// Weights: a channels-last filter goes as it is (a channels-last model keeps its weights NHWC,
+// so no per-call reorder: cuDNN and oneDNN read them so; the CPU's Eigen fallback makes its
+// own row-major copy); anything else becomes contiguous.
+Tensor kernel_weight(const Tensor& w) { return channels_last(w) ? w : w.contiguous(); }
 MemoryFormat weight_format(const Tensor& w) {
-  return w.is_cuda() && channels_last(w) ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+  return channels_last(w) ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
 }
 
 // A fresh output in the format of the activation it comes from.

@@ -68,7 +68,7 @@ struct BnArgs {
   Tensor x, w, b;
   int64_t C = 0, M = 0;  // channels, values per channel
   DType sd = kFloat32;   // statistics dtype
-  bool nhwc = false;     // the kernel sees channels-last x as it is (CUDA), else [N, C, S]
+  bool nhwc = false;     // the kernel sees channels-last x as it is, else [N, C, S]
   IntList s3;            // [N, C, S]: the row-major view the kernels take
 };
 BnArgs check_bn(const char* op, const Tensor& x0, const Tensor& running_mean, const Tensor& running_var,
@@ -102,9 +102,9 @@ BnArgs check_bn(const char* op, const Tensor& x0, const Tensor& running_mean, co
   MPX_CHECK(!training || a.M > 1, op, ": expected more than 1 value per channel when training, got input ",
             ops::describe(x));
   a.sd = stat_dtype(x.dtype());
-  // The CUDA kernels take channels-last activations as they are (cuDNN's persistent NHWC
-  // kernels in training); the CPU's take row-major [N, C, S] views.
-  a.nhwc = x.is_cuda() && channels_last(x);
+  // Channels-last activations go to the kernels as they are (cuDNN's persistent NHWC kernels
+  // in training, the CPU's channels-last loops); row-major ones as [N, C, S] views.
+  a.nhwc = channels_last(x);
   a.s3 = {x.size(0), a.C, x.numel() == 0 ? 0 : x.numel() / (x.size(0) * a.C)};
   return a;
 }
@@ -130,6 +130,17 @@ void update_running(const BnArgs& a, const Tensor& running_mean, const Tensor& r
   Tensor rm = running_mean, rv = running_var;
   rm.copy_(running_mean * (1.0 - momentum) + mean * momentum);
   rv.copy_(running_var * (1.0 - momentum) + var * (momentum * unbias));
+}
+
+// The backward's results: weight and bias gradients (the last two) in the parameters' dtypes,
+// nothing for inputs that take no gradient.
+tensor_list finish_grads(FunctionNode& self, tensor_list r, const Tensor& w, const Tensor& b) {
+  const size_t k = r.size();
+  if (r[k - 2].defined() && w.defined() && r[k - 2].dtype() != w.dtype()) r[k - 2] = r[k - 2].to(w.dtype());
+  if (r[k - 1].defined() && b.defined() && r[k - 1].dtype() != b.dtype()) r[k - 1] = r[k - 1].to(b.dtype());
+  for (size_t i = 0; i < k; ++i)
+    if (!self.next_edges[i].valid()) r[i] = Tensor();
+  return r;
 }
 
 // The layout the kernels write gradients/outputs in for x.
@@ -169,7 +180,9 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
       Tensor gw = self.next_edges[1].valid() ? empty({C}, so) : Tensor();
       Tensor gb = self.next_edges[2].valid() ? empty({C}, so) : Tensor();
       if (x.numel() > 0) {
-        auto as3 = [&](const Tensor& t) { return !t.defined() || nhwc ? t : t.contiguous().view(s3); };
+        auto as3 = [&](const Tensor& t) {
+          return !t.defined() ? t : nhwc ? t.contiguous(MemoryFormat::ChannelsLast) : t.contiguous().view(s3);
+        };
         dispatch::kernel<kernels::BatchNormBackwardFn>(OpId::batch_norm_backward, x.device(), x.dtype())(
             as3(gx), gw, gb, as3(gy), as3(x), mean, invstd, stat_copy(w, mean.dtype()), reserve, training);
       } else {
@@ -179,20 +192,10 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
       if (gx.defined() && !nhwc && channels_last(x)) gx = gx.contiguous(MemoryFormat::ChannelsLast);
       r = {gx, gw, gb};
     }
-    if (r[1].defined() && w.defined() && r[1].dtype() != w.dtype()) r[1] = r[1].to(w.dtype());
-    if (r[2].defined() && b.defined() && r[2].dtype() != b.dtype()) r[2] = r[2].to(b.dtype());
-    for (size_t i = 0; i < 3; ++i)
-      if (!self.next_edges[i].valid()) r[i] = Tensor();
-    return r;
+    return finish_grads(self, std::move(r), w, b);
   };
-  if (auto n = autograd::record("BatchNormBackward", {x, w, b}, {y}, backward)) {
-    n->save(x);
-    n->save(w);
-    n->save(b);
-    n->save(mean);
-    n->save(invstd);
-    n->save(reserve);
-  }
+  if (auto n = autograd::record("BatchNormBackward", {x, w, b}, {y}, backward))
+    for (const Tensor& t : {x, w, b, mean, invstd, reserve}) n->save(t);
   return y;
 }
 
@@ -235,7 +238,7 @@ Tensor batch_norm_add_relu(const Tensor& x0, const Tensor& z, const Tensor& runn
       const int64_t C = x.size(1);
       const TensorOptions so = mean.options(), xo = kernel_layout(x, nhwc);
       auto as_kernel = [&](const Tensor& t) {
-        return !t.defined() || nhwc ? t.contiguous(MemoryFormat::ChannelsLast) : t.contiguous().view(s3);
+        return !t.defined() ? t : nhwc ? t.contiguous(MemoryFormat::ChannelsLast) : t.contiguous().view(s3);
       };
       Tensor gx = self.next_edges[0].valid() ? empty(x.sizes(), xo) : Tensor();
       Tensor gz = self.next_edges[1].valid() ? empty(x.sizes(), xo) : Tensor();
@@ -250,20 +253,12 @@ Tensor batch_norm_add_relu(const Tensor& x0, const Tensor& z, const Tensor& runn
         if (t->defined() && !nhwc && channels_last(x)) *t = t->contiguous(MemoryFormat::ChannelsLast);
       r = {gx, gz, gw, gb};
     }
-    if (r[2].defined() && w.defined() && r[2].dtype() != w.dtype()) r[2] = r[2].to(w.dtype());
-    if (r[3].defined() && b.defined() && r[3].dtype() != b.dtype()) r[3] = r[3].to(b.dtype());
-    for (size_t i = 0; i < 4; ++i)
-      if (!self.next_edges[i].valid()) r[i] = Tensor();
-    return r;
+    return finish_grads(self, std::move(r), w, b);
   };
   if (auto n = autograd::record("BatchNormAddReluBackward", {x, z, w, b}, {y}, backward)) {
     n->save(x);
     n->save(y, true);
-    n->save(w);
-    n->save(b);
-    n->save(mean);
-    n->save(invstd);
-    n->save(reserve);
+    for (const Tensor& t : {w, b, mean, invstd, reserve}) n->save(t);
   }
   return y;
 }

@@ -27,8 +27,8 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = {}
 }  // namespace mpx
 
 namespace mpx::kernels {
-/// Batch norm forward over x contiguous [N, C, S] -> y (x's dtype); on CUDA, x and y may
-/// instead both be channels-last [N, C, H, W] (NHWC-dense). mean/var/invstd are [C]
+/// Batch norm forward over x contiguous [N, C, S] -> y (x's dtype); x and y may instead both
+/// be channels-last [N, C, H, W] (NHWC-dense). mean/var/invstd are [C]
 /// in the statistics dtype (f32, f64 for f64 input); weight/bias are [C] in that dtype or
 /// undefined. training: computes mean and the biased var from x and writes them;
 /// eval: reads mean/var (the running statistics). invstd = 1/sqrt(var + eps) is written in both.
@@ -37,8 +37,8 @@ namespace mpx::kernels {
 using BatchNormFn = Tensor (*)(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd,
                                const Tensor& x, const Tensor& weight, const Tensor& bias, bool training, double eps);
 /// Batch norm backward: any of gx (x's dtype, [N, C, S]), gweight, gbias ([C], statistics
-/// dtype) may be undefined when not needed. gy and x contiguous [N, C, S] (on CUDA also
-/// channels-last [N, C, H, W], as in the forward); `reserve` is what the forward returned.
+/// dtype) may be undefined when not needed. gy and x contiguous [N, C, S] (or channels-last
+/// [N, C, H, W], as in the forward); `reserve` is what the forward returned.
 using BatchNormBackwardFn = void (*)(const Tensor& gx, const Tensor& gweight, const Tensor& gbias, const Tensor& gy,
                                      const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
                                      const Tensor& reserve, bool training);

@@ -278,3 +278,24 @@ TEST_CASE("cpu::memory_stats counts live tensor bytes and their peak", "[core][m
   cpu::reset_peak_memory_stats();
   CHECK(cpu::memory_stats().peak_allocated == before);
 }
+
+TEST_CASE("copies into channels-last: the layout conversion and same-layout casts keep every value", "[core]") {
+  manual_seed(7);
+  for (const IntList& shape : {IntList{2, 3, 5, 7}, IntList{3, 40, 9, 33}, IntList{1, 64, 1, 1}}) {
+    INFO(shape_str(shape));
+    const Tensor x = randn(shape);
+    const Tensor cl = x.contiguous(MemoryFormat::ChannelsLast);  // row-major -> NHWC transpose
+    CHECK(cl.is_contiguous(MemoryFormat::ChannelsLast));
+    CHECK(equal(cl, x));
+    const Tensor h = cl.to(kBFloat16);  // NHWC -> NHWC with a cast: one flat pass
+    CHECK(equal(h.contiguous(), x.to(kBFloat16)));
+    Tensor back = empty(shape, TensorOptions().memory_format(MemoryFormat::ChannelsLast));
+    back.copy_(h);
+    CHECK(equal(back, x.to(kBFloat16).to(kFloat32)));
+    // A strided (non-dense) destination still takes the general path.
+    Tensor wide = zeros({shape[0], shape[1], shape[2], shape[3] * 2});
+    Tensor view = wide.narrow(3, 0, shape[3]);
+    view.copy_(cl);
+    CHECK(equal(view, x));
+  }
+}

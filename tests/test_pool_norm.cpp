@@ -1,4 +1,6 @@
 // Tests for pooling and normalization: PyTorch goldens, gradchecks, running statistics, mixed precision, errors.
+#include <omp.h>
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -242,6 +244,29 @@ TEST_CASE("batch_norm channels-last matches contiguous", "[norm]") {
   sum(yc * gy).backward();
   sum(yr * gy).backward();
   CHECK(close(xc.grad(), xr.grad(), 1e-12));
+}
+
+TEST_CASE("batch_norm on channels-last f32 is identical on one and two threads", "[norm]") {
+  // The channels-last kernels sum rows in fixed chunks: thread count must not change a bit.
+  manual_seed(26);
+  const Tensor x0 = (randn({8, 24, 20, 20}) * 3.0 + 1.0).contiguous(MemoryFormat::ChannelsLast);
+  const Tensor z0 = randn({8, 24, 20, 20}).contiguous(MemoryFormat::ChannelsLast);
+  const Tensor gy = randn({8, 24, 20, 20}).contiguous(MemoryFormat::ChannelsLast);
+  auto run = [&](int threads) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    Tensor x = x0.clone().detach().set_requires_grad(true), w = ones({24}).set_requires_grad(true);
+    Tensor y = batch_norm_add_relu(batch_norm(x, {}, {}, w, {}, true), z0, {}, {}, w, {}, true);
+    y.backward(gy);
+    omp_set_num_threads(saved);
+    return std::make_pair(y.detach(), x.grad());
+  };
+  const auto [y1, g1] = run(1);
+  const auto [y2, g2] = run(2);
+  CHECK(y1.is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK(g1.is_contiguous(MemoryFormat::ChannelsLast));
+  CHECK(equal(y1, y2));
+  CHECK(equal(g1, g2));
 }
 
 TEST_CASE("batch_norm validation errors", "[norm][errors]") {

@@ -635,7 +635,7 @@ int run_speed(const Args& args) {
   c.image_size = args.given("--image-size") ? args.integer("--image-size", 8) : small ? 28 : 224;
   c.seed = static_cast<uint64_t>(args.integer("--seed", 0));
   const int threads = omp_get_max_threads();
-  const std::string mem_kind = cpu ? "CPU tensor memory (peak over the row's start)" : "CUDA peak allocated";
+  const std::string mem_kind = cpu ? "CPU tensor bytes, peak of the timed steps" : "CUDA peak allocated in the timed steps";
   const fs::path out = args.str("--out");
   std::error_code ec;
   fs::create_directories(out, ec);

@@ -303,8 +303,8 @@ template <typename T> struct ConvForward {
     if constexpr (kOneDnn<T>) if (onednn::conv_forward(y, x, w, b, p)) return;
     const Geom g = geom(x.sizes(), w.sizes(), y.sizes(), p);
     if constexpr (kNative<T>) {
-      const Tensor xc = x.contiguous(), yc = dense_out(y);
-      forward<T>(static_cast<T*>(yc.raw_data()), ptr<T>(xc), ptr<T>(w), ptr<T>(b), g);
+      const Tensor xc = x.contiguous(), yc = dense_out(y), wc = w.contiguous();
+      forward<T>(static_cast<T*>(yc.raw_data()), ptr<T>(xc), ptr<T>(wc), ptr<T>(b), g);
       finish(y, yc);
     } else {
       Tensor xf = widen(x), wf = widen(w), bf = widen(b);
@@ -327,8 +327,8 @@ template <typename T> struct ConvBackwardInput {
     if constexpr (kOneDnn<T>) if (onednn::conv_backward_input(gx, gy, w, b, p)) return;
     const Geom g = geom(gx.sizes(), w.sizes(), gy.sizes(), p);
     if constexpr (kNative<T>) {
-      const Tensor gyc = gy.contiguous(), gxc = dense_out(gx);
-      backward_input<T>(static_cast<T*>(gxc.raw_data()), ptr<T>(gyc), ptr<T>(w), ptr<T>(b), g);
+      const Tensor gyc = gy.contiguous(), gxc = dense_out(gx), wc = w.contiguous();
+      backward_input<T>(static_cast<T*>(gxc.raw_data()), ptr<T>(gyc), ptr<T>(wc), ptr<T>(b), g);
       finish(gx, gxc);
     } else {
       Tensor gyf = widen(gy), wf = widen(w), bf = widen(b);
@@ -347,7 +347,9 @@ template <typename T> struct ConvBackwardWeight {
     if constexpr (kOneDnn<T>) if (onednn::conv_backward_weight(gw, gy, x, p)) return;
     const Geom g = geom(x.sizes(), gw.sizes(), gy.sizes(), p);
     if constexpr (kNative<T>) {
-      backward_weight<T>(static_cast<T*>(gw.raw_data()), ptr<T>(gy.contiguous()), ptr<T>(x.contiguous()), g);
+      const Tensor gwc = dense_out(gw);
+      backward_weight<T>(static_cast<T*>(gwc.raw_data()), ptr<T>(gy.contiguous()), ptr<T>(x.contiguous()), g);
+      finish(gw, gwc);
     } else {
       Tensor gyf = widen(gy), xf = widen(x);
       Tensor gwf = empty(gw.sizes(), TensorOptions(kFloat32));

@@ -79,7 +79,7 @@ struct Entry {
 
 // Everything that determines a primitive: the kind, sizes, geometry, layouts, and the
 // thread count, which oneDNN fixes when it creates a primitive.
-using Key = std::array<int64_t, 22>;
+using Key = std::array<int64_t, 23>;
 struct KeyHash {
   size_t operator()(const Key& k) const {
     size_t h = 0xcbf29ce484222325ull;
@@ -95,6 +95,7 @@ struct Geom {
   bool bias;
   dt type;     // of activations and weights (bias: f32 for f32, its own for bf16)
   dt bias_type = f32;
+  int lw = 0;  // weights: 0 [O, C, kh, kw] contiguous, 1 channels-last (OHWI; groups 1 only)
 };
 
 md act_md(int64_t n, int64_t c, int64_t h, int64_t w, int layout, dt type) {
@@ -136,7 +137,8 @@ std::shared_ptr<Entry> create(Kind kind, const Geom& g, const Conv2dParams& p) {
   const dt t = g.type;
   const md x_user = act_md(g.N, g.C, g.H, g.W, g.lx, t), y_user = act_md(g.N, g.O, g.Ho, g.Wo, g.ly, t);
   const md x_q = act_query(g.N, g.C, g.H, g.W, g.lx, t), y_q = act_query(g.N, g.O, g.Ho, g.Wo, g.ly, t);
-  const md w_user = G > 1 ? md({G, g.O / G, g.C / G, g.kh, g.kw}, t, tag::goihw) : md({g.O, g.C, g.kh, g.kw}, t, tag::oihw);
+  const md w_user = G > 1 ? md({G, g.O / G, g.C / G, g.kh, g.kw}, t, tag::goihw)
+                          : md({g.O, g.C, g.kh, g.kw}, t, g.lw == 1 ? tag::ohwi : tag::oihw);
   const md w_q = G > 1 ? md({G, g.O / G, g.C / G, g.kh, g.kw}, t, tag::any) : md({g.O, g.C, g.kh, g.kw}, t, tag::any);
   const md b_user({g.O}, g.bias_type, tag::x);
 
@@ -205,7 +207,7 @@ std::shared_ptr<Entry> lookup(Kind kind, const Geom& g, const Conv2dParams& p) {
   const Key key{static_cast<int64_t>(kind), g.N, g.C, g.H, g.W, g.O, g.Ho, g.Wo, g.kh, g.kw,
                 p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0], p.dilation[1],
                 p.groups, g.bias, g.lx, g.ly, omp_get_max_threads(),
-                static_cast<int64_t>(g.type) * 256 + static_cast<int64_t>(g.bias_type)};
+                static_cast<int64_t>(g.type) * 256 + static_cast<int64_t>(g.bias_type), g.lw};
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache->find(key);
   if (it != cache->end()) return it->second;
@@ -254,6 +256,12 @@ std::optional<dt> type_of(DType d) {
   if (d == kBFloat16) return dt::bf16;
   return std::nullopt;
 }
+// Weights' layout (Geom::lw), or -1 when oneDNN is not given them here. Channels-last
+// weights come from `model->to(MemoryFormat::ChannelsLast)`; oneDNN reads them as OHWI.
+int weight_layout(const Tensor& w, int64_t groups) {
+  if (w.is_contiguous()) return 0;
+  return groups == 1 && w.dim() == 4 && w.is_contiguous(MemoryFormat::ChannelsLast) ? 1 : -1;
+}
 // The common data type of the operands, when oneDNN runs them here.
 std::optional<dt> common_type(std::initializer_list<Tensor> ts) {
   std::optional<dt> t;
@@ -270,9 +278,11 @@ std::optional<dt> common_type(std::initializer_list<Tensor> ts) {
 
 bool conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
   const auto t = common_type({y, x, w});
-  if (!t || y.numel() == 0 || x.numel() == 0 || w.numel() == 0 || !w.is_contiguous()) return false;
+  const int lw = weight_layout(w, p.groups);
+  if (!t || y.numel() == 0 || x.numel() == 0 || w.numel() == 0 || lw < 0) return false;
   Geom g{x.size(0), x.size(1), x.size(2), x.size(3), y.size(1), y.size(2), y.size(3), w.size(2), w.size(3),
          layout_of(x), layout_of(y), b.defined(), *t};
+  g.lw = lw;
   if (b.defined()) {
     const auto tb = type_of(b.dtype());
     if (!tb || (*t == f32 && *tb != f32)) return false;
@@ -292,9 +302,11 @@ bool conv_backward_input(const Tensor& gx, const Tensor& gy, const Tensor& w, co
   const auto t = common_type({gx, gy, w});
   // conv_transpose2d's bias is added below in f32 only.
   if (!t || (b.defined() && (*t != f32 || b.dtype() != kFloat32))) return false;
-  if (gx.numel() == 0 || gy.numel() == 0 || w.numel() == 0 || !w.is_contiguous()) return false;
-  const Geom g{gx.size(0), gx.size(1), gx.size(2), gx.size(3), gy.size(1), gy.size(2), gy.size(3), w.size(2), w.size(3),
-               layout_of(gx), layout_of(gy), false, *t};
+  const int lw = weight_layout(w, p.groups);
+  if (gx.numel() == 0 || gy.numel() == 0 || w.numel() == 0 || lw < 0) return false;
+  Geom g{gx.size(0), gx.size(1), gx.size(2), gx.size(3), gy.size(1), gy.size(2), gy.size(3), w.size(2), w.size(3),
+         layout_of(gx), layout_of(gy), false, *t};
+  g.lw = lw;
   if (g.lx < 0 || g.ly < 0 || (b.defined() && !b.is_contiguous())) return false;
   auto e = lookup(Kind::kBackwardData, g, p);
   if (!e) return false;
@@ -324,9 +336,11 @@ bool conv_backward_input(const Tensor& gx, const Tensor& gy, const Tensor& w, co
 
 bool conv_backward_weight(const Tensor& gw, const Tensor& gy, const Tensor& x, const Conv2dParams& p) {
   const auto t = common_type({gw, gy, x});
-  if (!t || gw.numel() == 0 || gy.numel() == 0 || x.numel() == 0 || !gw.is_contiguous()) return false;
-  const Geom g{x.size(0), x.size(1), x.size(2), x.size(3), gy.size(1), gy.size(2), gy.size(3), gw.size(2), gw.size(3),
-               layout_of(x), layout_of(gy), false, *t};
+  const int lw = weight_layout(gw, p.groups);
+  if (!t || gw.numel() == 0 || gy.numel() == 0 || x.numel() == 0 || lw < 0) return false;
+  Geom g{x.size(0), x.size(1), x.size(2), x.size(3), gy.size(1), gy.size(2), gy.size(3), gw.size(2), gw.size(3),
+         layout_of(x), layout_of(gy), false, *t};
+  g.lw = lw;
   if (g.lx < 0 || g.ly < 0) return false;
   auto e = lookup(Kind::kBackwardWeights, g, p);
   if (!e) return false;

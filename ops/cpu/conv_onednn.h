@@ -7,7 +7,8 @@
 namespace mpx::cpu::onednn {
 // Each returns false (having written nothing) when oneDNN cannot run the case; the caller
 // then uses the im2col + Eigen kernel. Activations (x, y, gx, gy) may be NCHW-contiguous or
-// channels-last, each on its own; weights are contiguous [O, C/groups, kh, kw]; all f32, or
+// channels-last, each on its own; weights are contiguous [O, C/groups, kh, kw] (or, with one
+// group, channels-last); all f32, or
 // all bf16 (a bias f32 or bf16; conv_transpose2d's bias f32 only).
 bool conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const kernels::Conv2dParams& p);
 bool conv_backward_input(const Tensor& gx, const Tensor& gy, const Tensor& w, const Tensor& b,

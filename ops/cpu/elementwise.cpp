@@ -1,4 +1,5 @@
 // CPU kernels for elementwise ops, casts, fills and counter-based random numbers.
+#include <algorithm>
 #include <cmath>
 
 #include "core/random.h"
@@ -123,6 +124,20 @@ template <typename D, typename S> D convert(S v) {
   else if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) return static_cast<D>(static_cast<float>(v));
   else return static_cast<D>(v);
 }
+// Dense: the elements fill [0, numel) of the storage from the start, in some order of dims
+// (strides a permutation of a contiguous layout's; size-1 dims' strides do not matter).
+bool dense(const Tensor& t) {
+  std::vector<std::pair<int64_t, int64_t>> d;  // (stride, size) of dims longer than 1
+  for (int64_t i = 0; i < t.dim(); ++i)
+    if (t.size(i) != 1) d.emplace_back(t.stride(i), t.size(i));
+  std::sort(d.begin(), d.end());
+  int64_t expect = 1;
+  for (const auto& [stride, size] : d) {
+    if (stride != expect) return false;
+    expect *= size;
+  }
+  return true;
+}
 template <typename D> struct Copy {
   static void run(const Tensor& out, const Tensor& src) {
     visit_dtype(src.dtype(), [&]<typename S>() {
@@ -130,7 +145,33 @@ template <typename D> struct Copy {
         elementwise<D, S>(out, [](S v) { return convert<D>(v); }, src);
         return;
       }
-      // Strided destination (copy_ into a view): walk both in logical order.
+      // Both dense with the same strides (channels-last to channels-last, say): one flat pass.
+      if (out.sizes() == src.sizes() && out.strides() == src.strides() && dense(out)) {
+        D* o = static_cast<D*>(out.raw_data());
+        const S* s = static_cast<const S*>(src.raw_data());
+        parallel_for(out.numel(), kGrain, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) o[i] = convert<D>(s[i]);
+        });
+        return;
+      }
+      // Row-major to channels-last (a model or batch turned NHWC): per image, a transpose of
+      // [C, HW] into [HW, C], in tiles that stay in cache.
+      if (out.dim() == 4 && out.is_contiguous(MemoryFormat::ChannelsLast) && src.is_contiguous()) {
+        const int64_t N = out.size(0), C = out.size(1), HW = out.size(2) * out.size(3), T = 32;
+        D* o = static_cast<D*>(out.raw_data());
+        const S* s = static_cast<const S*>(src.raw_data());
+        const int64_t tiles = (HW + T - 1) / T;
+#pragma omp parallel for schedule(static) if (N * C * HW > kGrain)
+        for (int64_t nt = 0; nt < N * tiles; ++nt) {
+          const int64_t n = nt / tiles, p0 = (nt % tiles) * T, p1 = std::min(HW, p0 + T);
+          for (int64_t c0 = 0; c0 < C; c0 += T)
+            for (int64_t p = p0; p < p1; ++p)
+              for (int64_t c = c0; c < std::min(C, c0 + T); ++c)
+                o[(n * HW + p) * C + c] = convert<D>(s[(n * C + c) * HW + p]);
+        }
+        return;
+      }
+      // Any other strided destination (copy_ into a view): walk both in logical order.
       D* o = static_cast<D*>(out.impl()->storage->data.get());
       std::vector<int64_t> dst_offsets;
       dst_offsets.reserve(out.numel());

@@ -1,5 +1,8 @@
-// CPU batch-norm kernels: per-channel statistics (accumulated in double), normalization and backward.
+// CPU batch-norm kernels: per-channel statistics (accumulated in double), normalization and backward,
+// for row-major [N, C, S] and channels-last [N, C, H, W] activations.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "ops/cpu/loops.h"
 #include "ops/dispatch.h"
@@ -143,23 +146,162 @@ void backward(const Tensor& gx, const Tensor& gweight, const Tensor& gbias, cons
   });
 }
 
+// ---- channels-last ([N, C, H, W] stored NHWC: rows of C channels) ----
+// Per-channel sums over the rows, in fixed chunks of rows whose partials are added in order:
+// the same result on any thread count. The inner loops run along the channels, which are
+// contiguous, so they vectorize.
+template <int K, typename F>
+void column_sums(int64_t rows, int64_t C, F f, std::vector<double>& partial) {
+  const int64_t chunk = std::max<int64_t>(1, kGrain / std::max<int64_t>(C, 1));
+  const int64_t chunks = (rows + chunk - 1) / chunk;
+  partial.assign(static_cast<size_t>(chunks * K * C), 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < chunks; ++k) {
+    double* acc = partial.data() + k * K * C;
+    for (int64_t r = k * chunk; r < std::min(rows, (k + 1) * chunk); ++r) f(r, acc);
+  }
+}
+// The K sums of channel c: the chunks' partials in order.
+template <int K>
+double chunk_total(const std::vector<double>& partial, int64_t C, int k, int64_t c) {
+  double t = 0.0;
+  for (size_t at = static_cast<size_t>(k * C + c); at < partial.size(); at += static_cast<size_t>(K * C)) t += partial[at];
+  return t;
+}
+
+template <typename T, bool Fused>
+void forward_nhwc(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd, const Tensor& x,
+                  const Tensor& z, const Tensor& weight, const Tensor& bias, bool training, double eps) {
+  using St = stat_t<T>;
+  using A = acc_t<T>;
+  const int64_t C = x.size(1), R = x.numel() / C;
+  const T* xp = static_cast<const T*>(x.raw_data());
+  const T* zp = Fused ? static_cast<const T*>(z.raw_data()) : nullptr;
+  T* yp = static_cast<T*>(y.raw_data());
+  St *mp = mut<St>(mean), *vp = mut<St>(var), *ip = mut<St>(invstd);
+  const St *wp = mut<St>(weight), *bp = mut<St>(bias);
+  if (training) {
+    std::vector<double> partial, m(static_cast<size_t>(C));
+    column_sums<1>(R, C, [&](int64_t r, double* acc) {
+      const T* row = xp + r * C;
+      for (int64_t c = 0; c < C; ++c) acc[c] += static_cast<double>(static_cast<A>(row[c]));
+    }, partial);
+    for (int64_t c = 0; c < C; ++c) m[c] = R > 0 ? chunk_total<1>(partial, C, 0, c) / static_cast<double>(R) : 0.0;
+    column_sums<1>(R, C, [&](int64_t r, double* acc) {
+      const T* row = xp + r * C;
+      for (int64_t c = 0; c < C; ++c) {
+        const double d = static_cast<double>(static_cast<A>(row[c])) - m[c];
+        acc[c] += d * d;
+      }
+    }, partial);
+    for (int64_t c = 0; c < C; ++c) {
+      mp[c] = static_cast<St>(m[c]);
+      vp[c] = static_cast<St>(R > 0 ? chunk_total<1>(partial, C, 0, c) / static_cast<double>(R) : 0.0);
+    }
+  }
+  std::vector<A> scale(static_cast<size_t>(C)), shift(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c) {
+    const double is = 1.0 / std::sqrt(static_cast<double>(vp[c]) + eps);
+    ip[c] = static_cast<St>(is);
+    const double w = wp ? static_cast<double>(wp[c]) : 1.0;
+    scale[c] = static_cast<A>(is * w);
+    shift[c] = static_cast<A>((bp ? static_cast<double>(bp[c]) : 0.0) - static_cast<double>(mp[c]) * is * w);
+  }
+  parallel_for(R, std::max<int64_t>(1, kGrain / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* row = xp + r * C;
+      T* o = yp + r * C;
+      if constexpr (Fused) {
+        const T* zr = zp + r * C;
+        for (int64_t c = 0; c < C; ++c) {
+          const A v = static_cast<A>(static_cast<A>(row[c]) * scale[c] + shift[c]) + static_cast<A>(zr[c]);
+          o[c] = v > A(0) ? T(v) : T(A(0));  // NaN -> 0, as relu
+        }
+      } else {
+        for (int64_t c = 0; c < C; ++c) o[c] = T(static_cast<A>(static_cast<A>(row[c]) * scale[c] + shift[c]));
+      }
+    }
+  });
+}
+
+template <typename T>
+void backward_nhwc(const Tensor& gx, const Tensor& gweight, const Tensor& gbias, const Tensor& gy, const Tensor& x,
+                   const Tensor& mean, const Tensor& invstd, const Tensor& weight, bool training) {
+  using St = stat_t<T>;
+  using A = acc_t<T>;
+  const int64_t C = x.size(1), R = x.numel() / C;
+  const T* xp = static_cast<const T*>(x.raw_data());
+  const T* gp = static_cast<const T*>(gy.raw_data());
+  T* gxp = mut<T>(gx);
+  St *gwp = mut<St>(gweight), *gbp = mut<St>(gbias);
+  const St *mp = mut<St>(mean), *ip = mut<St>(invstd), *wp = mut<St>(weight);
+  std::vector<double> partial, m(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c) m[c] = static_cast<double>(mp[c]);
+  // sum(gy) and sum(gy * (x - mean)) side by side: [chunk][2][C].
+  column_sums<2>(R, C, [&](int64_t r, double* acc) {
+    const T* row = xp + r * C;
+    const T* g = gp + r * C;
+    for (int64_t c = 0; c < C; ++c) {
+      const double gv = static_cast<double>(static_cast<A>(g[c]));
+      acc[c] += gv;
+      acc[C + c] += gv * (static_cast<double>(static_cast<A>(row[c])) - m[c]);
+    }
+  }, partial);
+  std::vector<A> k(static_cast<size_t>(C)), gmean(static_cast<size_t>(C)), xcoef(static_cast<size_t>(C)), am(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c) {
+    const double sg = chunk_total<2>(partial, C, 0, c), sgx = chunk_total<2>(partial, C, 1, c);
+    const double is = static_cast<double>(ip[c]);
+    if (gbp) gbp[c] = static_cast<St>(sg);
+    if (gwp) gwp[c] = static_cast<St>(sgx * is);
+    const double w = wp ? static_cast<double>(wp[c]) : 1.0;
+    k[c] = static_cast<A>(w * is);
+    gmean[c] = training && R > 0 ? static_cast<A>(sg / static_cast<double>(R)) : A(0);
+    xcoef[c] = training && R > 0 ? static_cast<A>(sgx * is * is / static_cast<double>(R)) : A(0);
+    am[c] = static_cast<A>(m[c]);
+  }
+  if (!gxp) return;
+  parallel_for(R, std::max<int64_t>(1, kGrain / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* row = xp + r * C;
+      const T* g = gp + r * C;
+      T* o = gxp + r * C;
+      for (int64_t c = 0; c < C; ++c)
+        o[c] = T(static_cast<A>(k[c] * (static_cast<A>(g[c]) - gmean[c] - (static_cast<A>(row[c]) - am[c]) * xcoef[c])));
+    }
+  });
+}
+
+// The kernels' two layouts: [N, C, S] views (row-major) and 4-d channels-last tensors.
+template <typename T, bool Fused>
+void forward_any(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd, const Tensor& x,
+                 const Tensor& z, const Tensor& weight, const Tensor& bias, bool training, double eps) {
+  if (x.dim() == 4) forward_nhwc<T, Fused>(y, mean, var, invstd, x, z, weight, bias, training, eps);
+  else forward<T, Fused>(y, mean, var, invstd, x, z, weight, bias, training, eps);
+}
+template <typename T>
+void backward_any(const Tensor& gx, const Tensor& gweight, const Tensor& gbias, const Tensor& gy, const Tensor& x,
+                  const Tensor& mean, const Tensor& invstd, const Tensor& weight, bool training) {
+  if (x.dim() == 4) backward_nhwc<T>(gx, gweight, gbias, gy, x, mean, invstd, weight, training);
+  else backward<T>(gx, gweight, gbias, gy, x, mean, invstd, weight, training);
+}
+
 template <typename T> struct BatchNorm {
   static Tensor run(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd, const Tensor& x,
                     const Tensor& weight, const Tensor& bias, bool training, double eps) {
-    forward<T, false>(y, mean, var, invstd, x, Tensor(), weight, bias, training, eps);
+    forward_any<T, false>(y, mean, var, invstd, x, Tensor(), weight, bias, training, eps);
     return Tensor();
   }
 };
 template <typename T> struct BatchNormBackward {
   static void run(const Tensor& gx, const Tensor& gweight, const Tensor& gbias, const Tensor& gy, const Tensor& x,
                   const Tensor& mean, const Tensor& invstd, const Tensor& weight, const Tensor&, bool training) {
-    backward<T>(gx, gweight, gbias, gy, x, mean, invstd, weight, training);
+    backward_any<T>(gx, gweight, gbias, gy, x, mean, invstd, weight, training);
   }
 };
 template <typename T> struct BatchNormAddRelu {
   static Tensor run(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd, const Tensor& x,
                     const Tensor& z, const Tensor& weight, const Tensor& bias, bool training, double eps) {
-    forward<T, true>(y, mean, var, invstd, x, z, weight, bias, training, eps);
+    forward_any<T, true>(y, mean, var, invstd, x, z, weight, bias, training, eps);
     return Tensor();
   }
 };
@@ -169,11 +311,15 @@ template <typename T> struct BatchNormAddReluBackward {
                   const Tensor&, const Tensor&, bool training) {
     // The ReLU's mask first (it is gz), then batch norm's backward of it: two simple passes
     // that vectorize, where one pass with the mask inside measured 4x slower.
-    const Tensor gr = gz.defined() ? gz : empty(gy.sizes(), gy.options());
-    elementwise<T, T, T>(
-        gr, [](T g, T yv) { return keep_or_zero(static_cast<acc_t<T>>(yv) > acc_t<T>(0), g); }, gy, y);
+    // gy, y and gz share one dense layout (either of the two), so they are walked as flat arrays.
+    const Tensor gr = gz.defined() ? gz : empty(gy.sizes(), gy.options().memory_format(gy.dim() == 4 ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous));
+    const T *g = static_cast<const T*>(gy.raw_data()), *yv = static_cast<const T*>(y.raw_data());
+    T* o = static_cast<T*>(gr.raw_data());
+    parallel_for(gy.numel(), kGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) o[i] = keep_or_zero(static_cast<acc_t<T>>(yv[i]) > acc_t<T>(0), g[i]);
+    });
     if (gx.defined() || gweight.defined() || gbias.defined())
-      backward<T>(gx, gweight, gbias, gr, x, mean, invstd, weight, training);
+      backward_any<T>(gx, gweight, gbias, gr, x, mean, invstd, weight, training);
   }
 };
 
