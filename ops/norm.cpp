@@ -163,7 +163,6 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
       reserve = dispatch::kernel<kernels::BatchNormFn>(OpId::batch_norm, x.device(), x.dtype())(
           nhwc ? y : y.view(a.s3), mean, var, invstd, nhwc ? xc : xc.view(a.s3), stat_copy(w, a.sd),
           stat_copy(b, a.sd), training, eps);
-    if (!nhwc && channels_last(x)) y = y.contiguous(MemoryFormat::ChannelsLast);
     if (training && running_mean.defined()) update_running(a, running_mean, running_var, mean, var, momentum);
   }
   auto backward = [training, eps, s3 = a.s3, nhwc](FunctionNode& self, const tensor_list& g) -> tensor_list {
@@ -189,7 +188,6 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
         if (gw.defined()) gw.zero_();
         if (gb.defined()) gb.zero_();
       }
-      if (gx.defined() && !nhwc && channels_last(x)) gx = gx.contiguous(MemoryFormat::ChannelsLast);
       r = {gx, gw, gb};
     }
     return finish_grads(self, std::move(r), w, b);
@@ -221,7 +219,6 @@ Tensor batch_norm_add_relu(const Tensor& x0, const Tensor& z, const Tensor& runn
     reserve = dispatch::kernel<kernels::BatchNormAddReluFn>(OpId::batch_norm_add_relu, x.device(), x.dtype())(
         as_kernel(y), mean, var, invstd, as_kernel(x), as_kernel(z), stat_copy(w, a.sd), stat_copy(b, a.sd), training,
         eps);
-    if (!nhwc && channels_last(x)) y = y.contiguous(MemoryFormat::ChannelsLast);
     if (training && running_mean.defined()) update_running(a, running_mean, running_var, mean, var, momentum);
   }
   auto backward = [training, eps, s3 = a.s3, nhwc](FunctionNode& self, const tensor_list& g) -> tensor_list {
@@ -249,8 +246,6 @@ Tensor batch_norm_add_relu(const Tensor& x0, const Tensor& z, const Tensor& runn
                                                             x.dtype())(
           as_kernel(gx), as_kernel(gz), gw, gb, as_kernel(gy), as_kernel(x), as_kernel(y), mean, invstd,
           stat_copy(w, mean.dtype()), stat_copy(b, mean.dtype()), reserve, training);
-      for (Tensor* t : {&gx, &gz})
-        if (t->defined() && !nhwc && channels_last(x)) *t = t->contiguous(MemoryFormat::ChannelsLast);
       r = {gx, gz, gw, gb};
     }
     return finish_grads(self, std::move(r), w, b);
