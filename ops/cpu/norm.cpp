@@ -2,6 +2,8 @@
 // for row-major [N, C, S] and channels-last [N, C, H, W] activations.
 #include <algorithm>
 #include <cmath>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "ops/cpu/loops.h"
@@ -49,6 +51,34 @@ void for_channels(int64_t C, int64_t per_channel, F f) {
   });
 }
 
+// Channel c's normalization y = x * scale + shift, once its mean and var are known; writes invstd.
+template <typename A, typename St>
+std::pair<A, A> affine(int64_t c, const St* mp, const St* vp, St* ip, const St* wp, const St* bp, double eps) {
+  const double is = 1.0 / std::sqrt(static_cast<double>(vp[c]) + eps);
+  ip[c] = static_cast<St>(is);
+  const double w = wp ? static_cast<double>(wp[c]) : 1.0;
+  return {static_cast<A>(is * w),
+          static_cast<A>((bp ? static_cast<double>(bp[c]) : 0.0) - static_cast<double>(mp[c]) * is * w)};
+}
+
+// Channel c's backward from sg = sum(gy) and sgx = sum(gy * (x - mean)) over its M values:
+// writes the weight and bias gradients and returns gx = k * (gy - gmean - (x - am) * xcoef),
+// which in training is w * is * (gy - mean(gy) - xhat * mean(gy * xhat)), xhat = (x - m) * is.
+template <typename A> struct GradCoef { A k, gmean, xcoef, am; };
+template <typename A, typename St>
+GradCoef<A> grad_coef(int64_t c, double sg, double sgx, int64_t M, const St* mp, const St* ip, const St* wp, St* gwp,
+                      St* gbp, bool training) {
+  const double is = static_cast<double>(ip[c]), w = wp ? static_cast<double>(wp[c]) : 1.0;
+  if (gbp) gbp[c] = static_cast<St>(sg);
+  if (gwp) gwp[c] = static_cast<St>(sgx * is);
+  const bool t = training && M > 0;
+  return {static_cast<A>(w * is), t ? static_cast<A>(sg / static_cast<double>(M)) : A(0),
+          t ? static_cast<A>(sgx * is * is / static_cast<double>(M)) : A(0), static_cast<A>(mp[c])};
+}
+
+// Rows of C channels per chunk of the channels-last loops.
+int64_t rows_per_chunk(int64_t C) { return std::max<int64_t>(1, kGrain / std::max<int64_t>(C, 1)); }
+
 // Batch norm forward; Fused: y = max(bn(x) + z, 0), rounded once.
 template <typename T, bool Fused>
 void forward(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd, const Tensor& x,
@@ -81,12 +111,7 @@ void forward(const Tensor& y, const Tensor& mean, const Tensor& var, const Tenso
       mp[c] = static_cast<St>(m);
       vp[c] = static_cast<St>(M > 0 ? ss / static_cast<double>(M) : 0.0);
     }
-    const double is = 1.0 / std::sqrt(static_cast<double>(vp[c]) + eps);
-    ip[c] = static_cast<St>(is);
-    // y = x * scale + shift
-    const double w = wp ? static_cast<double>(wp[c]) : 1.0;
-    const A scale = static_cast<A>(is * w);
-    const A shift = static_cast<A>((bp ? static_cast<double>(bp[c]) : 0.0) - static_cast<double>(mp[c]) * is * w);
+    const auto [scale, shift] = affine<A>(c, mp, vp, ip, wp, bp, eps);
     for (int64_t n = 0; n < N; ++n) {
       const T* r = xp + (n * C + c) * S;
       T* o = yp + (n * C + c) * S;
@@ -115,7 +140,7 @@ void backward(const Tensor& gx, const Tensor& gweight, const Tensor& gbias, cons
   St *gwp = mut<St>(gweight), *gbp = mut<St>(gbias);
   const St *mp = mut<St>(mean), *ip = mut<St>(invstd), *wp = mut<St>(weight);
   for_channels(C, M, [&](int64_t c) {
-    const double m = static_cast<double>(mp[c]), is = static_cast<double>(ip[c]);
+    const double m = static_cast<double>(mp[c]);
     double sums[2][8] = {};  // sum(gy), sum(gy * (x - mean))
     for (int64_t n = 0; n < N; ++n) {
       const T* r = xp + (n * C + c) * S;
@@ -126,16 +151,9 @@ void backward(const Tensor& gx, const Tensor& gweight, const Tensor& gbias, cons
         v[1][j] = gv * (static_cast<double>(static_cast<A>(r[i])) - m);
       });
     }
-    const double sg = total(sums, 0), sgx = total(sums, 1);
-    if (gbp) gbp[c] = static_cast<St>(sg);
-    if (gwp) gwp[c] = static_cast<St>(sgx * is);
+    const auto [k, gmean, xcoef, am] =
+        grad_coef<A>(c, total(sums, 0), total(sums, 1), M, mp, ip, wp, gwp, gbp, training);
     if (!gxp) return;
-    const double w = wp ? static_cast<double>(wp[c]) : 1.0;
-    // training: gx = w * is * (gy - mean(gy) - xhat * mean(gy * xhat)), xhat = (x - m) * is
-    const A k = static_cast<A>(w * is);
-    const A gmean = training && M > 0 ? static_cast<A>(sg / static_cast<double>(M)) : A(0);
-    const A xcoef = training && M > 0 ? static_cast<A>(sgx * is * is / static_cast<double>(M)) : A(0);
-    const A am = static_cast<A>(m);
     for (int64_t n = 0; n < N; ++n) {
       const T* r = xp + (n * C + c) * S;
       const T* g = gp + (n * C + c) * S;
@@ -152,7 +170,7 @@ void backward(const Tensor& gx, const Tensor& gweight, const Tensor& gbias, cons
 // contiguous, so they vectorize.
 template <int K, typename F>
 void column_sums(int64_t rows, int64_t C, F f, std::vector<double>& partial) {
-  const int64_t chunk = std::max<int64_t>(1, kGrain / std::max<int64_t>(C, 1));
+  const int64_t chunk = rows_per_chunk(C);
   const int64_t chunks = (rows + chunk - 1) / chunk;
   partial.assign(static_cast<size_t>(chunks * K * C), 0.0);
 #pragma omp parallel for schedule(static)
@@ -200,14 +218,8 @@ void forward_nhwc(const Tensor& y, const Tensor& mean, const Tensor& var, const 
     }
   }
   std::vector<A> scale(static_cast<size_t>(C)), shift(static_cast<size_t>(C));
-  for (int64_t c = 0; c < C; ++c) {
-    const double is = 1.0 / std::sqrt(static_cast<double>(vp[c]) + eps);
-    ip[c] = static_cast<St>(is);
-    const double w = wp ? static_cast<double>(wp[c]) : 1.0;
-    scale[c] = static_cast<A>(is * w);
-    shift[c] = static_cast<A>((bp ? static_cast<double>(bp[c]) : 0.0) - static_cast<double>(mp[c]) * is * w);
-  }
-  parallel_for(R, std::max<int64_t>(1, kGrain / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
+  for (int64_t c = 0; c < C; ++c) std::tie(scale[c], shift[c]) = affine<A>(c, mp, vp, ip, wp, bp, eps);
+  parallel_for(R, rows_per_chunk(C), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const T* row = xp + r * C;
       T* o = yp + r * C;
@@ -247,26 +259,18 @@ void backward_nhwc(const Tensor& gx, const Tensor& gweight, const Tensor& gbias,
       acc[C + c] += gv * (static_cast<double>(static_cast<A>(row[c])) - m[c]);
     }
   }, partial);
-  std::vector<A> k(static_cast<size_t>(C)), gmean(static_cast<size_t>(C)), xcoef(static_cast<size_t>(C)), am(static_cast<size_t>(C));
-  for (int64_t c = 0; c < C; ++c) {
-    const double sg = chunk_total<2>(partial, C, 0, c), sgx = chunk_total<2>(partial, C, 1, c);
-    const double is = static_cast<double>(ip[c]);
-    if (gbp) gbp[c] = static_cast<St>(sg);
-    if (gwp) gwp[c] = static_cast<St>(sgx * is);
-    const double w = wp ? static_cast<double>(wp[c]) : 1.0;
-    k[c] = static_cast<A>(w * is);
-    gmean[c] = training && R > 0 ? static_cast<A>(sg / static_cast<double>(R)) : A(0);
-    xcoef[c] = training && R > 0 ? static_cast<A>(sgx * is * is / static_cast<double>(R)) : A(0);
-    am[c] = static_cast<A>(m[c]);
-  }
+  std::vector<GradCoef<A>> co(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c)
+    co[c] = grad_coef<A>(c, chunk_total<2>(partial, C, 0, c), chunk_total<2>(partial, C, 1, c), R, mp, ip, wp, gwp,
+                         gbp, training);
   if (!gxp) return;
-  parallel_for(R, std::max<int64_t>(1, kGrain / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
+  parallel_for(R, rows_per_chunk(C), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const T* row = xp + r * C;
       const T* g = gp + r * C;
       T* o = gxp + r * C;
       for (int64_t c = 0; c < C; ++c)
-        o[c] = T(static_cast<A>(k[c] * (static_cast<A>(g[c]) - gmean[c] - (static_cast<A>(row[c]) - am[c]) * xcoef[c])));
+        o[c] = T(static_cast<A>(co[c].k * (static_cast<A>(g[c]) - co[c].gmean - (static_cast<A>(row[c]) - co[c].am) * co[c].xcoef)));
     }
   });
 }
