@@ -388,8 +388,7 @@ void initialize(const std::vector<ModelRef>& models, const std::vector<Optimizer
   }
   for (const auto& ref : optimizers) {
     optim::Optimizer& opt = ref.get();
-    opt.sync_masters();
-    opt.set_master_weights(p.master_weights.value_or(true));
+    opt.set_master_weights(p.master_weights.value_or(true));  // creates or drops masters to match
     if (p.master_weights.value_or(false))
       for (const auto& prm : opt.parameters())
         if (is_reduced_float(prm.dtype())) {

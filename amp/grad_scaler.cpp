@@ -94,10 +94,10 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
       const Tensor g = p.grad();
       if (!g.defined()) continue;
       PerDevice& b = bucket(g.device());
-      if (is_reduced_float(p.dtype())) {
+      const Tensor& m = optimizer.master(p);
+      if (m.impl() != p.impl()) {
         // The step reads a master's own .grad in preference to the parameter's: unscale into it.
         // A fresh tensor rather than the old master grad: a caller may still hold that one.
-        const Tensor& m = optimizer.master(p);
         Tensor mg = empty_f32_like(m);
         m.set_grad(mg);
         b.in.push_back(g);

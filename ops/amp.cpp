@@ -56,9 +56,10 @@ void unscale_check_inf_(const tensor_list& grads_in, const tensor_list& grads_ou
               "leave parameters without gradients out of the lists");
     MPX_CHECK(is_floating(g.dtype()), "unscale_check_inf_: gradient ", i, " is ", ops::describe(g),
               "; only floating gradients can be unscaled");
-    const DType want = g.dtype() == kFloat64 ? kFloat64 : kFloat32;
-    MPX_CHECK(o.dtype() == want, "unscale_check_inf_: output ", i, " is ", ops::describe(o), " but a ",
-              dtype_name(g.dtype()), " gradient unscales into ", dtype_name(want));
+    const DType wide = g.dtype() == kFloat64 ? kFloat64 : kFloat32, want = o.dtype();
+    MPX_CHECK(want == wide || want == g.dtype(), "unscale_check_inf_: output ", i, " is ", ops::describe(o),
+              " but a ", dtype_name(g.dtype()), " gradient unscales into ", dtype_name(wide),
+              wide == g.dtype() ? "" : " (or in place)");
     MPX_CHECK(o.sizes() == g.sizes(), "unscale_check_inf_: output ", i, " has shape ", shape_str(o.sizes()),
               " but its gradient ", shape_str(g.sizes()));
     MPX_CHECK(g.device() == dev && o.device() == dev, "unscale_check_inf_: gradient ", i, " (", ops::describe(g),

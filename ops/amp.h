@@ -7,8 +7,9 @@ namespace mpx {
 /// For every i: grads_out[i] = grads_in[i] * inv_scale, computed in f32 (f64 for f64 tensors),
 /// and sets `found_inf` (an f32 0-dim tensor) to 1.0 when any input element is inf or NaN; it
 /// is never reset to 0 here, so several calls accumulate into one flag (as torch.amp's
-/// _amp_foreach_non_finite_check_and_unscale_). grads_out[i] is f32 (or f64 for f64 inputs),
-/// has grads_in[i]'s shape and may be grads_in[i] itself (in place); an empty grads_out only
+/// _amp_foreach_non_finite_check_and_unscale_). grads_out[i] is f32 (or f64 for f64 inputs) or
+/// grads_in[i]'s own dtype (f16/bf16 rounded once: apex's O3, which has no f32 masters to
+/// unscale into), has grads_in[i]'s shape and may be grads_in[i] itself; an empty grads_out only
 /// checks (the unscale then happens inside a fused optimizer step). inv_scale is an f32 0-dim
 /// tensor. All tensors live on one device and nothing is read back to the host, so on a device
 /// the flag stays device-side. Not differentiable; the outputs' versions are bumped.

@@ -11,15 +11,16 @@ namespace mpx::kernels {
 /// parameter i. All tensors of one entry share shape and strides and are dense (row-major or
 /// channels-last), so a kernel may walk them as flat arrays.
 struct StepTensors {
-  /// What the update is computed on, in the kernel's dtype (f32 or f64): the f32 master of a
-  /// f16/bf16 parameter, or the parameter itself.
+  /// What the update is computed on: the f32 master of a f16/bf16 parameter, or the parameter
+  /// itself, in the kernel's dtype (f32 or f64) or, for an f32 kernel, f16/bf16 (a parameter
+  /// without master: read as f32, the result rounded once).
   tensor_list params;
   /// Gradients, any floating dtype (read as the kernel's dtype).
   tensor_list grads;
   /// Low-precision model copies to overwrite with the rounded result (undefined when
   /// params[i] is the model parameter).
   tensor_list models;
-  /// states[k][i]: the k-th state buffer of parameter i, in the kernel's dtype. SGD: {momentum}
+  /// states[k][i]: the k-th state buffer of parameter i, in params[i]'s dtype. SGD: {momentum}
   /// (undefined when momentum is 0); Adam: {exp_avg, exp_avg_sq, max_exp_avg_sq (amsgrad only)}.
   std::vector<tensor_list> states;
   /// Per parameter: the step number being taken (1 for the first; Adam's bias corrections).

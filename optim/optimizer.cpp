@@ -110,7 +110,7 @@ void Optimizer::add_param_group(const ParamGroup& group) {
   param_groups_.push_back(std::move(g));
   // Masters exist from the start so the amp layer can see them before the first step.
   for (const auto& p : param_groups_.back().params())
-    if (is_reduced_float(p.dtype())) state_for(p);
+    if (is_reduced_float(p.dtype()) && master_weights_) state_for(p);
 }
 
 std::vector<Tensor> Optimizer::parameters() const {
@@ -134,10 +134,14 @@ const Tensor& Optimizer::find_param(const Tensor& param) const {
 
 ParamState& Optimizer::state_for(const Tensor& p) {
   ParamState& st = state_[p.impl()];
-  const bool reduced = is_reduced_float(p.dtype());
-  if (reduced && !st.master.defined()) st.master = make_master(p);
-  if (!reduced && st.master.defined()) st.master = Tensor();
+  const bool wants = master_weights_ && is_reduced_float(p.dtype());
+  if (wants && !st.master.defined()) st.master = make_master(p);
+  if (!wants && st.master.defined()) st.master = Tensor();
   return st;
+}
+
+DType Optimizer::state_dtype(const Tensor& p) const {
+  return master_weights_ || !is_reduced_float(p.dtype()) ? compute_dtype_for(p) : p.dtype();
 }
 
 ParamState& Optimizer::state(const Tensor& param) { return state_for(find_param(param)); }
@@ -145,7 +149,7 @@ bool Optimizer::has_state(const Tensor& param) const { return state_.count(param
 
 const Tensor& Optimizer::master(const Tensor& param) {
   const Tensor& p = find_param(param);
-  if (!is_reduced_float(p.dtype())) return p;
+  if (!is_reduced_float(p.dtype()) || !master_weights_) return p;
   return state_for(p).master;
 }
 
@@ -153,6 +157,8 @@ void Optimizer::set_master(const Tensor& param, const Tensor& value) {
   const Tensor& p = find_param(param);
   MPX_CHECK(is_reduced_float(p.dtype()), name_, ": set_master: ", ops::describe(p),
             " is not f16/bf16; f32/f64 parameters are their own master");
+  MPX_CHECK(master_weights_, name_, ": set_master: master weights are off (set_master_weights(false), apex's O3); "
+            "turn them on first");
   MPX_CHECK(value.defined() && value.sizes() == p.sizes() && value.is_floating_point(), name_,
             ": set_master: the value ", value.defined() ? ops::describe(value) : "undefined",
             " must be floating with the parameter's shape ", shape_str(p.sizes()));
@@ -168,11 +174,16 @@ std::vector<Tensor> Optimizer::master_params() {
   return r;
 }
 
+void Optimizer::set_master_weights(bool on) {
+  master_weights_ = on;
+  sync_masters();
+}
+
 void Optimizer::sync_masters() {
   for (const auto& g : param_groups_)
     for (const auto& p : g.params()) {
       auto it = state_.find(p.impl());
-      if (is_reduced_float(p.dtype()) || it != state_.end()) state_for(p);
+      if ((is_reduced_float(p.dtype()) && master_weights_) || it != state_.end()) state_for(p);
     }
 }
 
@@ -218,13 +229,6 @@ Tensor Optimizer::step(const LossClosure& closure) {
   for (auto& [id, hook] : hooks_)
     if (!hook(*this)) return loss;
   NoGradGuard ng;
-  if (!master_weights_) {
-    for (const auto& g : param_groups_)
-      for (const auto& p : g.params()) {
-        auto it = state_.find(p.impl());
-        if (it != state_.end() && it->second.master.defined()) it->second.master.detach().copy_(p);
-      }
-  }
   for (auto& g : param_groups_) step_group(g);
   return loss;
 }
@@ -246,11 +250,10 @@ void Optimizer::step_group(ParamGroup& group) {
   std::vector<Batch> batches;
 
   for (const Tensor& p : group.params()) {
-    const bool reduced = is_reduced_float(p.dtype());
     // Master gradients (written by the amp layer's unscale) take precedence.
     auto it = state_.find(p.impl());
     Tensor grad;
-    if (reduced && it != state_.end() && it->second.master.defined()) grad = it->second.master.grad();
+    if (it != state_.end() && it->second.master.defined()) grad = it->second.master.grad();
     if (!grad.defined()) grad = p.grad();
     if (!grad.defined()) continue;
     MPX_CHECK(grad.sizes() == p.sizes(), name(), ": gradient of shape ", shape_str(grad.sizes()),
@@ -260,6 +263,7 @@ void Optimizer::step_group(ParamGroup& group) {
     MPX_CHECK(grad.is_floating_point(), name(), ": gradient of ", ops::describe(p), " is ", ops::describe(grad));
 
     ParamState& st = state_for(p);
+    const bool reduced = st.master.defined();  // the step writes the master, then rounds it into p
     Pending pd;
     pd.param = p;
     const Tensor target = reduced ? st.master : p;
@@ -278,17 +282,17 @@ void Optimizer::step_group(ParamGroup& group) {
     }
     if (!same_layout(grad, pd.work)) grad = copy_like(grad, pd.work, grad.dtype());
 
-    const DType cdt = pd.work.dtype();
+    const DType cdt = compute_dtype_for(pd.work), sdt = state_dtype(p);
     bool fresh = false;
     tensor_list bufs;
     for (const auto& n : names) {
       Tensor& b = st.buffers[n];
       if (!b.defined()) {
-        b = empty_like_layout(pd.work, cdt);
+        b = empty_like_layout(pd.work, sdt);
         b.zero_();
         fresh = true;
-      } else if (!same_layout(b, pd.work) || b.dtype() != cdt || b.device() != pd.work.device()) {
-        b = copy_like(b, pd.work, cdt);
+      } else if (!same_layout(b, pd.work) || b.dtype() != sdt || b.device() != pd.work.device()) {
+        b = copy_like(b, pd.work, sdt);
       }
       bufs.push_back(b);
     }
@@ -324,14 +328,14 @@ void Optimizer::step_group(ParamGroup& group) {
     }
     apply(opts, b.ts, b.device, b.dtype);
     for (auto& pd : b.pending) {
-      const bool reduced = is_reduced_float(pd.param.dtype());
+      const Tensor& master = state_for(pd.param).master;
       if (pd.copy_work) {
-        Tensor target = reduced ? state_for(pd.param).master : pd.param;
+        Tensor target = master.defined() ? master : pd.param;
         target.copy_(pd.work);
       }
       if (pd.copy_model) pd.param.copy_(pd.model);
       else pd.param.bump_version();
-      if (reduced) state_for(pd.param).master.bump_version();
+      if (master.defined()) master.bump_version();
     }
   }
 }
@@ -463,16 +467,17 @@ void Optimizer::load_state_dict(const OptimizerState& s) {
                   ops::describe(p));
         MPX_CHECK(t.is_floating_point(), who, "'", it->first, "' must be floating, got ", ops::describe(t));
         if (bname == "master") {
-          if (is_reduced_float(p.dtype())) ns.master = copy_like(t, p, kFloat32);
+          // Without master weights the parameter is its own master: a saved one is not needed.
+          if (is_reduced_float(p.dtype()) && master_weights_) ns.master = copy_like(t, p, kFloat32);
         } else {
           MPX_CHECK(std::find(allowed.begin(), allowed.end(), bname) != allowed.end(), who, "unexpected state entry '",
                     it->first, "' for ", name(), " with these options");
-          ns.buffers[bname] = copy_like(t, p, compute_dtype_for(p));
+          ns.buffers[bname] = copy_like(t, p, state_dtype(p));
         }
         used.insert(it->first);
         any = true;
       }
-      if (is_reduced_float(p.dtype()) && !ns.master.defined()) {
+      if (is_reduced_float(p.dtype()) && master_weights_ && !ns.master.defined()) {
         ns.master = make_master(p);
         any = true;
       }

@@ -72,14 +72,16 @@ class ParamGroup {
 struct ParamState {
   /// Steps taken for this parameter.
   int64_t step = 0;
-  /// FP32 master copy of a f16/bf16 parameter (undefined for f32/f64 parameters). The step
-  /// updates it and writes the rounded value into the parameter.
+  /// FP32 master copy of a f16/bf16 parameter (undefined for f32/f64 parameters, and for every
+  /// parameter while master weights are off). The step updates it and writes the rounded value
+  /// into the parameter.
   Tensor master;
   /// Steps of this parameter that amp skipped on the device (f32 0-dim, undefined until a
   /// device-side skip is used): `step` counts them until state_dict() folds them in.
   Tensor skipped;
-  /// Named state buffers in the compute dtype (f32, or f64 for f64 parameters), laid out like
-  /// the parameter: "momentum_buffer"; "exp_avg", "exp_avg_sq", "max_exp_avg_sq".
+  /// Named state buffers laid out like the parameter, in the dtype of what the step updates (the
+  /// f32 master, or the parameter itself: f16/bf16 ones too without master weights, as apex's O3
+  /// and torch.optim keep them): "momentum_buffer"; "exp_avg", "exp_avg_sq", "max_exp_avg_sq".
   std::map<std::string, Tensor> buffers;
 };
 
@@ -136,7 +138,7 @@ class Optimizer {
   bool has_state(const Tensor& param) const;
 
   /// The FP32 master of a f16/bf16 parameter (created from the parameter's current value if
-  /// missing), or the parameter itself for f32/f64 parameters. When the master has a gradient
+  /// missing), or the parameter itself for f32/f64 parameters and while master weights are off. When the master has a gradient
   /// (the amp layer unscales into it), step() uses that instead of the parameter's gradient.
   const Tensor& master(const Tensor& param);
   /// What the steps update, in group order: masters for f16/bf16 parameters, the parameters
@@ -148,10 +150,12 @@ class Optimizer {
   /// Creates masters for parameters that became f16/bf16 since (after the model was cast) and
   /// drops those of parameters that are f32/f64 again. Called by step() too.
   void sync_masters();
-  /// With false (apex's O3), f16/bf16 parameters are updated at their own precision: the f32
-  /// working copy is refreshed from the rounded parameter before every step, so updates
-  /// below the parameter's resolution are lost as in pure f16 training. Default true.
-  void set_master_weights(bool on) { master_weights_ = on; }
+  /// With false (apex's O3), f16/bf16 parameters have no masters: the step reads and writes
+  /// them and their state buffers in their own dtype (arithmetic in f32, one rounding per
+  /// stored value), so updates below the parameter's resolution are lost as in pure f16
+  /// training, and the state costs what torch.optim's does. Default true. Creates or drops the
+  /// masters at once; state buffers change dtype at the next step.
+  void set_master_weights(bool on);
   bool master_weights() const { return master_weights_; }
 
   /// amp's synchronization-free overflow skip, for the next step() only: the step kernels read
@@ -178,6 +182,8 @@ class Optimizer {
  private:
   void step_group(ParamGroup& group);
   ParamState& state_for(const Tensor& param);
+  /// The dtype of a parameter's state buffers (see ParamState::buffers).
+  DType state_dtype(const Tensor& param) const;
   const Tensor& find_param(const Tensor& param) const;
 
   std::string name_;

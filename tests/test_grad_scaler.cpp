@@ -197,6 +197,21 @@ TEST_CASE("GradScaler unscales f32 grads in place and f16 grads into f32 masters
   CHECK(s.found_inf(opt).dim() == 0);
 }
 
+TEST_CASE("GradScaler unscales f16 grads in place when the optimizer has no masters (apex O3)", "[amp][grad_scaler]") {
+  manual_seed(6);
+  Tensor w16 = leaf(randn({4, 2}).to(kFloat16));
+  SGD opt({w16}, SGDOptions(0.0));
+  opt.set_master_weights(false);
+  GradScaler s(GradScalerOptions().init_scale(4.0));
+  const Tensor g16 = (randn({4, 2}) * 100.0).to(kFloat16);
+  w16.set_grad(g16.clone());
+  s.unscale_(opt);
+  CHECK(w16.grad().dtype() == kFloat16);
+  CHECK(bits_equal(w16.grad(), (g16.to(kFloat32) * 0.25).to(kFloat16)));
+  CHECK_FALSE(opt.state(w16).master.defined());
+  CHECK(s.found_inf(opt).item<double>() == 0.0);
+}
+
 TEST_CASE("an injected inf/NaN gradient skips the step bit-identically", "[amp][grad_scaler]") {
   manual_seed(7);
   Tensor w32 = leaf(randn({3, 4}));

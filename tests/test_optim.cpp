@@ -570,6 +570,81 @@ TEST_CASE("scheduler arguments are validated", "[optim][sched]") {
   CHECK_THROWS_WITH(LinearWarmup(opt, 2, 0.5, std::make_unique<StepLR>(other, 2)), Catch::Contains("same optimizer"));
 }
 
+TEST_CASE("without master weights f16/bf16 parameters and their state stay in their own dtype (apex O3)",
+          "[optim][master]") {
+  for (DType dt : {kFloat16, kBFloat16}) {
+    manual_seed(8);
+    const Tensor w0 = randn({64}).to(dt), g = randn({64}).to(dt);
+    Tensor p = leaf(w0);
+    SGD opt({p}, SGDOptions(0.1).momentum(0.9).weight_decay(1e-2));
+    opt.set_master_weights(false);
+    CHECK(opt.master(p).impl() == p.impl());  // the parameter is its own master
+    // The same step in f32 with every stored value rounded to dt, as torch.optim on f16 tensors.
+    Tensor rp = w0.to(kFloat32), rbuf;
+    for (int i = 0; i < 3; ++i) {
+      p.set_grad(g.clone());
+      opt.step();
+      const Tensor d = g.to(kFloat32) + rp * 1e-2;
+      rbuf = (rbuf.defined() ? rbuf * 0.9 + d : d).to(dt).to(kFloat32);
+      rp = (rp - rbuf * 0.1).to(dt).to(kFloat32);
+    }
+    const Tensor& buf = opt.state(p).buffers.at("momentum_buffer");
+    CHECK(buf.dtype() == dt);
+    CHECK_FALSE(opt.state(p).master.defined());
+    const double ulp = dt == kFloat16 ? 1.0 / 1024 : 1.0 / 128;  // a last-place rounding difference at most
+    CHECK(max_abs_diff(buf, rbuf) <= ulp * max(abs(rbuf)).item<double>());
+    CHECK(max_abs_diff(p, rp) <= ulp * max(abs(rp)).item<double>());
+    const OptimizerState st = opt.state_dict();
+    CHECK(st.tensors.count("state.0.master") == 0);
+    CHECK(st.tensors.at("state.0.momentum_buffer").dtype() == dt);
+
+    // A resumed optimizer continues bit for bit; saved f32 masters and state are taken as dt.
+    Tensor q = leaf(p);
+    SGD resumed({q}, SGDOptions(0.1).momentum(0.9).weight_decay(1e-2));
+    resumed.set_master_weights(false);
+    OptimizerState with_master = st;
+    with_master.tensors["state.0.master"] = p.to(kFloat32);
+    with_master.tensors["state.0.momentum_buffer"] = buf.to(kFloat32);
+    resumed.load_state_dict(with_master);
+    CHECK(resumed.state(q).buffers.at("momentum_buffer").dtype() == dt);
+    p.set_grad(g.clone());
+    q.set_grad(g.clone());
+    opt.step();
+    resumed.step();
+    CHECK(same_bits(p, q));
+
+    // Masters back on: created from the parameter, the state widens at the next step.
+    opt.set_master_weights(true);
+    REQUIRE(opt.state(p).master.defined());
+    CHECK(same_bits(opt.master(p), p.to(kFloat32)));
+    p.set_grad(g.clone());
+    opt.step();
+    CHECK(opt.state(p).buffers.at("momentum_buffer").dtype() == kFloat32);
+    CHECK(same_bits(p, opt.master(p).to(dt)));
+  }
+}
+
+TEST_CASE("Adam without master weights keeps f16 moments and matches the f32 step rounded per store", "[optim][master]") {
+  manual_seed(9);
+  const Tensor w0 = randn({64}).to(kFloat16), g = randn({64}).to(kFloat16);
+  Tensor p = leaf(w0), ref = leaf(w0.to(kFloat32));
+  AdamW opt({p}, AdamWOptions(1e-2).weight_decay(1e-2));
+  AdamW opt_ref({ref}, AdamWOptions(1e-2).weight_decay(1e-2));
+  opt.set_master_weights(false);
+  p.set_grad(g.clone());
+  ref.set_grad(g.to(kFloat32));
+  opt.step();
+  opt_ref.step();
+  for (const char* n : {"exp_avg", "exp_avg_sq"}) {
+    const Tensor& b = opt.state(p).buffers.at(n);
+    CHECK(b.dtype() == kFloat16);
+    CHECK(max_abs_diff(b, opt_ref.state(ref).buffers.at(n)) <= max(abs(b)).item<double>() / 1024);
+  }
+  // One step from the same start: the f16 moments round once, then the update rounds once.
+  CHECK(max_abs_diff(p, ref) <= max(abs(ref)).item<double>() / 1024);
+  CHECK_FALSE(opt.state(p).master.defined());
+}
+
 TEST_CASE("without master weights f16 parameters lose updates below their resolution (apex O3)",
           "[optim][master]") {
   for (bool masters : {true, false}) {

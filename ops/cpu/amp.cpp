@@ -14,7 +14,7 @@ namespace {
 // The flag is a relaxed atomic so chunks on different threads can raise it without a reduction.
 template <typename G, typename O>
 void unscale_one(const Tensor& in, const Tensor& out, float inv, std::atomic<bool>& found) {
-  using A = std::conditional_t<std::is_same_v<O, double>, double, float>;
+  using A = std::conditional_t<std::is_same_v<G, double>, double, float>;
   const G* g = static_cast<const G*>(in.raw_data());
   O* o = static_cast<O*>(out.raw_data());
   const A s = static_cast<A>(inv);
@@ -25,7 +25,8 @@ void unscale_one(const Tensor& in, const Tensor& out, float inv, std::atomic<boo
       if constexpr (std::is_same_v<G, Half> || std::is_same_v<G, BFloat16>) v = static_cast<A>(static_cast<float>(g[j]));
       else v = static_cast<A>(g[j]);
       bad |= !std::isfinite(v);
-      o[j] = static_cast<O>(v * s);
+      if constexpr (std::is_same_v<O, Half> || std::is_same_v<O, BFloat16>) o[j] = O(v * s);
+      else o[j] = static_cast<O>(v * s);
     }
     if (bad) found.store(true, std::memory_order_relaxed);
   });
@@ -38,8 +39,14 @@ struct UnscaleCheckInf {
     for (size_t i = 0; i < in.size(); ++i) {
       switch (in[i].dtype()) {
         case kFloat32: unscale_one<float, float>(in[i], out[i], inv, found); break;
-        case kFloat16: unscale_one<Half, float>(in[i], out[i], inv, found); break;
-        case kBFloat16: unscale_one<BFloat16, float>(in[i], out[i], inv, found); break;
+        case kFloat16:
+          if (out[i].dtype() == kFloat16) unscale_one<Half, Half>(in[i], out[i], inv, found);
+          else unscale_one<Half, float>(in[i], out[i], inv, found);
+          break;
+        case kBFloat16:
+          if (out[i].dtype() == kBFloat16) unscale_one<BFloat16, BFloat16>(in[i], out[i], inv, found);
+          else unscale_one<BFloat16, float>(in[i], out[i], inv, found);
+          break;
         case kFloat64: unscale_one<double, double>(in[i], out[i], inv, found); break;
         default: MPX_ERROR("unscale_check_inf_: gradient ", i, " has dtype ", dtype_name(in[i].dtype()),
                            "; only floating gradients can be unscaled");

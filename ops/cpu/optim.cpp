@@ -39,6 +39,26 @@ void visit_model(const Tensor& model, F&& f) {
 
 template <typename T> T* ptr(const Tensor& t) { return t.defined() ? static_cast<T*>(t.raw_data()) : nullptr; }
 
+// Runs f.template operator()<P>() with P the storage type of a parameter and its state: the
+// kernel's type A, or f16/bf16 for a parameter without master under an f32 kernel.
+template <typename A, typename F>
+void visit_param(const Tensor& p, F&& f) {
+  if (p.dtype() == dtype_v<A>) return f.template operator()<A>();
+  if constexpr (std::is_same_v<A, float>) {
+    if (p.dtype() == kFloat16) return f.template operator()<Half>();
+    if (p.dtype() == kBFloat16) return f.template operator()<BFloat16>();
+  }
+  MPX_ERROR("optimizer step: a ", dtype_name(dtype_v<A>), " step can't update a ", dtype_name(p.dtype()),
+            " parameter");
+}
+// Stores v as P and returns what was stored, read back as A: a low-precision state feeds its
+// rounded value to the rest of the step, as torch.optim's in-place updates of f16 state do.
+template <typename P, typename A> inline A store_rounded(P* dst, A v) {
+  *dst = store_as<P>(v);
+  if constexpr (std::is_same_v<P, A>) return v;
+  else return load_as<A>(*dst);
+}
+
 // The shared pass over parameter i: dispatches once per tensor on the gradient's dtype and the
 // optional low-precision model copy, then calls `update(j, grad_j)`, which updates the master and
 // state and returns the new parameter value; that value is rounded into the model copy.
@@ -86,19 +106,20 @@ struct Sgd {
     const bool use_wd = h.weight_decay != 0, use_mom = h.momentum != 0;
     if (skip_step(ts)) return;
     for (size_t i = 0; i < ts.params.size(); ++i) {
-      A* p = ptr<A>(ts.params[i]);
-      A* buf = use_mom ? ptr<A>(ts.states[0][i]) : nullptr;
       const bool fresh = true_step(ts, i).second;
-      for_each_element<A>(ts, i, [&](int64_t j, A d) {
-        if (h.maximize) d = -d;
-        if (use_wd) d = d + wd * p[j];
-        if (use_mom) {
-          const A nb = fresh ? d : static_cast<A>(buf[j] * mom) + damp1 * d;
-          buf[j] = nb;
-          d = h.nesterov ? d + mom * nb : nb;
-        }
-        p[j] = p[j] + neg_lr * d;
-        return p[j];
+      visit_param<A>(ts.params[i], [&]<typename P>() {
+        P* p = ptr<P>(ts.params[i]);
+        P* buf = use_mom ? ptr<P>(ts.states[0][i]) : nullptr;
+        for_each_element<A>(ts, i, [&](int64_t j, A d) {
+          const A pv = load_as<A>(p[j]);
+          if (h.maximize) d = -d;
+          if (use_wd) d = d + wd * pv;
+          if (use_mom) {
+            const A nb = store_rounded(&buf[j], fresh ? d : static_cast<A>(load_as<A>(buf[j]) * mom) + damp1 * d);
+            d = h.nesterov ? d + mom * nb : nb;
+          }
+          return store_rounded(&p[j], pv + neg_lr * d);
+        });
       });
     }
   }
@@ -120,28 +141,26 @@ struct Adam {
       const double bc1 = 1.0 - std::pow(h.beta1, step), bc2 = 1.0 - std::pow(h.beta2, step);
       const A neg_step_size = static_cast<A>(-(h.lr / bc1));
       const A bc2_sqrt = static_cast<A>(std::sqrt(bc2));
-      A* p = ptr<A>(ts.params[i]);
-      A* m1 = ptr<A>(ts.states[0][i]);
-      A* m2 = ptr<A>(ts.states[1][i]);
-      A* vmax = h.amsgrad ? ptr<A>(ts.states[2][i]) : nullptr;
-      for_each_element<A>(ts, i, [&](int64_t j, A gv) {
-        if (h.maximize) gv = -gv;
-        A pv = p[j];
-        if (decoupled) pv = pv * decay;
-        if (l2) gv = gv + wd * pv;
-        const A m = static_cast<A>(m1[j] * b1) + omb1 * gv;
-        const A v = static_cast<A>(m2[j] * b2) + static_cast<A>(omb2 * gv) * gv;
-        m1[j] = m;
-        m2[j] = v;
-        A vd = v;
-        if (vmax) {
-          vd = std::isnan(vmax[j]) || vmax[j] > v ? vmax[j] : v;
-          vmax[j] = vd;
-        }
-        const A denom = static_cast<A>(std::sqrt(vd) / bc2_sqrt) + eps;
-        pv = pv + static_cast<A>(neg_step_size * m) / denom;
-        p[j] = pv;
-        return pv;
+      visit_param<A>(ts.params[i], [&]<typename P>() {
+        P* p = ptr<P>(ts.params[i]);
+        P* m1 = ptr<P>(ts.states[0][i]);
+        P* m2 = ptr<P>(ts.states[1][i]);
+        P* vmax = h.amsgrad ? ptr<P>(ts.states[2][i]) : nullptr;
+        for_each_element<A>(ts, i, [&](int64_t j, A gv) {
+          if (h.maximize) gv = -gv;
+          A pv = load_as<A>(p[j]);
+          if (decoupled) pv = pv * decay;
+          if (l2) gv = gv + wd * pv;
+          const A m = store_rounded(&m1[j], static_cast<A>(load_as<A>(m1[j]) * b1) + omb1 * gv);
+          const A v = store_rounded(&m2[j], static_cast<A>(load_as<A>(m2[j]) * b2) + static_cast<A>(omb2 * gv) * gv);
+          A vd = v;
+          if (vmax) {
+            const A old = load_as<A>(vmax[j]);
+            vd = store_rounded(&vmax[j], std::isnan(old) || old > v ? old : v);
+          }
+          const A denom = static_cast<A>(std::sqrt(vd) / bc2_sqrt) + eps;
+          return store_rounded(&p[j], pv + static_cast<A>(neg_step_size * m) / denom);
+        });
       });
     }
   }

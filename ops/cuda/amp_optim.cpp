@@ -1,5 +1,6 @@
 // CUDA registrations of the fused multi-tensor kernels: unscale + inf check, SGD/Adam steps, scale update.
 #include <algorithm>
+#include <tuple>
 #include <vector>
 
 #include "ops/amp.h"
@@ -33,8 +34,9 @@ void unscale_check_inf(const tensor_list& in, const tensor_list& out, const Tens
     items.push_back(it);
   }
   // Runs of one input dtype share a kernel instantiation: group them to save launches.
-  std::stable_sort(items.begin(), items.end(),
-                   [](const UnscaleItem& a, const UnscaleItem& b) { return a.in_dtype < b.in_dtype; });
+  std::stable_sort(items.begin(), items.end(), [](const UnscaleItem& a, const UnscaleItem& b) {
+    return std::tie(a.in_dtype, a.out_dtype) < std::tie(b.in_dtype, b.out_dtype);
+  });
   launch_unscale_check(items.data(), static_cast<int>(items.size()), f32_ptr(inv_scale),
                        static_cast<float*>(found_inf.raw_data()), stream_of(found_inf));
 }
@@ -61,13 +63,14 @@ std::vector<StepItem> step_items(const kernels::StepTensors& ts) {
     it.n = ts.params[i].numel();
     it.step = ts.steps[i];
     it.fresh = ts.fresh[i];
+    it.param_dtype = ts.params[i].dtype();
     it.grad_dtype = ts.grads[i].dtype();
     it.model_dtype = ts.models[i].defined() ? ts.models[i].dtype() : kBool;
     it.aligned = aligned16({it.param, it.grad, it.model, it.state[0], it.state[1], it.state[2]});
     items.push_back(it);
   }
   std::stable_sort(items.begin(), items.end(), [](const StepItem& a, const StepItem& b) {
-    return a.grad_dtype != b.grad_dtype ? a.grad_dtype < b.grad_dtype : a.model_dtype < b.model_dtype;
+    return std::tie(a.param_dtype, a.grad_dtype, a.model_dtype) < std::tie(b.param_dtype, b.grad_dtype, b.model_dtype);
   });
   return items;
 }

@@ -46,6 +46,15 @@ __device__ __forceinline__ const Item& block_item(const Meta<Item>& meta, int64_
 template <typename M, typename A> __device__ __forceinline__ void store_as(M* p, int64_t i, A v) {
   p[i] = from_acc<M>(v);
 }
+// v as it reads back after a store as P: a low-precision state feeds its rounded value to the
+// rest of the step, as torch.optim's in-place updates of f16 state do.
+template <typename P, typename A> __device__ __forceinline__ A rounded(A v) {
+  if constexpr (std::is_same_v<P, A>) return v;
+  else {
+    const P r = from_acc<P>(v);
+    return load_as<A>(&r, 0);
+  }
+}
 template <typename A> __device__ __forceinline__ bool finite(A v) { return isfinite(v); }
 
 // Four consecutive elements moved as one aligned access (16 bytes for f32, 8 for f16/bf16):
@@ -174,16 +183,18 @@ __device__ __forceinline__ StepCtx step_ctx(const StepItem& it) {
   return c;
 }
 
-template <typename A, typename G, typename M>
+// A: arithmetic type; G: gradient; M: model copy to write (void: none); P: the parameter and
+// its state as stored, A or (a parameter without master) f16/bf16, rounded once per store.
+template <typename A, typename G, typename M, typename P>
 __global__ void __launch_bounds__(kThreads) sgd_kernel(Meta<StepItem> meta, SgdArgs h, const float* found_inf,
                                                       const float* inv_scale) {
   if (found_inf && *found_inf != 0.0f) return;  // the overflow skip, decided on the device
   int64_t start, end;
   const StepItem& it = block_item(meta, &start, &end);
   const StepCtx c = step_ctx(it);
-  A* __restrict__ p = static_cast<A*>(it.param);
+  P* __restrict__ p = static_cast<P*>(it.param);
   const G* __restrict__ g = static_cast<const G*>(it.grad);
-  A* __restrict__ buf = static_cast<A*>(it.state[0]);
+  P* __restrict__ buf = static_cast<P*>(it.state[0]);
   const A inv = inv_scale ? static_cast<A>(*inv_scale) : A(1);
   const A wd = static_cast<A>(h.weight_decay), mom = static_cast<A>(h.momentum);
   const A damp1 = static_cast<A>(1.0 - h.dampening), neg_lr = static_cast<A>(-h.lr);
@@ -200,7 +211,7 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(Meta<StepItem> meta, SgdA
       if (h.maximize) d[k] = -d[k];
       if (use_wd) d[k] = d[k] + wd * pv[k];
       if (use_mom) {
-        b[k] = c.fresh ? d[k] : static_cast<A>(b[k] * mom) + damp1 * d[k];
+        b[k] = rounded<P>(c.fresh ? d[k] : static_cast<A>(b[k] * mom) + damp1 * d[k]);
         d[k] = h.nesterov ? d[k] + mom * b[k] : b[k];
       }
       pv[k] = pv[k] + neg_lr * d[k];
@@ -211,7 +222,7 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(Meta<StepItem> meta, SgdA
   });
 }
 
-template <typename A, typename G, typename M>
+template <typename A, typename G, typename M, typename P>
 __global__ void __launch_bounds__(kThreads) adam_kernel(Meta<StepItem> meta, AdamArgs h, const float* found_inf,
                                                        const float* inv_scale) {
   if (found_inf && *found_inf != 0.0f) return;
@@ -227,11 +238,11 @@ __global__ void __launch_bounds__(kThreads) adam_kernel(Meta<StepItem> meta, Ada
   const A wd = static_cast<A>(h.weight_decay), eps = static_cast<A>(h.eps);
   const A decay = static_cast<A>(1.0 - h.lr * h.weight_decay);
   const bool l2 = !h.decoupled && h.weight_decay != 0, decoupled = h.decoupled && h.weight_decay != 0;
-  A* __restrict__ p = static_cast<A*>(it.param);
+  P* __restrict__ p = static_cast<P*>(it.param);
   const G* __restrict__ g = static_cast<const G*>(it.grad);
-  A* __restrict__ m1 = static_cast<A*>(it.state[0]);
-  A* __restrict__ m2 = static_cast<A*>(it.state[1]);
-  A* __restrict__ vmax = static_cast<A*>(it.state[2]);
+  P* __restrict__ m1 = static_cast<P*>(it.state[0]);
+  P* __restrict__ m2 = static_cast<P*>(it.state[1]);
+  P* __restrict__ vmax = static_cast<P*>(it.state[2]);
   const A inv = inv_scale ? static_cast<A>(*inv_scale) : A(1);
   for_each_pack(start, end, it.aligned != 0, [&](int64_t j, auto w) {
     constexpr int W = decltype(w)::value;
@@ -247,8 +258,8 @@ __global__ void __launch_bounds__(kThreads) adam_kernel(Meta<StepItem> meta, Ada
       if (h.maximize) gv[k] = -gv[k];
       if (decoupled) pv[k] = pv[k] * decay;
       if (l2) gv[k] = gv[k] + wd * pv[k];
-      m[k] = static_cast<A>(m[k] * b1) + omb1 * gv[k];
-      v[k] = static_cast<A>(v[k] * b2) + static_cast<A>(omb2 * gv[k]) * gv[k];
+      m[k] = rounded<P>(static_cast<A>(m[k] * b1) + omb1 * gv[k]);
+      v[k] = rounded<P>(static_cast<A>(v[k] * b2) + static_cast<A>(omb2 * gv[k]) * gv[k]);
       A vd = v[k];
       if (h.amsgrad) {
         vd = isnan(vm[k]) || vm[k] > v[k] ? vm[k] : v[k];
@@ -265,51 +276,59 @@ __global__ void __launch_bounds__(kThreads) adam_kernel(Meta<StepItem> meta, Ada
   });
 }
 
-// Launches kernel K<A, G, M> over a run of items sharing a (grad dtype, model dtype) pair.
-template <template <typename, typename, typename> class K, typename A, typename G, typename M, typename Args>
+// Launches kernel K<A, G, M, P> over a run of items sharing their dtypes.
+template <template <typename, typename, typename, typename> class K, typename A, typename G, typename M,
+          typename P = A, typename Args>
 void launch_run(const StepItem* items, int n, const Args& h, const float* found_inf, const float* inv_scale,
                 cudaStream_t s) {
   for_each_launch(items, n, [&](const Meta<StepItem>& meta, int blocks) {
-    K<A, G, M>::launch(meta, blocks, h, found_inf, inv_scale, s);
+    K<A, G, M, P>::launch(meta, blocks, h, found_inf, inv_scale, s);
   });
 }
-template <template <typename, typename, typename> class K, typename A, typename G, typename Args>
-void launch_with_model(DType md, const StepItem* items, int n, const Args& h, const float* found_inf,
-                       const float* inv_scale, cudaStream_t s) {
-  if (md == DType::kFloat16) launch_run<K, A, G, __half>(items, n, h, found_inf, inv_scale, s);
-  else if (md == DType::kBFloat16) launch_run<K, A, G, __nv_bfloat16>(items, n, h, found_inf, inv_scale, s);
-  else launch_run<K, A, G, void>(items, n, h, found_inf, inv_scale, s);
+// An f32 step of items sharing gradient dtype G: f32 parameters (with or without a model copy)
+// or f16/bf16 parameters without master (no model copy).
+template <template <typename, typename, typename, typename> class K, typename G, typename Args>
+void launch_f32(DType pd, DType md, const StepItem* items, int n, const Args& h, const float* found_inf,
+                const float* inv_scale, cudaStream_t s) {
+  if (pd == DType::kFloat16) launch_run<K, float, G, void, __half>(items, n, h, found_inf, inv_scale, s);
+  else if (pd == DType::kBFloat16) launch_run<K, float, G, void, __nv_bfloat16>(items, n, h, found_inf, inv_scale, s);
+  else if (md == DType::kFloat16) launch_run<K, float, G, __half>(items, n, h, found_inf, inv_scale, s);
+  else if (md == DType::kBFloat16) launch_run<K, float, G, __nv_bfloat16>(items, n, h, found_inf, inv_scale, s);
+  else launch_run<K, float, G, void>(items, n, h, found_inf, inv_scale, s);
 }
 // Splits the items into runs of one type combination, one kernel instantiation each.
-template <template <typename, typename, typename> class K, typename Args>
+template <template <typename, typename, typename, typename> class K, typename Args>
 void launch_step(const StepItem* items, int count, const Args& h, DType a_dtype, const float* found_inf,
                  const float* inv_scale, cudaStream_t s) {
+  auto same = [](const StepItem& a, const StepItem& b) {
+    return a.param_dtype == b.param_dtype && a.grad_dtype == b.grad_dtype && a.model_dtype == b.model_dtype;
+  };
   int i = 0;
   while (i < count) {
     int j = i;
-    while (j < count && items[j].grad_dtype == items[i].grad_dtype && items[j].model_dtype == items[i].model_dtype) ++j;
-    const DType gd = items[i].grad_dtype, md = items[i].model_dtype;
+    while (j < count && same(items[j], items[i])) ++j;
+    const DType pd = items[i].param_dtype, gd = items[i].grad_dtype, md = items[i].model_dtype;
     if (a_dtype == DType::kFloat64) launch_run<K, double, double, void>(items + i, j - i, h, found_inf, inv_scale, s);
-    else if (gd == DType::kFloat16) launch_with_model<K, float, __half>(md, items + i, j - i, h, found_inf, inv_scale, s);
-    else if (gd == DType::kBFloat16) launch_with_model<K, float, __nv_bfloat16>(md, items + i, j - i, h, found_inf, inv_scale, s);
-    else launch_with_model<K, float, float>(md, items + i, j - i, h, found_inf, inv_scale, s);
+    else if (gd == DType::kFloat16) launch_f32<K, __half>(pd, md, items + i, j - i, h, found_inf, inv_scale, s);
+    else if (gd == DType::kBFloat16) launch_f32<K, __nv_bfloat16>(pd, md, items + i, j - i, h, found_inf, inv_scale, s);
+    else launch_f32<K, float>(pd, md, items + i, j - i, h, found_inf, inv_scale, s);
     i = j;
   }
 }
 
-template <typename A, typename G, typename M>
+template <typename A, typename G, typename M, typename P>
 struct SgdK {
   static void launch(const Meta<StepItem>& meta, int blocks, const SgdArgs& h, const float* f, const float* inv,
                      cudaStream_t s) {
-    sgd_kernel<A, G, M><<<blocks, kThreads, 0, s>>>(meta, h, f, inv);
+    sgd_kernel<A, G, M, P><<<blocks, kThreads, 0, s>>>(meta, h, f, inv);
     MPX_CUDA_LAUNCH_CHECK("sgd_step");
   }
 };
-template <typename A, typename G, typename M>
+template <typename A, typename G, typename M, typename P>
 struct AdamK {
   static void launch(const Meta<StepItem>& meta, int blocks, const AdamArgs& h, const float* f, const float* inv,
                      cudaStream_t s) {
-    adam_kernel<A, G, M><<<blocks, kThreads, 0, s>>>(meta, h, f, inv);
+    adam_kernel<A, G, M, P><<<blocks, kThreads, 0, s>>>(meta, h, f, inv);
     MPX_CUDA_LAUNCH_CHECK("adam_step");
   }
 };
@@ -352,8 +371,12 @@ void launch_unscale_check(const UnscaleItem* items, int count, const float* inv_
   int i = 0;
   while (i < count) {
     int j = i;
-    while (j < count && items[j].in_dtype == items[i].in_dtype && (items[j].out == nullptr) == (items[i].out == nullptr)) ++j;
+    while (j < count && items[j].in_dtype == items[i].in_dtype && items[j].out_dtype == items[i].out_dtype &&
+           (items[j].out == nullptr) == (items[i].out == nullptr))
+      ++j;
     const bool check_only = items[i].out == nullptr;
+    // f16/bf16 unscaled in their own dtype (no f32 master to take them: apex's O3).
+    const bool narrow = !check_only && items[i].out_dtype == items[i].in_dtype;
     switch (items[i].in_dtype) {
       case DType::kFloat32:
         check_only ? unscale_group<float, void>(items + i, j - i, inv_scale, found_inf, s)
@@ -361,10 +384,12 @@ void launch_unscale_check(const UnscaleItem* items, int count, const float* inv_
         break;
       case DType::kFloat16:
         check_only ? unscale_group<__half, void>(items + i, j - i, inv_scale, found_inf, s)
+        : narrow   ? unscale_group<__half, __half>(items + i, j - i, inv_scale, found_inf, s)
                    : unscale_group<__half, float>(items + i, j - i, inv_scale, found_inf, s);
         break;
       case DType::kBFloat16:
         check_only ? unscale_group<__nv_bfloat16, void>(items + i, j - i, inv_scale, found_inf, s)
+        : narrow   ? unscale_group<__nv_bfloat16, __nv_bfloat16>(items + i, j - i, inv_scale, found_inf, s)
                    : unscale_group<__nv_bfloat16, float>(items + i, j - i, inv_scale, found_inf, s);
         break;
       default:

@@ -21,7 +21,7 @@ void launch_unscale_check(const UnscaleItem* items, int count, const float* inv_
 
 /// One parameter of a fused optimizer step (see kernels::StepTensors).
 struct StepItem {
-  void* param = nullptr;        // f32 or f64 (the kernel's dtype)
+  void* param = nullptr;        // the kernel's dtype, or f16/bf16 (no master) for f32 kernels; state alike
   const void* grad = nullptr;   // any floating dtype
   void* model = nullptr;        // low-precision copy to write, or null
   void* state[3] = {nullptr, nullptr, nullptr};
@@ -29,6 +29,7 @@ struct StepItem {
   int64_t n = 0;
   int64_t step = 0;             // host step number (skips not yet subtracted)
   int fresh = 0;                // state buffers were just created
+  DType param_dtype = DType::kFloat32;
   DType grad_dtype = DType::kFloat32;
   DType model_dtype = DType::kBool;  // kBool: no model copy
   int aligned = 0;  // every pointer is 16-byte aligned: the kernel may use vector accesses
