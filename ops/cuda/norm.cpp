@@ -38,6 +38,13 @@ void describe(TensorDescriptor& d, const Tensor& t) {
   const int64_t n = t.size(0), c = t.size(1);
   d.set(t.dtype(), Layout::kNCHW, n, c, n * c == 0 ? 0 : t.numel() / (n * c), 1, "batch_norm");
 }
+// The descriptor of the [C] scale/bias/mean/variance buffers: 1xCx1x1 in their own dtype (f32, f64
+// for f64 data), what cuDNN's header asks for (type = typeOf(x) == double ? double : float).
+// Not cudnnDeriveBNTensorDescriptor: its documentation widens only HALF to FLOAT, so for bf16
+// data it may describe these f32 buffers as bf16.
+void describe_stats(TensorDescriptor& d, const Tensor& stats, const char* op) {
+  d.set(stats.dtype(), Layout::kNCHW, 1, stats.size(0), 1, 1, op);
+}
 // An empty tensor of x's shape, dtype dt and layout.
 Tensor empty_as(const Tensor& x, DType dt) {
   return empty(x.sizes(), TensorOptions().dtype(dt).device(x.device()).memory_format(
@@ -58,7 +65,7 @@ cudnnStatus_t forward_cudnn(const Tensor& y, const Tensor& mean, const Tensor& v
   TensorDescriptor xd, yd, sd;
   describe(xd, x);
   describe(yd, y);
-  MPX_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(sd.get(), xd.get(), kMode), "batch_norm");
+  describe_stats(sd, mean, "batch_norm");
   cudnnHandle_t h = cudnn::handle(y);
   const Scale one(1.0), zero(0.0);
   const Tensor ws = stat_or(w, 1.0, invstd), bs = stat_or(b, 0.0, invstd);
@@ -110,7 +117,7 @@ cudnnStatus_t backward_cudnn(const Tensor& gx, const Tensor& gw, const Tensor& g
   describe(xd, x);
   describe(gyd, gy);
   describe(gxd, gx);
-  MPX_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(sd.get(), xd.get(), kMode), "batch_norm_backward");
+  describe_stats(sd, mean, "batch_norm_backward");
   cudnnHandle_t h = cudnn::handle(x);
   const Scale one(1.0), zero(0.0);
   const Tensor ws = stat_or(w, 1.0, invstd);
@@ -224,7 +231,7 @@ cudnnStatus_t persistent_forward(const Tensor& y, const Tensor& mean, const Tens
   describe(xd, x);
   describe(yd, y);
   if (fused) describe(zd, z);
-  MPX_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(sd.get(), xd.get(), kPersistent), "batch_norm");
+  describe_stats(sd, mean, "batch_norm");
   std::optional<ReluDescriptor> act;
   if (fused) act.emplace();
   cudnnActivationDescriptor_t ad = fused ? act->get() : nullptr;
@@ -255,10 +262,11 @@ cudnnStatus_t persistent_forward(const Tensor& y, const Tensor& mean, const Tens
 }
 
 // The persistent backward of a forward that filled `reserve`: gx, gw, gb (and gz when fused,
-// from y and the bias) all written; callers pass scratch for those not wanted.
-void persistent_backward(const Tensor& gx, const Tensor& gz, const Tensor& gw, const Tensor& gb, const Tensor& gy,
-                         const Tensor& x, const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& w,
-                         const Tensor& b, const Tensor& reserve) {
+// from y and the bias) all written; callers pass scratch for those not wanted. Returns cuDNN's
+// status instead of throwing, so that a refusal falls back as the forward's does.
+cudnnStatus_t persistent_backward(const Tensor& gx, const Tensor& gz, const Tensor& gw, const Tensor& gb,
+                                  const Tensor& gy, const Tensor& x, const Tensor& y, const Tensor& mean,
+                                  const Tensor& invstd, const Tensor& w, const Tensor& b, const Tensor& reserve) {
   const bool fused = gz.defined();
   const cudnnBatchNormOps_t ops = fused ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
   const char* op = fused ? "batch_norm_add_relu_backward" : "batch_norm_backward";
@@ -270,29 +278,27 @@ void persistent_backward(const Tensor& gx, const Tensor& gz, const Tensor& gw, c
     describe(yd, y);
     describe(gzd, gz);
   }
-  MPX_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(sd.get(), xd.get(), kPersistent), op);
+  describe_stats(sd, mean, op);
   std::optional<ReluDescriptor> act;
   if (fused) act.emplace();
   cudnnActivationDescriptor_t ad = fused ? act->get() : nullptr;
   cudnnHandle_t h = cudnn::handle(x);
   size_t ws_bytes = 0;
-  MPX_CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
-                      h, kPersistent, ops, xd.get(), fused ? yd.get() : nullptr, gyd.get(),
-                      fused ? gzd.get() : nullptr, gxd.get(), sd.get(), ad, &ws_bytes),
-                  op);
+  // yDesc: x's for plain BN, as PyTorch and Paddle pass to the query (the call itself takes none).
+  const cudnnStatus_t st = cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+      h, kPersistent, ops, xd.get(), fused ? yd.get() : xd.get(), gyd.get(), fused ? gzd.get() : nullptr, gxd.get(),
+      sd.get(), ad, &ws_bytes);
+  if (st != CUDNN_STATUS_SUCCESS) return st;
   const Tensor ws = cudnn::workspace(x, ws_bytes);
   const Scale one(1.0), zero(0.0);
   const Tensor wv = stat_or(w, 1.0, invstd), bv = stat_or(b, 0.0, invstd);
   // eps is unused: cuDNN takes the saved invstd as it is.
-  MPX_CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
-                      h, kPersistent, ops, one.of(x.dtype()), zero.of(x.dtype()), one.of(x.dtype()),
-                      zero.of(x.dtype()), xd.get(), x.raw_data(), fused ? yd.get() : nullptr,
-                      fused ? y.raw_data() : nullptr, gyd.get(), gy.raw_data(), fused ? gzd.get() : nullptr,
-                      fused ? gz.raw_data() : nullptr, gxd.get(), gx.raw_data(), sd.get(), wv.raw_data(),
-                      fused ? bv.raw_data() : nullptr, gw.raw_data(), gb.raw_data(), 1e-5, mean.raw_data(),
-                      invstd.raw_data(), ad, ws.defined() ? ws.raw_data() : nullptr, ws_bytes, reserve.raw_data(),
-                      static_cast<size_t>(reserve.numel())),
-                  op);
+  return cudnnBatchNormalizationBackwardEx(
+      h, kPersistent, ops, one.of(x.dtype()), zero.of(x.dtype()), one.of(x.dtype()), zero.of(x.dtype()), xd.get(),
+      x.raw_data(), fused ? yd.get() : nullptr, fused ? y.raw_data() : nullptr, gyd.get(), gy.raw_data(),
+      fused ? gzd.get() : nullptr, fused ? gz.raw_data() : nullptr, gxd.get(), gx.raw_data(), sd.get(), wv.raw_data(),
+      fused ? bv.raw_data() : nullptr, gw.raw_data(), gb.raw_data(), 1e-5, mean.raw_data(), invstd.raw_data(), ad,
+      ws.defined() ? ws.raw_data() : nullptr, ws_bytes, reserve.raw_data(), static_cast<size_t>(reserve.numel()));
 }
 
 // Output buffers for the persistent backward: t itself when dense in x's layout, else scratch.
@@ -337,9 +343,14 @@ void batch_norm_backward(const Tensor& gx, const Tensor& gweight, const Tensor& 
   if (reserve.defined()) {  // the forward ran on the persistent kernels
     const Tensor x = cudnn::dense_in(x0, L), gy = cudnn::dense_in(gy0, L);
     const Tensor dx = out_like(gx, x), dw = stat_out(gweight, mean), db = stat_out(gbias, mean);
-    persistent_backward(dx, Tensor(), dw, db, gy, x, Tensor(), mean, invstd, weight, Tensor(), reserve);
-    copy_back(gx, dx);
-    return;
+    if (persistent_backward(dx, Tensor(), dw, db, gy, x, Tensor(), mean, invstd, weight, Tensor(), reserve) ==
+        CUDNN_STATUS_SUCCESS) {
+      copy_back(gx, dx);
+      return;
+    }
+    // Refused: the classic kernels below take the same saved mean and invstd (and overwrite
+    // all of gx, gweight, gbias); later forwards skip the persistent kernels too.
+    refuse(CUDNN_BATCHNORM_OPS_BN, x);
   }
   if (L == Layout::kNHWC) {
     const Tensor dx = gx.defined() ? empty(gx.sizes(), gx.options().memory_format(MemoryFormat::Contiguous)) : gx;
@@ -386,17 +397,20 @@ void batch_norm_add_relu_backward(const Tensor& gx, const Tensor& gz, const Tens
     const Tensor x = cudnn::dense_in(x0, L), y = cudnn::dense_in(y0, L), gy = cudnn::dense_in(gy0, L);
     const Tensor dx = out_like(gx, x), dz = out_like(gz, x);
     const Tensor dw = stat_out(gweight, mean), db = stat_out(gbias, mean);
-    persistent_backward(dx, dz, dw, db, gy, x, y, mean, invstd, weight, bias, reserve);
-    copy_back(gx, dx);
-    copy_back(gz, dz);
-    return;
+    if (persistent_backward(dx, dz, dw, db, gy, x, y, mean, invstd, weight, bias, reserve) == CUDNN_STATUS_SUCCESS) {
+      copy_back(gx, dx);
+      copy_back(gz, dz);
+      return;
+    }
+    refuse(CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION, x);  // and compose it below
   }
   // The forward's fallback: the ReLU's mask, then batch norm's backward (with its reserve).
   const Tensor gr = threshold_backward(gy0, y0, 0.0);
   copy_back(gz, gr);
   if (!gx.defined() && !gweight.defined() && !gbias.defined()) return;
+  // Only the [1, n] reserve is batch norm's own; the fused forward's [n] one is not.
   batch_norm_backward(gx, gweight, gbias, gr, x0, mean, invstd, weight,
-                      reserve.defined() ? reserve.view({-1}) : Tensor(), training);
+                      reserve.defined() && reserve.dim() == 2 ? reserve.view({-1}) : Tensor(), training);
 }
 
 }  // namespace
