@@ -18,9 +18,30 @@ struct DevicePrefetcher::Slot {
   // Recorded on the side stream after the batch's copies (CUDA only); the consumer's stream
   // waits for it when the batch is handed out.
   std::unique_ptr<cuda::Event> ready;
+  // The consumer's stream `batch` was allocated on (and is freed on).
+  cuda::Stream consumer;
+  // Loader tensors that already lived on the device: the side stream reads them, so they are
+  // kept until the consumer's stream has waited for `ready` (PyTorch's record_stream); freed
+  // earlier, their memory could be reused on their stream while the side stream still reads it.
+  Batch source;
   // A failure to load this batch, rethrown when it would have been handed out, so the
   // batches before it still arrive (as from the loader itself).
   std::exception_ptr error;
+
+  Slot() = default;
+  Slot(const Slot&) = delete;
+  Slot& operator=(const Slot&) = delete;
+  ~Slot() {
+    // A batch dropped before it was handed out (a new epoch, the prefetcher destroyed) is freed
+    // on the consumer's stream, which never waited for the side stream's copies into it: the
+    // pool could hand its memory to the next allocation there while those copies still write.
+    if (ready) {
+      try {
+        ready->wait(consumer);
+      } catch (...) {  // a destructor cannot report it; the next checked CUDA call will
+      }
+    }
+  }
 };
 
 namespace {
@@ -107,6 +128,7 @@ void DevicePrefetcher::stage(const Batch& host, Slot& slot) {
     b.data = b.data.to(options_.dtype()).contiguous(options_.memory_format());
     slot.batch = std::move(b);
   } else {
+    cuda::DeviceGuard on_device(device_.index);  // the events below belong to device_
     const cuda::Stream main = cuda::current_stream(device_.index);
     if (!side_) side_ = prefetch_stream(device_.index).handle;
     const cuda::Stream side{side_, device_.index};
@@ -118,9 +140,10 @@ void DevicePrefetcher::stage(const Batch& host, Slot& slot) {
                      TensorOptions(options_.dtype()).device(device_).memory_format(options_.memory_format()));
     if (host.target.defined()) out.target = empty(host.target.sizes(), TensorOptions(host.target.dtype()).device(device_));
     out.indices = host.indices;
+    slot.consumer = main;
     cuda::Event allocated(false);
     allocated.record(main);
-    {
+    try {
       cuda::StreamGuard on_side(side);
       allocated.wait(side);
       // Temporaries made here are allocated and freed on the side stream, where they are used.
@@ -129,7 +152,18 @@ void DevicePrefetcher::stage(const Batch& host, Slot& slot) {
       if (out.target.defined()) out.target.copy_(staged.target);
       slot.ready = std::make_unique<cuda::Event>(false);
       slot.ready->record(side);
+    } catch (...) {
+      // `out` is freed on `main`: keep the pool from reusing it under copies already queued.
+      try {
+        cuda::Event failed(false);
+        failed.record(side);
+        failed.wait(main);
+      } catch (...) {
+      }
+      throw;
     }
+    if ((host.data.defined() && host.data.is_cuda()) || (host.target.defined() && host.target.is_cuda()))
+      slot.source = host;
     slot.batch = std::move(out);
   }
 }

@@ -27,11 +27,13 @@ struct Call {
   Clock::time_point t0;
   std::unique_ptr<cuda::Event> start, end;
   double host_ms = -1;  // set when the CPU call ends
+  bool ended = false;   // the CUDA call's end event was recorded
 };
 
 struct State {
   std::mutex m;
   std::vector<Call> calls;  // slots; resolved into `totals` by results()
+  uint64_t generation = 0;  // bumped whenever `calls` is cleared: slot indices from before are stale
   std::map<Key, std::pair<int64_t, double>> totals;
 };
 State& state() {
@@ -39,40 +41,61 @@ State& state() {
   return s;
 }
 thread_local int t_depth = 0;  // kernels running on this thread (nested ones are not recorded)
+// The generation of this thread's recorded call (at most one: nested calls are not recorded).
+// A scope whose slot was cleared by results()/reset() on another thread (a loader worker's
+// CPU kernel) must not write into whichever new call now has the same index.
+thread_local uint64_t t_generation = 0;
 
 void resolve(State& s) {
+  bool gpu = false;
+  for (const auto& c : s.calls) gpu = gpu || c.start != nullptr;
+  // Waiting for an event is forbidden on a thread that is capturing a CUDA graph (it would
+  // invalidate the capture): say so instead.
+  MPX_CHECK(!gpu || !cuda::is_capturing(), "profiler::results: cannot wait for the GPU during a CUDA graph "
+            "capture; call it after capture_end()");
   for (auto& c : s.calls) {
+    if (c.start && !c.ended) continue;  // still running on another thread: its end is not recorded
     auto& [n, ms] = s.totals[c.key];
     ++n;
     if (c.start) {
-      c.end->synchronize();
+      c.end->synchronize();  // elapsed time is only defined once the end event has completed
       ms += c.start->elapsed_ms(*c.end);
     } else {
       ms += std::max(0.0, c.host_ms);
     }
   }
   s.calls.clear();
+  ++s.generation;
 }
 }  // namespace
 
 namespace dispatch::detail {
 ProfileScope::ProfileScope(OpId op, Device dev, DType dt) {
   if (t_depth++ > 0) return;
-  const bool gpu = dev.type == DeviceType::kCUDA;
-  if (gpu && cuda::is_capturing()) return;  // events recorded into a graph would time nothing useful
-  Call c;
-  c.key = Key{op, dev.type, dt};
-  if (gpu) {
-    c.start = std::make_unique<cuda::Event>(true);
-    c.end = std::make_unique<cuda::Event>(true);
-    c.start->record();
-  } else {
-    c.t0 = Clock::now();
+  try {
+    const bool gpu = dev.type == DeviceType::kCUDA;
+    Call c;
+    c.key = Key{op, dev.type, dt};
+    if (gpu) {
+      // The events (and the capture check) belong to the kernel's device, whose current stream
+      // the kernel runs on, not to whatever device is current.
+      cuda::DeviceGuard on_device(dev.index);
+      if (cuda::is_capturing()) return;  // events recorded into a graph would time nothing useful
+      c.start = std::make_unique<cuda::Event>(true);
+      c.end = std::make_unique<cuda::Event>(true);
+      c.start->record();
+    } else {
+      c.t0 = Clock::now();
+    }
+    State& s = state();
+    std::lock_guard<std::mutex> l(s.m);
+    slot_ = static_cast<int>(s.calls.size());
+    t_generation = s.generation;
+    s.calls.push_back(std::move(c));
+  } catch (...) {
+    --t_depth;  // the destructor does not run when the constructor throws
+    throw;
   }
-  State& s = state();
-  std::lock_guard<std::mutex> l(s.m);
-  slot_ = static_cast<int>(s.calls.size());
-  s.calls.push_back(std::move(c));
 }
 
 ProfileScope::~ProfileScope() {
@@ -80,10 +103,18 @@ ProfileScope::~ProfileScope() {
   if (slot_ < 0) return;
   State& s = state();
   std::lock_guard<std::mutex> l(s.m);
-  if (static_cast<size_t>(slot_) >= s.calls.size()) return;  // reset() while the kernel ran
+  // results() or reset() while the kernel ran: the slot is gone (or now another call's).
+  if (t_generation != s.generation || static_cast<size_t>(slot_) >= s.calls.size()) return;
   Call& c = s.calls[static_cast<size_t>(slot_)];
-  if (c.end) c.end->record();
-  else c.host_ms = std::chrono::duration<double, std::milli>(Clock::now() - c.t0).count();
+  if (c.end) {
+    try {
+      c.end->record();
+      c.ended = true;
+    } catch (...) {  // a destructor cannot report it; the call stays unresolved
+    }
+  } else {
+    c.host_ms = std::chrono::duration<double, std::milli>(Clock::now() - c.t0).count();
+  }
 }
 }  // namespace dispatch::detail
 
@@ -96,6 +127,7 @@ void reset() {
   State& s = state();
   std::lock_guard<std::mutex> l(s.m);
   s.calls.clear();
+  ++s.generation;
   s.totals.clear();
 }
 

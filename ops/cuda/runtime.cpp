@@ -22,6 +22,9 @@ namespace mpx::cuda {
 
 [[noreturn]] void throw_error(int code, const char* what, const char* call) {
   const auto e = static_cast<cudaError_t>(code);
+  // Clear the runtime's last error: a caller that catches this (an out-of-memory retry) must not
+  // see it again at the next launch check, blamed on an unrelated kernel.
+  (void)cudaGetLastError();
   std::string hint;
   if (e == cudaErrorMemoryAllocation)
     hint = "; the GPU is out of memory: reduce the batch size, or free tensors you no longer need";
@@ -580,6 +583,12 @@ HostReadback::HostReadback(const tensor_list& tensors) {
   const Device dev = tensors[0].device();
   DeviceGuard g(dev.index);
   const cudaStream_t s = stream_of(dev.index);
+  // Captured, the copies would land in these page-locked buffers at every replay, long after
+  // they went back to the shared cache and were reused (and ready() would query a captured event).
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  MPX_CUDA_CHECK(cudaStreamIsCapturing(s, &st), "cuda::HostReadback");
+  MPX_CHECK(st == cudaStreamCaptureStatusNone, "cuda::HostReadback: cannot read device values back during a CUDA "
+            "graph capture; keep read-backs (amp's overflow reports, target checks) outside the captured region");
   for (const Tensor& t : tensors) {
     MPX_CHECK(t.device() == dev && t.is_contiguous(), "cuda::HostReadback: tensors must be contiguous and on ",
               dev.str(), ", got ", shape_str(t.sizes()), " on ", t.device().str());
