@@ -42,11 +42,12 @@ inline float f16_bits_to_f32(uint16_t h) {
 }
 
 /// f32 -> bfloat16 with round to nearest even; NaN stays NaN (never rounds to inf).
+/// Branch-free like f32_to_f16_bits, so loops storing bfloat16 vectorize.
 inline uint16_t f32_to_bf16_bits(float f) {
-  uint32_t x = f32_bits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>(x >> 16);
+  const uint32_t x = f32_bits(f);
+  const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  const uint32_t nan = (x >> 16) | 0x40u;
+  return static_cast<uint16_t>((x & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 inline float bf16_bits_to_f32(uint16_t b) { return bits_f32(static_cast<uint32_t>(b) << 16); }
 }  // namespace detail

@@ -1,6 +1,8 @@
 // CPU kernels for the fused optimizer steps: one pass reads the gradient, updates master and state, writes the model copy.
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 
 #include "ops/cpu/loops.h"
 #include "ops/dispatch.h"
@@ -54,9 +56,30 @@ void visit_param(const Tensor& p, F&& f) {
 // Stores v as P and returns what was stored, read back as A: a low-precision state feeds its
 // rounded value to the rest of the step, as torch.optim's in-place updates of f16 state do.
 template <typename P, typename A> inline A store_rounded(P* dst, A v) {
-  *dst = store_as<P>(v);
-  if constexpr (std::is_same_v<P, A>) return v;
-  else return load_as<A>(*dst);
+  if constexpr (std::is_same_v<P, A>) {
+    *dst = v;
+    return v;
+  } else {
+    // Through the bits: a copied struct is a second memory reference GCC will not vectorize.
+    const uint16_t bits = store_as<P>(v).x;
+    dst->x = bits;
+    return load_as<A>(P::from_bits(bits));
+  }
+}
+
+// Loop-invariant choices as bit masks: GCC does not vectorize `flag ? a : b` on a bool it
+// cannot hoist out of the element loop, but does vectorize this integer blend, which is exact.
+template <typename A> using BitsOf = std::conditional_t<sizeof(A) == 8, uint64_t, uint32_t>;
+template <typename A> BitsOf<A> mask_of(bool c) { return c ? ~BitsOf<A>(0) : BitsOf<A>(0); }
+template <typename A> inline A pick(BitsOf<A> m, A yes, A no) {
+  return std::bit_cast<A>((std::bit_cast<BitsOf<A>>(yes) & m) | (std::bit_cast<BitsOf<A>>(no) & ~m));
+}
+
+// Calls f.template operator()<b>(): a state buffer read and written under a runtime condition
+// would be control flow in the element loop, which keeps it from vectorizing.
+template <typename F> void with_bool(bool b, F&& f) {
+  if (b) f.template operator()<true>();
+  else f.template operator()<false>();
 }
 
 // The shared pass over parameter i: dispatches once per tensor on the gradient's dtype and the
@@ -72,11 +95,16 @@ void for_each_element(const kernels::StepTensors& ts, size_t i, Update&& update)
     visit_model(ts.models[i], [&]<typename M>() {
       M* model = nullptr;
       if constexpr (!std::is_void_v<M>) model = ptr<M>(ts.models[i]);
-      parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+      // Everything copied into locals of the chunk: values read through the closure could alias
+      // the stores, so the compiler would reload them every element and not vectorize.
+      parallel_for(n, kGrain, [=](int64_t b, int64_t e) {
+        const auto u = update;
+        const G* const gr = g;
+        M* const mo = model;
+        const A s = unscale ? inv : A(1);
         for (int64_t j = b; j < e; ++j) {
-          const A gv = load_as<A>(g[j]);
-          const A pv = update(j, unscale ? static_cast<A>(gv * inv) : gv);
-          if constexpr (!std::is_void_v<M>) model[j] = store_as<M>(pv);
+          const A pv = u(j, load_as<A>(gr[j]) * s);
+          if constexpr (!std::is_void_v<M>) mo[j] = store_as<M>(pv);
         }
       });
     });
@@ -105,20 +133,25 @@ struct Sgd {
     const A damp1 = static_cast<A>(1.0 - h.dampening), neg_lr = static_cast<A>(-h.lr);
     const bool use_wd = h.weight_decay != 0, use_mom = h.momentum != 0;
     if (skip_step(ts)) return;
+    const BitsOf<A> m_max = mask_of<A>(h.maximize), m_wd = mask_of<A>(use_wd), m_nest = mask_of<A>(h.nesterov);
     for (size_t i = 0; i < ts.params.size(); ++i) {
-      const bool fresh = true_step(ts, i).second;
+      const BitsOf<A> m_fresh = mask_of<A>(true_step(ts, i).second);
       visit_param<A>(ts.params[i], [&]<typename P>() {
-        P* p = ptr<P>(ts.params[i]);
-        P* buf = use_mom ? ptr<P>(ts.states[0][i]) : nullptr;
-        for_each_element<A>(ts, i, [&](int64_t j, A d) {
-          const A pv = load_as<A>(p[j]);
-          if (h.maximize) d = -d;
-          if (use_wd) d = d + wd * pv;
-          if (use_mom) {
-            const A nb = store_rounded(&buf[j], fresh ? d : static_cast<A>(load_as<A>(buf[j]) * mom) + damp1 * d);
-            d = h.nesterov ? d + mom * nb : nb;
-          }
-          return store_rounded(&p[j], pv + neg_lr * d);
+        with_bool(use_mom, [&]<bool kMom>() {
+          P* p = ptr<P>(ts.params[i]);
+          P* buf = kMom ? ptr<P>(ts.states[0][i]) : nullptr;
+          for_each_element<A>(ts, i, [=](int64_t j, A d) {
+            const A pv = load_as<A>(p[j]);
+            d = pick(m_max, -d, d);
+            d = pick(m_wd, d + wd * pv, d);
+            if constexpr (kMom) {
+              // A fresh buffer is zeros: read either way, so the choice is a blend.
+              const A old = static_cast<A>(load_as<A>(buf[j]) * mom) + damp1 * d;
+              const A nb = store_rounded(&buf[j], pick(m_fresh, d, old));
+              d = pick(m_nest, d + mom * nb, nb);
+            }
+            return store_rounded(&p[j], pv + neg_lr * d);
+          });
         });
       });
     }
@@ -132,8 +165,9 @@ struct Adam {
     const A omb1 = static_cast<A>(1.0 - h.beta1), omb2 = static_cast<A>(1.0 - h.beta2);
     const A wd = static_cast<A>(h.weight_decay), eps = static_cast<A>(h.eps);
     const A decay = static_cast<A>(1.0 - h.lr * h.weight_decay);
-    const bool l2 = !h.decoupled_weight_decay && h.weight_decay != 0;
-    const bool decoupled = h.decoupled_weight_decay && h.weight_decay != 0;
+    const BitsOf<A> m_l2 = mask_of<A>(!h.decoupled_weight_decay && h.weight_decay != 0);
+    const BitsOf<A> m_decoupled = mask_of<A>(h.decoupled_weight_decay && h.weight_decay != 0);
+    const BitsOf<A> m_max = mask_of<A>(h.maximize);
     if (skip_step(ts)) return;
     for (size_t i = 0; i < ts.params.size(); ++i) {
       // Bias corrections in double, as the Python scalars of torch's single-tensor path.
@@ -142,24 +176,26 @@ struct Adam {
       const A neg_step_size = static_cast<A>(-(h.lr / bc1));
       const A bc2_sqrt = static_cast<A>(std::sqrt(bc2));
       visit_param<A>(ts.params[i], [&]<typename P>() {
-        P* p = ptr<P>(ts.params[i]);
-        P* m1 = ptr<P>(ts.states[0][i]);
-        P* m2 = ptr<P>(ts.states[1][i]);
-        P* vmax = h.amsgrad ? ptr<P>(ts.states[2][i]) : nullptr;
-        for_each_element<A>(ts, i, [&](int64_t j, A gv) {
-          if (h.maximize) gv = -gv;
-          A pv = load_as<A>(p[j]);
-          if (decoupled) pv = pv * decay;
-          if (l2) gv = gv + wd * pv;
-          const A m = store_rounded(&m1[j], static_cast<A>(load_as<A>(m1[j]) * b1) + omb1 * gv);
-          const A v = store_rounded(&m2[j], static_cast<A>(load_as<A>(m2[j]) * b2) + static_cast<A>(omb2 * gv) * gv);
-          A vd = v;
-          if (vmax) {
-            const A old = load_as<A>(vmax[j]);
-            vd = store_rounded(&vmax[j], std::isnan(old) || old > v ? old : v);
-          }
-          const A denom = static_cast<A>(std::sqrt(vd) / bc2_sqrt) + eps;
-          return store_rounded(&p[j], pv + static_cast<A>(neg_step_size * m) / denom);
+        with_bool(h.amsgrad, [&]<bool kAms>() {
+          P* p = ptr<P>(ts.params[i]);
+          P* m1 = ptr<P>(ts.states[0][i]);
+          P* m2 = ptr<P>(ts.states[1][i]);
+          P* vmax = kAms ? ptr<P>(ts.states[2][i]) : nullptr;
+          for_each_element<A>(ts, i, [=](int64_t j, A gv) {
+            gv = pick(m_max, -gv, gv);
+            A pv = load_as<A>(p[j]);
+            pv = pick(m_decoupled, pv * decay, pv);
+            gv = pick(m_l2, gv + wd * pv, gv);
+            const A m = store_rounded(&m1[j], static_cast<A>(load_as<A>(m1[j]) * b1) + omb1 * gv);
+            const A v = store_rounded(&m2[j], static_cast<A>(load_as<A>(m2[j]) * b2) + static_cast<A>(omb2 * gv) * gv);
+            A vd = v;
+            if constexpr (kAms) {
+              const A old = load_as<A>(vmax[j]);
+              vd = store_rounded(&vmax[j], std::isnan(old) || old > v ? old : v);
+            }
+            const A denom = static_cast<A>(std::sqrt(vd) / bc2_sqrt) + eps;
+            return store_rounded(&p[j], pv + static_cast<A>(neg_step_size * m) / denom);
+          });
         });
       });
     }
