@@ -32,7 +32,9 @@ void run(const std::string& level, DType low, int64_t batch, int windows, int st
     amp::scale_loss(loss, opt).backward();
     opt.step();
   };
+  const int64_t fallbacks_before = cuda::cudnn_fallbacks();
   for (int i = 0; i < 3; ++i) step();
+  const int64_t fallbacks = cuda::cudnn_fallbacks() - fallbacks_before;
   const int64_t conv_before = cuda::layout_conversions();
   step();
   const int64_t conversions = cuda::layout_conversions() - conv_before;
@@ -55,6 +57,9 @@ void run(const std::string& level, DType low, int64_t batch, int windows, int st
               per_s.back(), peak_gib, static_cast<long long>(conversions));
   std::printf("csv,mpx_resnet50,%s,%s,%lld,%.1f,%.2f\n", level.c_str(), dtype_name(low),
               static_cast<long long>(batch), med, peak_gib);
+  if (fallbacks > 0)
+    std::printf("  %lld cuDNN fallbacks to slower kernels, the last: %s\n", static_cast<long long>(fallbacks),
+                cuda::cudnn_last_fallback().c_str());
   std::fflush(stdout);
   amp::reset();
 }

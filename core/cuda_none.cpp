@@ -25,6 +25,8 @@ void cudnn_benchmark(bool) {}  // preferences with nothing to apply to, like all
 bool cudnn_benchmark_enabled() { return false; }
 void cudnn_deterministic(bool) {}
 bool cudnn_deterministic_enabled() { return false; }
+int64_t cudnn_fallbacks() { return 0; }
+std::string cudnn_last_fallback() { return ""; }
 DeviceGuard::DeviceGuard(int) : prev_(-1) { no_cuda("cuda::DeviceGuard"); }
 DeviceGuard::~DeviceGuard() = default;
 void Stream::synchronize() const { no_cuda("cuda::Stream"); }

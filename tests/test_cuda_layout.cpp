@@ -92,12 +92,14 @@ TEST_CASE("batch_norm_add_relu on channels-last f16 runs on cuDNN's fused NHWC k
   Tensor x = cl(randn({16, 64, 14, 14}).to(kFloat16)), z = cl(randn({16, 64, 14, 14}).to(kFloat16));
   Tensor w = ones({64}, TensorOptions().device(Device::cuda())).set_requires_grad(true);
   Tensor b = zeros({64}, TensorOptions().device(Device::cuda())).set_requires_grad(true);
-  const int64_t before = cuda::layout_conversions();
+  const int64_t before = cuda::layout_conversions(), fallbacks = cuda::cudnn_fallbacks();
   Tensor y = batch_norm_add_relu(x, z, {}, {}, w, b, true);
   y.backward(ones_like(y));
   cuda::synchronize();
   INFO("a layout conversion here means cuDNN refused its fused kernels and the NCHW fallback ran");
   CHECK(cuda::layout_conversions() - before == 0);
+  INFO("last cuDNN fallback: " << cuda::cudnn_last_fallback());
+  CHECK(cuda::cudnn_fallbacks() - fallbacks == 0);
   CHECK(y.is_contiguous(MemoryFormat::ChannelsLast));
   CHECK(x.grad().is_contiguous(MemoryFormat::ChannelsLast));
   CHECK(z.grad().is_contiguous(MemoryFormat::ChannelsLast));
@@ -132,12 +134,16 @@ TEST_CASE("a channels-last ResNet-18 step on the GPU converts no layouts", "[cud
     scaler.step(opt);
     scaler.update();
   };
+  const int64_t fallbacks = cuda::cudnn_fallbacks();
   step();
   const int64_t before = cuda::layout_conversions();
   step();
   const int64_t n = cuda::layout_conversions() - before;
   // Batch norms run on cuDNN's persistent NHWC kernels (the last of each block fused with the
-  // add and ReLU); were they refused, each would go through NCHW copies (up to five apiece).
+  // add and ReLU); were they refused, each would go through NCHW copies (up to five apiece), or
+  // (a refused fusion alone) run unfused, which only the fallback count shows.
   INFO(n << " layout conversions in a step with " << batch_norms << " batch norms");
   CHECK(n == 0);
+  INFO("last cuDNN fallback: " << cuda::cudnn_last_fallback());
+  CHECK(cuda::cudnn_fallbacks() - fallbacks == 0);
 }

@@ -658,12 +658,15 @@ int run_speed(const Args& args) {
   };
   std::vector<Row> rows;
   std::ostringstream profile_log;
+  // Rows in which cuDNN refused a fast kernel (same results, slower): said under the table.
+  std::string fallback_notes;
   const auto vars = variants(levels, dtypes);
   for (const auto& m : models) {
     for (const auto& v : vars) {
       std::printf("  %-10s %s %-4s ... ", m.c_str(), v.level.c_str(), v.dtype.c_str());
       std::fflush(stdout);
       Row row{m, v, {}, NAN, NAN, NAN, NAN, {}, {}};
+      const int64_t fallbacks = cuda::cudnn_fallbacks();
       try {
         row.r = m == "dcgan" ? bench_dcgan(v, c) : bench_classifier(m, v, c);
       } catch (const mpx::Error& e) {
@@ -674,6 +677,9 @@ int run_speed(const Args& args) {
       std::sort(w.begin(), w.end());
       row.median = w[w.size() / 2], row.lo = w.front(), row.hi = w.back();
       std::printf("%s images/s\n", rate(row.median).c_str());
+      if (const int64_t n = cuda::cudnn_fallbacks() - fallbacks; n > 0)
+        fallback_notes += m + " " + v.level + " " + v.dtype + ": " + std::to_string(n) +
+                          " cuDNN fallbacks to slower kernels; the last: " + cuda::cudnn_last_fallback() + "\n";
       if (c.profile) {
         std::printf("\n  kernels of %s %s %s, %lld steps (wall time on the CPU, event time on CUDA):\n%s\n", m.c_str(),
                     v.level.c_str(), v.dtype.c_str(), static_cast<long long>(c.steps), row.r.profile.c_str());
@@ -766,7 +772,7 @@ int run_speed(const Args& args) {
   std::printf("\n%s", table.c_str());
   std::string notes;
   for (size_t i = 0; i < peer_notes.size(); ++i) notes += "[" + std::to_string(i + 1) + "] PyTorch: " + peer_notes[i] + "\n";
-  std::printf("%s", notes.c_str());
+  std::printf("%s%s", notes.c_str(), fallback_notes.c_str());
   if (peer && cpu)
     std::printf("PyTorch MiB: what lives between steps plus the step's largest growth in the allocations torch's "
                 "profiler records op by op (a lower bound; torch has no CPU allocator statistics)\n");
@@ -785,6 +791,7 @@ int run_speed(const Args& args) {
      << ".\n\n"
      << t.markdown() << "\n";
   for (size_t i = 0; i < peer_notes.size(); ++i) md << "[" << i + 1 << "] PyTorch: " << peer_notes[i] << "  \n";
+  if (!fallback_notes.empty()) md << "\n" << fallback_notes;
   write_file_atomic((out / "bench.md").string(), md.str());
   write_file_atomic((out / "bench.svg").string(),
                     bar_svg("mpx bench: images/s per opt level (" + device.str() + ", batch " + std::to_string(c.batch) + ")",

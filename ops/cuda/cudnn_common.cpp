@@ -3,6 +3,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "core/cuda.h"
@@ -13,12 +14,20 @@ namespace mpx::cuda {
 namespace {
 std::atomic<bool> g_benchmark{false};
 std::atomic<bool> g_deterministic{false};
+std::atomic<int64_t> g_fallbacks{0};
+std::mutex g_fallback_mu;
+std::string g_last_fallback;
 }  // namespace
 
 void cudnn_benchmark(bool on) { g_benchmark.store(on); }
 bool cudnn_benchmark_enabled() { return g_benchmark.load(); }
 void cudnn_deterministic(bool on) { g_deterministic.store(on); }
 bool cudnn_deterministic_enabled() { return g_deterministic.load(); }
+int64_t cudnn_fallbacks() { return g_fallbacks.load(); }
+std::string cudnn_last_fallback() {
+  std::lock_guard<std::mutex> lk(g_fallback_mu);
+  return g_last_fallback;
+}
 
 std::string cudnn_version() {
 #ifdef MPX_WITH_CUDNN
@@ -37,14 +46,42 @@ std::string cudnn_version() {
 #ifdef MPX_WITH_CUDNN
 namespace mpx::cuda::cudnn {
 
+bool refused(cudnnStatus_t st) {
+#if CUDNN_MAJOR >= 9
+  // cuDNN 9 numbers statuses by family (2000s bad parameter, 3000s not supported) with details
+  // in the low digits, so the detailed codes count too.
+  const int family = static_cast<int>(st) / 1000;
+  return family == 2 || family == 3;
+#else
+  return st == CUDNN_STATUS_BAD_PARAM || st == CUDNN_STATUS_NOT_SUPPORTED;
+#endif
+}
+
+void count_fallback(const std::string& what, cudnnStatus_t st) {
+  g_fallbacks.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lk(g_fallback_mu);
+  g_last_fallback = what + " (" + cudnnGetErrorString(st) + ")";
+}
+
+namespace {
+bool out_of_memory(cudnnStatus_t st) {
+#if CUDNN_MAJOR >= 9
+  return st == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
+         st == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED;
+#else
+  return st == CUDNN_STATUS_ALLOC_FAILED;
+#endif
+}
+}  // namespace
+
 void throw_error(cudnnStatus_t st, const char* op, const char* call) {
   char detail[512] = {0};
 #if CUDNN_MAJOR >= 9
   cudnnGetLastErrorString(detail, sizeof(detail));
 #endif
   const char* hint = "";
-  if (st == CUDNN_STATUS_ALLOC_FAILED) hint = "; the GPU is out of memory: reduce the batch size";
-  else if (st == CUDNN_STATUS_NOT_SUPPORTED)
+  if (out_of_memory(st)) hint = "; out of memory: reduce the batch size";
+  else if (refused(st))
     hint = "; cuDNN does not support this configuration (dtype, layout or geometry): try another dtype or "
            "memory format";
   MPX_ERROR(op, ": ", call, " failed: ", cudnnGetErrorString(st), detail[0] ? " (" : "", detail, detail[0] ? ")" : "",

@@ -5,6 +5,7 @@
 #include <cudnn.h>
 
 #include <cstddef>
+#include <string>
 
 #include "ops/cuda/cuda_common.h"
 
@@ -13,6 +14,13 @@ namespace mpx::cuda::cudnn {
 /// Throws mpx::Error naming the op, the failing call and cuDNN's message (plus what to do for
 /// out-of-memory and unsupported configurations).
 [[noreturn]] void throw_error(cudnnStatus_t st, const char* op, const char* call);
+
+/// Whether a status says cuDNN will not run this configuration (its BAD_PARAM and NOT_SUPPORTED
+/// families: shape, dtype, layout, mode), as opposed to a failure while running it (execution,
+/// internal, out of memory), which callers should throw rather than work around.
+bool refused(cudnnStatus_t st);
+/// Counts one fallback for cuda::cudnn_fallbacks() and records its description.
+void count_fallback(const std::string& what, cudnnStatus_t st);
 
 /// This thread's cuDNN handle for a tensor's device, bound to that device's current stream.
 /// Call under a TensorDeviceGuard of the same device. Handles are per thread because a cuDNN

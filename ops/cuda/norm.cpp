@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <string>
 #include <tuple>
 
 #include "autograd/grad_mode.h"
@@ -30,6 +31,16 @@ constexpr cudnnBatchNormMode_t kMode = CUDNN_BATCHNORM_SPATIAL;
 std::atomic<bool> g_widen[2] = {false, false};
 std::atomic<bool>& widen_flag(DType dt) { return g_widen[dt == kBFloat16 ? 1 : 0]; }
 bool low_precision(DType dt) { return dt == kFloat16 || dt == kBFloat16; }
+
+// A fast path cuDNN did not take: a refusal (shape, dtype, layout, mode) is counted for
+// cuda::cudnn_fallbacks() and the caller runs the slower equivalent; any other status is a
+// failure (execution, memory) that a fallback would only hide, so it throws.
+void fall_back(cudnnStatus_t st, const char* op, const char* path, const Tensor& x) {
+  if (!cudnn::refused(st)) cudnn::throw_error(st, op, path);
+  cudnn::count_fallback(std::string(op) + ": cuDNN refused " + path + " for " + dtype_name(x.dtype()) + " " +
+                            shape_str(x.sizes()) + (cudnn::layout_of(x) == Layout::kNHWC ? " channels-last" : ""),
+                        st);
+}
 
 // x/y/gy/gx are either row-major [N, C, *] (cuDNN sees NCHW [N, C, S, 1]) or channels-last
 // [N, C, H, W] (NHWC, which cuDNN normalizes in place of layout: no transposes around it).
@@ -97,9 +108,11 @@ void forward_spatial(const Tensor& y, const Tensor& mean, const Tensor& var, con
   cudnnStatus_t st = CUDNN_STATUS_NOT_SUPPORTED;
   if (!widen) {
     st = forward_cudnn(y, mean, var, invstd, x, weight, bias, training, eps);
-    if (st != CUDNN_STATUS_SUCCESS && !low_precision(x.dtype()))
-      MPX_CUDNN_CHECK(st, "batch_norm");  // throws with cuDNN's message
-    if (st != CUDNN_STATUS_SUCCESS) widen_flag(x.dtype()).store(true);
+    if (st != CUDNN_STATUS_SUCCESS && !low_precision(x.dtype())) MPX_CUDNN_CHECK(st, "batch_norm");
+    if (st != CUDNN_STATUS_SUCCESS) {
+      fall_back(st, "batch_norm", "this dtype (computing in f32 from now on)", x);
+      widen_flag(x.dtype()).store(true);
+    }
   }
   if (st != CUDNN_STATUS_SUCCESS) {
     const Tensor xf = x.to(kFloat32);
@@ -168,7 +181,10 @@ void backward_spatial(const Tensor& gx, const Tensor& gweight, const Tensor& gbi
   if (!widen) {
     st = backward_cudnn(dx, dw, db, gy, x, mean, invstd, weight);
     if (st != CUDNN_STATUS_SUCCESS && !low_precision(x.dtype())) MPX_CUDNN_CHECK(st, "batch_norm_backward");
-    if (st != CUDNN_STATUS_SUCCESS) widen_flag(x.dtype()).store(true);
+    if (st != CUDNN_STATUS_SUCCESS) {
+      fall_back(st, "batch_norm_backward", "this dtype (computing in f32 from now on)", x);
+      widen_flag(x.dtype()).store(true);
+    }
   }
   if (st != CUDNN_STATUS_SUCCESS) {
     const Tensor xf = x.to(kFloat32), gyf = gy.to(kFloat32);
@@ -317,10 +333,12 @@ Tensor batch_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& var
   if (try_persistent(x0, CUDNN_BATCHNORM_OPS_BN, training)) {
     Tensor reserve;
     const Tensor x = cudnn::dense_in(x0, L), yd = cudnn::dense_in(y, L);
-    if (persistent_forward(yd, mean, var, invstd, x, Tensor(), weight, bias, eps, reserve) == CUDNN_STATUS_SUCCESS) {
+    const cudnnStatus_t st = persistent_forward(yd, mean, var, invstd, x, Tensor(), weight, bias, eps, reserve);
+    if (st == CUDNN_STATUS_SUCCESS) {
       copy_back(y, yd);
       return reserve;
     }
+    fall_back(st, "batch_norm", "its persistent NHWC kernels", x);
     refuse(CUDNN_BATCHNORM_OPS_BN, x);
   }
   if (L == Layout::kNHWC) {
@@ -343,13 +361,15 @@ void batch_norm_backward(const Tensor& gx, const Tensor& gweight, const Tensor& 
   if (reserve.defined()) {  // the forward ran on the persistent kernels
     const Tensor x = cudnn::dense_in(x0, L), gy = cudnn::dense_in(gy0, L);
     const Tensor dx = out_like(gx, x), dw = stat_out(gweight, mean), db = stat_out(gbias, mean);
-    if (persistent_backward(dx, Tensor(), dw, db, gy, x, Tensor(), mean, invstd, weight, Tensor(), reserve) ==
-        CUDNN_STATUS_SUCCESS) {
+    const cudnnStatus_t st =
+        persistent_backward(dx, Tensor(), dw, db, gy, x, Tensor(), mean, invstd, weight, Tensor(), reserve);
+    if (st == CUDNN_STATUS_SUCCESS) {
       copy_back(gx, dx);
       return;
     }
     // Refused: the classic kernels below take the same saved mean and invstd (and overwrite
     // all of gx, gweight, gbias); later forwards skip the persistent kernels too.
+    fall_back(st, "batch_norm_backward", "its persistent NHWC kernels", x);
     refuse(CUDNN_BATCHNORM_OPS_BN, x);
   }
   if (L == Layout::kNHWC) {
@@ -371,10 +391,12 @@ Tensor batch_norm_add_relu_forward(const Tensor& y, const Tensor& mean, const Te
   if (try_persistent(x0, ops, training)) {
     Tensor reserve;
     const Tensor x = cudnn::dense_in(x0, L), z = cudnn::dense_in(z0, L), yd = cudnn::dense_in(y, L);
-    if (persistent_forward(yd, mean, var, invstd, x, z, weight, bias, eps, reserve) == CUDNN_STATUS_SUCCESS) {
+    const cudnnStatus_t st = persistent_forward(yd, mean, var, invstd, x, z, weight, bias, eps, reserve);
+    if (st == CUDNN_STATUS_SUCCESS) {
       copy_back(y, yd);
       return reserve;
     }
+    fall_back(st, "batch_norm_add_relu", "its fused NHWC kernels", x);
     refuse(ops, x);
   }
   // Batch norm (persistent or spatial, as batch_norm would run), then the add and ReLU.
@@ -397,11 +419,13 @@ void batch_norm_add_relu_backward(const Tensor& gx, const Tensor& gz, const Tens
     const Tensor x = cudnn::dense_in(x0, L), y = cudnn::dense_in(y0, L), gy = cudnn::dense_in(gy0, L);
     const Tensor dx = out_like(gx, x), dz = out_like(gz, x);
     const Tensor dw = stat_out(gweight, mean), db = stat_out(gbias, mean);
-    if (persistent_backward(dx, dz, dw, db, gy, x, y, mean, invstd, weight, bias, reserve) == CUDNN_STATUS_SUCCESS) {
+    const cudnnStatus_t st = persistent_backward(dx, dz, dw, db, gy, x, y, mean, invstd, weight, bias, reserve);
+    if (st == CUDNN_STATUS_SUCCESS) {
       copy_back(gx, dx);
       copy_back(gz, dz);
       return;
     }
+    fall_back(st, "batch_norm_add_relu_backward", "its fused NHWC kernels", x);
     refuse(CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION, x);  // and compose it below
   }
   // The forward's fallback: the ReLU's mask, then batch norm's backward (with its reserve).
