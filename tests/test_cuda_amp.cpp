@@ -232,3 +232,51 @@ TEST_CASE("cuda amp::scale_loss (apex's API) skips on the device and reports ove
   CHECK(overflows == c.skipped);
   CHECK(g.messages == c.messages);
 }
+
+TEST_CASE("cuda amp::scale_loss over two Adam optimizers counts one skip per overflow", "[cuda][amp]") {
+  if (!testing::cuda_ready()) return;
+  // Both optimizers' overflow flags are added up on the device (a flag of 2 here); each must
+  // still count one skipped step, or Adam's bias correction uses a wrong step number.
+  struct Run {
+    Tensor wa, wb;
+    std::map<std::string, double> sa, sb;
+    int64_t skipped = 0;
+  };
+  auto run = [](Device d) {
+    Run r;
+    amp::reset();
+    manual_seed(11);
+    nn::Linear a(16, 8), b(8, 4);
+    a->to(d);
+    b->to(d);
+    optim::Adam oa(a->parameters(), optim::AdamOptions(1e-2));
+    optim::Adam ob(b->parameters(), optim::AdamOptions(1e-2));
+    amp::initialize({a, b}, {oa, ob}, amp::Options().opt_level("O2").verbosity(0));
+    for (int i = 0; i < 6; ++i) {
+      Tensor x = randn({8, 16});
+      if (i == 1 || i == 4) x = x * 1e4;  // both layers' f16 gradients overflow
+      oa.zero_grad();
+      ob.zero_grad();
+      Tensor loss = mse_loss(b(a(x.to(d))).to(kFloat32), zeros({8, 4}, TensorOptions().device(d)));
+      amp::scale_loss(loss, {oa, ob}).backward();
+      oa.step();
+      ob.step();
+    }
+    r.wa = oa.master(a->weight).cpu();
+    r.wb = ob.master(b->weight).cpu();
+    r.sa = oa.state_dict().scalars;
+    r.sb = ob.state_dict().scalars;
+    r.skipped = amp::skipped_steps(oa);
+    amp::reset();
+    return r;
+  };
+  const Run c = run(Device::cpu());
+  const Run g = run(kGpu);
+  CHECK(c.skipped == 2);
+  CHECK(g.skipped == 2);
+  CHECK(c.sa.at("state.0.step") == 4.0);
+  CHECK(g.sa == c.sa);
+  CHECK(g.sb == c.sb);
+  CHECK(rel_err(g.wa, c.wa) < 1e-4);
+  CHECK(rel_err(g.wb, c.wb) < 1e-4);
+}

@@ -338,9 +338,11 @@ struct SkipPtrs {
   float* p[kSkipPtrs];
 };
 
+// One skipped step per flagged step, as the CPU kernels count: the flag is a sum over losses and
+// optimizers (amp adds theirs up), so it may be 2 or more for a single skip.
 __global__ void count_skips_kernel(SkipPtrs skips, int count, const float* found_inf) {
   const int i = threadIdx.x;
-  if (i < count) *skips.p[i] += *found_inf;
+  if (i < count && *found_inf != 0.0f) *skips.p[i] += 1.0f;
 }
 
 __global__ void update_scale_kernel(float* scale, float* tracker, float* skipped, const float* found_inf,
