@@ -163,7 +163,7 @@ StepResult GradScaler::step(optim::Optimizer& optimizer) {
   st.stage = Stage::kStepped;
   {
     NoGradGuard ng;
-    skipped_.add_(found);
+    skipped_.add_(found.clamp(0.0, 1.0));  // a flag summed over devices counts one skip
   }
   ++attempted_;
   return StepResult(st.found_inf);

@@ -34,8 +34,8 @@ struct StepTensors {
   /// are multiplied by it as they are read (an unscale fused into the step).
   Tensor found_inf, inv_scale;
   /// Per parameter, with found_inf (else empty): its count of steps skipped so far, so the true
-  /// step number is steps[i] - skips[i] (bias corrections, the first momentum step). The
-  /// kernel adds found_inf to each after the update.
+  /// step number is steps[i] - skips[i] (bias corrections, the first momentum step). A skipped
+  /// step adds 1 to each (found_inf may be a sum of flags: any non-zero value is one skip).
   tensor_list skips;
 };
 

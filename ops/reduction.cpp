@@ -55,7 +55,8 @@ Tensor reduce(OpId op, const Tensor& x, const Plan& p, DType out_dt, double para
   Tensor rows = as_rows(x.dtype() == out_dt ? x : x.to(out_dt), p);
   Tensor out = empty({p.rows}, TensorOptions().dtype(out_dt).device(x.device()));
   if (p.cols == 0) {
-    out.fill_(op == OpId::var ? NAN : 0.0);
+    // A sum of nothing is 0; a mean (sum with param 1) or variance of nothing is NaN, as in PyTorch.
+    out.fill_(op == OpId::var || param != 0.0 ? NAN : 0.0);
   } else {
     dispatch::kernel<kernels::ReduceFn>(op, x.device(), out_dt)(out, rows, param);
   }

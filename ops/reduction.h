@@ -30,7 +30,7 @@ Tensor norm(const Tensor& x);
 
 namespace mpx::kernels {
 /// Row reduction: `in` is contiguous [rows, cols]; out is contiguous [rows].
-/// param: the correction for var, unused otherwise.
+/// param: for sum, non-zero divides by cols (mean); for var, the correction.
 using ReduceFn = void (*)(const Tensor& out, const Tensor& in, double param);
 /// Arg-reduction over rows of a contiguous [rows, cols] input: values and i64 indices.
 using ArgReduceFn = void (*)(const Tensor& values, const Tensor& indices, const Tensor& in);

@@ -250,10 +250,12 @@ void Optimizer::step_group(ParamGroup& group) {
   std::vector<Batch> batches;
 
   for (const Tensor& p : group.params()) {
-    // Master gradients (written by the amp layer's unscale) take precedence.
+    // Master gradients (written by the amp layer's unscale) take precedence, except in a step
+    // that unscales as it reads (inv_scale): its overflow check read the parameters' gradients.
     auto it = state_.find(p.impl());
     Tensor grad;
-    if (it != state_.end() && it->second.master.defined()) grad = it->second.master.grad();
+    if (it != state_.end() && it->second.master.defined() && !amp_inv_scale_.defined())
+      grad = it->second.master.grad();
     if (!grad.defined()) grad = p.grad();
     if (!grad.defined()) continue;
     MPX_CHECK(grad.sizes() == p.sizes(), name(), ": gradient of shape ", shape_str(grad.sizes()),
@@ -295,6 +297,13 @@ void Optimizer::step_group(ParamGroup& group) {
         b = copy_like(b, pd.work, sdt);
       }
       bufs.push_back(b);
+    }
+    if (!amp_found_inf_.defined() && st.skipped.defined()) {
+      // A step without amp's flag (amp reset, a disabled scaler, a plain step): fold the skips
+      // decided on the device into the count, as state_dict() does, so the step number stays true.
+      st.step -= static_cast<int64_t>(st.skipped.item_double());
+      st.skipped = Tensor();
+      if (st.step == 0) fresh = true;  // its buffers were made in steps that were all skipped
     }
     st.step += 1;
 

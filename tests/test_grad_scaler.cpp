@@ -387,3 +387,59 @@ TEST_CASE("an f16 run with masters and a GradScaler resumes from a checkpoint bi
     CHECK(bits_equal(a.tensors.at(k), t));
   }
 }
+
+TEST_CASE("unscale_check_inf_ checks f64 gradients in f64", "[amp][grad_scaler]") {
+  // Finite beyond f32's range: an overflow only for a check that narrows to f32 first.
+  Tensor big = full({5}, 1e300, TensorOptions(kFloat64));
+  Tensor found = zeros({});
+  unscale_check_inf_({big}, {}, scalar_tensor(1.0), found);
+  CHECK(found.item<double>() == 0.0);
+  big.data_ptr<double>()[3] = std::numeric_limits<double>::infinity();
+  unscale_check_inf_({big}, {}, scalar_tensor(1.0), found);
+  CHECK(found.item<double>() == 1.0);
+}
+
+TEST_CASE("steps skipped by a GradScaler keep Adam's step number true in later plain steps", "[amp][grad_scaler]") {
+  manual_seed(8);
+  const Tensor init = randn({50}), g = randn({50});
+  Tensor p = leaf(init.clone());
+  Adam opt({p}, AdamOptions(1e-2));
+  GradScaler s(GradScalerOptions().init_scale(4.0));
+  CHECK_FALSE(iterate(s, opt, std::numeric_limits<double>::infinity()));  // skipped on the flag
+  CHECK(bits_equal(p, init));
+  // A plain step (no scaler now): the first step actually taken, so bias corrections of step 1.
+  p.set_grad(g.clone());
+  opt.step();
+  CHECK(opt.step_count(p) == 1);
+  Tensor q = leaf(init.clone());
+  Adam ref({q}, AdamOptions(1e-2));
+  q.set_grad(g.clone());
+  ref.step();
+  CHECK(bits_equal(p, q));
+  CHECK(opt.state_dict().scalars.at("state.0.step") == 1.0);
+}
+
+TEST_CASE("a fused GradScaler step reads the parameters' gradients, not stale master gradients", "[amp][grad_scaler]") {
+  manual_seed(9);
+  const Tensor init = randn({6, 4}).to(kFloat16);
+  const Tensor g1 = (randn({6, 4}) * 8.0).to(kFloat16), g2 = (randn({6, 4}) * 8.0).to(kFloat16);
+  // Iteration 1 unscales explicitly (into the f32 master's gradient); iteration 2 lets step()
+  // check and unscale the f16 gradient as it reads it.
+  auto run = [&](bool set_to_none) {
+    Tensor w = leaf(init.clone());
+    SGD opt({w}, SGDOptions(0.1));
+    GradScaler s(GradScalerOptions().init_scale(8.0));
+    w.set_grad(g1.clone());
+    s.unscale_(opt);
+    s.step(opt);
+    s.update();
+    opt.zero_grad(set_to_none);  // false keeps the master's gradient, zeroed
+    w.set_grad(g2.clone());
+    s.step(opt);
+    s.update();
+    return opt.master(w).clone();
+  };
+  const Tensor kept = run(false), dropped = run(true);
+  CHECK(bits_equal(kept, dropped));
+  CHECK_FALSE(bits_equal(dropped, init.to(kFloat32) - 0.1 * g1.to(kFloat32) / 8.0));  // the second step moved it
+}

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <type_traits>
 
 #include "ops/amp.h"
 #include "ops/cpu/loops.h"
@@ -63,9 +64,11 @@ struct CheckInf {
       visit_dtype(t.dtype(), [&]<typename T>() {
         if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
           const T* g = static_cast<const T*>(t.raw_data());
+          // f64 is checked as f64: narrowed to f32, a finite |g| > FLT_MAX would count as inf.
+          using W = std::conditional_t<std::is_same_v<T, double>, double, float>;
           parallel_for(t.numel(), kGrain, [&](int64_t b, int64_t e) {
             bool bad = false;
-            for (int64_t j = b; j < e; ++j) bad |= !std::isfinite(static_cast<double>(static_cast<float>(g[j])));
+            for (int64_t j = b; j < e; ++j) bad |= !std::isfinite(static_cast<W>(g[j]));
             if (bad) found.store(true, std::memory_order_relaxed);
           });
         }

@@ -13,9 +13,12 @@ namespace mpx::cuda {
 namespace {
 
 const float* f32_ptr(const Tensor& t) { return t.defined() ? static_cast<const float*>(t.raw_data()) : nullptr; }
-bool aligned16(std::initializer_list<const void*> ps) {
+// Whether every pointer allows the kernels' packed accesses: four elements at once, so 16 bytes
+// (32 for f64 data, whose packs are that wide).
+bool aligned_for(DType dt, std::initializer_list<const void*> ps) {
+  const uintptr_t a = dt == kFloat64 ? 32 : 16;
   for (const void* p : ps)
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+    if (reinterpret_cast<uintptr_t>(p) % a != 0) return false;
   return true;
 }
 
@@ -30,7 +33,7 @@ void unscale_check_inf(const tensor_list& in, const tensor_list& out, const Tens
     it.n = in[i].numel();
     it.in_dtype = in[i].dtype();
     it.out_dtype = out.empty() ? it.in_dtype : out[i].dtype();
-    it.aligned = aligned16({it.in, it.out});
+    it.aligned = aligned_for(it.in_dtype, {it.in, it.out});
     items.push_back(it);
   }
   // Runs of one input dtype share a kernel instantiation: group them to save launches.
@@ -66,13 +69,25 @@ std::vector<StepItem> step_items(const kernels::StepTensors& ts) {
     it.param_dtype = ts.params[i].dtype();
     it.grad_dtype = ts.grads[i].dtype();
     it.model_dtype = ts.models[i].defined() ? ts.models[i].dtype() : kBool;
-    it.aligned = aligned16({it.param, it.grad, it.model, it.state[0], it.state[1], it.state[2]});
+    it.aligned = aligned_for(it.param_dtype, {it.param, it.grad, it.model, it.state[0], it.state[1], it.state[2]});
     items.push_back(it);
   }
   std::stable_sort(items.begin(), items.end(), [](const StepItem& a, const StepItem& b) {
     return std::tie(a.param_dtype, a.grad_dtype, a.model_dtype) < std::tie(b.param_dtype, b.grad_dtype, b.model_dtype);
   });
   return items;
+}
+
+// The kernels read f32/f16/bf16 gradients in f32 steps and f64 ones in f64 steps; any other
+// floating gradient (the CPU kernels, like torch.optim, take them all) is converted first. The
+// copies are freed on this stream, after the kernels that read them.
+kernels::StepTensors with_kernel_grads(const kernels::StepTensors& ts, DType a) {
+  auto fits = [a](DType g) { return a == kFloat64 ? g == kFloat64 : g != kFloat64; };
+  if (std::all_of(ts.grads.begin(), ts.grads.end(), [&](const Tensor& g) { return fits(g.dtype()); })) return ts;
+  kernels::StepTensors r = ts;
+  for (Tensor& g : r.grads)
+    if (!fits(g.dtype())) g = g.to(a);
+  return r;
 }
 
 // After the step kernels have read them, the skip counts take this step's flag.
@@ -89,7 +104,8 @@ struct Sgd {
     if (ts.params.empty()) return;
     TensorDeviceGuard g(ts.params[0]);
     const cudaStream_t s = stream_of(ts.params[0]);
-    const auto items = step_items(ts);
+    const kernels::StepTensors kts = with_kernel_grads(ts, dtype_v<A>);
+    const auto items = step_items(kts);
     const SgdArgs a{h.lr, h.momentum, h.dampening, h.weight_decay, h.nesterov, h.maximize};
     launch_sgd_step(items.data(), static_cast<int>(items.size()), a, dtype_v<A>, f32_ptr(ts.found_inf),
                     f32_ptr(ts.inv_scale), s);
@@ -103,7 +119,8 @@ struct Adam {
     if (ts.params.empty()) return;
     TensorDeviceGuard g(ts.params[0]);
     const cudaStream_t s = stream_of(ts.params[0]);
-    const auto items = step_items(ts);
+    const kernels::StepTensors kts = with_kernel_grads(ts, dtype_v<A>);
+    const auto items = step_items(kts);
     const AdamArgs a{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.decoupled_weight_decay, h.amsgrad, h.maximize};
     launch_adam_step(items.data(), static_cast<int>(items.size()), a, dtype_v<A>, f32_ptr(ts.found_inf),
                      f32_ptr(ts.inv_scale), s);

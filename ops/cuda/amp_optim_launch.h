@@ -48,7 +48,7 @@ void launch_sgd_step(const StepItem* items, int count, const SgdArgs& h, DType a
                      const float* inv_scale, cudaStream_t s);
 void launch_adam_step(const StepItem* items, int count, const AdamArgs& h, DType a_dtype, const float* found_inf,
                       const float* inv_scale, cudaStream_t s);
-/// *skips[i] += *found_inf for every i (after a step that read them).
+/// *skips[i] += 1 for every i when *found_inf != 0 (after a step that read them).
 void launch_count_skips(float* const* skips, int count, const float* found_inf, cudaStream_t s);
 
 /// torch.amp's _amp_update_scale_ on the device, plus the skip statistics:

@@ -30,7 +30,8 @@ void launch_softmax_backward(DType dt, void* gin, const void* g, const void* y, 
 /// with uniform(seed, offset + i) >= p (core/random.h, bit-identical to the CPU).
 void launch_dropout(DType dt, void* out, uint8_t* mask, const void* in, int64_t n, uint64_t seed, uint64_t offset,
                     double p, double scale, bool draw, cudaStream_t s);
-/// out[n, i] = in[n, target[n, i], i] (0 for ignored/out-of-range targets); `in` is a 3-d
+/// out[n, i] = in[n, target[n, i], i] (0 for ignored targets, NaN for out-of-range ones, which
+/// the op layer reports on its next call); `in` is a 3-d
 /// [N, C, inner] view with any strides, target and out contiguous [N, inner].
 void launch_nll_pick(DType dt, void* out, const TensorDesc& in, const int64_t* target, int64_t ignore_index,
                      cudaStream_t s);

@@ -204,6 +204,28 @@ void flush_deferred_frees() {
   for (auto& [q, s] : todo) free_now(q, s);
 }
 
+// Makes `waiter` (on any device) wait for the work queued so far on `done`, a stream of `done_dev`.
+void stream_wait(cudaStream_t waiter, cudaStream_t done, int done_dev) {
+  DeviceGuard g(done_dev);
+  cudaEvent_t ev = nullptr;
+  MPX_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "copy");
+  MPX_CUDA_CHECK(cudaEventRecord(ev, done), "copy");
+  const cudaError_t e = cudaStreamWaitEvent(waiter, ev, 0);
+  cudaEventDestroy(ev);  // released once it has completed
+  MPX_CUDA_CHECK(e, "copy");
+}
+
+// A copy between two devices on the destination's stream `s`. Nothing orders that stream with
+// the source device's: the copy waits for the source stream's queued work (the kernel that
+// writes src, e.g. an overflow flag), and the source stream's later work (freeing src to the
+// stream-ordered pool, overwriting it) waits for the copy.
+void peer_copy(void* dst, int dst_dev, cudaStream_t s, const void* src, int src_dev, size_t nbytes) {
+  cudaStream_t src_s = stream_of(src_dev);
+  stream_wait(s, src_s, src_dev);
+  MPX_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, nbytes, s), "copy");
+  stream_wait(src_s, s, dst_dev);
+}
+
 struct CudaAllocator final : Allocator {
   std::shared_ptr<void> allocate(size_t nbytes, Device device) override {
     if (nbytes == 0) return std::shared_ptr<void>();
@@ -248,7 +270,7 @@ struct CudaAllocator final : Allocator {
       if (dst_dev.index == src_dev.index)
         MPX_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, s), "copy");
       else
-        MPX_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_dev.index, src, src_dev.index, nbytes, s), "copy");
+        peer_copy(dst, dst_dev.index, s, src, src_dev.index, nbytes);
       return;  // device-to-device copies stay stream-ordered, like kernels
     }
     const cudaMemcpyKind kind = dst_dev.is_cuda() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
