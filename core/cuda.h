@@ -53,7 +53,8 @@ void cudnn_deterministic(bool on);
 bool cudnn_deterministic_enabled();
 /// Times cuDNN refused a fast kernel since the program started and a slower equivalent ran
 /// instead: NHWC batch norm off its persistent kernels, batch norm + add + ReLU unfused, bf16
-/// batch norm through f32 copies. Results are the same; a channels-last model should add none.
+/// batch norm through f32 copies, a convolution algorithm cuDNN listed and then would not run
+/// (the next one runs). Results are the same; a channels-last model should add none.
 int64_t cudnn_fallbacks();
 /// What the latest of those fallbacks was ("" when none): the op, dtype, channels and cuDNN's status.
 std::string cudnn_last_fallback();

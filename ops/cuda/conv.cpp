@@ -1,6 +1,7 @@
 // CUDA convolution kernels on cuDNN: conv2d forward, its input gradient (also conv_transpose2d's
 // forward) and its weight gradient, NCHW or NHWC, f32/f64/f16/bf16, algorithms cached per shape.
 #ifdef MPX_WITH_CUDNN
+#include <algorithm>
 #include <array>
 #include <map>
 #include <mutex>
@@ -108,14 +109,18 @@ Key key_of(const Call& c, int device, bool benchmark) {
   return k;
 }
 
+// Algorithms cuDNN listed for a call but then refused to run for it.
+using Refused = std::vector<int>;
+
 // The first acceptable result, in cuDNN's order (the heuristic's preference, or fastest first
-// for a measured search): it ran (or would run), fits the workspace bound, is deterministic when
-// that is asked for, and does not use TF32 for f32 unless allowed.
+// for a measured search): it ran (or would run), was not refused since, fits the workspace
+// bound, is deterministic when that is asked for, and does not use TF32 for f32 unless allowed.
 template <typename Perf>
-bool pick(const Perf* r, int n, const Call& c, size_t limit, Choice* out) {
+bool pick(const Perf* r, int n, const Call& c, size_t limit, const Refused& refused, Choice* out) {
   const bool no_tf32 = c.dt == kFloat32 && !tf32_allowed();
   for (int i = 0; i < n; ++i) {
     if (r[i].status != CUDNN_STATUS_SUCCESS) continue;
+    if (std::find(refused.begin(), refused.end(), static_cast<int>(r[i].algo)) != refused.end()) continue;
     if (c.deterministic && r[i].determinism != CUDNN_DETERMINISTIC) continue;
     if (no_tf32 && r[i].mathType != CUDNN_DEFAULT_MATH && r[i].mathType != CUDNN_FMA_MATH) continue;
     if (r[i].memory > limit) continue;
@@ -127,7 +132,7 @@ bool pick(const Perf* r, int n, const Call& c, size_t limit, Choice* out) {
 }
 
 // cuDNN's heuristic ranking (no device work).
-bool heuristic(Call& c, cudnnHandle_t h, Choice* out) {
+bool heuristic(Call& c, cudnnHandle_t h, const Refused& refused, Choice* out) {
   int max = 0, n = 0;
   switch (c.dir) {
     case Dir::kForward: {
@@ -136,7 +141,7 @@ bool heuristic(Call& c, cudnnHandle_t h, Choice* out) {
       MPX_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, c.xd.get(), c.wd.get(), c.cd.get(), c.yd.get(), max,
                                                              &n, r.data()),
                       c.op);
-      return pick(r.data(), n, c, kMaxWorkspace, out);
+      return pick(r.data(), n, c, kMaxWorkspace, refused, out);
     }
     case Dir::kBackwardData: {
       MPX_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max), c.op);
@@ -144,7 +149,7 @@ bool heuristic(Call& c, cudnnHandle_t h, Choice* out) {
       MPX_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.wd.get(), c.yd.get(), c.cd.get(), c.xd.get(),
                                                                   max, &n, r.data()),
                       c.op);
-      return pick(r.data(), n, c, kMaxWorkspace, out);
+      return pick(r.data(), n, c, kMaxWorkspace, refused, out);
     }
     case Dir::kBackwardFilter: {
       MPX_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max), c.op);
@@ -152,7 +157,7 @@ bool heuristic(Call& c, cudnnHandle_t h, Choice* out) {
       MPX_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.xd.get(), c.yd.get(), c.cd.get(),
                                                                     c.wd.get(), max, &n, r.data()),
                       c.op);
-      return pick(r.data(), n, c, kMaxWorkspace, out);
+      return pick(r.data(), n, c, kMaxWorkspace, refused, out);
     }
   }
   return false;
@@ -160,7 +165,7 @@ bool heuristic(Call& c, cudnnHandle_t h, Choice* out) {
 
 // cuDNN's measured search: runs every algorithm on the call's own tensors (overwriting the
 // output, which the real call then writes again) and waits for the device.
-bool measure(Call& c, cudnnHandle_t h, Choice* out) {
+bool measure(Call& c, cudnnHandle_t h, const Refused& refused, Choice* out) {
   Tensor ws;
   size_t bytes = 0;
   for (size_t b : {kMaxWorkspace, kMaxWorkspace / 8, size_t{0}}) {
@@ -182,7 +187,7 @@ bool measure(Call& c, cudnnHandle_t h, Choice* out) {
                                                              c.cd.get(), c.yd.get(), c.y.raw_data(), max, &n, r.data(),
                                                              wp, bytes),
                       c.op);
-      return pick(r.data(), n, c, bytes, out);
+      return pick(r.data(), n, c, bytes, refused, out);
     }
     case Dir::kBackwardData: {
       MPX_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max), c.op);
@@ -191,7 +196,7 @@ bool measure(Call& c, cudnnHandle_t h, Choice* out) {
                                                                   c.y.raw_data(), c.cd.get(), c.xd.get(), c.x.raw_data(),
                                                                   max, &n, r.data(), wp, bytes),
                       c.op);
-      return pick(r.data(), n, c, bytes, out);
+      return pick(r.data(), n, c, bytes, refused, out);
     }
     case Dir::kBackwardFilter: {
       MPX_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max), c.op);
@@ -200,7 +205,7 @@ bool measure(Call& c, cudnnHandle_t h, Choice* out) {
                                                                     c.y.raw_data(), c.cd.get(), c.wd.get(),
                                                                     c.w.raw_data(), max, &n, r.data(), wp, bytes),
                       c.op);
-      return pick(r.data(), n, c, bytes, out);
+      return pick(r.data(), n, c, bytes, refused, out);
     }
   }
   return false;
@@ -208,20 +213,21 @@ bool measure(Call& c, cudnnHandle_t h, Choice* out) {
 
 // The algorithm for a call: cached per shape/dtype/layout/switches; a measured search only in
 // benchmark mode and never while a CUDA graph is being captured (it waits for the device).
-Choice choose(Call& c, cudnnHandle_t h, int device) {
+// With algorithms refused, the choice is made again without them and replaces the cached one.
+Choice choose(Call& c, cudnnHandle_t h, int device, const Refused& refused) {
   const bool capturing = is_capturing();
   const bool bench = cudnn_benchmark_enabled() && !capturing;
   const Key key = key_of(c, device, bench);
   AlgoCache& cache = algo_cache();
-  {
+  if (refused.empty()) {
     std::lock_guard<std::mutex> lock(cache.mu);
     auto it = cache.map.find(key);
     if (it != cache.map.end()) return it->second;
   }
   Choice ch;
-  ch.found = bench ? measure(c, h, &ch) : heuristic(c, h, &ch);
+  ch.found = bench ? measure(c, h, refused, &ch) : heuristic(c, h, refused, &ch);
   std::lock_guard<std::mutex> lock(cache.mu);
-  cache.map.emplace(key, ch);
+  cache.map[key] = ch;
   return ch;
 }
 
@@ -231,58 +237,67 @@ Choice choose(Call& c, cudnnHandle_t h, int device) {
             c.deterministic ? "; turn off cuda::cudnn_deterministic" : "; try another dtype");
 }
 
+// Runs one algorithm of a described call; cuDNN's status rather than a throw, so that an
+// algorithm it refuses at this point can be replaced.
+cudnnStatus_t run_algo(Call& c, cudnnHandle_t h, const Choice& ch, const Tensor& out) {
+  c.cd.set_math(ch.math, c.op);
+  const Scale one(1.0), zero(0.0);
+  size_t bytes = 0;
+  cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+  switch (c.dir) {
+    case Dir::kForward: {
+      const auto algo = static_cast<cudnnConvolutionFwdAlgo_t>(ch.algo);
+      st = cudnnGetConvolutionForwardWorkspaceSize(h, c.xd.get(), c.wd.get(), c.cd.get(), c.yd.get(), algo, &bytes);
+      if (st != CUDNN_STATUS_SUCCESS) return st;
+      Tensor ws = cudnn::workspace(out, bytes);
+      return cudnnConvolutionForward(h, one.of(c.dt), c.xd.get(), c.x.raw_data(), c.wd.get(), c.w.raw_data(),
+                                     c.cd.get(), algo, ws.defined() ? ws.raw_data() : nullptr, bytes, zero.of(c.dt),
+                                     c.yd.get(), c.y.raw_data());
+    }
+    case Dir::kBackwardData: {
+      const auto algo = static_cast<cudnnConvolutionBwdDataAlgo_t>(ch.algo);
+      st = cudnnGetConvolutionBackwardDataWorkspaceSize(h, c.wd.get(), c.yd.get(), c.cd.get(), c.xd.get(), algo,
+                                                        &bytes);
+      if (st != CUDNN_STATUS_SUCCESS) return st;
+      Tensor ws = cudnn::workspace(out, bytes);
+      return cudnnConvolutionBackwardData(h, one.of(c.dt), c.wd.get(), c.w.raw_data(), c.yd.get(), c.y.raw_data(),
+                                          c.cd.get(), algo, ws.defined() ? ws.raw_data() : nullptr, bytes,
+                                          zero.of(c.dt), c.xd.get(), c.x.raw_data());
+    }
+    case Dir::kBackwardFilter: {
+      const auto algo = static_cast<cudnnConvolutionBwdFilterAlgo_t>(ch.algo);
+      st = cudnnGetConvolutionBackwardFilterWorkspaceSize(h, c.xd.get(), c.yd.get(), c.cd.get(), c.wd.get(), algo,
+                                                          &bytes);
+      if (st != CUDNN_STATUS_SUCCESS) return st;
+      Tensor ws = cudnn::workspace(out, bytes);
+      return cudnnConvolutionBackwardFilter(h, one.of(c.dt), c.xd.get(), c.x.raw_data(), c.yd.get(), c.y.raw_data(),
+                                            c.cd.get(), algo, ws.defined() ? ws.raw_data() : nullptr, bytes,
+                                            zero.of(c.dt), c.wd.get(), c.w.raw_data());
+    }
+  }
+  return st;
+}
+
 // Runs a described call, overwriting its output (y, x or w by direction). False, with nothing
-// done, when cuDNN has no algorithm for it (the caller then tries the other layout).
+// done, when cuDNN has no algorithm for it (the caller then tries the other layout). An
+// algorithm cuDNN lists but then refuses (a status of its bad-parameter or not-supported
+// families) is counted as a fallback and replaced by the next acceptable one; other failures throw.
 bool execute(Call& c, const Tensor& out) {
   c.deterministic = cudnn_deterministic_enabled();
   c.describe();
   cudnnHandle_t h = cudnn::handle(out);
-  const Choice ch = choose(c, h, out.device().index);
-  if (!ch.found) return false;
-  c.cd.set_math(ch.math, c.op);
-  const Scale one(1.0), zero(0.0);
-  size_t bytes = 0;
-  switch (c.dir) {
-    case Dir::kForward: {
-      const auto algo = static_cast<cudnnConvolutionFwdAlgo_t>(ch.algo);
-      MPX_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, c.xd.get(), c.wd.get(), c.cd.get(), c.yd.get(), algo,
-                                                              &bytes),
-                      c.op);
-      Tensor ws = cudnn::workspace(out, bytes);
-      MPX_CUDNN_CHECK(cudnnConvolutionForward(h, one.of(c.dt), c.xd.get(), c.x.raw_data(), c.wd.get(), c.w.raw_data(),
-                                              c.cd.get(), algo, ws.defined() ? ws.raw_data() : nullptr, bytes,
-                                              zero.of(c.dt), c.yd.get(), c.y.raw_data()),
-                      c.op);
-      break;
-    }
-    case Dir::kBackwardData: {
-      const auto algo = static_cast<cudnnConvolutionBwdDataAlgo_t>(ch.algo);
-      MPX_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, c.wd.get(), c.yd.get(), c.cd.get(), c.xd.get(),
-                                                                   algo, &bytes),
-                      c.op);
-      Tensor ws = cudnn::workspace(out, bytes);
-      MPX_CUDNN_CHECK(cudnnConvolutionBackwardData(h, one.of(c.dt), c.wd.get(), c.w.raw_data(), c.yd.get(),
-                                                   c.y.raw_data(), c.cd.get(), algo,
-                                                   ws.defined() ? ws.raw_data() : nullptr, bytes, zero.of(c.dt),
-                                                   c.xd.get(), c.x.raw_data()),
-                      c.op);
-      break;
-    }
-    case Dir::kBackwardFilter: {
-      const auto algo = static_cast<cudnnConvolutionBwdFilterAlgo_t>(ch.algo);
-      MPX_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, c.xd.get(), c.yd.get(), c.cd.get(),
-                                                                     c.wd.get(), algo, &bytes),
-                      c.op);
-      Tensor ws = cudnn::workspace(out, bytes);
-      MPX_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, one.of(c.dt), c.xd.get(), c.x.raw_data(), c.yd.get(),
-                                                     c.y.raw_data(), c.cd.get(), algo,
-                                                     ws.defined() ? ws.raw_data() : nullptr, bytes, zero.of(c.dt),
-                                                     c.wd.get(), c.w.raw_data()),
-                      c.op);
-      break;
-    }
+  Refused refused;
+  for (;;) {
+    const Choice ch = choose(c, h, out.device().index, refused);
+    if (!ch.found) return false;
+    const cudnnStatus_t st = run_algo(c, h, ch, out);
+    if (st == CUDNN_STATUS_SUCCESS) return true;
+    if (!cudnn::refused(st)) cudnn::throw_error(st, c.op, "the convolution");
+    cudnn::count_fallback(std::string(c.op) + ": cuDNN refused algorithm " + std::to_string(ch.algo) + " for " +
+                              c.shapes(),
+                          st);
+    refused.push_back(ch.algo);
   }
-  return true;
 }
 
 Layout other(Layout l) { return l == Layout::kNHWC ? Layout::kNCHW : Layout::kNHWC; }
@@ -321,7 +336,9 @@ Tensor fit_gy(const Tensor& gy, int64_t Ho, int64_t Wo, Layout l, const char* op
 }
 
 void add_bias(const Tensor& out, const Tensor& b) {
-  // mpx's broadcast add rounds once from f32, as the CPU kernels do with their f32 result.
+  // cuDNN has already rounded f16/bf16 outputs, so with a bias they round twice (within 1 ulp of
+  // the CPU's single rounding). cudnnConvolutionBiasActivationForward fuses the bias, but for one
+  // algorithm only and with its own dtype rules: not worth the slower convolutions.
   if (b.defined()) Tensor(out).add_(b.view({1, -1, 1, 1}));
 }
 

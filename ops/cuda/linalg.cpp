@@ -193,13 +193,21 @@ Plan make_plan(const LtCall& c, cublasLtHandle_t h, cublasComputeType_t ct, uint
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
   for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; ++i)
     st = cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &align[i], sizeof(align[i]));
+  if (st == CUBLAS_STATUS_SUCCESS && (c.dt == kFloat16 || c.dt == kBFloat16)) {
+    // Split-K partial sums in f32 (or none): the other schemes add them up in the output's
+    // f16/bf16, which breaks the one-rounding contract as k grows (weight gradients).
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                              sizeof(schemes));
+  }
   cublasLtMatmulHeuristicResult_t res{};
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmulAlgoGetHeuristic(h, p.desc, p.a, p.b, p.d, p.d, pref, 1, &res, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (c.epilogue != CUBLASLT_EPILOGUE_DEFAULT && (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)))
-    return p;  // unsupported fused form: the op computes it unfused
+  // A fused form cuBLASLt will not plan (whatever status it says that with, e.g. INVALID_VALUE
+  // for an f64 bias epilogue) is computed unfused by the op.
+  if (c.epilogue != CUBLASLT_EPILOGUE_DEFAULT && (st != CUBLAS_STATUS_SUCCESS || found == 0)) return p;
   MPX_LT_CHECK(c, st);
   if (found == 0)
     MPX_ERROR(c.op, ": cuBLASLt has no algorithm for ", shapes_of(c), " on cuda:", c.device,
