@@ -52,9 +52,14 @@ struct LossScaler {
   std::unique_ptr<GradScaler> scaler;
   // On a GPU the scale lives in `scaler` (updated by a kernel) and `scale`/`unskipped` are host
   // mirrors refreshed on demand; `pending` carries the last overflow flag and new scale to the
-  // host without stalling the step that produced them.
+  // host without stalling the step that produced them, with the number of optimizer steps that
+  // flag skips (one message each, as the host path prints).
   bool on_device = false;
-  std::deque<std::unique_ptr<cuda::HostReadback>> pending;
+  struct Pending {
+    std::unique_ptr<cuda::HostReadback> flag_and_scale;
+    int steps = 1;
+  };
+  std::deque<Pending> pending;
 
   // apex's LossScaler.update_scale is torch.amp's state machine with growth 2, backoff 0.5 and a
   // 2000-step interval, so the device path runs GradScaler's update kernel with these options.
@@ -133,11 +138,13 @@ void overflow_message(LossScaler& ls, int loss_id, double new_scale) {
   if (n == 11) say("amp: further overflow messages are rate-limited (printed at the 16th, 32nd, 64th, ... skip)");
 }
 
-// The device path's messages, one step late: flags whose copy to the host has landed.
-void report_lagging_overflows(LossScaler& ls, int loss_id) {
-  while (!ls.pending.empty() && ls.pending.front()->ready()) {
-    const auto& r = *ls.pending.front();
-    if (r.value(0) != 0.0) overflow_message(ls, loss_id, r.value(1));
+// The device path's messages, one step late: flags whose copy to the host has landed (all of
+// them with `wait`, when amp is reset or its scale state replaced).
+void report_lagging_overflows(LossScaler& ls, int loss_id, bool wait = false) {
+  while (!ls.pending.empty() && (wait || ls.pending.front().flag_and_scale->ready())) {
+    const LossScaler::Pending& p = ls.pending.front();
+    if (p.flag_and_scale->value(0) != 0.0)
+      for (int i = 0; i < p.steps; ++i) overflow_message(ls, loss_id, p.flag_and_scale->value(1));
     ls.pending.pop_front();
   }
 }
@@ -289,6 +296,7 @@ Properties Options::resolve() const {
 
 void reset() {
   State& g = state();
+  for (size_t i = 0; i < g.scalers.size(); ++i) report_lagging_overflows(g.scalers[i], static_cast<int>(i), true);
   for (auto& [opt, st] : g.optimizers) st->active = false;
   for (auto& m : g.models) m->set_forward_cast({});
   auto sink = std::move(g.sink);
@@ -535,7 +543,8 @@ void ScaledLoss::backward(bool retain_graph) {
     ls.scaler->update();  // the kernel: backoff on overflow, growth after 2000 clean steps
     ls.on_device = true;
     for (auto& st : sts) st->skip_flag = st->skip_flag.defined() ? st->skip_flag + found_any : found_any;
-    ls.pending.push_back(std::make_unique<cuda::HostReadback>(tensor_list{found_any, ls.scaler->scale_tensor()}));
+    ls.pending.push_back({std::make_unique<cuda::HostReadback>(tensor_list{found_any, ls.scaler->scale_tensor()}),
+                          static_cast<int>(optimizers_.size())});
     clear_cache();
     return;
   }
@@ -640,6 +649,7 @@ void load_state_dict(const std::map<std::string, double>& st) {
     MPX_CHECK(std::isfinite(s) && s > 0, "amp::load_state_dict: ", k, ".loss_scale must be positive, got ", s);
     g.scalers[i].scale = s;
     g.scalers[i].unskipped = static_cast<int64_t>(it->second);
+    report_lagging_overflows(g.scalers[i], static_cast<int>(i), true);
     g.scalers[i].make_scaler();
   }
 }
