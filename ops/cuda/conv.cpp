@@ -109,8 +109,13 @@ Key key_of(const Call& c, int device, bool benchmark) {
   return k;
 }
 
-// Algorithms cuDNN listed for a call but then refused to run for it.
-using Refused = std::vector<int>;
+// What rules algorithms out after cuDNN listed them: those it then refused to run, and a
+// workspace bound lowered below what the pool could not give.
+struct Refused {
+  std::vector<int> algos;
+  size_t limit = kMaxWorkspace;
+  bool empty() const { return algos.empty() && limit == kMaxWorkspace; }
+};
 
 // The first acceptable result, in cuDNN's order (the heuristic's preference, or fastest first
 // for a measured search): it ran (or would run), was not refused since, fits the workspace
@@ -120,10 +125,11 @@ bool pick(const Perf* r, int n, const Call& c, size_t limit, const Refused& refu
   const bool no_tf32 = c.dt == kFloat32 && !tf32_allowed();
   for (int i = 0; i < n; ++i) {
     if (r[i].status != CUDNN_STATUS_SUCCESS) continue;
-    if (std::find(refused.begin(), refused.end(), static_cast<int>(r[i].algo)) != refused.end()) continue;
+    if (std::find(refused.algos.begin(), refused.algos.end(), static_cast<int>(r[i].algo)) != refused.algos.end())
+      continue;
     if (c.deterministic && r[i].determinism != CUDNN_DETERMINISTIC) continue;
     if (no_tf32 && r[i].mathType != CUDNN_DEFAULT_MATH && r[i].mathType != CUDNN_FMA_MATH) continue;
-    if (r[i].memory > limit) continue;
+    if (r[i].memory > std::min(limit, refused.limit)) continue;
     out->algo = static_cast<int>(r[i].algo);
     out->math = no_tf32 ? CUDNN_FMA_MATH : r[i].mathType;
     return true;
@@ -227,7 +233,10 @@ Choice choose(Call& c, cudnnHandle_t h, int device, const Refused& refused) {
   Choice ch;
   ch.found = bench ? measure(c, h, refused, &ch) : heuristic(c, h, refused, &ch);
   std::lock_guard<std::mutex> lock(cache.mu);
-  cache.map[key] = ch;
+  // "None left" after refusals or a memory shortage is not remembered: the next call (with more
+  // memory free) starts from cuDNN's full list again.
+  if (ch.found || refused.empty()) cache.map[key] = ch;
+  else cache.map.erase(key);
   return ch;
 }
 
@@ -237,9 +246,23 @@ Choice choose(Call& c, cudnnHandle_t h, int device, const Refused& refused) {
             c.deterministic ? "; turn off cuda::cudnn_deterministic" : "; try another dtype");
 }
 
+// The workspace of an algorithm, or undefined with *short_of = bytes when the pool cannot give
+// that much now (the error is kept in *why).
+Tensor try_workspace(const Tensor& out, size_t bytes, size_t* short_of, std::string* why) {
+  try {
+    return cudnn::workspace(out, bytes);
+  } catch (const Error& e) {
+    *short_of = bytes;
+    *why = e.what();
+    return Tensor();
+  }
+}
+
 // Runs one algorithm of a described call; cuDNN's status rather than a throw, so that an
-// algorithm it refuses at this point can be replaced.
-cudnnStatus_t run_algo(Call& c, cudnnHandle_t h, const Choice& ch, const Tensor& out) {
+// algorithm it refuses at this point can be replaced (and nothing runs, with *short_of set,
+// when its workspace cannot be had).
+cudnnStatus_t run_algo(Call& c, cudnnHandle_t h, const Choice& ch, const Tensor& out, size_t* short_of,
+                       std::string* why) {
   c.cd.set_math(ch.math, c.op);
   const Scale one(1.0), zero(0.0);
   size_t bytes = 0;
@@ -249,7 +272,8 @@ cudnnStatus_t run_algo(Call& c, cudnnHandle_t h, const Choice& ch, const Tensor&
       const auto algo = static_cast<cudnnConvolutionFwdAlgo_t>(ch.algo);
       st = cudnnGetConvolutionForwardWorkspaceSize(h, c.xd.get(), c.wd.get(), c.cd.get(), c.yd.get(), algo, &bytes);
       if (st != CUDNN_STATUS_SUCCESS) return st;
-      Tensor ws = cudnn::workspace(out, bytes);
+      Tensor ws = try_workspace(out, bytes, short_of, why);
+      if (*short_of) return st;
       return cudnnConvolutionForward(h, one.of(c.dt), c.xd.get(), c.x.raw_data(), c.wd.get(), c.w.raw_data(),
                                      c.cd.get(), algo, ws.defined() ? ws.raw_data() : nullptr, bytes, zero.of(c.dt),
                                      c.yd.get(), c.y.raw_data());
@@ -259,7 +283,8 @@ cudnnStatus_t run_algo(Call& c, cudnnHandle_t h, const Choice& ch, const Tensor&
       st = cudnnGetConvolutionBackwardDataWorkspaceSize(h, c.wd.get(), c.yd.get(), c.cd.get(), c.xd.get(), algo,
                                                         &bytes);
       if (st != CUDNN_STATUS_SUCCESS) return st;
-      Tensor ws = cudnn::workspace(out, bytes);
+      Tensor ws = try_workspace(out, bytes, short_of, why);
+      if (*short_of) return st;
       return cudnnConvolutionBackwardData(h, one.of(c.dt), c.wd.get(), c.w.raw_data(), c.yd.get(), c.y.raw_data(),
                                           c.cd.get(), algo, ws.defined() ? ws.raw_data() : nullptr, bytes,
                                           zero.of(c.dt), c.xd.get(), c.x.raw_data());
@@ -269,7 +294,8 @@ cudnnStatus_t run_algo(Call& c, cudnnHandle_t h, const Choice& ch, const Tensor&
       st = cudnnGetConvolutionBackwardFilterWorkspaceSize(h, c.xd.get(), c.yd.get(), c.cd.get(), c.wd.get(), algo,
                                                           &bytes);
       if (st != CUDNN_STATUS_SUCCESS) return st;
-      Tensor ws = cudnn::workspace(out, bytes);
+      Tensor ws = try_workspace(out, bytes, short_of, why);
+      if (*short_of) return st;
       return cudnnConvolutionBackwardFilter(h, one.of(c.dt), c.xd.get(), c.x.raw_data(), c.yd.get(), c.y.raw_data(),
                                             c.cd.get(), algo, ws.defined() ? ws.raw_data() : nullptr, bytes,
                                             zero.of(c.dt), c.wd.get(), c.w.raw_data());
@@ -287,16 +313,30 @@ bool execute(Call& c, const Tensor& out) {
   c.describe();
   cudnnHandle_t h = cudnn::handle(out);
   Refused refused;
+  std::string oom;
   for (;;) {
     const Choice ch = choose(c, h, out.device().index, refused);
-    if (!ch.found) return false;
-    const cudnnStatus_t st = run_algo(c, h, ch, out);
+    if (!ch.found) {
+      // Every algorithm cuDNN has needs more workspace than is free: that, not "no algorithm", is the error.
+      if (!oom.empty()) MPX_ERROR(c.op, ": no cuDNN algorithm for ", c.shapes(), " fits in free memory: ", oom);
+      return false;
+    }
+    size_t short_of = 0;
+    const cudnnStatus_t st = run_algo(c, h, ch, out, &short_of, &oom);
+    if (short_of > 0) {
+      // PyTorch's remedy too: a leaner algorithm (cached for this shape from now on).
+      cudnn::count_fallback(std::string(c.op) + ": no " + std::to_string(short_of) + "-byte workspace free for " +
+                                "algorithm " + std::to_string(ch.algo) + ", a leaner one runs, for " + c.shapes(),
+                            CUDNN_STATUS_SUCCESS);
+      refused.limit = short_of - 1;
+      continue;
+    }
     if (st == CUDNN_STATUS_SUCCESS) return true;
     if (!cudnn::refused(st)) cudnn::throw_error(st, c.op, "the convolution");
     cudnn::count_fallback(std::string(c.op) + ": cuDNN refused algorithm " + std::to_string(ch.algo) + " for " +
                               c.shapes(),
                           st);
-    refused.push_back(ch.algo);
+    refused.algos.push_back(ch.algo);
   }
 }
 

@@ -60,7 +60,7 @@ bool refused(cudnnStatus_t st) {
 void count_fallback(const std::string& what, cudnnStatus_t st) {
   g_fallbacks.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lk(g_fallback_mu);
-  g_last_fallback = what + " (" + cudnnGetErrorString(st) + ")";
+  g_last_fallback = st == CUDNN_STATUS_SUCCESS ? what : what + " (" + cudnnGetErrorString(st) + ")";
 }
 
 namespace {

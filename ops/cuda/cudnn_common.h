@@ -19,7 +19,8 @@ namespace mpx::cuda::cudnn {
 /// families: shape, dtype, layout, mode), as opposed to a failure while running it (execution,
 /// internal, out of memory), which callers should throw rather than work around.
 bool refused(cudnnStatus_t st);
-/// Counts one fallback for cuda::cudnn_fallbacks() and records its description.
+/// Counts one fallback for cuda::cudnn_fallbacks() and records its description (with cuDNN's
+/// status, unless it is SUCCESS: a fallback for a reason of mpx's own, e.g. no free memory).
 void count_fallback(const std::string& what, cudnnStatus_t st);
 
 /// This thread's cuDNN handle for a tensor's device, bound to that device's current stream.

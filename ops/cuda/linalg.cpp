@@ -255,8 +255,18 @@ bool run(const LtCall& c, const Tensor& out) {
   const Plan& p = it->second;
   if (!p.supported) return false;
 
-  Tensor& ws = st.workspaces[{c.device, s}];
-  if (!ws.defined()) ws = empty({kWorkspaceBytes}, TensorOptions(kUInt8).device(Device::cuda(c.device)));
+  // The stream's cached workspace; during a CUDA graph capture, one of the graph's own instead
+  // (allocated and freed inside it): a workspace first made inside a capture would belong to
+  // that graph, and capture streams go on to serve later graphs.
+  Tensor call_ws;
+  Tensor* ws = &call_ws;
+  const TensorOptions wo = TensorOptions(kUInt8).device(Device::cuda(c.device));
+  if (is_capturing()) {
+    call_ws = empty({kWorkspaceBytes}, wo);
+  } else {
+    ws = &st.workspaces[{c.device, s}];
+    if (!ws->defined()) *ws = empty({kWorkspaceBytes}, wo);
+  }
 
   if (c.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
     MPX_LT_CHECK(c, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(c.bias)));
@@ -272,7 +282,7 @@ bool run(const LtCall& c, const Tensor& out) {
     beta.f = static_cast<float>(c.beta);
   }
   MPX_LT_CHECK(c, cublasLtMatmul(h, p.desc, &alpha, c.A.ptr, p.a, c.B.ptr, p.b, &beta, c.d, p.d, c.d, p.d, &p.algo,
-                                 ws.raw_data(), static_cast<size_t>(kWorkspaceBytes), s));
+                                 ws->raw_data(), static_cast<size_t>(kWorkspaceBytes), s));
   return true;
 }
 
