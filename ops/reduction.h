@@ -4,7 +4,8 @@
 
 namespace mpx {
 
-/// Sum of all elements (integral inputs sum in i64). Accumulates in f64 on the CPU.
+/// Sum of all elements (integral inputs sum in i64). Accumulates in f64 on the CPU; on CUDA f16/bf16/f32
+/// accumulate in f32 (as PyTorch does there), so sums that cancel may differ beyond f32 rounding.
 Tensor sum(const Tensor& x);
 /// Sum over `dims` (empty: all dims).
 Tensor sum(const Tensor& x, const IntList& dims, bool keepdim = false);
