@@ -23,7 +23,8 @@ struct StepTensors {
   /// states[k][i]: the k-th state buffer of parameter i, in params[i]'s dtype. SGD: {momentum}
   /// (undefined when momentum is 0); Adam: {exp_avg, exp_avg_sq, max_exp_avg_sq (amsgrad only)}.
   std::vector<tensor_list> states;
-  /// Per parameter: the step number being taken (1 for the first; Adam's bias corrections).
+  /// Per parameter: the step number being taken (1 for the first; Adam's bias corrections),
+  /// unless `counts` is given.
   std::vector<int64_t> steps;
   /// Per parameter: true when its state buffers were just created (SGD initialises the
   /// momentum buffer to the gradient, as PyTorch does).
@@ -33,10 +34,13 @@ struct StepTensors {
   /// tensor untouched (the overflow skip, decided where the flag lives). inv_scale: gradients
   /// are multiplied by it as they are read (an unscale fused into the step).
   Tensor found_inf, inv_scale;
-  /// Per parameter, with found_inf (else empty): its count of steps skipped so far, so the true
-  /// step number is steps[i] - skips[i] (bias corrections, the first momentum step). A skipped
-  /// step adds 1 to each (found_inf may be a sum of flags: any non-zero value is one skip).
-  tensor_list skips;
+  /// Optional, per parameter: an f64 0-dim tensor on its device counting the steps it has taken.
+  /// Given, the step number is counts[i] + 1 (steps[i] is ignored), the state is fresh when
+  /// fresh[i] is set or counts[i] is 0, and a step that is not skipped adds 1 to each. The
+  /// numbering then lives where the kernels run: steps skipped on the device's found_inf flag
+  /// keep it true without a host read, and a CUDA graph's replays (whose host arguments are
+  /// frozen at capture) advance it.
+  tensor_list counts;
 };
 
 /// Hyper-parameters of an SGD step with PyTorch's semantics.

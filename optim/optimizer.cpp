@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "autograd/grad_mode.h"
+#include "core/cuda.h"
 #include "core/serialize.h"
 #include "ops/op_utils.h"
 
@@ -66,7 +67,14 @@ Tensor copy_like(const Tensor& src, const Tensor& like, DType dt) {
 }
 DType compute_dtype_for(const Tensor& p) { return p.dtype() == kFloat64 ? kFloat64 : kFloat32; }
 
+// State made inside a CUDA graph capture would be the graph's own memory, made anew (its values
+// lost) at every replay, and a capture freezes the host's view of it: it must exist before.
+constexpr const char* capture_hint =
+    "optimizer state (a step count, state buffer or master weight) would be created inside a CUDA graph "
+    "capture, where it would not keep its values across replays; run one eager step before capturing";
+
 Tensor make_master(const Tensor& param) {
+  MPX_CHECK(!cuda::is_capturing(), capture_hint);
   Tensor m = copy_like(param, param, kFloat32);
   m.set_requires_grad(true);
   return m;
@@ -289,6 +297,8 @@ void Optimizer::step_group(ParamGroup& group) {
     tensor_list bufs;
     for (const auto& n : names) {
       Tensor& b = st.buffers[n];
+      if (!b.defined() || !same_layout(b, pd.work) || b.dtype() != sdt || b.device() != pd.work.device())
+        MPX_CHECK(!cuda::is_capturing(), capture_hint);
       if (!b.defined()) {
         b = empty_like_layout(pd.work, sdt);
         b.zero_();
@@ -298,14 +308,20 @@ void Optimizer::step_group(ParamGroup& group) {
       }
       bufs.push_back(b);
     }
-    if (!amp_found_inf_.defined() && st.skipped.defined()) {
-      // A step without amp's flag (amp reset, a disabled scaler, a plain step): fold the skips
-      // decided on the device into the count, as state_dict() does, so the step number stays true.
-      st.step -= static_cast<int64_t>(st.skipped.item_double());
-      st.skipped = Tensor();
+    // The step number: counted on the host, or where the kernels run (CUDA, where a graph may
+    // replay this step, or when amp's flag may skip it there). Switching back reads the count.
+    const bool device_count = pd.work.is_cuda() || amp_found_inf_.defined();
+    if (device_count && (!st.count.defined() || st.count.device() != pd.work.device())) {
+      MPX_CHECK(!cuda::is_capturing(), capture_hint);
+      st.count = st.count.defined() ? st.count.to(pd.work.device())
+                                    : full({}, static_cast<double>(st.step),
+                                           TensorOptions(kFloat64).device(pd.work.device()));
+    } else if (!device_count && st.count.defined()) {
+      st.step = static_cast<int64_t>(st.count.item_double());
+      st.count = Tensor();
       if (st.step == 0) fresh = true;  // its buffers were made in steps that were all skipped
     }
-    st.step += 1;
+    if (!device_count) st.step += 1;
 
     Batch* batch = nullptr;
     for (auto& b : batches)
@@ -321,11 +337,7 @@ void Optimizer::step_group(ParamGroup& group) {
     for (size_t k = 0; k < names.size(); ++k) batch->ts.states[k].push_back(bufs[k]);
     batch->ts.steps.push_back(st.step);
     batch->ts.fresh.push_back(fresh ? 1 : 0);
-    if (amp_found_inf_.defined()) {
-      if (!st.skipped.defined() || st.skipped.device() != pd.work.device())
-        st.skipped = zeros({}, TensorOptions(kFloat32).device(pd.work.device()));
-      batch->ts.skips.push_back(st.skipped);
-    }
+    if (device_count) batch->ts.counts.push_back(st.count);
     batch->pending.push_back(std::move(pd));
   }
 
@@ -363,7 +375,7 @@ int64_t Optimizer::step_count(const Tensor& param) const {
   auto it = state_.find(param.impl());
   if (it == state_.end()) return 0;
   const ParamState& st = it->second;
-  return st.step - (st.skipped.defined() ? static_cast<int64_t>(st.skipped.item_double()) : 0);
+  return st.count.defined() ? static_cast<int64_t>(st.count.item_double()) : st.step;
 }
 
 // ---- state dicts ----

@@ -70,15 +70,16 @@ class ParamGroup {
 
 /// What an optimizer keeps per parameter.
 struct ParamState {
-  /// Steps taken for this parameter.
+  /// Steps taken for this parameter (while `count` is undefined).
   int64_t step = 0;
   /// FP32 master copy of a f16/bf16 parameter (undefined for f32/f64 parameters, and for every
   /// parameter while master weights are off). The step updates it and writes the rounded value
   /// into the parameter.
   Tensor master;
-  /// Steps of this parameter that amp skipped on the device (f32 0-dim, undefined until a
-  /// device-side skip is used): `step` counts them until state_dict() folds them in.
-  Tensor skipped;
+  /// The count of steps taken where the step kernels run (f64 0-dim on the parameter's device):
+  /// used for CUDA parameters and for steps that amp may skip on a flag, which advance it (or
+  /// not) without the host; CUDA graph replays advance it too. Undefined otherwise.
+  Tensor count;
   /// Named state buffers laid out like the parameter, in the dtype of what the step updates (the
   /// f32 master, or the parameter itself: f16/bf16 ones too without master weights, as apex's O3
   /// and torch.optim keep them): "momentum_buffer"; "exp_avg", "exp_avg_sq", "max_exp_avg_sq".
@@ -163,7 +164,7 @@ class Optimizer {
   /// master and state untouched) and, when `inv_scale` is defined, multiply the gradients by it
   /// as they read them (the unscale fused into the step). GradScaler::step calls this.
   void set_amp_step_inputs(const Tensor& found_inf, const Tensor& inv_scale = {});
-  /// A parameter's true step count (skips decided on the device subtracted; reads the device).
+  /// The steps a parameter has taken (reads the device count where the steps keep one).
   int64_t step_count(const Tensor& param) const;
   /// Registers a pre-step hook; returns an id for remove_step_pre_hook.
   int add_step_pre_hook(StepPreHook hook);

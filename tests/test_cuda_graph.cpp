@@ -2,6 +2,8 @@
 // equals eager execution; capture errors are clear.
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include "amp/grad_scaler.h"
 #include "core/random.h"
 #include "nn/nn.h"
@@ -83,6 +85,57 @@ TEST_CASE("cuda Graph of a GradScaler training step equals eager steps", "[cuda]
   const auto pe = eager->parameters(), pg = net->parameters();
   for (size_t i = 0; i < pe.size(); ++i) CHECK(testing::rel_err(pg[i], pe[i]) < 1e-6);
   CHECK(sc.get_scale() == sc_e.get_scale());
+}
+
+TEST_CASE("cuda Graph replays of an Adam step advance its step number and skip on overflow", "[cuda][graph]") {
+  if (!testing::cuda_ready()) return;
+  // A capture freezes host-side kernel arguments: the step number must come from the device,
+  // or Adam's bias correction stays at the captured step (and skips would drive it to zero).
+  const Device gpu = Device::cuda();
+  manual_seed(2);
+  std::vector<Tensor> xs, ys;
+  for (int i = 0; i < 9; ++i) {
+    Tensor xi = randn({16, 32});
+    if (i == 5) xi.narrow(0, 0, 1).fill_(std::numeric_limits<double>::infinity());  // overflows: skipped
+    xs.push_back(xi);
+    ys.push_back(randint(0, 4, {16}));
+  }
+  auto run = [&](bool graph) {
+    manual_seed(4);
+    nn::Linear net(32, 4);
+    net->to(gpu);
+    optim::Adam opt(net->parameters(), optim::AdamOptions(1e-2));
+    amp::GradScaler sc(amp::GradScalerOptions().init_scale(64));
+    Tensor x = xs[0].to(gpu), y = ys[0].to(gpu);
+    auto step = [&] {
+      opt.zero_grad();
+      Tensor loss = F::cross_entropy(net->forward(x), y);
+      sc.scale(loss).backward();
+      sc.step(opt);
+      sc.update();
+    };
+    cuda::Graph g;
+    for (int i = 0; i < 9; ++i) {
+      x.copy_(xs[i]);
+      y.copy_(ys[i]);
+      if (!graph || i < 2) {
+        step();
+      } else {
+        if (!g.captured()) {
+          g.capture_begin();
+          step();
+          g.capture_end();
+        }
+        g.replay();
+      }
+    }
+    return std::make_pair(net->weight.cpu(), opt.step_count(net->weight));
+  };
+  const auto [we, ne] = run(false);
+  const auto [wg, ng] = run(true);
+  CHECK(ne == 8);
+  CHECK(ng == ne);
+  CHECK(testing::rel_err(wg, we) < 1e-6);
 }
 
 TEST_CASE("cuda Graph capture of a host read is a clear error", "[cuda][graph]") {

@@ -111,18 +111,20 @@ void for_each_element(const kernels::StepTensors& ts, size_t i, Update&& update)
   });
 }
 
-// The amp skip: true when found_inf says the gradients overflowed. Then nothing is updated and
-// each parameter's skip count grows, so later steps know their true step number.
+// The amp skip: true when found_inf says the gradients overflowed. Then nothing is updated,
+// the step counts included.
 bool skip_step(const kernels::StepTensors& ts) {
-  if (!ts.found_inf.defined() || *static_cast<const float*>(ts.found_inf.raw_data()) == 0.0f) return false;
-  for (const Tensor& k : ts.skips) *static_cast<float*>(k.raw_data()) += 1.0f;
-  return true;
+  return ts.found_inf.defined() && *static_cast<const float*>(ts.found_inf.raw_data()) != 0.0f;
 }
-// Parameter i's true step number and whether its state starts now (see StepTensors::skips).
+// Parameter i's step number and whether its state starts now (see StepTensors::counts).
 std::pair<int64_t, bool> true_step(const kernels::StepTensors& ts, size_t i) {
-  if (ts.skips.empty()) return {ts.steps[i], ts.fresh[i] != 0};
-  const int64_t step = ts.steps[i] - static_cast<int64_t>(*static_cast<const float*>(ts.skips[i].raw_data()));
-  return {step, ts.fresh[i] != 0 || step == 1};
+  if (ts.counts.empty()) return {ts.steps[i], ts.fresh[i] != 0};
+  const auto taken = static_cast<int64_t>(*static_cast<const double*>(ts.counts[i].raw_data()));
+  return {taken + 1, ts.fresh[i] != 0 || taken == 0};
+}
+// After an update: each parameter has taken one more step.
+void count_steps(const kernels::StepTensors& ts) {
+  for (const Tensor& c : ts.counts) *static_cast<double*>(c.raw_data()) += 1.0;
 }
 
 // Hyper-parameters are rounded to the compute type once, like PyTorch's scalar arguments.
@@ -155,6 +157,7 @@ struct Sgd {
         });
       });
     }
+    count_steps(ts);
   }
 };
 
@@ -199,6 +202,7 @@ struct Adam {
         });
       });
     }
+    count_steps(ts);
   }
 };
 

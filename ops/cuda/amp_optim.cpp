@@ -62,7 +62,7 @@ std::vector<StepItem> step_items(const kernels::StepTensors& ts) {
     it.model = ts.models[i].defined() ? ts.models[i].raw_data() : nullptr;
     for (size_t k = 0; k < ts.states.size() && k < 3; ++k)
       it.state[k] = ts.states[k][i].defined() ? ts.states[k][i].raw_data() : nullptr;
-    it.skips = ts.skips.empty() ? nullptr : static_cast<float*>(ts.skips[i].raw_data());
+    it.count = ts.counts.empty() ? nullptr : static_cast<double*>(ts.counts[i].raw_data());
     it.n = ts.params[i].numel();
     it.step = ts.steps[i];
     it.fresh = ts.fresh[i];
@@ -90,12 +90,12 @@ kernels::StepTensors with_kernel_grads(const kernels::StepTensors& ts, DType a) 
   return r;
 }
 
-// After the step kernels have read them, the skip counts take this step's flag.
-void count_skips(const kernels::StepTensors& ts, cudaStream_t s) {
-  if (ts.skips.empty() || !ts.found_inf.defined()) return;
-  std::vector<float*> p;
-  for (const Tensor& k : ts.skips) p.push_back(static_cast<float*>(k.raw_data()));
-  launch_count_skips(p.data(), static_cast<int>(p.size()), f32_ptr(ts.found_inf), s);
+// After the step kernels have read them, the step counts advance (unless the flag skipped it).
+void count_steps(const kernels::StepTensors& ts, cudaStream_t s) {
+  if (ts.counts.empty()) return;
+  std::vector<double*> p;
+  for (const Tensor& c : ts.counts) p.push_back(static_cast<double*>(c.raw_data()));
+  launch_count_steps(p.data(), static_cast<int>(p.size()), f32_ptr(ts.found_inf), s);
 }
 
 template <typename A>
@@ -109,7 +109,7 @@ struct Sgd {
     const SgdArgs a{h.lr, h.momentum, h.dampening, h.weight_decay, h.nesterov, h.maximize};
     launch_sgd_step(items.data(), static_cast<int>(items.size()), a, dtype_v<A>, f32_ptr(ts.found_inf),
                     f32_ptr(ts.inv_scale), s);
-    count_skips(ts, s);
+    count_steps(kts, s);
   }
 };
 
@@ -124,7 +124,7 @@ struct Adam {
     const AdamArgs a{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.decoupled_weight_decay, h.amsgrad, h.maximize};
     launch_adam_step(items.data(), static_cast<int>(items.size()), a, dtype_v<A>, f32_ptr(ts.found_inf),
                      f32_ptr(ts.inv_scale), s);
-    count_skips(ts, s);
+    count_steps(kts, s);
   }
 };
 

@@ -170,17 +170,14 @@ void unscale_group(const UnscaleItem* items, int count, const float* inv, float*
 // ---- optimizer steps ----
 struct StepCtx {
   bool fresh;
-  double step;  // true step number (skips subtracted)
+  double step;  // the step number being taken
 };
 __device__ __forceinline__ StepCtx step_ctx(const StepItem& it) {
-  StepCtx c;
-  const int64_t skipped = it.skips ? static_cast<int64_t>(*it.skips) : 0;
-  const int64_t step = it.step - skipped;
-  // A buffer created during a step that was then skipped on the device is still fresh at the
-  // first step actually taken.
-  c.fresh = it.fresh != 0 || (it.skips != nullptr && step == 1);
-  c.step = static_cast<double>(step);
-  return c;
+  if (!it.count) return StepCtx{it.fresh != 0, static_cast<double>(it.step)};
+  // Numbered on the device: a buffer created in a step that was then skipped is still fresh at
+  // the first step actually taken.
+  const double taken = *it.count;
+  return StepCtx{it.fresh != 0 || taken == 0.0, taken + 1.0};
 }
 
 // A: arithmetic type; G: gradient; M: model copy to write (void: none); P: the parameter and
@@ -333,16 +330,16 @@ struct AdamK {
   }
 };
 
-constexpr int kSkipPtrs = 512;
-struct SkipPtrs {
-  float* p[kSkipPtrs];
+constexpr int kCountPtrs = 512;
+struct CountPtrs {
+  double* p[kCountPtrs];
 };
 
-// One skipped step per flagged step, as the CPU kernels count: the flag is a sum over losses and
-// optimizers (amp adds theirs up), so it may be 2 or more for a single skip.
-__global__ void count_skips_kernel(SkipPtrs skips, int count, const float* found_inf) {
+// One more step taken by every parameter, unless the flag (a sum over losses and optimizers:
+// any non-zero value) says this one was skipped.
+__global__ void count_steps_kernel(CountPtrs counts, int n, const float* found_inf) {
   const int i = threadIdx.x;
-  if (i < count && *found_inf != 0.0f) *skips.p[i] += 1.0f;
+  if (i < n && (found_inf == nullptr || *found_inf == 0.0f)) *counts.p[i] += 1.0;
 }
 
 __global__ void update_scale_kernel(float* scale, float* tracker, float* skipped, const float* found_inf,
@@ -413,13 +410,13 @@ void launch_adam_step(const StepItem* items, int count, const AdamArgs& h, DType
   launch_step<AdamK>(items, count, h, a_dtype, found_inf, inv_scale, s);
 }
 
-void launch_count_skips(float* const* skips, int count, const float* found_inf, cudaStream_t s) {
-  for (int i = 0; i < count; i += kSkipPtrs) {
-    const int n = count - i < kSkipPtrs ? count - i : kSkipPtrs;
-    SkipPtrs ptrs{};
-    for (int k = 0; k < n; ++k) ptrs.p[k] = skips[i + k];
-    count_skips_kernel<<<1, kSkipPtrs, 0, s>>>(ptrs, n, found_inf);
-    MPX_CUDA_LAUNCH_CHECK("optimizer step skip count");
+void launch_count_steps(double* const* counts, int n, const float* found_inf, cudaStream_t s) {
+  for (int i = 0; i < n; i += kCountPtrs) {
+    const int m = n - i < kCountPtrs ? n - i : kCountPtrs;
+    CountPtrs ptrs{};
+    for (int k = 0; k < m; ++k) ptrs.p[k] = counts[i + k];
+    count_steps_kernel<<<1, kCountPtrs, 0, s>>>(ptrs, m, found_inf);
+    MPX_CUDA_LAUNCH_CHECK("optimizer step count");
   }
 }
 

@@ -25,9 +25,9 @@ struct StepItem {
   const void* grad = nullptr;   // any floating dtype
   void* model = nullptr;        // low-precision copy to write, or null
   void* state[3] = {nullptr, nullptr, nullptr};
-  float* skips = nullptr;       // device count of skipped steps, or null
+  double* count = nullptr;      // device count of steps taken (StepTensors::counts), or null
   int64_t n = 0;
-  int64_t step = 0;             // host step number (skips not yet subtracted)
+  int64_t step = 0;             // host step number, used without a count
   int fresh = 0;                // state buffers were just created
   DType param_dtype = DType::kFloat32;
   DType grad_dtype = DType::kFloat32;
@@ -48,8 +48,8 @@ void launch_sgd_step(const StepItem* items, int count, const SgdArgs& h, DType a
                      const float* inv_scale, cudaStream_t s);
 void launch_adam_step(const StepItem* items, int count, const AdamArgs& h, DType a_dtype, const float* found_inf,
                       const float* inv_scale, cudaStream_t s);
-/// *skips[i] += 1 for every i when *found_inf != 0 (after a step that read them).
-void launch_count_skips(float* const* skips, int count, const float* found_inf, cudaStream_t s);
+/// *counts[i] += 1 for every i unless *found_inf != 0 (after the step that read them).
+void launch_count_steps(double* const* counts, int n, const float* found_inf, cudaStream_t s);
 
 /// torch.amp's _amp_update_scale_ on the device, plus the skip statistics:
 /// overflow (found_inf != 0): scale *= backoff, tracker = 0, skipped += 1;
