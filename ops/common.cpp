@@ -187,8 +187,40 @@ double Tensor::item_double() const {
 
 // ---- in-place methods ----
 namespace {
+// PyTorch's rule: a destination whose elements share memory (an expanded dim) has no defined
+// result, and kernels writing it in parallel would race.
+void check_no_internal_overlap(const Tensor& t, const char* op) {
+  for (int64_t d = 0; d < t.dim(); ++d)
+    MPX_CHECK(t.size(d) <= 1 || t.stride(d) != 0, op, ": dim ", d, " of the destination ", ops::describe(t),
+              " is expanded (stride 0), so several of its elements are one memory location; write into a "
+              ".clone() of it, or into the tensor it was expanded from");
+}
+
+// The bytes [first, last) of its storage a tensor's elements can touch.
+std::pair<int64_t, int64_t> byte_span(const Tensor& t) {
+  int64_t lo = t.storage_offset(), hi = lo;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const int64_t reach = (t.size(d) - 1) * t.stride(d);
+    (reach < 0 ? lo : hi) += reach;
+  }
+  const int64_t es = static_cast<int64_t>(t.element_size());
+  return {lo * es, (hi + 1) * es};
+}
+
+// Whether src is a different view of memory dst also covers (x.narrow(0, 0, n-1).copy_(x.narrow(0, 1, n-1)),
+// a.copy_(a.t())): kernels that read and write in parallel, or memcpy, would see half-written values.
+bool overlaps_differently(const Tensor& dst, const Tensor& src) {
+  if (dst.numel() == 0 || src.numel() == 0 || dst.impl()->storage != src.impl()->storage) return false;
+  if (dst.storage_offset() == src.storage_offset() && dst.strides() == src.strides() && dst.dtype() == src.dtype())
+    return false;  // the same elements: each is read before it is written
+  const auto [a0, a1] = byte_span(dst);
+  const auto [b0, b1] = byte_span(src);
+  return a0 < b1 && b0 < a1;
+}
+
 Tensor& inplace_result(Tensor& self, const Tensor& value, const char* op) {
   ops::check_inplace(self, op);
+  check_no_internal_overlap(self, op);
   MPX_CHECK(broadcast_shapes(self.sizes(), value.sizes(), op) == self.sizes(), op, ": result of shape ",
             shape_str(value.sizes()), " cannot be written into a tensor of shape ", shape_str(self.sizes()));
   NoGradGuard ng;
@@ -201,8 +233,10 @@ Tensor& inplace_result(Tensor& self, const Tensor& value, const char* op) {
 
 Tensor& Tensor::copy_(const Tensor& src) {
   ops::check_inplace(*this, "copy_");
+  check_no_internal_overlap(*this, "copy_");
   NoGradGuard ng;
   Tensor s = src.device() == device() ? src : src.to(device());
+  if (overlaps_differently(*this, s)) s = s.clone();  // read everything before writing anything
   if (s.sizes() != sizes()) s = s.expand(sizes());
   dispatch::kernel<kernels::CopyFn>(OpId::copy, device(), dtype())(*this, s);
   bump_version();

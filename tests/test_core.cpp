@@ -299,3 +299,33 @@ TEST_CASE("copies into channels-last: the layout conversion and same-layout cast
     CHECK(equal(view, x));
   }
 }
+
+TEST_CASE("copy_ between overlapping views of one tensor reads before it writes", "[core][copy]") {
+  // Large enough that the copy runs on several threads in chunks.
+  const int64_t n = 100003;
+  Tensor x = arange(0, static_cast<double>(n));
+  const Tensor expect = arange(1, static_cast<double>(n));
+  x.narrow(0, 0, n - 1).copy_(x.narrow(0, 1, n - 1));  // shift left by one
+  CHECK(equal(x.narrow(0, 0, n - 1), expect));
+  Tensor y = arange(0, static_cast<double>(n));
+  y.narrow(0, 1, n - 1).copy_(y.narrow(0, 0, n - 1));  // shift right by one
+  CHECK(equal(y.narrow(0, 1, n - 1), arange(0, static_cast<double>(n - 1))));
+  Tensor a = randn({400, 400});
+  const Tensor at = a.t().contiguous();
+  a.copy_(a.t());  // transpose in place
+  CHECK(equal(a, at));
+  Tensor same = randn({1000});
+  const Tensor before = same.clone();
+  same.copy_(same);  // the same elements: nothing to protect
+  CHECK(equal(same, before));
+}
+
+TEST_CASE("writing into an expanded tensor is a clear error", "[core][copy]") {
+  Tensor base = zeros({1, 5});
+  Tensor e = base.expand({3, 5});
+  CHECK_THROWS_WITH(e.copy_(ones({3, 5})), Catch::Contains("expanded (stride 0)"));
+  CHECK_THROWS_WITH(e.add_(1.0), Catch::Contains("expanded (stride 0)"));
+  CHECK(equal(base, zeros({1, 5})));
+  base.expand({1, 5}).copy_(ones({1, 5}));  // size-1 dims are not expanded
+  CHECK(equal(base, ones({1, 5})));
+}
