@@ -11,8 +11,8 @@
 
 namespace mpx::cuda {
 
-/// Bytes held by the stream-ordered pool of one device (reserved: what the pool holds from
-/// the driver, allocated + cached).
+/// Bytes held by the stream-ordered pool of one device plus its CUDA graphs' memory (reserved:
+/// what both hold from the driver, allocated + cached).
 using MemoryStats = mpx::MemoryStats;
 /// Statistics of a device's pool (device -1: the current device).
 MemoryStats memory_stats(int device = -1);

@@ -195,11 +195,17 @@ void free_now(void* q, cudaStream_t s) {
   if (cudaFreeAsync(q, s) != cudaSuccess) cudaGetLastError();
 }
 
-void flush_deferred_frees() {
+// Ends one capture's share of the deferral and issues the held-back frees, except those on a
+// stream another thread is still capturing (they wait for that capture's end). The count
+// changes under the lock the deleters check it under, so no free is queued after the last flush.
+void end_capture_and_flush() {
   std::vector<std::pair<void*, cudaStream_t>> todo;
   {
     std::lock_guard<std::mutex> l(g_deferred_m);
-    todo.swap(g_deferred);
+    g_active_captures.fetch_sub(1);
+    std::vector<std::pair<void*, cudaStream_t>> keep;
+    for (auto& e : g_deferred) (capture_id(e.second) != 0 ? keep : todo).push_back(e);
+    g_deferred.swap(keep);
   }
   for (auto& [q, s] : todo) free_now(q, s);
 }
@@ -250,12 +256,15 @@ struct CudaAllocator final : Allocator {
       int prev = 0;
       cudaGetDevice(&prev);
       if (prev != dev) cudaSetDevice(dev);
-      if (g_active_captures.load() > 0 && (born_in == 0 || capture_id(s) != born_in)) {
+      bool deferred = false;
+      if (g_active_captures.load() > 0) {
         std::lock_guard<std::mutex> l(g_deferred_m);
-        g_deferred.emplace_back(q, s);
-      } else {
-        free_now(q, s);
+        if (g_active_captures.load() > 0 && (born_in == 0 || capture_id(s) != born_in)) {
+          g_deferred.emplace_back(q, s);
+          deferred = true;
+        }
       }
+      if (!deferred) free_now(q, s);
       if (prev != dev) cudaSetDevice(prev);
     });
   }
@@ -367,21 +376,35 @@ void synchronize(int device) {
 
 MemoryStats memory_stats(int device) {
   const int dev = resolve(device);
+  // CUDA graphs allocate from the device's graph memory, not the pool: both count (the peak is
+  // the sum of the two high-water marks, an upper bound when they were reached apart).
+  auto graph_attr = [dev](cudaGraphMemAttributeType a) {
+    uint64_t v = 0;
+    MPX_CUDA_CHECK(cudaDeviceGetGraphMemAttribute(dev, a, &v), "cuda memory_stats");
+    return static_cast<int64_t>(v);
+  };
   MemoryStats s;
-  s.allocated = static_cast<int64_t>(pool_attr(dev, cudaMemPoolAttrUsedMemCurrent));
-  s.reserved = static_cast<int64_t>(pool_attr(dev, cudaMemPoolAttrReservedMemCurrent));
-  s.peak_allocated = static_cast<int64_t>(pool_attr(dev, cudaMemPoolAttrUsedMemHigh));
+  s.allocated = static_cast<int64_t>(pool_attr(dev, cudaMemPoolAttrUsedMemCurrent)) +
+                graph_attr(cudaGraphMemAttrUsedMemCurrent);
+  s.reserved = static_cast<int64_t>(pool_attr(dev, cudaMemPoolAttrReservedMemCurrent)) +
+               graph_attr(cudaGraphMemAttrReservedMemCurrent);
+  s.peak_allocated = static_cast<int64_t>(pool_attr(dev, cudaMemPoolAttrUsedMemHigh)) +
+                     graph_attr(cudaGraphMemAttrUsedMemHigh);
   return s;
 }
 void reset_peak_memory_stats(int device) {
+  const int dev = resolve(device);
   uint64_t zero = 0;  // the only value the driver accepts: restarts the high-water mark
-  MPX_CUDA_CHECK(cudaMemPoolSetAttribute(pool_of(resolve(device)), cudaMemPoolAttrUsedMemHigh, &zero),
+  MPX_CUDA_CHECK(cudaMemPoolSetAttribute(pool_of(dev), cudaMemPoolAttrUsedMemHigh, &zero),
+                 "cuda reset_peak_memory_stats");
+  MPX_CUDA_CHECK(cudaDeviceSetGraphMemAttribute(dev, cudaGraphMemAttrUsedMemHigh, &zero),
                  "cuda reset_peak_memory_stats");
 }
 void empty_cache(int device) {
   const int dev = resolve(device);
   synchronize(dev);
   MPX_CUDA_CHECK(cudaMemPoolTrimTo(pool_of(dev), 0), "cuda empty_cache");
+  MPX_CUDA_CHECK(cudaDeviceGraphMemTrim(dev), "cuda empty_cache");
 }
 
 void poison_allocations(bool on) { g_poison.store(on); }
@@ -530,8 +553,7 @@ Graph::~Graph() {
     set_current_stream(g.prev);
     if (cudaStreamEndCapture(g.side, &partial) == cudaSuccess && partial) cudaGraphDestroy(partial);
     cudaGetLastError();
-    g_active_captures.fetch_sub(1);
-    flush_deferred_frees();
+    end_capture_and_flush();
   }
   if (g.exec) cudaGraphExecDestroy(g.exec);
   if (g.graph) cudaGraphDestroy(g.graph);
@@ -571,8 +593,7 @@ void Graph::capture_end() {
   g.capturing = false;
   set_current_stream(g.prev);
   const cudaError_t e = cudaStreamEndCapture(g.side, &g.graph);
-  g_active_captures.fetch_sub(1);
-  flush_deferred_frees();
+  end_capture_and_flush();
   if (e == cudaErrorStreamCaptureInvalidated || e == cudaErrorStreamCaptureUnsupported) {
     cudaGetLastError();
     MPX_ERROR("cuda::Graph::capture_end: the capture was invalidated (", cudaGetErrorString(e),
