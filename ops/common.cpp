@@ -238,6 +238,12 @@ Tensor& Tensor::copy_(const Tensor& src) {
   Tensor s = src.device() == device() ? src : src.to(device());
   if (overlaps_differently(*this, s)) s = s.clone();  // read everything before writing anything
   if (s.sizes() != sizes()) s = s.expand(sizes());
+  const bool same_view = s.impl()->storage == impl()->storage && s.storage_offset() == storage_offset() &&
+                         s.strides() == strides() && s.dtype() == dtype();
+  if (same_view) {  // x.copy_(x): nothing to move (and no memcpy onto itself)
+    bump_version();
+    return *this;
+  }
   dispatch::kernel<kernels::CopyFn>(OpId::copy, device(), dtype())(*this, s);
   bump_version();
   return *this;
