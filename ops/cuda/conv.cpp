@@ -271,42 +271,46 @@ cudnnStatus_t run_algo(Call& c, cudnnHandle_t h, const Choice& ch, const Tensor&
   c.cd.set_math(ch.math, c.op);
   const Scale one(1.0), zero(0.0);
   size_t bytes = 0;
-  cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+  // The size query's status, then the call on a workspace of that size (if one can be had).
+  auto with_workspace = [&](cudnnStatus_t query, auto&& call) {
+    if (query != CUDNN_STATUS_SUCCESS) return query;
+    const Tensor ws = try_workspace(out, bytes, short_of, why);
+    if (*short_of) return CUDNN_STATUS_SUCCESS;
+    return call(ws.defined() ? ws.raw_data() : nullptr);
+  };
   switch (c.dir) {
     case Dir::kForward: {
       const auto algo = static_cast<cudnnConvolutionFwdAlgo_t>(ch.algo);
-      st = cudnnGetConvolutionForwardWorkspaceSize(h, c.xd.get(), c.wd.get(), c.cd.get(), c.yd.get(), algo, &bytes);
-      if (st != CUDNN_STATUS_SUCCESS) return st;
-      Tensor ws = try_workspace(out, bytes, short_of, why);
-      if (*short_of) return st;
-      return cudnnConvolutionForward(h, one.of(c.dt), c.xd.get(), c.x.raw_data(), c.wd.get(), c.w.raw_data(),
-                                     c.cd.get(), algo, ws.defined() ? ws.raw_data() : nullptr, bytes, zero.of(c.dt),
-                                     c.yd.get(), c.y.raw_data());
+      return with_workspace(
+          cudnnGetConvolutionForwardWorkspaceSize(h, c.xd.get(), c.wd.get(), c.cd.get(), c.yd.get(), algo, &bytes),
+          [&](void* ws) {
+            return cudnnConvolutionForward(h, one.of(c.dt), c.xd.get(), c.x.raw_data(), c.wd.get(), c.w.raw_data(),
+                                           c.cd.get(), algo, ws, bytes, zero.of(c.dt), c.yd.get(), c.y.raw_data());
+          });
     }
     case Dir::kBackwardData: {
       const auto algo = static_cast<cudnnConvolutionBwdDataAlgo_t>(ch.algo);
-      st = cudnnGetConvolutionBackwardDataWorkspaceSize(h, c.wd.get(), c.yd.get(), c.cd.get(), c.xd.get(), algo,
-                                                        &bytes);
-      if (st != CUDNN_STATUS_SUCCESS) return st;
-      Tensor ws = try_workspace(out, bytes, short_of, why);
-      if (*short_of) return st;
-      return cudnnConvolutionBackwardData(h, one.of(c.dt), c.wd.get(), c.w.raw_data(), c.yd.get(), c.y.raw_data(),
-                                          c.cd.get(), algo, ws.defined() ? ws.raw_data() : nullptr, bytes,
-                                          zero.of(c.dt), c.xd.get(), c.x.raw_data());
+      return with_workspace(
+          cudnnGetConvolutionBackwardDataWorkspaceSize(h, c.wd.get(), c.yd.get(), c.cd.get(), c.xd.get(), algo, &bytes),
+          [&](void* ws) {
+            return cudnnConvolutionBackwardData(h, one.of(c.dt), c.wd.get(), c.w.raw_data(), c.yd.get(),
+                                                c.y.raw_data(), c.cd.get(), algo, ws, bytes, zero.of(c.dt), c.xd.get(),
+                                                c.x.raw_data());
+          });
     }
     case Dir::kBackwardFilter: {
       const auto algo = static_cast<cudnnConvolutionBwdFilterAlgo_t>(ch.algo);
-      st = cudnnGetConvolutionBackwardFilterWorkspaceSize(h, c.xd.get(), c.yd.get(), c.cd.get(), c.wd.get(), algo,
-                                                          &bytes);
-      if (st != CUDNN_STATUS_SUCCESS) return st;
-      Tensor ws = try_workspace(out, bytes, short_of, why);
-      if (*short_of) return st;
-      return cudnnConvolutionBackwardFilter(h, one.of(c.dt), c.xd.get(), c.x.raw_data(), c.yd.get(), c.y.raw_data(),
-                                            c.cd.get(), algo, ws.defined() ? ws.raw_data() : nullptr, bytes,
-                                            zero.of(c.dt), c.wd.get(), c.w.raw_data());
+      return with_workspace(
+          cudnnGetConvolutionBackwardFilterWorkspaceSize(h, c.xd.get(), c.yd.get(), c.cd.get(), c.wd.get(), algo,
+                                                         &bytes),
+          [&](void* ws) {
+            return cudnnConvolutionBackwardFilter(h, one.of(c.dt), c.xd.get(), c.x.raw_data(), c.yd.get(),
+                                                  c.y.raw_data(), c.cd.get(), algo, ws, bytes, zero.of(c.dt),
+                                                  c.wd.get(), c.w.raw_data());
+          });
     }
   }
-  return st;
+  return CUDNN_STATUS_SUCCESS;
 }
 
 // Runs a described call, overwriting its output (y, x or w by direction). False, with nothing
