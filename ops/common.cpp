@@ -207,12 +207,16 @@ std::pair<int64_t, int64_t> byte_span(const Tensor& t) {
   return {lo * es, (hi + 1) * es};
 }
 
-// Whether src is a different view of memory dst also covers (x.narrow(0, 0, n-1).copy_(x.narrow(0, 1, n-1)),
-// a.copy_(a.t())): kernels that read and write in parallel, or memcpy, would see half-written values.
-bool overlaps_differently(const Tensor& dst, const Tensor& src) {
+// Whether two tensors are one view of the same elements (x.copy_(x)).
+bool same_elements(const Tensor& a, const Tensor& b) {
+  return a.impl()->storage == b.impl()->storage && a.storage_offset() == b.storage_offset() &&
+         a.sizes() == b.sizes() && a.strides() == b.strides() && a.dtype() == b.dtype();
+}
+
+// Whether src shares memory with dst (other than as the same view: x.narrow(0, 0, n-1).copy_(x.narrow(0, 1,
+// n-1)), a.copy_(a.t())): kernels that read and write in parallel, or memcpy, would see half-written values.
+bool overlaps(const Tensor& dst, const Tensor& src) {
   if (dst.numel() == 0 || src.numel() == 0 || dst.impl()->storage != src.impl()->storage) return false;
-  if (dst.storage_offset() == src.storage_offset() && dst.strides() == src.strides() && dst.dtype() == src.dtype())
-    return false;  // the same elements: each is read before it is written
   const auto [a0, a1] = byte_span(dst);
   const auto [b0, b1] = byte_span(src);
   return a0 < b1 && b0 < a1;
@@ -236,14 +240,12 @@ Tensor& Tensor::copy_(const Tensor& src) {
   check_no_internal_overlap(*this, "copy_");
   NoGradGuard ng;
   Tensor s = src.device() == device() ? src : src.to(device());
-  if (overlaps_differently(*this, s)) s = s.clone();  // read everything before writing anything
-  if (s.sizes() != sizes()) s = s.expand(sizes());
-  const bool same_view = s.impl()->storage == impl()->storage && s.storage_offset() == storage_offset() &&
-                         s.strides() == strides() && s.dtype() == dtype();
-  if (same_view) {  // x.copy_(x): nothing to move (and no memcpy onto itself)
+  if (same_elements(*this, s)) {  // x.copy_(x): nothing to move (and no memcpy onto itself)
     bump_version();
     return *this;
   }
+  if (overlaps(*this, s)) s = s.clone();  // read everything before writing anything
+  if (s.sizes() != sizes()) s = s.expand(sizes());
   dispatch::kernel<kernels::CopyFn>(OpId::copy, device(), dtype())(*this, s);
   bump_version();
   return *this;
