@@ -24,7 +24,16 @@ AutogradMeta& meta(const Tensor& t) {
 }
 AutogradMeta* meta_if(const Tensor& t) { return t.defined() ? t.impl()->autograd.get() : nullptr; }
 
+void check_view_current(const Tensor& t) {
+  const TensorImpl* i = t.impl();
+  if (i->view != TensorImpl::View::view || i->view_rebases == i->storage->rebases.load(std::memory_order_relaxed)) return;
+  MPX_ERROR("autograd: a view (", dtype_name(t.dtype()), shape_str(t.sizes()), ") is used after an in-place op that "
+            "autograd recorded on the tensor it views, so its gradient history no longer matches its values; take "
+            "the view again after the in-place op, or apply the op out of place");
+}
+
 Edge gradient_edge(const Tensor& t) {
+  check_view_current(t);
   AutogradMeta* m = meta_if(t);
   if (!m) return {};
   if (m->grad_fn) return {m->grad_fn, m->output_nr};
@@ -92,18 +101,21 @@ void FunctionNode::release_variables() {
 }
 tensor_list FunctionNode::apply(tensor_list&& grads) { return fn_(*this, grads); }
 
-bool any_requires_grad(const tensor_list& inputs) {
+namespace {
+template <typename List>
+bool any_requires_grad_in(const List& inputs) {
   if (!GradMode::is_enabled()) return false;
-  for (const auto& t : inputs)
-    if (t.defined() && t.requires_grad()) return true;
-  return false;
+  bool any = false;
+  for (const auto& t : inputs) {
+    if (!t.defined()) continue;
+    check_view_current(t);
+    any = any || t.requires_grad();
+  }
+  return any;
 }
-bool any_requires_grad(std::initializer_list<Tensor> inputs) {
-  if (!GradMode::is_enabled()) return false;
-  for (const auto& t : inputs)
-    if (t.defined() && t.requires_grad()) return true;
-  return false;
-}
+}  // namespace
+bool any_requires_grad(const tensor_list& inputs) { return any_requires_grad_in(inputs); }
+bool any_requires_grad(std::initializer_list<Tensor> inputs) { return any_requires_grad_in(inputs); }
 
 std::shared_ptr<FunctionNode> record(const char* name, const tensor_list& inputs, const tensor_list& outputs,
                                      FunctionNode::BackwardFn backward) {

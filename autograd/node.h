@@ -57,6 +57,10 @@ struct AutogradMeta {
 AutogradMeta& meta(const Tensor& t);  // creates on first use
 AutogradMeta* meta_if(const Tensor& t);
 
+/// Throws when `t` is a view taken before an in-place op that autograd recorded on the memory
+/// it views (its history would no longer describe its values).
+void check_view_current(const Tensor& t);
+
 /// The edge a gradient for `t` must flow along: its grad_fn, or its leaf accumulator.
 Edge gradient_edge(const Tensor& t);
 

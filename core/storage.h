@@ -15,6 +15,9 @@ struct StorageImpl {
   size_t nbytes = 0;
   Device device;
   std::atomic<uint64_t> version{0};
+  /// Counts in-place ops recorded by autograd on a tensor using this memory: each gives that
+  /// tensor a new history, which views taken before it do not follow.
+  std::atomic<uint64_t> rebases{0};
 };
 
 }  // namespace mpx

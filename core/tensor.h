@@ -66,6 +66,12 @@ struct TensorImpl {
   int64_t offset = 0;  // in elements
   DType dtype = kFloat32;
   std::shared_ptr<autograd::AutogradMeta> autograd;  // null until autograd needs it
+  /// Made from another tensor's memory by a view op or by detach(): autograd refuses to record
+  /// an in-place op on either, since the tensor they alias would keep a stale history.
+  enum class View : uint8_t { none, view, detached } view = View::none;
+  /// For View::view, the storage's `rebases` when the view was made: a recorded in-place write
+  /// into the memory since then makes the view's own history stale, so autograd refuses to use it.
+  uint64_t view_rebases = 0;
 };
 
 /// An n-d array handle with value semantics of a shared_ptr: copies alias the same data.
@@ -169,7 +175,12 @@ class Tensor {
   Tensor view_as(const Tensor& other) const { return view(other.sizes()); }
   Tensor reshape_as(const Tensor& other) const { return reshape(other.sizes()); }
 
-  // ---- in-place (not recorded by autograd; refused on tensors that need grad) ----
+  // ---- in-place ----
+  // PyTorch's autograd rule: on a tensor that needs no grad they just write; while autograd
+  // records (grad mode on and the tensor or an argument requires grad) the op joins the graph
+  // and the tensor's history is rebased onto it. Refused on a leaf that requires grad (update
+  // parameters under NoGradGuard) and on views; a tensor saved for backward and modified
+  // afterwards is an error at backward naming the node that saved it.
   Tensor& zero_();
   Tensor& fill_(double value);
   Tensor& copy_(const Tensor& src);
@@ -181,6 +192,7 @@ class Tensor {
   Tensor& div_(const Tensor& other);
   Tensor& div_(double value) { return mul_(1.0 / value); }
   Tensor& clamp_(double lo, double hi);
+  Tensor& relu_();
   Tensor& normal_(double mean = 0.0, double std = 1.0);
   Tensor& uniform_(double from = 0.0, double to = 1.0);
 

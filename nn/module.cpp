@@ -28,6 +28,8 @@ void set_data(const Tensor& dst, const Tensor& src) {
   d->strides = s->strides;
   d->offset = s->offset;
   d->dtype = s->dtype;
+  d->view = s->view;
+  d->view_rebases = s->view_rebases;
 }
 
 void check_name(const std::string& name, const char* what) {

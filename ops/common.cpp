@@ -1,4 +1,4 @@
-// Op plumbing shared by every family: the autocast stage, promotion, conversions, in-place methods.
+// Op plumbing shared by every family: the autocast stage, promotion, conversions, factories, autograd-facing methods.
 #include <cmath>
 
 #include "autograd/engine.h"
@@ -114,12 +114,6 @@ Tensor reduce_grad(const Tensor& g, const IntList& shape, DType dtype) {
   return r.dtype() == dtype ? r : r.to(dtype);
 }
 
-void check_inplace(const Tensor& t, const char* op) {
-  MPX_CHECK(!(GradMode::is_enabled() && t.requires_grad()), op, ": in-place modification of a tensor that requires "
-            "grad (", describe(t), ") would corrupt autograd; use the out-of-place form, or wrap the update in "
-            "mpx::NoGradGuard when it is a parameter update");
-}
-
 }  // namespace ops
 
 // ---- copies and conversions ----
@@ -183,116 +177,6 @@ double Tensor::item_double() const {
   MPX_CHECK(defined() && numel() == 1, "item(): expected a tensor with one element, got ", ops::describe(*this));
   Tensor c = device().is_cpu() ? *this : to(Device::cpu());
   return cpu_scalar_as_double(c);
-}
-
-// ---- in-place methods ----
-namespace {
-// PyTorch's rule: a destination whose elements share memory (an expanded dim) has no defined
-// result, and kernels writing it in parallel would race.
-void check_no_internal_overlap(const Tensor& t, const char* op) {
-  for (int64_t d = 0; d < t.dim(); ++d)
-    MPX_CHECK(t.size(d) <= 1 || t.stride(d) != 0, op, ": dim ", d, " of the destination ", ops::describe(t),
-              " is expanded (stride 0), so several of its elements are one memory location; write into a "
-              ".clone() of it, or into the tensor it was expanded from");
-}
-
-// The bytes [first, last) of its storage a tensor's elements can touch.
-std::pair<int64_t, int64_t> byte_span(const Tensor& t) {
-  int64_t lo = t.storage_offset(), hi = lo;
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    const int64_t reach = (t.size(d) - 1) * t.stride(d);
-    (reach < 0 ? lo : hi) += reach;
-  }
-  const int64_t es = static_cast<int64_t>(t.element_size());
-  return {lo * es, (hi + 1) * es};
-}
-
-// Whether two tensors are one view of the same elements (x.copy_(x)).
-bool same_elements(const Tensor& a, const Tensor& b) {
-  return a.impl()->storage == b.impl()->storage && a.storage_offset() == b.storage_offset() &&
-         a.sizes() == b.sizes() && a.strides() == b.strides() && a.dtype() == b.dtype();
-}
-
-// Whether src shares memory with dst (other than as the same view: x.narrow(0, 0, n-1).copy_(x.narrow(0, 1,
-// n-1)), a.copy_(a.t())): kernels that read and write in parallel, or memcpy, would see half-written values.
-bool overlaps(const Tensor& dst, const Tensor& src) {
-  if (dst.numel() == 0 || src.numel() == 0 || dst.impl()->storage != src.impl()->storage) return false;
-  const auto [a0, a1] = byte_span(dst);
-  const auto [b0, b1] = byte_span(src);
-  return a0 < b1 && b0 < a1;
-}
-
-Tensor& inplace_result(Tensor& self, const Tensor& value, const char* op) {
-  ops::check_inplace(self, op);
-  check_no_internal_overlap(self, op);
-  MPX_CHECK(broadcast_shapes(self.sizes(), value.sizes(), op) == self.sizes(), op, ": result of shape ",
-            shape_str(value.sizes()), " cannot be written into a tensor of shape ", shape_str(self.sizes()));
-  NoGradGuard ng;
-  Tensor v = value.sizes() == self.sizes() ? value : value.expand(self.sizes());
-  dispatch::kernel<kernels::CopyFn>(OpId::copy, self.device(), self.dtype())(self, v);
-  self.bump_version();
-  return self;
-}
-}  // namespace
-
-Tensor& Tensor::copy_(const Tensor& src) {
-  ops::check_inplace(*this, "copy_");
-  check_no_internal_overlap(*this, "copy_");
-  NoGradGuard ng;
-  Tensor s = src.device() == device() ? src : src.to(device());
-  if (same_elements(*this, s)) {  // x.copy_(x): nothing to move (and no memcpy onto itself)
-    bump_version();
-    return *this;
-  }
-  if (overlaps(*this, s)) s = s.clone();  // read everything before writing anything
-  if (s.sizes() != sizes()) s = s.expand(sizes());
-  dispatch::kernel<kernels::CopyFn>(OpId::copy, device(), dtype())(*this, s);
-  bump_version();
-  return *this;
-}
-Tensor& Tensor::fill_(double v) {
-  ops::check_inplace(*this, "fill_");
-  if (is_contiguous()) {
-    dispatch::kernel<kernels::FillFn>(OpId::fill, device(), dtype())(*this, v);
-    bump_version();
-    return *this;
-  }
-  return inplace_result(*this, full({}, v, options()), "fill_");
-}
-Tensor& Tensor::zero_() { return fill_(0.0); }
-Tensor& Tensor::add_(const Tensor& o, double alpha) {
-  ops::check_inplace(*this, "add_");
-  NoGradGuard ng;
-  return inplace_result(*this, add(*this, o, alpha), "add_");
-}
-Tensor& Tensor::add_(double v) { ops::check_inplace(*this, "add_"); NoGradGuard ng; return inplace_result(*this, add(*this, v), "add_"); }
-Tensor& Tensor::mul_(const Tensor& o) { ops::check_inplace(*this, "mul_"); NoGradGuard ng; return inplace_result(*this, mul(*this, o), "mul_"); }
-Tensor& Tensor::mul_(double v) { ops::check_inplace(*this, "mul_"); NoGradGuard ng; return inplace_result(*this, mul(*this, v), "mul_"); }
-Tensor& Tensor::div_(const Tensor& o) { ops::check_inplace(*this, "div_"); NoGradGuard ng; return inplace_result(*this, div(*this, o), "div_"); }
-Tensor& Tensor::clamp_(double lo, double hi) { ops::check_inplace(*this, "clamp_"); NoGradGuard ng; return inplace_result(*this, mpx::clamp(*this, lo, hi), "clamp_"); }
-namespace {
-// Draws straight into a contiguous floating tensor (the kernels take the affine parameters),
-// skipping three full-size temporaries: nn::init of a 100M-weight layer is ~4x faster. Same
-// generator positions as the rand()/randn() path; the affine step is rounded once.
-bool random_fill_inplace(Tensor& t, OpId op, double a, double b) {
-  if (!t.is_contiguous() || !is_floating(t.dtype())) return false;
-  auto [seed, off] = random::default_generator().reserve(static_cast<uint64_t>(t.numel()));
-  dispatch::kernel<kernels::RandFn>(op, t.device(), t.dtype())(t, seed, off, a, b);
-  t.bump_version();
-  return true;
-}
-}  // namespace
-Tensor& Tensor::normal_(double mean, double std) {
-  ops::check_inplace(*this, "normal_");
-  NoGradGuard ng;
-  if (random_fill_inplace(*this, OpId::rand_normal, mean, std)) return *this;
-  return inplace_result(*this, randn(sizes(), options()) * std + mean, "normal_");
-}
-Tensor& Tensor::uniform_(double from, double to) {
-  ops::check_inplace(*this, "uniform_");
-  NoGradGuard ng;
-  if (random_fill_inplace(*this, OpId::rand_uniform, from, to)) return *this;
-  return inplace_result(*this, rand(sizes(), options()) * (to - from) + from, "uniform_");
 }
 
 // ---- factories ----
@@ -403,6 +287,7 @@ void Tensor::retain_grad() const {
 Tensor Tensor::detach() const {
   auto impl = std::make_shared<TensorImpl>(*impl_);
   impl->autograd.reset();
+  impl->view = TensorImpl::View::detached;  // shares this memory: in-place writes through it are never recorded
   return Tensor(impl);
 }
 void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {

@@ -42,9 +42,11 @@ Tensor zero_like_scalar(const Tensor& g) { return zeros({}, g.options()); }
 
 // Binary op: promotion, broadcasting, kernel; backward returns grads for (a, b) before
 // they are reduced to each input's shape and dtype.
+// `reads_inputs` false: the backward needs only the inputs' shapes and dtypes (add, sub), so the
+// inputs are not kept alive, and an in-place write into one of them cannot invalidate the node.
 template <typename Bwd>
 Tensor binary(OpId op, const char* node, const Tensor& a0, const Tensor& b0, double alpha, Bwd bwd,
-              bool true_div = false) {
+              bool true_div = false, bool reads_inputs = true) {
   MPX_CHECK(a0.defined() && b0.defined(), op_name(op), ": an operand is undefined");
   auto in = ops::autocast(op, {a0, b0});
   const Device dev = ops::common_device(op_name(op), in);
@@ -57,13 +59,17 @@ Tensor binary(OpId op, const char* node, const Tensor& a0, const Tensor& b0, dou
     Tensor a = in[0].to(dt).expand(shape), b = in[1].to(dt).expand(shape);
     dispatch::kernel<BinaryFn>(op, dev, dt)(out, a, b, alpha);
   }
-  if (auto n = autograd::record(node, in, {out}, [bwd, alpha](FunctionNode& self, const tensor_list& g) -> tensor_list {
-        Tensor a = self.saved(0), b = self.saved(1);
+  const DType da = in[0].dtype(), db = in[1].dtype();
+  if (auto n = autograd::record(node, in, {out}, [bwd, alpha, reads_inputs, da, db](FunctionNode& self, const tensor_list& g) -> tensor_list {
+        Tensor a = reads_inputs ? self.saved(0) : Tensor(), b = reads_inputs ? self.saved(1) : Tensor();
         auto [ga, gb] = bwd(g[0], a, b, alpha);
-        return {ops::reduce_grad(ga, a), ops::reduce_grad(gb, b)};
+        return {ops::reduce_grad(ga, self.shapes[0], da), ops::reduce_grad(gb, self.shapes[1], db)};
       })) {
-    n->save(in[0]);
-    n->save(in[1]);
+    n->shapes = {in[0].sizes(), in[1].sizes()};
+    if (reads_inputs) {
+      n->save(in[0]);
+      n->save(in[1]);
+    }
   }
   return out;
 }
@@ -211,12 +217,12 @@ Tensor threshold_backward(const Tensor& g0, const Tensor& x0, double thr) {
 Tensor add(const Tensor& a, const Tensor& b, double alpha) {
   return binary(OpId::add, "AddBackward", a, b, alpha, [](const Tensor& g, const Tensor&, const Tensor&, double al) {
     return std::make_pair(g, al == 1.0 ? g : g * al);
-  });
+  }, false, false);
 }
 Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
   return binary(OpId::sub, "SubBackward", a, b, alpha, [](const Tensor& g, const Tensor&, const Tensor&, double al) {
     return std::make_pair(g, g * -al);
-  });
+  }, false, false);
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
   return binary(OpId::mul, "MulBackward", a, b, 1.0, [](const Tensor& g, const Tensor& a, const Tensor& b, double) {

@@ -30,10 +30,6 @@ Device common_device(const char* op, const tensor_list& ts);
 Tensor reduce_grad(const Tensor& g, const IntList& shape, DType dtype);
 inline Tensor reduce_grad(const Tensor& g, const Tensor& like) { return reduce_grad(g, like.sizes(), like.dtype()); }
 
-/// Throws when an in-place op would silently corrupt autograd (a leaf or graph tensor
-/// that requires grad while grad mode is on).
-void check_inplace(const Tensor& t, const char* op);
-
 /// Options for an elementwise result of `shape` on `dev`: on a GPU the output keeps the
 /// channels-last layout of the first input of that shape, so NHWC activations flow through
 /// activations and residual adds without layout round trips (CPU kernels write row-major).

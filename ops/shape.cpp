@@ -18,6 +18,8 @@ Tensor make_view(const Tensor& x, IntList sizes, IntList strides, int64_t offset
   impl->strides = std::move(strides);
   impl->offset = offset;
   impl->dtype = x.dtype();
+  impl->view = TensorImpl::View::view;
+  impl->view_rebases = impl->storage->rebases.load();
   return Tensor(std::move(impl));
 }
 

@@ -1,0 +1,155 @@
+// In-place ops under autograd, PyTorch's rule: recorded on non-leaves (history rebased), refused on
+// leaves that require grad and on views, saved tensors modified afterwards caught at backward;
+// apex's promotion cases for in-place ops under autocast (tests/L0/run_amp/test_promotion.py).
+#include <catch2/catch.hpp>
+
+#include "amp/autocast.h"
+#include "gradcheck.h"
+#include "ops/shape.h"
+
+using namespace mpx;
+using testing::gradcheck;
+
+namespace {
+Tensor leaf(const IntList& shape, uint64_t seed) {
+  manual_seed(seed);
+  return randn(shape, TensorOptions(kFloat64)).set_requires_grad(true);
+}
+}  // namespace
+
+TEST_CASE("in-place ops on non-leaf tensors are recorded and pass gradcheck", "[autograd][inplace]") {
+  Tensor x = leaf({3, 4}, 1), y = leaf({3, 4}, 2), row = leaf({4}, 3);
+  Tensor pos = (leaf({3, 4}, 4).detach().abs() + 0.5).set_requires_grad(true);  // away from div's pole
+  const std::vector<std::pair<const char*, testing::Fn>> cases = {
+      {"add_", [](const tensor_list& in) { Tensor h = in[0] * 1.5; h.add_(in[1], 0.5); return h; }},
+      {"add_ broadcast", [](const tensor_list& in) { Tensor h = in[0].clone(); h.add_(in[2]); return h * h; }},
+      {"add_ scalar", [](const tensor_list& in) { Tensor h = in[0].clone(); h.add_(2.0); return h * h; }},
+      {"sub_", [](const tensor_list& in) { Tensor h = in[0] * in[1]; h.sub_(in[1], 2.0); return h; }},
+      {"mul_", [](const tensor_list& in) { Tensor h = in[0].clone(); h.mul_(in[1]); return h * in[0]; }},
+      {"mul_ scalar", [](const tensor_list& in) { Tensor h = in[0] * 1.0; h.mul_(3.0); return h * h; }},
+      {"div_", [](const tensor_list& in) { Tensor h = in[0] * in[1]; h.div_(in[3]); return h; }},
+      {"clamp_", [](const tensor_list& in) { Tensor h = in[0] * 2.0; h.clamp_(-0.5, 0.7); return h * in[1]; }},
+      {"relu_", [](const tensor_list& in) { Tensor h = in[0] + in[1]; h.relu_(); return h; }},
+      {"copy_", [](const tensor_list& in) { Tensor h = in[0] * 2.0; h.copy_(in[2]); return h * in[1]; }},
+      {"fill_", [](const tensor_list& in) { Tensor h = in[0] * 2.0; h.fill_(0.25); return h * in[1]; }},
+      {"zero_ then add_", [](const tensor_list& in) { Tensor h = in[0] * 2.0; h.zero_(); h.add_(in[1]); return h * in[0]; }},
+      {"chain", [](const tensor_list& in) {
+         Tensor h = in[0] * in[1];
+         h += in[0];  // a ResNet's `out += identity`
+         h.relu_();
+         h *= in[1];
+         return h;
+       }},
+  };
+  for (const auto& [name, fn] : cases) {
+    INFO(name);
+    CHECK(gradcheck(fn, {x, y, row, pos}) == "");
+  }
+}
+
+TEST_CASE("in-place on a non-leaf keeps its dtype and rebases its history", "[autograd][inplace]") {
+  Tensor x = leaf({4}, 5);
+  Tensor h = x.clone();
+  h.add_(2.0);
+  CHECK(h.grad_fn()->name() == "AddBackward");
+  CHECK_FALSE(h.is_leaf());
+  h.retain_grad();
+  h.mul_(3.0);
+  CHECK(h.grad_fn()->name() == "MulBackward");
+  sum(h).backward();
+  CHECK(allclose(x.grad(), full({4}, 3.0, kFloat64)));
+  CHECK(allclose(h.grad(), ones({4}, kFloat64)));  // retain_grad follows the rebase
+
+  // A tensor that did not require grad takes the history of what is added into it (torch's buffers).
+  Tensor w = leaf({3}, 6);
+  Tensor buf = zeros({3}, kFloat64);
+  buf.add_(w);
+  CHECK(buf.requires_grad());
+  sum(buf * buf).backward();
+  CHECK(allclose(w.grad(), w.detach() * 2.0));
+
+  // copy_ converts to the destination's dtype and routes the gradient back in the source's.
+  Tensor src = tensor(std::vector<float>{1, 2, 3}).set_requires_grad(true);
+  Tensor dst = leaf({2, 3}, 7) * 1.0;
+  dst.copy_(src);
+  CHECK(dst.dtype() == kFloat64);
+  sum(dst * 2.0).backward();
+  REQUIRE(src.grad().defined());
+  CHECK(src.grad().dtype() == kFloat32);
+  CHECK(allclose(src.grad(), full({3}, 4.0)));
+}
+
+TEST_CASE("in-place refusals: leaves that require grad, views, detached tensors", "[autograd][inplace]") {
+  Tensor x = leaf({4}, 8);
+  CHECK_THROWS_WITH(x.add_(1.0), Catch::Contains("leaf tensor that requires grad") && Catch::Contains("add_") &&
+                                     Catch::Contains("NoGradGuard"));
+  CHECK_THROWS_WITH(x.relu_(), Catch::Contains("relu_"));
+  {
+    NoGradGuard ng;  // what optimizers do
+    x.add_(1.0);
+  }
+  Tensor h = x * 2.0;
+  CHECK_THROWS_WITH(h.narrow(0, 0, 2).mul_(2.0), Catch::Contains("view") && Catch::Contains("clone()"));
+  Tensor w = leaf({4}, 9);
+  CHECK_THROWS_WITH(h.detach().add_(w), Catch::Contains("detach()ed tensor"));
+  // A view not in the graph into which a graph tensor would be written: refused, not silently cut.
+  Tensor base = zeros({2, 4}, kFloat64);
+  CHECK_THROWS_WITH(base.select(0, 1).copy_(w), Catch::Contains("view"));
+  // A view taken before a recorded in-place op on its base no longer matches its history.
+  Tensor v = h.narrow(0, 0, 2);
+  h.mul_(3.0);
+  CHECK_THROWS_WITH(sum(v), Catch::Contains("view") && Catch::Contains("take the view again"));
+  Tensor v2 = h.narrow(0, 0, 2);  // taken after: fine
+  sum(v2).backward();
+  CHECK(allclose(x.grad(), tensor(std::vector<double>{6, 6, 0, 0})));
+}
+
+TEST_CASE("a tensor saved for backward and then modified in place is an error at backward naming the node",
+          "[autograd][inplace]") {
+  Tensor x = leaf({3}, 10);
+  Tensor y = x.clone();
+  Tensor z = y * y;  // MulBackward saves y
+  y.add_(1.0);       // allowed (non-leaf), but z's backward needs y's old values
+  CHECK_THROWS_WITH(sum(z).backward(), Catch::Contains("MulBackward") && Catch::Contains("modified by an in-place"));
+
+  Tensor e = exp(x * 1.0);  // ExpBackward saves its output
+  e.mul_(2.0);
+  CHECK_THROWS_WITH(sum(e).backward(), Catch::Contains("ExpBackward"));
+
+  // add/sub keep no inputs, so writing into one of them afterwards is fine.
+  Tensor a = x * 1.0;
+  Tensor s = a + 1.0;
+  a.add_(5.0);
+  sum(s).backward();
+  CHECK(allclose(x.grad(), ones({3}, kFloat64)));
+}
+
+// apex tests/L0/run_amp/test_promotion.py: run_binary_promote_test with x_inplace (test_inplace_add_matches_self)
+// and out of place (test_mul_matches_widest), under O1's autocast for f16 and bf16.
+TEST_CASE("apex promotion: in-place add_ keeps self's dtype, mul matches the widest, grads keep the leaf dtype",
+          "[autograd][inplace][amp]") {
+  for (DType low : {kFloat16, kBFloat16}) {
+    amp::AutocastGuard ac(low);
+    for (DType xt : {low, kFloat32})
+      for (DType yt : {low, kFloat32}) {
+        INFO(dtype_name(low) << " x " << dtype_name(xt) << " y " << dtype_name(yt));
+        for (bool inplace : {true, false}) {
+          manual_seed(11);
+          Tensor x_leaf = randn({16}, TensorOptions(xt)).set_requires_grad(true);
+          Tensor x = inplace ? x_leaf.clone() : x_leaf;
+          Tensor y = randn({16}, TensorOptions(yt));
+          Tensor out = inplace ? x.add_(y) : mul(x, y);
+          if (inplace) {
+            CHECK(out.dtype() == xt);
+            CHECK(out.is_same(x));
+          } else {
+            CHECK(out.dtype() == ((xt == kFloat32 || yt == kFloat32) ? kFloat32 : low));
+          }
+          sum(out.to(kFloat32)).backward();
+          REQUIRE(x_leaf.grad().defined());
+          CHECK(x_leaf.grad().dtype() == xt);
+          if (inplace) CHECK(allclose(x_leaf.grad().to(kFloat32), ones({16})));
+        }
+      }
+  }
+}
