@@ -171,6 +171,7 @@ bool finite_all(const Tensor& t) {
 std::string overrides_str(const Options& o) {
   std::ostringstream os;
   if (o.cast_model_type_) os << "  cast_model_type = " << dtype_name(*o.cast_model_type_) << "\n";
+  if (o.keep_model_dtypes_) os << "  cast_model_type = False (keep_model_dtypes)\n";
   if (o.patch_functions_) os << "  patch_functions = " << ob(o.patch_functions_) << "\n";
   if (o.keep_batchnorm_fp32_) os << "  keep_batchnorm_fp32 = " << ob(o.keep_batchnorm_fp32_) << "\n";
   if (o.master_weights_) os << "  master_weights = " << ob(o.master_weights_) << "\n";
@@ -246,6 +247,11 @@ Properties Options::resolve() const {
               dtype_name(dtype_), "; mixing f16 and bf16 is not supported: set dtype(", dtype_name(t),
               ") to choose the low precision type for every level");
     p.cast_model_type = t;
+  }
+  if (keep_model_dtypes_) {
+    MPX_CHECK(!cast_model_type_, "amp: keep_model_dtypes() and cast_model_type(", dtype_name(*cast_model_type_),
+              ") contradict each other; set one of them");
+    p.cast_model_type.reset();
   }
   if (patch_functions_) {
     MPX_CHECK(!*patch_functions_ || o1,
@@ -331,10 +337,11 @@ void initialize(const std::vector<ModelRef>& models, const std::vector<Optimizer
   }
   for (size_t i = 0; i < models.size(); ++i) {
     MPX_CHECK(models[i].module != nullptr, "amp::initialize: model ", i, " is an empty holder");
+    if (options.keep_model_dtypes_) continue;
     for (const auto& [name, t] : models[i].module->named_parameters())
       MPX_CHECK(!is_reduced_float(t.dtype()), "amp::initialize: parameter \"", name, "\" of model ", i, " is ",
                 ops::describe(t), "; pass the model in f32: amp::initialize casts it itself at every opt level "
-                "(do not call to(kFloat16) before)");
+                "(do not call to(kFloat16) before), or set keep_model_dtypes() to train it in the dtypes it has");
   }
   if (g.verbosity >= 1 && is_rank0()) {
     std::ostringstream os;

@@ -46,6 +46,10 @@ class Options {
   Options& enabled(bool on) { enabled_ = on; return *this; }
   /// kFloat32, kFloat16 or kBFloat16 (apex's cast_model_type).
   Options& cast_model_type(DType t) { cast_model_type_ = t; return *this; }
+  /// apex's cast_model_type=False: the models are not cast and their inputs and outputs pass
+  /// untouched, and models that already hold f16/bf16 parameters are accepted (apex's
+  /// allow_incoming_model_not_fp32); at O2 those parameters still get f32 masters.
+  Options& keep_model_dtypes(bool on = true) { keep_model_dtypes_ = on; return *this; }
   /// apex's patch_torch_functions: autocast inside the model's forward (only O1).
   Options& patch_functions(bool on) { patch_functions_ = on; return *this; }
   Options& keep_batchnorm_fp32(bool on) { keep_batchnorm_fp32_ = on; return *this; }
@@ -75,6 +79,7 @@ class Options {
   DType dtype_ = kFloat16;
   bool enabled_ = true;
   std::optional<DType> cast_model_type_;
+  bool keep_model_dtypes_ = false;
   std::optional<bool> patch_functions_, keep_batchnorm_fp32_, master_weights_;
   std::optional<double> loss_scale_;
   std::optional<std::string> loss_scale_str_;

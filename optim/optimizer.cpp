@@ -234,6 +234,16 @@ Tensor Optimizer::step(const LossClosure& closure) {
     Optimizer& o;
     ~Consume() { o.amp_found_inf_ = o.amp_inv_scale_ = Tensor(); }
   } consume{*this};
+  // A master's gradient is the unscaled copy of one iteration's gradients, written for this step:
+  // it goes once the step has used or skipped it (apex clears it after every step), or a later
+  // iteration would add it back or step a parameter that got no gradient with it.
+  struct ClearMasterGrads {
+    Optimizer& o;
+    ~ClearMasterGrads() {
+      for (auto& [impl, st] : o.state_)
+        if (st.master.defined()) st.master.mutable_grad() = Tensor();
+    }
+  } clear_master_grads{*this};
   for (auto& [id, hook] : hooks_)
     if (!hook(*this)) return loss;
   NoGradGuard ng;

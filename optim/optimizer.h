@@ -140,7 +140,8 @@ class Optimizer {
 
   /// The FP32 master of a f16/bf16 parameter (created from the parameter's current value if
   /// missing), or the parameter itself for f32/f64 parameters and while master weights are off. When the master has a gradient
-  /// (the amp layer unscales into it), step() uses that instead of the parameter's gradient.
+  /// (the amp layer unscales into it), step() uses that instead of the parameter's gradient, and
+  /// drops it after the step (taken or skipped), as apex does: it belongs to one iteration.
   const Tensor& master(const Tensor& param);
   /// What the steps update, in group order: masters for f16/bf16 parameters, the parameters
   /// themselves otherwise (apex's amp.master_params).

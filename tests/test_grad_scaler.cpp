@@ -11,6 +11,7 @@
 #include "ops/elementwise.h"
 #include "ops/linalg.h"
 #include "ops/reduction.h"
+#include "nn/modules.h"
 #include "optim/optim.h"
 
 using namespace mpx;
@@ -442,4 +443,26 @@ TEST_CASE("a fused GradScaler step reads the parameters' gradients, not stale ma
   const Tensor kept = run(false), dropped = run(true);
   CHECK(bits_equal(kept, dropped));
   CHECK_FALSE(bits_equal(dropped, init.to(kFloat32) - 0.1 * g1.to(kFloat32) / 8.0));  // the second step moved it
+}
+
+// PyTorch test/test_torch.py test_grad_scale_will_not_overflow: Linear(5, 1), Adam, init_scale 1e38,
+// growth_factor 2^4, growth_interval 1, a target of 1e-30: after one step the scale is finite.
+// mpx's default max_scale is apex's 2^24 ceiling, so that init_scale is refused unless raised.
+TEST_CASE("torch test_grad_scale_will_not_overflow: init_scale 1e38 needs max_scale raised, then stays finite",
+          "[amp][grad_scaler]") {
+  CHECK_THROWS_WITH(GradScaler(GradScalerOptions().init_scale(1e38).growth_factor(16.0).growth_interval(1)),
+                    Catch::Contains("max_scale") && Catch::Contains("init_scale"));
+  manual_seed(0);
+  nn::Linear model(5, 1);
+  Adam opt(model->parameters(), AdamOptions(1e-3));
+  GradScaler s(GradScalerOptions().init_scale(1e38).growth_factor(16.0).growth_interval(1).max_scale(1e300));
+  opt.zero_grad();
+  Tensor x = randn({1, 5});
+  Tensor y = randn({1, 1}) * 1e-30;
+  Tensor l = mean(pow(model(x) - y, 2.0));
+  s.scale(l).backward();
+  s.step(opt);
+  s.update();
+  CHECK(std::isfinite(s.get_scale()));
+  for (const Tensor& p : model->parameters()) CHECK(p.all_finite());
 }
