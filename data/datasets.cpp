@@ -2,10 +2,14 @@
 #include "data/datasets.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "core/random.h"
 
@@ -142,23 +146,61 @@ Example CIFAR10::get_seeded(int64_t index, uint64_t seed) const {
 }
 
 // ---------------------------------------------------------------- images
+namespace {
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+using File = std::unique_ptr<std::FILE, FileCloser>;
+// Opening separately from decoding keeps "permission denied" apart from "not an image".
+File open_image(const std::string& path, std::string& why) {
+  File f(std::fopen(path.c_str(), "rb"));
+  if (!f) why = std::string("cannot open the file: ") + std::strerror(errno);
+  return f;
+}
+std::string stb_reason() { return stbi_failure_reason() ? stbi_failure_reason() : "unknown error"; }
+}  // namespace
+
 Tensor read_image(const std::string& path, int channels) {
   MPX_CHECK(channels >= 0 && channels <= 4, "read_image: channels must be 0..4, got ", channels);
+  std::string why;
+  File f = open_image(path, why);
+  MPX_CHECK(f, "read_image: ", path, ": ", why);
   int w = 0, h = 0, c = 0;
-  std::unique_ptr<stbi_uc, void (*)(void*)> px(stbi_load(path.c_str(), &w, &h, &c, channels), stbi_image_free);
-  MPX_CHECK(px, "read_image: cannot decode ", path, ": ", stbi_failure_reason() ? stbi_failure_reason() : "unknown error",
-            " (corrupt, truncated or not a JPEG/PNG/BMP image)");
+  std::unique_ptr<stbi_uc, void (*)(void*)> px(stbi_load_from_file(f.get(), &w, &h, &c, channels), stbi_image_free);
+  MPX_CHECK(px, "read_image: cannot decode ", path, ": ", stb_reason(), " (corrupt, truncated or not a JPEG/PNG/BMP image)");
   const int ch = channels ? channels : c;
   Tensor t = empty({h, w, ch}, kUInt8);
   std::memcpy(t.raw_data(), px.get(), static_cast<size_t>(h) * static_cast<size_t>(w) * static_cast<size_t>(ch));
   return t;
 }
 
+std::string image_header_problem(const std::string& path) {
+  std::string why;
+  File f = open_image(path, why);
+  if (!f) return why;
+  int w = 0, h = 0, c = 0;
+  if (!stbi_info_from_file(f.get(), &w, &h, &c)) return "not a readable image: " + stb_reason();
+  if (w <= 0 || h <= 0) return "the header gives an empty image";
+  return "";
+}
+
 ImageFolder::ImageFolder(const std::string& root, transforms::Transform transform, ImageFolderOptions options)
     : transform_(std::move(transform)), options_(std::move(options)) {
-  MPX_CHECK(fs::is_directory(root), "ImageFolder: ", root, " is not a directory; expected root/<class>/<image> files");
-  for (const auto& e : fs::directory_iterator(root))
-    if (e.is_directory()) classes_.push_back(e.path().filename().string());
+  std::error_code ec;
+  MPX_CHECK(fs::is_directory(root, ec), "ImageFolder: ", root, " is not a folder",
+            ec ? " (" + ec.message() + ")" : std::string(), "; expected root/<class>/<image> files");
+  // Error codes rather than exceptions: an unreadable folder gets a sentence naming it.
+  auto unreadable_dir = [](const fs::path& d, const std::error_code& e) {
+    MPX_ERROR("ImageFolder: cannot list the folder ", d.string(), ": ", e.message(),
+              e == std::errc::permission_denied ? "; check its permissions (it must be readable and searchable)" : "");
+  };
+  fs::directory_iterator top(root, ec);
+  if (ec) unreadable_dir(root, ec);
+  for (; top != fs::directory_iterator(); top.increment(ec)) {
+    if (ec) unreadable_dir(root, ec);
+    std::error_code e2;
+    if (top->is_directory(e2)) classes_.push_back(top->path().filename().string());
+  }
   std::sort(classes_.begin(), classes_.end());
   MPX_CHECK(!classes_.empty(), "ImageFolder: ", root, " has no class sub-folders; expected root/<class>/<image> files");
   auto accepted = [&](const fs::path& p) {
@@ -171,28 +213,70 @@ ImageFolder::ImageFolder(const std::string& root, transforms::Transform transfor
     // torchvision walks sorted(os.walk(dir)): sorted by (directory, file name), so a folder's
     // own files come before its sub-folders'.
     std::vector<std::pair<std::string, std::string>> found;
-    for (const auto& e : fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink))
-      if (e.is_regular_file() && accepted(e.path()))
-        found.emplace_back(e.path().parent_path().string(), e.path().filename().string());
-    std::sort(found.begin(), found.end());
-    size_t kept = 0;
-    for (auto& [parent, name] : found) {
-      const std::string f = (fs::path(parent) / name).string();
-      if (options_.skip_corrupt_) {
-        int w, h, c;
-        if (!stbi_info(f.c_str(), &w, &h, &c)) {
-          warn("ImageFolder: skipping unreadable image " + f + " (" +
-               (stbi_failure_reason() ? stbi_failure_reason() : "unknown error") + ")");
-          continue;
-        }
-      }
-      samples_.emplace_back(f, static_cast<int64_t>(k));
-      ++kept;
+    fs::recursive_directory_iterator it(dir, fs::directory_options::follow_directory_symlink, ec);
+    if (ec) unreadable_dir(dir, ec);
+    for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      if (ec) unreadable_dir(dir, ec);
+      std::error_code e2;
+      if (!it->is_regular_file(e2)) continue;
+      if (accepted(it->path())) found.emplace_back(it->path().parent_path().string(), it->path().filename().string());
+      else ++ignored_;
     }
-    MPX_CHECK(kept > 0, "ImageFolder: class folder ", dir.string(), " holds no ",
+    if (ec) unreadable_dir(dir, ec);
+    std::sort(found.begin(), found.end());
+    for (auto& [parent, name] : found) samples_.emplace_back((fs::path(parent) / name).string(), static_cast<int64_t>(k));
+  }
+  // Header checks: every file when verifying, in parallel since each is a file open and a few
+  // hundred bytes read; with skip_corrupt alone, too, as before (it drops what cannot be read).
+  std::vector<std::string> problem(samples_.size());
+  if (options_.verify_ || options_.skip_corrupt_) {
+    const size_t n = samples_.size();
+    const size_t nt = std::max<size_t>(1, std::min<size_t>({8, std::thread::hardware_concurrency() * 2, n / 64 + 1}));
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i; (i = next.fetch_add(1)) < n;) problem[i] = image_header_problem(samples_[i].first);
+    };
+    std::vector<std::thread> pool;
+    for (size_t t = 1; t < nt; ++t) pool.emplace_back(work);
+    work();
+    for (auto& t : pool) t.join();
+  }
+  std::vector<std::pair<std::string, int64_t>> kept;
+  std::vector<std::pair<std::string, std::string>> bad;
+  for (size_t i = 0; i < samples_.size(); ++i) {
+    if (problem[i].empty()) kept.push_back(samples_[i]);
+    else bad.emplace_back(samples_[i].first, problem[i]);
+  }
+  if (!bad.empty() && !options_.skip_corrupt_) {
+    std::string first;
+    for (size_t i = 0; i < bad.size() && i < 3; ++i) first += (i ? "; " : "") + bad[i].first + " (" + bad[i].second + ")";
+    MPX_ERROR("ImageFolder: ", bad.size(), " of ", samples_.size(), " files in ", root, " cannot be read as images: ",
+              first, bad.size() > 3 ? "; ..." : "", "; fix or remove them, or skip them (skip_corrupt)");
+  }
+  for (const auto& [path, why] : bad) {
+    warn("ImageFolder: skipping unreadable image " + path + " (" + why + ")");
+    unreadable_.emplace_back(path, why);
+  }
+  std::vector<int64_t> per_class(classes_.size(), 0);
+  for (const auto& s : kept) ++per_class[static_cast<size_t>(s.second)];
+  for (size_t k = 0; k < classes_.size(); ++k) {
+    MPX_CHECK(per_class[k] > 0, "ImageFolder: class folder ", (fs::path(root) / classes_[k]).string(), " holds no ",
               options_.skip_corrupt_ ? "readable " : "", "image with a supported extension (.jpg .jpeg .png .bmp); "
               "remove the folder or add images");
   }
+  samples_ = std::move(kept);
+}
+
+void ImageFolder::note_unreadable(const std::string& path, const std::string& reason) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [p, r] : unreadable_)
+    if (p == path) return;
+  unreadable_.emplace_back(path, reason);
+}
+
+std::vector<std::pair<std::string, std::string>> ImageFolder::unreadable() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return unreadable_;
 }
 
 Example ImageFolder::get(int64_t index) const { return get_seeded(index, sample_seed(0, 0, index)); }
@@ -208,6 +292,7 @@ Example ImageFolder::get_seeded(int64_t index, uint64_t seed) const {
     } catch (const Error& e) {
       if (!options_.skip_corrupt_) throw;
       warn(std::string("ImageFolder: ") + e.what() + "; using the next image instead");
+      note_unreadable(path, e.what());
       continue;
     }
     Tensor x = transform_.defined() ? transform_(img, seed) : transforms::ToTensor()(img, seed);

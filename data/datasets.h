@@ -2,7 +2,9 @@
 // and Synthetic (generated per index, for benchmarks).
 #pragma once
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/dataset.h"
@@ -63,11 +65,16 @@ struct ImageFolderOptions {
   /// cannot read are dropped when the folder is scanned; a file that fails to decode later is
   /// replaced by the next readable sample.
   ImageFolderOptions& skip_corrupt(bool s = true) { skip_corrupt_ = s; return *this; }
+  /// Read every image's header when the folder is scanned (in parallel), so a file that is not
+  /// an image is found before training rather than mid-epoch. The unreadable ones are dropped
+  /// with skip_corrupt, otherwise the constructor throws naming how many and the first few.
+  ImageFolderOptions& verify(bool v = true) { verify_ = v; return *this; }
   /// Channels to decode to (3: RGB like torchvision's default loader, 1: grey, 0: as stored).
   ImageFolderOptions& channels(int c) { channels_ = c; return *this; }
   /// Accepted file extensions (lower case, with the dot).
   ImageFolderOptions& extensions(std::vector<std::string> e) { extensions_ = std::move(e); return *this; }
   bool skip_corrupt_ = false;
+  bool verify_ = false;
   int channels_ = 3;
   std::vector<std::string> extensions_{".jpg", ".jpeg", ".png", ".bmp"};
 };
@@ -86,17 +93,30 @@ class ImageFolder : public Dataset {
   const std::vector<std::string>& classes() const { return classes_; }
   /// (path, class index) for every sample.
   const std::vector<std::pair<std::string, int64_t>>& samples() const { return samples_; }
+  /// Regular files under the class folders that were not taken for lack of an accepted extension.
+  int64_t ignored_files() const { return ignored_; }
+  /// (path, reason) of every image dropped as unreadable: at the scan and, with skip_corrupt,
+  /// when a later decode failed (each file once). Safe to call while workers load.
+  std::vector<std::pair<std::string, std::string>> unreadable() const;
 
  private:
+  void note_unreadable(const std::string& path, const std::string& reason) const;
   std::vector<std::string> classes_;
   std::vector<std::pair<std::string, int64_t>> samples_;
   transforms::Transform transform_;
   ImageFolderOptions options_;
+  int64_t ignored_ = 0;
+  mutable std::mutex mu_;
+  mutable std::vector<std::pair<std::string, std::string>> unreadable_;
 };
 
 /// Decodes an image file (JPEG/PNG/BMP/...) to u8 [H,W,C]; `channels` 0 keeps the stored
-/// count. Throws mpx::Error naming the file and stb_image's reason.
+/// count. Throws mpx::Error naming the file and the reason: the system's when the file cannot
+/// be opened (e.g. permission denied), stb_image's when it cannot be decoded.
 Tensor read_image(const std::string& path, int channels = 3);
+
+/// Why `path`'s header cannot be read as an image ("" when it can): opening it or stb_image's reason.
+std::string image_header_problem(const std::string& path);
 
 /// Images of `shape` (e.g. {3,224,224}) uniform in [0,1) and targets in [0, num_classes),
 /// generated on the fly as a pure function of (seed, index): no memory, no files.
