@@ -49,12 +49,19 @@ bool st_dtype(const std::string& code, DType* out) {
 // A minimal strict JSON parser (RFC 8259). Every failure throws a message naming the byte
 // offset; nesting depth is bounded so hostile input cannot exhaust the stack.
 // ---------------------------------------------------------------------------------------
+struct JsonMember;
 struct Json {
   enum Kind { Null, Bool, Number, String, Array, Object } kind = Null;
   bool b = false;
   std::string text;  // String: the decoded value; Number: the literal as written
   std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;  // in file order
+  // A struct, not std::pair<std::string, Json>: a pair of the incomplete Json does not compile
+  // with clang and libstdc++.
+  std::vector<JsonMember> members;  // in file order
+};
+struct JsonMember {
+  std::string first;
+  Json second;
 };
 
 struct JsonError {
@@ -113,7 +120,7 @@ class JsonParser {
         skip_ws();
         if (!seen.insert(key).second) fail("duplicate name \"" + key + "\" (each tensor name and field may appear only once)");
         Json child = parse_value(depth + 1);
-        v.members.emplace_back(std::move(key), std::move(child));
+        v.members.push_back({std::move(key), std::move(child)});
         skip_ws();
         if (i_ < n_ && s_[i_] == ',') { ++i_; continue; }
         if (i_ < n_ && s_[i_] == '}') { ++i_; return v; }
