@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -22,8 +23,10 @@ struct CliRun {
 };
 
 /// Runs `mpx <args>` through the shell (plain progress lines) and captures output and exit code.
-inline CliRun run_mpx(const std::string& args, const std::string& redirect = "2>&1") {
-  const std::string cmd = std::string("MPX_PROGRESS=plain '") + MPX_CLI_PATH + "' " + args + " " + redirect;
+/// `prefix` goes before the command (e.g. "cd DIR &&", "timeout -s TERM 3").
+inline CliRun run_mpx(const std::string& args, const std::string& redirect = "2>&1", const std::string& prefix = "") {
+  const std::string cmd =
+      prefix + " env MPX_PROGRESS=plain '" + MPX_CLI_PATH + "' " + args + " " + redirect;
   CliRun r;
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
@@ -37,6 +40,19 @@ inline CliRun run_mpx(const std::string& args, const std::string& redirect = "2>
 
 /// Only stderr (stdout discarded): what a user sees when something is wrong.
 inline CliRun mpx_err(const std::string& args) { return run_mpx(args, "2>&1 1>/dev/null"); }
+
+/// `mpx <args>` run from the folder `cwd` (relative paths, and the default --out, land there).
+inline CliRun run_mpx_in(const std::string& cwd, const std::string& args) {
+  return run_mpx(args, "2>&1", "cd '" + cwd + "' &&");
+}
+
+/// mpx_err() as a user without special rights: root reads and writes anything, so a test of a
+/// permission problem runs as "nobody" there (through setpriv). rc -1 when that is impossible.
+inline CliRun mpx_err_unprivileged(const std::string& args) {
+  if (geteuid() != 0) return mpx_err(args);
+  if (std::system("command -v setpriv >/dev/null 2>&1") != 0) return {};
+  return run_mpx(args, "2>&1 1>/dev/null", "setpriv --reuid=65534 --regid=65534 --clear-groups");
+}
 
 /// A whole file as a string.
 inline std::string read_file(const std::filesystem::path& p) {

@@ -103,6 +103,15 @@ bool Args::parse(int argc, char** argv) {
     const Spec* s = nullptr;
     for (const auto& sp : specs_)
       if (std::find(sp.names.begin(), sp.names.end(), a) != sp.names.end()) s = &sp;
+    // argparse's attached short values: -b32 and -b=32 are -b 32 (for flags that take a value).
+    if (s == nullptr && a.size() > 2 && a[1] != '-') {
+      for (const auto& sp : specs_)
+        if (sp.takes_value && std::find(sp.names.begin(), sp.names.end(), a.substr(0, 2)) != sp.names.end()) s = &sp;
+      if (s != nullptr) {
+        inline_value = a[2] == '=' ? a.substr(3) : a.substr(2);
+        a = a.substr(0, 2);
+      }
+    }
     if (s == nullptr) throw UsageError(command_ + ": unknown flag " + a + suggest(a) + "; see " + command_ + " --help");
     const std::string key = key_of(*s);
     if (!s->takes_value) {

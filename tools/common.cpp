@@ -1,6 +1,8 @@
 // Shared pieces of the mpx commands: device and amp flags, data sets by name, checkpoint state in/out.
 #include "tools/common.h"
 
+#include "tools/run_dir.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -49,11 +51,17 @@ amp::Options amp_options(const Args& args, int num_losses) {
   // str() rather than given(): a resumed run adopts the checkpoint's overrides as defaults.
   if (!args.str("--keep-batchnorm-fp32").empty()) o.keep_batchnorm_fp32(args.on("--keep-batchnorm-fp32"));
   if (!args.str("--loss-scale").empty()) {
+    // One message for every bad value, whichever check would have caught it first.
     const std::string v = args.str("--loss-scale");
-    if (v == "dynamic") o.loss_scale(v);
-    else o.loss_scale(args.number("--loss-scale", 0.0));
-    if (v != "dynamic" && !(args.number("--loss-scale") > 0))
-      throw UsageError("--loss-scale must be positive or \"dynamic\", got '" + v + "'");
+    if (v == "dynamic") {
+      o.loss_scale(v);
+    } else {
+      char* end = nullptr;
+      const double x = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !std::isfinite(x) || !(x > 0))
+        throw UsageError(args.command() + ": --loss-scale expects a positive number or \"dynamic\", got '" + v + "'");
+      o.loss_scale(x);
+    }
   }
   o.num_losses(num_losses);
   try {
@@ -76,12 +84,23 @@ std::string default_root(const std::string& name) {
 void require_dir(const std::string& name, const std::string& root) {
   if (root.empty())
     MPX_ERROR("--dataset ", name, " needs a folder: pass --data DIR (or DIR as the last argument)");
-  if (!fs::is_directory(root)) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) {
+    if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
+      MPX_ERROR(name, " data cannot be read: ", io_problem(root, ec));
     std::string how = "pass --data DIR pointing at it";
     if (name == "fashion-mnist") how = "install the Debian package dataset-fashion-mnist (tools/install-deps.sh) or " + how;
     if (name == "cifar10") how = "download the binary version (cifar-10-binary.tar.gz) and " + how;
     MPX_ERROR(name, " data not found: ", root, " is not a folder; ", how);
   }
+  // A folder that exists but cannot be listed would otherwise look empty ("no train/ sub-folder").
+  fs::directory_iterator probe(root, ec);
+  if (ec) MPX_ERROR(name, " data cannot be read: ", io_problem(root, ec));
+}
+
+std::vector<int64_t> labels_of(const Tensor& t) {
+  const Tensor c = t.to(kInt64).contiguous();
+  return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
 }
 
 class Subset : public data::Dataset {
@@ -104,7 +123,7 @@ std::shared_ptr<const data::Dataset> limit(std::shared_ptr<const data::Dataset> 
 }
 
 DataSplits open_data(const std::string& name, const std::string& root_in, DataPurpose purpose, bool synthetic,
-                     int64_t image_size, uint64_t seed) {
+                     int64_t image_size, uint64_t seed, bool skip_bad) {
   namespace T = data::transforms;
   DataSplits s;
   s.name = name;
@@ -122,8 +141,12 @@ DataSplits open_data(const std::string& name, const std::string& root_in, DataPu
     const double mean = gen ? 0.5 : (fashion ? 0.2860 : 0.1307), sd = gen ? 0.5 : (fashion ? 0.3530 : 0.3081);
     s.mean = {mean}, s.std = {sd};
     T::Transform t = T::PILToTensor();
-    s.train = std::make_shared<data::MNIST>(s.root, true, t);
-    s.test = std::make_shared<data::MNIST>(s.root, false, t);
+    auto tr = fashion ? std::make_shared<data::FashionMNIST>(s.root, true, t) : std::make_shared<data::MNIST>(s.root, true, t);
+    auto te = fashion ? std::make_shared<data::FashionMNIST>(s.root, false, t) : std::make_shared<data::MNIST>(s.root, false, t);
+    s.classes = tr->classes();
+    s.train_labels = labels_of(tr->targets());
+    s.test_labels = labels_of(te->targets());
+    s.train = tr, s.test = te;
     s.channels = 1, s.image_size = 28, s.num_classes = 10;
   } else if (name == "cifar10") {
     const std::vector<double> mean = gen ? std::vector<double>{0.5, 0.5, 0.5} : std::vector<double>{0.4914, 0.4822, 0.4465};
@@ -131,13 +154,18 @@ DataSplits open_data(const std::string& name, const std::string& root_in, DataPu
     s.mean = mean, s.std = sd;
     T::Transform test_t = T::PILToTensor();
     T::Transform train_t = gen ? test_t : T::Compose({T::RandomCrop(32, 4), T::RandomHorizontalFlip(), T::PILToTensor()});
-    s.train = std::make_shared<data::CIFAR10>(s.root, true, train_t);
-    s.test = std::make_shared<data::CIFAR10>(s.root, false, test_t);
+    auto tr = std::make_shared<data::CIFAR10>(s.root, true, train_t);
+    auto te = std::make_shared<data::CIFAR10>(s.root, false, test_t);
+    s.classes = data::CIFAR10::classes();
+    s.train_labels = labels_of(tr->targets());
+    s.test_labels = labels_of(te->targets());
+    s.train = tr, s.test = te;
     s.channels = 3, s.image_size = 32, s.num_classes = 10;
   } else if (name == "imagefolder") {
     // apex's layout: DIR/train and DIR/val; a folder without them is used for both (DCGAN-style).
     const fs::path r(s.root);
-    const bool split = fs::is_directory(r / "train");
+    std::error_code ec;
+    const bool split = fs::is_directory(r / "train", ec);
     if (!gen && !split) MPX_ERROR("imagefolder: ", s.root, " has no train/ sub-folder; arrange it as DIR/train/<class>/... and DIR/val/<class>/...");
     const std::vector<double> mean = gen ? std::vector<double>{0.5, 0.5, 0.5} : std::vector<double>{0.485, 0.456, 0.406};
     const std::vector<double> sd = gen ? std::vector<double>{0.5, 0.5, 0.5} : std::vector<double>{0.229, 0.224, 0.225};
@@ -147,10 +175,32 @@ DataSplits open_data(const std::string& name, const std::string& root_in, DataPu
     T::Transform train_t = gen ? test_t
                                : T::Compose({T::RandomResizedCrop(image_size), T::RandomHorizontalFlip(), T::PILToTensor()});
     const std::string train_dir = split ? (r / "train").string() : s.root;
-    const std::string val_dir = split && fs::is_directory(r / "val") ? (r / "val").string() : train_dir;
-    auto tr = std::make_shared<data::ImageFolder>(train_dir, train_t);
-    s.train = tr;
-    s.test = std::make_shared<data::ImageFolder>(val_dir, test_t);
+    const std::string val_dir = split && fs::is_directory(r / "val", ec) ? (r / "val").string() : train_dir;
+    const auto opts = data::ImageFolderOptions().verify(!synthetic).skip_corrupt(skip_bad);
+    std::shared_ptr<data::ImageFolder> tr, te;
+    try {
+      tr = std::make_shared<data::ImageFolder>(train_dir, train_t, opts);
+      te = val_dir == train_dir ? std::make_shared<data::ImageFolder>(val_dir, test_t, data::ImageFolderOptions(opts).verify(false))
+                                : std::make_shared<data::ImageFolder>(val_dir, test_t, opts);
+    } catch (const Error& e) {
+      // The library names its option; the user's way out is the flag.
+      std::string m = e.what();
+      const std::string lib_hint = "skip them (skip_corrupt)";
+      if (const size_t at = m.find(lib_hint); at != std::string::npos)
+        m.replace(at, lib_hint.size(), "pass --skip-bad-images to train without them (listed in --out's bad_images.txt)");
+      MPX_ERROR(m);
+    }
+    MPX_CHECK(te->classes() == tr->classes(), "imagefolder: ", val_dir, " has ", te->classes().size(),
+              " class folders and ", train_dir, " has ", tr->classes().size(),
+              (te->classes().size() == tr->classes().size() ? " with other names" : ""),
+              "; the validation split needs the same class folders as the training split");
+    s.train = tr, s.test = te;
+    s.folders = {tr};
+    if (val_dir != train_dir) s.folders.push_back(te);
+    s.classes = tr->classes();
+    for (const auto& [p, c] : tr->samples()) s.train_labels.push_back(c);
+    for (const auto& [p, c] : te->samples()) s.test_labels.push_back(c);
+    s.ignored_files = tr->ignored_files() + (val_dir != train_dir ? te->ignored_files() : 0);
     s.channels = 3, s.image_size = image_size, s.num_classes = static_cast<int64_t>(tr->classes().size());
   } else {
     throw UsageError("unknown --dataset '" + name + "'; use fashion-mnist, mnist, cifar10, imagefolder or synthetic");
@@ -161,8 +211,65 @@ DataSplits open_data(const std::string& name, const std::string& root_in, DataPu
     s.train = std::make_shared<data::Synthetic>(shape, s.num_classes, s.train->size(), seed);
     s.test = std::make_shared<data::Synthetic>(shape, s.num_classes, s.test->size(), seed + 1);
     s.mean.clear(), s.std.clear();
+    s.train_labels.clear(), s.test_labels.clear();
   }
   return s;
+}
+
+std::vector<std::string> DataSplits::unreadable() const {
+  std::vector<std::string> out;
+  for (const auto& f : folders)
+    for (const auto& [path, why] : f->unreadable()) out.push_back(path + ": " + why);
+  return out;
+}
+
+std::string detect_dataset(const std::string& dir) {
+  std::error_code ec;
+  const fs::path d(dir);
+  if (fs::is_directory(d / "train", ec)) return "imagefolder";
+  if (fs::exists(d / "data_batch_1.bin", ec) || fs::exists(d / "cifar-10-batches-bin", ec)) return "cifar10";
+  if (fs::exists(d / "train-images-idx3-ubyte.gz", ec) || fs::exists(d / "train-images-idx3-ubyte", ec))
+    return d.filename().string().find("fashion") != std::string::npos ? "fashion-mnist" : "";
+  return "";
+}
+
+std::string class_summary(const DataSplits& d, int64_t limit_train, int64_t limit_test) {
+  if (d.classes.empty()) return "";
+  auto counts = [&](const std::vector<int64_t>& labels, int64_t lim) {
+    std::vector<int64_t> c(d.classes.size(), 0);
+    const size_t n = lim > 0 ? std::min(labels.size(), static_cast<size_t>(lim)) : labels.size();
+    for (size_t i = 0; i < n; ++i)
+      if (labels[i] >= 0 && static_cast<size_t>(labels[i]) < c.size()) ++c[static_cast<size_t>(labels[i])];
+    return c;
+  };
+  const auto tr = counts(d.train_labels, limit_train), te = counts(d.test_labels, limit_test);
+  std::string s = std::to_string(d.classes.size()) + " classes (train/test images):";
+  const size_t shown = d.classes.size() <= 20 ? d.classes.size() : 8;
+  for (size_t k = 0; k < shown; ++k)
+    s += (k ? ", " : " ") + d.classes[k] + " " + std::to_string(tr[k]) + "/" + std::to_string(te[k]);
+  if (shown < d.classes.size()) s += ", ... (" + std::to_string(d.classes.size() - shown) + " more)";
+  for (size_t k = 0; k < tr.size(); ++k)
+    if (tr[k] == 0) {
+      s += "; warning: class " + d.classes[k] + " has no training image";
+      break;
+    }
+  return s;
+}
+
+void check_classifier_arch(const std::string& command, const std::string& arch) {
+  std::vector<std::string> classifiers;
+  for (const auto& n : models::model_names())
+    if (n.rfind("dcgan", 0) != 0) classifiers.push_back(n);
+  std::string lower = arch;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (std::find(classifiers.begin(), classifiers.end(), lower) != classifiers.end()) return;
+  if (lower.rfind("dcgan", 0) == 0)
+    throw UsageError(command + ": -a " + arch + " is not a classifier; train the DCGAN with mpx dcgan");
+  std::string list;
+  for (const auto& n : classifiers) list += (list.empty() ? "" : ", ") + n;
+  const std::string near = closest(lower, classifiers);
+  throw UsageError(command + ": unknown --arch '" + arch + "'" + (near.empty() ? "" : " (did you mean " + near + "?)") +
+                   "; the classifiers are " + list);
 }
 
 namespace {
@@ -245,7 +352,48 @@ void get_module(nn::Module& m, const std::string& prefix, const TensorDict& tens
   for (const auto& [k, t] : tensors)
     if (k.rfind(p, 0) == 0) sd[k.substr(p.size())] = t;
   MPX_CHECK(!sd.empty(), "checkpoint ", path, " has no \"", prefix, ".*\" tensors; it is not a checkpoint of this command");
+  // Compared here so a checkpoint of another model gets a short summary, not the library's key lists.
+  const StateFit fit = fit_state(m, sd);
+  if (!fit.missing.empty() || !fit.unexpected.empty() || !fit.reshaped.empty())
+    MPX_ERROR("--resume ", path, " holds another model's weights: ", fit.summary(), "; resume with the -a and data set "
+              "it was written with");
   m.load_state_dict(sd, true);
+}
+
+StateFit fit_state(const nn::Module& m, const std::map<std::string, Tensor>& sd) {
+  StateFit f;
+  const auto own = detail::module_state_dict(m);
+  for (const auto& [k, t] : own) {
+    auto it = sd.find(k);
+    if (it == sd.end()) f.missing.push_back(k);
+    else if (it->second.sizes() != t.sizes())
+      f.reshaped.push_back(k + " " + shape_str(it->second.sizes()) + " vs " + shape_str(t.sizes()));
+    else f.matched.push_back(k);
+  }
+  for (const auto& [k, t] : sd)
+    if (!own.count(k)) f.unexpected.push_back(k);
+  f.model_size = own.size();
+  return f;
+}
+
+std::string StateFit::summary() const {
+  auto some = [](const std::vector<std::string>& v) {
+    std::string s;
+    const size_t n = verbose() ? v.size() : std::min<size_t>(3, v.size());
+    for (size_t i = 0; i < n; ++i) s += (i ? ", " : "") + v[i];
+    if (n < v.size()) s += ", ...";
+    return s;
+  };
+  std::string s = std::to_string(matched.size()) + " of the model's " + std::to_string(model_size) + " tensors match";
+  if (!reshaped.empty())
+    s += "; " + std::to_string(reshaped.size()) + (reshaped.size() == 1 ? " has" : " have") + " another shape (" +
+         some(reshaped) + ")";
+  if (!missing.empty())
+    s += "; " + std::to_string(missing.size()) + (missing.size() == 1 ? " is" : " are") + " missing (" + some(missing) + ")";
+  if (!unexpected.empty())
+    s += "; " + std::to_string(unexpected.size()) + " of the file's are not in the model (" + some(unexpected) + ")";
+  if (!verbose() && (reshaped.size() > 3 || missing.size() > 3 || unexpected.size() > 3)) s += " (--verbose lists all)";
+  return s;
 }
 
 void put_amp_and_rng(Metadata& meta) {
@@ -266,7 +414,16 @@ void get_amp_and_rng(const Metadata& meta, const std::string& path) {
 }
 
 TensorDict load_checkpoint(const std::string& path, const std::string& kind, Metadata& meta) {
-  MPX_CHECK(fs::exists(path), "--resume ", path, ": no such file; give the checkpoint.safetensors a previous run wrote to its --out");
+  std::error_code ec;
+  const bool there = fs::exists(path, ec);
+  if (ec) MPX_ERROR("--resume ", io_problem(path, ec));
+  MPX_CHECK(there, "--resume ", path, ": no such file; give the checkpoint.safetensors a previous run wrote to its --out");
+  // Opened once here so a permission problem is named as one, not reported as a damaged file.
+  if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
+    std::fclose(f);
+  } else {
+    MPX_ERROR("--resume ", io_problem(path, std::error_code(errno, std::generic_category())));
+  }
   TensorDict t;
   try {
     t = load_tensors(path, &meta);
@@ -276,30 +433,40 @@ TensorDict load_checkpoint(const std::string& path, const std::string& kind, Met
   const std::string k = meta_str(meta, "mpx.checkpoint");
   MPX_CHECK(k == kind, "--resume ", path, " is ", k.empty() ? std::string("not an mpx checkpoint") : "a '" + k + "' checkpoint",
             "; `mpx ", kind, "` resumes only from its own checkpoint.safetensors");
+  verify_checksum(t, meta, path);
   return t;
 }
 
-std::pair<Tensor, Tensor> topk_hits(const Tensor& logits, const Tensor& target) {
-  NoGradGuard no_grad;
-  const Tensor l = logits.detach().to(kFloat32);
-  const int64_t c = l.size(1);
-  const Tensor classes = arange(0, static_cast<double>(c), 1, TensorOptions(kInt64).device(l.device())).view({1, c});
-  const Tensor is_true = eq(classes, target.to(kInt64).view({-1, 1}));
-  const Tensor truth = sum(where(is_true, l, zeros({}, l.options())), {1}, /*keepdim=*/true);
-  const Tensor above = sum(gt(l, truth).to(kFloat32), {1});  // classes scoring strictly higher than the true one
-  return {sum(eq(above, 0.0).to(kFloat64)), sum(lt(above, 5.0).to(kFloat64))};
+void check_finite(const TensorDict& tensors, const std::string& prefix, const std::string& path) {
+  for (const auto& [name, t] : tensors) {
+    if (name.rfind(prefix, 0) != 0 || !is_floating(t.dtype())) continue;
+    const Tensor f = t.to(kFloat32);
+    const double bad = sum(ge(abs(f), INFINITY).to(kFloat64) + ne(f, f).to(kFloat64)).item<double>();
+    MPX_CHECK(bad == 0, "--resume ", path, ": ", name, " holds ", static_cast<int64_t>(bad), " NaN or infinite value",
+              bad == 1 ? "" : "s", " of ", t.numel(), "; the run that wrote it had diverged or the file is damaged; use "
+              "an earlier checkpoint or start without --resume");
+  }
 }
 
 namespace {
-std::atomic<bool> g_interrupted{false};
-extern "C" void on_sigint(int) {
-  // A second Ctrl-C kills the process the usual way, in case the step in flight hangs.
-  if (g_interrupted.exchange(true)) std::_Exit(130);
+std::atomic<int> g_signal{0};
+std::atomic<bool> g_verbose{false};
+extern "C" void on_signal(int sig) {
+  // A second signal ends the process the usual way, in case the step in flight hangs.
+  int none = 0;
+  if (!g_signal.compare_exchange_strong(none, sig)) std::_Exit(128 + sig);
 }
 }  // namespace
 
-void install_interrupt_handler() { std::signal(SIGINT, on_sigint); }
-bool interrupted() { return g_interrupted.load(); }
+void install_interrupt_handler() {
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+}
+bool interrupted() { return g_signal.load() != 0; }
+int interrupt_exit_code() { return 128 + (g_signal.load() ? g_signal.load() : SIGINT); }
+std::string interrupt_name() { return g_signal.load() == SIGTERM ? "SIGTERM" : "Ctrl-C"; }
+void set_verbose(bool v) { g_verbose = v; }
+bool verbose() { return g_verbose.load(); }
 
 std::string human_bytes(double bytes) {
   char buf[32];
@@ -321,6 +488,11 @@ bool parse_resumable(Args& args, int argc, char** argv, const std::string& comma
   const std::string resume = args.str("--resume");
   if (resume.empty()) return true;
   ck = load_checkpoint(resume, command, meta);
+  // A resumed run continues in its own folder, never in the default one another run may own.
+  if (!args.given("--out")) {
+    const fs::path parent = fs::path(resume).parent_path();
+    args.set_default("--out", parent.empty() ? "." : parent.string());
+  }
   for (const auto& f : run_flags) {
     auto it = meta.find("flag." + f);
     if (it == meta.end()) continue;
@@ -343,26 +515,21 @@ bool epochs_left(int64_t start_epoch, int64_t epochs) {
   return false;
 }
 
-std::string prepare_out(const std::string& out) {
-  std::error_code ec;
-  std::filesystem::create_directories(out, ec);
-  MPX_CHECK(std::filesystem::is_directory(out), "--out ", out, ": cannot create the folder (", ec.message(), ")");
-  return (std::filesystem::path(out) / "checkpoint.safetensors").string();
-}
-
-ResumePoint restore_checkpoint(const Metadata& meta, const std::string& path,
-                               int64_t steps_per_epoch, const std::function<void()>& load) {
+ResumePoint restore_checkpoint(const Metadata& meta, const std::string& path, int64_t steps_per_epoch,
+                               const std::function<void()>& load, bool keep_finished_epoch) {
   try {
     load();
     get_amp_and_rng(meta, path);
   } catch (const std::exception& e) {
+    if (std::string(e.what()).rfind("--resume ", 0) == 0) throw;  // already a sentence about the file
     MPX_ERROR("--resume ", path, " does not fit this run (", e.what(), "); resume with the flags it was written with");
   }
   ResumePoint r;
   r.epoch = static_cast<int64_t>(meta_num(meta, "epoch", path));
   r.step = static_cast<int64_t>(meta_num(meta, "step_in_epoch", path));
   r.global_step = static_cast<int64_t>(meta_num(meta, "global_step", path));
-  if (r.step >= steps_per_epoch && steps_per_epoch > 0) r.epoch += 1, r.step = 0;
+  if (steps_per_epoch > 0 && (r.step > steps_per_epoch || (r.step == steps_per_epoch && !keep_finished_epoch)))
+    r.epoch += 1, r.step = 0;
   return r;
 }
 

@@ -10,6 +10,7 @@
 #include <mpx/mpx.h>
 
 #include "tools/cli_args.h"
+#include "tools/topk.h"
 
 namespace mpx::cli {
 
@@ -33,6 +34,15 @@ struct DataSplits {
   /// [0, 1] and normalizes them by these on the training device (empty for synthetic data).
   std::vector<double> mean, std;
   data::PrefetchOptions prefetch_options() const { return data::PrefetchOptions().mean(mean).std(std); }
+  /// Class names and every image's class (empty for synthetic data), for the start-up summary.
+  std::vector<std::string> classes;
+  std::vector<int64_t> train_labels, test_labels;
+  /// Image folders only: files passed over for their extension, and the folders themselves
+  /// (their unreadable() lists grow while training with --skip-bad-images).
+  int64_t ignored_files = 0;
+  std::vector<std::shared_ptr<const data::ImageFolder>> folders;
+  /// Every unreadable image found so far, as "path: reason" lines.
+  std::vector<std::string> unreadable() const;
 };
 
 /// How a command wants its images.
@@ -45,8 +55,23 @@ enum class DataPurpose {
 /// ("" = the default location where there is one). `synthetic` replaces the images with
 /// random ones of the same shape. `image_size` is used by imagefolder and synthetic.
 /// A missing folder or file is an mpx::Error naming it and saying how to get the data.
+/// Image folders are checked up front (every image's header, in parallel); unreadable images are an
+/// error naming them unless `skip_bad`, which drops them (and images failing later) with a warning.
 DataSplits open_data(const std::string& name, const std::string& root, DataPurpose purpose, bool synthetic,
-                     int64_t image_size, uint64_t seed);
+                     int64_t image_size, uint64_t seed, bool skip_bad = false);
+
+/// The data set a folder holds, for `mpx train DIR` without --dataset: "imagefolder" for apex's
+/// DIR/train + DIR/val class folders, "cifar10" for the binary batches, "mnist"/"fashion-mnist"
+/// for IDX files ("" when it cannot tell; the caller keeps its default).
+std::string detect_dataset(const std::string& dir);
+
+/// One line naming the classes and how many images each split has of them (the first few
+/// classes when there are many), e.g. "10 classes: T-shirt/top 6000/1000, ...".
+std::string class_summary(const DataSplits& d, int64_t limit_train, int64_t limit_test);
+
+/// Throws UsageError unless `arch` names a classifier of models::create (dcgan's networks and
+/// unknown names are refused, with the closest name as a suggestion).
+void check_classifier_arch(const std::string& command, const std::string& arch);
 
 /// The first `n` examples of a data set (n <= 0 or >= size: all of it).
 std::shared_ptr<const data::Dataset> limit(std::shared_ptr<const data::Dataset> ds, int64_t n);
@@ -75,7 +100,18 @@ void get_optimizer(optim::Optimizer& opt, const std::string& prefix, const Tenso
                    const std::string& path);
 /// A module's state under "<prefix>.<name>".
 void put_module(const nn::Module& m, const std::string& prefix, TensorDict& tensors);
+/// Throws mpx::Error with a short summary (StateFit) when the names or shapes do not fit.
 void get_module(nn::Module& m, const std::string& prefix, const TensorDict& tensors, const std::string& path);
+
+/// How a state dict fits a module: names in both with equal shapes, in both with other shapes,
+/// only in the module, only in the dict.
+struct StateFit {
+  std::vector<std::string> matched, reshaped, missing, unexpected;
+  size_t model_size = 0;
+  /// One sentence with the counts and the first three names of each list (all with --verbose).
+  std::string summary() const;
+};
+StateFit fit_state(const nn::Module& m, const std::map<std::string, Tensor>& sd);
 /// amp's scaler state and the default generator's (seed, offset) in metadata.
 void put_amp_and_rng(Metadata& meta);
 void get_amp_and_rng(const Metadata& meta, const std::string& path);
@@ -91,14 +127,13 @@ struct ResumePoint {
 };
 /// Restores a checkpoint: `load` puts its modules and optimizers back, then the amp state and the
 /// RNG follow. Any mismatch becomes one error naming the file and what to do.
-ResumePoint restore_checkpoint(const Metadata& meta, const std::string& path,
-                               int64_t steps_per_epoch, const std::function<void()>& load);
+/// `keep_finished_epoch`: a checkpoint at the last step of an epoch (trained, not yet evaluated)
+/// stays in that epoch instead of moving on.
+ResumePoint restore_checkpoint(const Metadata& meta, const std::string& path, int64_t steps_per_epoch,
+                               const std::function<void()>& load, bool keep_finished_epoch = false);
 
 /// False, after saying so, when a resumed run's checkpoint already finished every epoch.
 bool epochs_left(int64_t start_epoch, int64_t epochs);
-/// Creates the --out folder (an mpx::Error naming it when that fails) and returns the path of
-/// the checkpoint inside it.
-std::string prepare_out(const std::string& out);
 
 /// The start of a command that can resume (train, dcgan): parses the command line, turns a
 /// positional DATA_DIR into --data, and with --resume loads the checkpoint (into `ck`/`meta`) and
@@ -109,14 +144,23 @@ bool parse_resumable(Args& args, int argc, char** argv, const std::string& comma
                      const std::vector<std::string>& run_flags, const std::vector<std::string>& free_flags,
                      Metadata& meta, TensorDict& ck);
 
-/// Top-1 and top-5 hit counts of logits [B, C] against targets [B], as 0-dim f64 tensors on the
-/// logits' device (nothing waits for the device). A class ties the true one without beating it.
-std::pair<Tensor, Tensor> topk_hits(const Tensor& logits, const Tensor& target);
-
-/// Makes the first Ctrl-C (SIGINT) only set a flag, so the training loop can checkpoint and stop cleanly.
+/// Makes the first Ctrl-C (SIGINT) or SIGTERM (what `timeout` and job schedulers send) only set a
+/// flag, so the training loop can checkpoint and stop cleanly; a second one ends the process.
 void install_interrupt_handler();
-/// True once SIGINT arrived.
+/// True once SIGINT or SIGTERM arrived.
 bool interrupted();
+/// The exit code for the signal that arrived: 130 for SIGINT, 143 for SIGTERM (128 + signal).
+int interrupt_exit_code();
+/// "Ctrl-C" or "SIGTERM".
+std::string interrupt_name();
+
+/// When set, mismatch summaries list every name (--verbose).
+void set_verbose(bool v);
+bool verbose();
+
+/// Throws mpx::Error naming `path` and the first offending tensor when a float tensor under
+/// `prefix` holds NaN or infinity (a damaged file, or a run that had diverged).
+void check_finite(const TensorDict& tensors, const std::string& prefix, const std::string& path);
 
 /// "12.3 MB"-style size of a file, for messages.
 std::string human_bytes(double bytes);

@@ -11,6 +11,7 @@
 #include "tools/metrics.h"
 #include "tools/png.h"
 #include "tools/progress.h"
+#include "tools/run_dir.h"
 
 namespace mpx::cli {
 
@@ -48,6 +49,7 @@ Args make_args() {
       .option({"--out", "--outf"}, "DIR", "where samples_epochN.png, losses.csv/.jsonl/.svg and the checkpoint go",
               "out/dcgan")
       .flag({"--synthetic"}, "random images instead of the data set (speed tests)")
+      .flag({"--overwrite"}, "replace another run's files in --out instead of refusing to start")
       .option({"--threads"}, "N", "CPU threads (OpenMP); default: OMP_NUM_THREADS or all cores")
       .option({"--limit-train"}, "N", "use only the first N training images; 0 = all", "0");
   return a;
@@ -96,6 +98,9 @@ int run_dcgan(int argc, char** argv) {
   amp::Options amp_opts = amp_options(args, 3);
   const Device device = parse_device(args.str("--device"));
   const std::string out = args.str("--out");
+  const std::string run_id = meta_str(ck_meta, "run.id").empty() ? new_run_id() : meta_str(ck_meta, "run.id");
+  const RunFiles files{"dcgan", {"checkpoint.safetensors", "losses.csv", "losses.jsonl", "losses.svg"}, {"samples_epoch"}};
+  const std::string ck_path = claim_out(out, files, run_id, resume, args.on("--overwrite"));
   if (args.given("--threads")) omp_set_num_threads(static_cast<int>(args.integer("--threads", 1)));
   else if (deterministic && !meta_str(ck_meta, "threads").empty())
     omp_set_num_threads(static_cast<int>(meta_num(ck_meta, "threads", resume)));  // see train.cpp
@@ -151,9 +156,9 @@ int run_dcgan(int argc, char** argv) {
               static_cast<long long>(nz), static_cast<long long>(ngf), static_cast<long long>(ndf), lr,
               amp::properties().opt_level.c_str(), device.str().c_str(), threads, threads == 1 ? "" : "s");
   if (!epochs_left(start_epoch, epochs)) return 0;
-  const std::string ck_path = prepare_out(out);
   MetricsLog log(out, "losses");
-  log.resume("global_step", static_cast<double>(global_step));
+  log.resume("global_step", static_cast<double>(global_step),
+             resume.empty() ? "" : (fs::path(resume).parent_path() / "losses.csv").string());
 
   auto save_checkpoint = [&](int64_t epoch_done, int64_t step_in_epoch) {
     TensorDict t;
@@ -170,7 +175,8 @@ int run_dcgan(int argc, char** argv) {
     m["step_in_epoch"] = std::to_string(step_in_epoch);
     m["global_step"] = std::to_string(global_step);
     m["threads"] = std::to_string(omp_get_max_threads());
-    save_tensors(t, ck_path, m);
+    m["run.id"] = run_id;
+    save_checkpoint_file(t, m, ck_path);
   };
   auto save_samples = [&](int64_t epoch1) {
     G.ptr()->eval();
@@ -252,9 +258,10 @@ int run_dcgan(int argc, char** argv) {
     if (stopped) {
       save_checkpoint(epoch, step);
       if (interrupted()) {
-        std::printf("interrupted at epoch %lld step %lld; samples and checkpoint saved, continue with --resume %s\n",
-                    static_cast<long long>(epoch + 1), static_cast<long long>(step), ck_path.c_str());
-        return 130;
+        std::printf("interrupted by %s at epoch %lld step %lld; samples and checkpoint saved, continue with: mpx dcgan "
+                    "--resume %s\n", interrupt_name().c_str(), static_cast<long long>(epoch + 1),
+                    static_cast<long long>(step), ck_path.c_str());
+        return interrupt_exit_code();
       }
       std::printf("Profiling ended at iteration %lld; wrote %s/samples_epoch%lld.png and %s\n",
                   static_cast<long long>(iterations), out.c_str(), static_cast<long long>(epoch + 1), ck_path.c_str());

@@ -71,9 +71,10 @@ void MetricsLog::append(const Row& row) {
   rows_.push_back(row);
 }
 
-void MetricsLog::resume(const std::string& key, double max_key) {
+void MetricsLog::resume(const std::string& key, double max_key, const std::string& from) {
   rows_.clear();
-  std::ifstream f(csv_);
+  std::error_code ec0;
+  std::ifstream f(!from.empty() && !fs::exists(csv_, ec0) ? from : csv_);
   if (f.good()) {
     std::string line;
     std::vector<std::string> names;

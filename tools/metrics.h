@@ -18,8 +18,9 @@ class MetricsLog {
   void append(const Row& row);
   /// Reloads the rows already in the CSV whose `key` column is <= `max_key` and rewrites both
   /// files with just those, so a resumed run continues the history without duplicates.
-  /// Missing files are not an error (nothing to keep).
-  void resume(const std::string& key, double max_key);
+  /// Missing files are not an error (nothing to keep). When this log has no CSV yet, the rows
+  /// are taken from `from` (the CSV of the run being continued in a new folder), if given.
+  void resume(const std::string& key, double max_key, const std::string& from = "");
   const std::vector<Row>& rows() const { return rows_; }
   /// The column `name` of every row that has it, as (x from `xname`, y) pairs.
   std::vector<std::pair<double, double>> column(const std::string& xname, const std::string& name) const;

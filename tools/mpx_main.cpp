@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <string>
 
 #include "core/error.h"
@@ -12,12 +13,19 @@ namespace {
 
 int usage(FILE* to) {
   std::fprintf(to,
-               "usage: mpx <command> [flags]   (mpx <command> --help for its flags; docs/cli.md)\n"
+               "usage: mpx <command> [flags]   (mpx <command> --help for its flags; mpx --version; docs/cli.md)\n"
                "  train   train a classifier (apex's imagenet main_amp.py flags); default: small CNN on Fashion-MNIST\n"
                "  dcgan   train a DCGAN with three loss scalers; writes sample grids as PNG\n"
                "  info    version, build options, CPU features, CUDA devices\n"
                "  bench   O0-O3 speed/memory table (with a PyTorch peer) or accuracy table; CSV, JSON, Markdown, SVG\n");
   return to == stderr ? 2 : 0;
+}
+
+// Usage errors carry their command's prefix ("mpx train: ...") or none; either way one is printed.
+std::string usage_line(const std::string& cmd, const std::string& msg) {
+  const std::string prefix = "mpx " + cmd + ":";
+  if (msg.rfind("mpx ", 0) == 0) return msg;
+  return prefix + " " + msg;
 }
 
 // Library messages may span lines (e.g. a list of names); the CLI promises one line.
@@ -32,6 +40,10 @@ std::string one_line(std::string s) {
 int main(int argc, char** argv) {
   if (argc < 2) return usage(stderr);
   const std::string cmd = argv[1];
+  if (cmd == "--version" || cmd == "version") {
+    std::printf("mpx %s\n", MPX_VERSION_STRING);
+    return 0;
+  }
   try {
     if (cmd == "train") return mpx::cli::run_train(argc - 2, argv + 2);
     if (cmd == "dcgan") return mpx::cli::run_dcgan(argc - 2, argv + 2);
@@ -43,8 +55,15 @@ int main(int argc, char** argv) {
                  near.empty() ? "" : (" (did you mean " + near + "?)").c_str());
     return 2;
   } catch (const mpx::cli::UsageError& e) {
-    std::fprintf(stderr, "mpx: %s\n", one_line(e.what()).c_str());
+    std::fprintf(stderr, "%s\n", one_line(usage_line(cmd, e.what())).c_str());
     return 2;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // The library names most paths itself; this is the net under whatever a folder walk still throws.
+    std::string path = e.path1().string();
+    const bool denied = e.code() == std::errc::permission_denied;
+    std::fprintf(stderr, "mpx: error: cannot access %s: %s%s\n", path.empty() ? "a file" : path.c_str(),
+                 e.code().message().c_str(), denied ? "; check its permissions and those of the folders above it" : "");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mpx: error: %s\n", one_line(e.what()).c_str());
     return 1;
