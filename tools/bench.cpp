@@ -884,7 +884,8 @@ int run_accuracy(const Args& args) {
                                     std::to_string(batch), "--epochs", std::to_string(epochs), "--lr", args.str("--lr"),
                                     "--opt-level", v.level == kO3BnF32 ? "O3" : v.level, "--dtype", v.dtype == "f32" ? "f16" : v.dtype, "--seed",
                                     args.str("--seed"), "--out", dir.string(), "--limit-train", args.str("--limit-train"),
-                                    "--limit-test", args.str("--limit-test"), "--device", args.str("--device")};
+                                    "--limit-test", args.str("--limit-test"), "--device", args.str("--device"),
+                                    "--overwrite"};  // a rerun of the table replaces the previous one's runs
       if (args.given("--data")) a.insert(a.end(), {"--data", args.str("--data")});
       if (v.level == kO3BnF32) a.insert(a.end(), {"--keep-batchnorm-fp32", "True"});
       if (args.given("--image-size")) a.insert(a.end(), {"--image-size", args.str("--image-size")});
