@@ -14,6 +14,10 @@ struct GzCloser {
   void operator()(gzFile_s* f) const { if (f) gzclose(f); }
 };
 
+// deflate's largest expansion, about 1032:1 (zlib's documentation), bounds what a gzip file of a
+// given size can decompress to.
+constexpr uint64_t kMaxDeflateRatio = 1032;
+
 uint32_t be32(const unsigned char* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
@@ -54,6 +58,23 @@ Tensor read_idx(const std::string& path) {
     shape.push_back(d);
     total *= d;
     MPX_CHECK(total < (1ull << 34), "read_idx: ", path, " declares more data than any IDX file holds");
+  }
+  // Allocate only what the file can hold: a header may claim anything (a 12-byte file once asked
+  // for 16.9 GB). Uncompressed, the data must be exactly the rest of the file; gzip'd, it cannot
+  // exceed deflate's maximum expansion of the file's size.
+  const uint64_t header_bytes = 4 + 4 * static_cast<uint64_t>(nd);
+  std::error_code ec;
+  const uint64_t file_bytes = std::filesystem::file_size(path, ec);
+  MPX_CHECK(!ec, "read_idx: cannot read the size of ", path, ": ", ec.message());
+  if (gzdirect(f.get())) {
+    MPX_CHECK(file_bytes >= header_bytes + total, "read_idx: ", path, " is truncated: its header declares ",
+              shape_str(shape), " (", total, " bytes of data) but the file holds ", file_bytes - header_bytes);
+    MPX_CHECK(file_bytes == header_bytes + total, "read_idx: ", path, " has data past the declared size ",
+              shape_str(shape), " (", file_bytes - header_bytes - total, " extra bytes)");
+  } else {
+    MPX_CHECK(total <= kMaxDeflateRatio * file_bytes, "read_idx: ", path, " declares ", shape_str(shape), " (", total,
+              " bytes of data), more than a gzip file of ", file_bytes, " bytes can hold (deflate expands at most ",
+              kMaxDeflateRatio, "x): the header or the file is corrupt");
   }
   Tensor t = empty(shape, kUInt8);
   read_exact(f.get(), t.raw_data(), total, path, "data");

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 
+#include "core/allocator.h"
 #include "data/idx.h"
 #include <mpx/mpx.h>
 
@@ -72,6 +73,39 @@ TEST_CASE("IDX reader rejects corrupt files with the file name", "[data]") {
     std::fclose(f);
   }
   CHECK_THROWS_WITH(data::read_idx(bad), Catch::Contains("not an unsigned-byte IDX file"));
+  {
+    // Before: a 12-byte file declaring 0x0fffffff x 63 bytes made the reader allocate 16.9 GB
+    // before finding the data missing. Now nothing is allocated for data the file cannot hold.
+    FILE* f = std::fopen(bad.c_str(), "wb");
+    const unsigned char head[] = {0, 0, 8, 2, 0x0f, 0xff, 0xff, 0xff, 0, 0, 0, 63};
+    std::fwrite(head, 1, sizeof head, f);
+    std::fclose(f);
+  }
+  cpu::reset_peak_memory_stats();
+  const int64_t before = cpu::memory_stats().allocated;
+  CHECK_THROWS_WITH(data::read_idx(bad), Catch::Contains(bad) && Catch::Contains("truncated") &&
+                                             Catch::Contains("[268435455, 63]") && Catch::Contains("holds 0"));
+  CHECK(cpu::memory_stats().peak_allocated - before < (1 << 20));
+  {
+    // The same header gzip'd: a few dozen bytes cannot expand to 16.9 GB.
+    // (a gzip member holding one stored deflate block of the 12 header bytes, CRC-32 and size)
+    const std::string gz = bad + ".gz";
+    FILE* f = std::fopen(gz.c_str(), "wb");
+    const unsigned char member[] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 1, 12, 0, 0xf3, 0xff,
+                                    0, 0, 8, 2, 0x0f, 0xff, 0xff, 0xff, 0, 0, 0, 63, 0xfc, 0xb7, 0x24, 0x95, 12, 0, 0, 0};
+    std::fwrite(member, 1, sizeof member, f);
+    std::fclose(f);
+    cpu::reset_peak_memory_stats();
+    CHECK_THROWS_WITH(data::read_idx(gz), Catch::Contains("more than a gzip file of") && Catch::Contains("1032x"));
+    CHECK(cpu::memory_stats().peak_allocated - before < (1 << 20));
+  }
+  {
+    FILE* f = std::fopen(bad.c_str(), "wb");
+    const unsigned char head[] = {0, 0, 8, 1, 0, 0, 0, 2, 7, 8, 9};  // declares 2 bytes, holds 3
+    std::fwrite(head, 1, sizeof head, f);
+    std::fclose(f);
+  }
+  CHECK_THROWS_WITH(data::read_idx(bad), Catch::Contains("past the declared size"));
   CHECK_THROWS_WITH(data::read_idx(dir + "/missing"), Catch::Contains("does not exist"));
   CHECK_THROWS_WITH(data::read_mnist(dir, true), Catch::Contains("not found"));
   std::filesystem::remove_all(dir);
