@@ -1,6 +1,7 @@
 // amp front end: apex's opt-level table and override rules, initialize, scale_loss with per-loss scalers, diagnosis.
 #include "amp/amp.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <deque>
@@ -11,6 +12,7 @@
 #include "amp/grad_scaler.h"
 #include "autograd/grad_mode.h"
 #include "core/cuda.h"
+#include "ops/amp.h"
 #include "ops/elementwise.h"
 #include "ops/op_utils.h"
 #include "ops/reduction.h"
@@ -132,9 +134,14 @@ void overflow_message(LossScaler& ls, int loss_id, double new_scale) {
   State& g = state();
   if (g.verbosity < 1) return;
   const int64_t n = ++ls.messages;
-  if (n <= 10 || (n & (n - 1)) == 0)
-    say("Gradient overflow.  Skipping step, loss scaler " + std::to_string(loss_id) + " reducing loss scale to " +
-        num(new_scale));
+  if (n <= 10 || (n & (n - 1)) == 0) {
+    if (ls.dynamic)
+      say("Gradient overflow.  Skipping step, loss scaler " + std::to_string(loss_id) + " reducing loss scale to " +
+          num(new_scale));
+    else  // apex would step with the non-finite gradient; mpx never lets one reach the weights
+      say("Gradient overflow.  Skipping step, loss scaler " + std::to_string(loss_id) + " keeps its static loss scale " +
+          num(new_scale) + "; if this repeats, lower the loss scale or make it dynamic");
+  }
   if (n == 11) say("amp: further overflow messages are rate-limited (printed at the 16th, 32nd, 64th, ... skip)");
 }
 
@@ -286,9 +293,17 @@ Properties Options::resolve() const {
     p.dynamic_loss_scale = false;
     p.loss_scale = *loss_scale_;
   }
-  if (!p.dynamic_loss_scale)
+  if (!p.dynamic_loss_scale) {
     MPX_CHECK(std::isfinite(p.loss_scale) && p.loss_scale > 0, "amp: a static loss_scale must be positive and finite, got ",
               p.loss_scale, "; use loss_scale(\"dynamic\") to let amp choose");
+    // The scaled loss's gradient enters the model in the model's dtype: a scale that dtype cannot
+    // hold makes every gradient inf, so every step would be skipped.
+    const DType model_dtype = p.cast_model_type.value_or(kFloat32);
+    const double limit = model_dtype == kFloat16 ? 65504.0 : model_dtype == kBFloat16 ? 3.3895313892515355e38 : 3.4028234663852886e38;
+    MPX_CHECK(p.loss_scale <= limit, "amp: the static loss_scale ", num(p.loss_scale), " is larger than ",
+              dtype_name(model_dtype), " can represent (", num(limit), "), the dtype of the model at ", opt_level_,
+              ", so every gradient would overflow; use a smaller scale or loss_scale(\"dynamic\")");
+  }
   MPX_CHECK(num_losses_ >= 1, "amp: num_losses must be at least 1, got ", num_losses_);
   MPX_CHECK(min_loss_scale_ >= 0 && std::isfinite(min_loss_scale_), "amp: min_loss_scale must be >= 0 (0: no floor), got ",
             min_loss_scale_);
@@ -474,6 +489,81 @@ ScaledLoss scale_loss(const Tensor& loss, const std::vector<OptimizerRef>& optim
   return r;
 }
 
+namespace {
+
+// The inf/NaN flag of an optimizer's gradients without unscaling them (a static unit scale has
+// nothing to unscale): one fused read pass per device, the flag left where the gradients are.
+Tensor check_finite(const optim::Optimizer& opt) {
+  NoGradGuard ng;
+  std::vector<std::pair<Device, tensor_list>> by_device;
+  for (const auto& p : opt.parameters()) {
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    auto it = std::find_if(by_device.begin(), by_device.end(), [&](const auto& d) { return d.first == g.device(); });
+    if (it == by_device.end()) by_device.push_back({g.device(), {g}});
+    else it->second.push_back(g);
+  }
+  if (by_device.empty()) return Tensor();
+  Tensor found;
+  for (auto& [dev, grads] : by_device) {
+    Tensor f = zeros({}, TensorOptions(kFloat32).device(dev));
+    unscale_check_inf_(grads, {}, ones({}, TensorOptions(kFloat32).device(dev)), f);
+    found = found.defined() ? found + f.to(found.device()) : f;
+  }
+  return found;
+}
+
+// Where the first non-finite value of an overflowed iteration is: the loss itself, or the first
+// parameter (in model order, then optimizer order) whose gradient is non-finite.
+std::string diagnose_overflow(int loss_id, double scale_at_overflow, double new_scale, bool dynamic,
+                              const Tensor& loss, const std::vector<optim::Optimizer*>& optimizers) {
+  State& g = state();
+  std::ostringstream os;
+  os << "amp diagnose: loss scaler " << loss_id << " overflowed at " << (dynamic ? "" : "its static ") << "loss scale "
+     << num(scale_at_overflow) << ": ";
+  if (!finite_all(loss)) {
+    os << "the loss itself is non-finite (" << loss.detach().to(kFloat32).item_double()
+       << "); the forward pass produced inf/NaN, which no loss scale can fix";
+    return os.str();
+  }
+  auto grad_of = [](optim::Optimizer& o, const Tensor& p) {
+    const Tensor& target = o.master(p);
+    return target.grad().defined() ? target.grad() : p.grad();
+  };
+  std::string where;
+  for (size_t mi = 0; mi < g.models.size() && where.empty(); ++mi)
+    for (const auto& [name, p] : g.models[mi]->named_parameters()) {
+      optim::Optimizer* owner = nullptr;
+      for (auto* o : optimizers)
+        for (const auto& q : o->parameters())
+          if (q.impl() == p.impl()) owner = o;
+      if (!owner) continue;
+      const Tensor gr = grad_of(*owner, p);
+      if (gr.defined() && !finite_all(gr)) {
+        where = "the first non-finite gradient is that of parameter \"" + name + "\" (" + ops::describe(p) +
+                (g.models.size() > 1 ? ", model " + std::to_string(mi) : "") + ")";
+        break;
+      }
+    }
+  for (size_t k = 0; k < optimizers.size() && where.empty(); ++k) {
+    const auto ps = optimizers[k]->parameters();
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const Tensor gr = grad_of(*optimizers[k], ps[i]);
+      if (gr.defined() && !finite_all(gr)) {
+        where = "the first non-finite gradient is that of parameter " + std::to_string(i) + " of optimizer " +
+                std::to_string(k) + " (" + ops::describe(ps[i]) + ")";
+        break;
+      }
+    }
+  }
+  os << (where.empty() ? std::string("no non-finite gradient found after the fact") : where);
+  if (dynamic) os << "; the step is skipped and the scale reduced to " << num(new_scale);
+  else os << "; the step is skipped and the static scale kept (lower it, or use a dynamic scale)";
+  return os.str();
+}
+
+}  // namespace
+
 void ScaledLoss::backward(bool retain_graph) {
   State& g = state();
   MPX_CHECK(!done_, "amp: backward() was already called on this scale_loss result; call amp::scale_loss again");
@@ -483,55 +573,64 @@ void ScaledLoss::backward(bool retain_graph) {
     return;
   }
   LossScaler& ls = g.scalers[options_.loss_id_];
-  // apex: unit static scaling without masters is a plain backward (nothing to unscale).
-  if (!g.props.master_weights.value_or(false) && !ls.dynamic && ls.scale == 1.0) {
-    loss_.to(kFloat32).backward({}, retain_graph);
-    clear_cache();
-    return;
-  }
   std::vector<std::shared_ptr<OptState>> sts;
   for (auto* o : optimizers_) sts.push_back(g.optimizers.at(o));
   const bool delay = options_.delay_unscale_;
-  if (!delay) {
-    // Gradients already unscaled by an earlier loss are set aside, so only the new ones are unscaled.
-    for (size_t k = 0; k < optimizers_.size(); ++k) {
-      if (sts[k]->params_have_scaled_grads) continue;
-      sts[k]->stash.clear();
-      for (const auto& p : optimizers_[k]->parameters()) {
-        const Tensor& target = optimizers_[k]->master(p);
-        if (target.grad().defined()) sts[k]->stash.emplace(p.impl(), target.grad());
-        target.mutable_grad() = Tensor();
-        p.mutable_grad() = Tensor();
+  // apex: unit static scaling without masters is a plain backward (nothing to unscale). mpx
+  // still reads the gradients once for inf/NaN, so that none reaches the weights.
+  const bool unit_static = !g.props.master_weights.value_or(false) && !ls.dynamic && ls.scale == 1.0;
+  Tensor scaled;
+  if (unit_static) {
+    scaled = loss_.to(kFloat32);
+    scaled.backward({}, retain_graph);
+  } else {
+    if (!delay) {
+      // Gradients already unscaled by an earlier loss are set aside, so only the new ones are unscaled.
+      for (size_t k = 0; k < optimizers_.size(); ++k) {
+        if (sts[k]->params_have_scaled_grads) continue;
+        sts[k]->stash.clear();
+        for (const auto& p : optimizers_[k]->parameters()) {
+          const Tensor& target = optimizers_[k]->master(p);
+          if (target.grad().defined()) sts[k]->stash.emplace(p.impl(), target.grad());
+          target.mutable_grad() = Tensor();
+          p.mutable_grad() = Tensor();
+        }
       }
     }
+    scaled = ls.scaler->scale(loss_.dtype() == kFloat32 ? loss_ : loss_.to(kFloat32));
+    scaled.backward({}, retain_graph);
   }
-  Tensor scaled = ls.scaler->scale(loss_.dtype() == kFloat32 ? loss_ : loss_.to(kFloat32));
-  scaled.backward({}, retain_graph);
   if (delay) {
-    for (auto& st : sts) st->params_have_scaled_grads = true;
+    if (!unit_static)
+      for (auto& st : sts) st->params_have_scaled_grads = true;
     clear_cache();
     return;
   }
-  // On a GPU, apex's dynamic scaling runs without reading the overflow flag: the scale update
-  // is a kernel, the optimizers' step kernels read the flag, and the overflow message comes a
-  // step late. A floor (min_loss_scale) or diagnosis needs the flag on the host: those read it.
-  const bool device_path = scaled.is_cuda() && ls.dynamic && ls.min_scale <= 0 && !g.diagnose;
+  // On a GPU the overflow flag is not read: the scale update is a kernel (dynamic scaling), the
+  // optimizers' step kernels read the flag, and the overflow message comes a step late. A floor
+  // (min_loss_scale) or diagnosis needs the flag on the host: those read it.
+  const bool device_path = scaled.is_cuda() && (!ls.dynamic || ls.min_scale <= 0) && !g.diagnose;
   bool overflow = false;
   Tensor found_any;
   for (size_t k = 0; k < optimizers_.size(); ++k) {
     optim::Optimizer& opt = *optimizers_[k];
-    ls.scaler->unscale_(opt);
-    bool inf = false;
-    bool any_grad = false;
-    for (const auto& p : opt.parameters()) any_grad |= p.grad().defined();
-    if (any_grad && device_path) {
-      NoGradGuard ng;
-      const Tensor f = ls.scaler->found_inf(opt);
-      found_any = found_any.defined() ? found_any + f : f;
-    } else if (any_grad && ls.dynamic) {
-      inf = ls.scaler->found_inf(opt).item_double() != 0.0;
+    Tensor f;
+    if (unit_static) {
+      f = check_finite(opt);
+    } else {
+      ls.scaler->unscale_(opt);
+      bool any_grad = false;
+      for (const auto& p : opt.parameters()) any_grad |= p.grad().defined();
+      if (any_grad) f = ls.scaler->found_inf(opt);
     }
-    overflow |= inf;
+    if (f.defined()) {
+      if (device_path) {
+        NoGradGuard ng;
+        found_any = found_any.defined() ? found_any + f : f;
+      } else {
+        overflow |= f.item_double() != 0.0;
+      }
+    }
     NoGradGuard ng;
     for (const auto& p : opt.parameters()) {
       auto it = sts[k]->stash.find(p.impl());
@@ -547,71 +646,34 @@ void ScaledLoss::backward(bool retain_graph) {
     report_lagging_overflows(ls, options_.loss_id_);
     NoGradGuard ng;
     if (!found_any.defined()) found_any = zeros({}, TensorOptions().device(scaled.device()));
-    ls.scaler->update();  // the kernel: backoff on overflow, growth after 2000 clean steps
-    ls.on_device = true;
+    if (ls.dynamic) ls.scaler->update();  // the kernel: backoff on overflow, growth after 2000 clean steps
+    else if (!unit_static) ls.scaler->update(ls.scale);  // a static scale stays; the scaler only starts its next iteration
+    ls.on_device = ls.dynamic;
     for (auto& st : sts) st->skip_flag = st->skip_flag.defined() ? st->skip_flag + found_any : found_any;
-    ls.pending.push_back({std::make_unique<cuda::HostReadback>(tensor_list{found_any, ls.scaler->scale_tensor()}),
+    const Tensor scale_now = unit_static ? full({}, ls.scale, TensorOptions(kFloat32).device(found_any.device()))
+                                         : ls.scaler->scale_tensor();
+    ls.pending.push_back({std::make_unique<cuda::HostReadback>(tensor_list{found_any, scale_now}),
                           static_cast<int>(optimizers_.size())});
     clear_cache();
     return;
   }
   const double scale_at_overflow = ls.scale;
-  // apex's LossScaler.update_scale.
-  bool should_skip = false;
+  // apex's LossScaler.update_scale; a static scale skips too but keeps its value.
   if (overflow && ls.dynamic) {
-    should_skip = true;
     ls.scale = ls.min_scale > 0 ? std::max(ls.min_scale, ls.scale / 2.0) : ls.scale / 2.0;
     ls.unskipped = 0;
-  } else {
+  } else if (!overflow) {
     ++ls.unskipped;
   }
   if (ls.unskipped == 2000 && ls.dynamic) {
     ls.scale = std::min(ls.max_scale, ls.scale * 2.0);
     ls.unskipped = 0;
   }
-  ls.scaler->update(ls.scale);
-  if (should_skip) {
+  if (!unit_static) ls.scaler->update(ls.scale);
+  if (overflow) {
     std::string diag;
     if (g.diagnose) {
-      std::ostringstream os;
-      os << "amp diagnose: loss scaler " << options_.loss_id_ << " overflowed at loss scale " << num(scale_at_overflow)
-         << ": ";
-      if (!finite_all(loss_)) {
-        os << "the loss itself is non-finite (" << loss_.detach().to(kFloat32).item_double()
-           << "); the forward pass produced inf/NaN, which no loss scale can fix";
-      } else {
-        std::string where;
-        for (size_t mi = 0; mi < g.models.size() && where.empty(); ++mi)
-          for (const auto& [name, p] : g.models[mi]->named_parameters()) {
-            optim::Optimizer* owner = nullptr;
-            for (auto* o : optimizers_)
-              for (const auto& q : o->parameters())
-                if (q.impl() == p.impl()) owner = o;
-            if (!owner) continue;
-            const Tensor& target = owner->master(p);
-            const Tensor gr = target.grad().defined() ? target.grad() : p.grad();
-            if (gr.defined() && !finite_all(gr)) {
-              where = "the first non-finite gradient is that of parameter \"" + name + "\" (" + ops::describe(p) +
-                      (g.models.size() > 1 ? ", model " + std::to_string(mi) : "") + ")";
-              break;
-            }
-          }
-        for (size_t k = 0; k < optimizers_.size() && where.empty(); ++k) {
-          const auto ps = optimizers_[k]->parameters();
-          for (size_t i = 0; i < ps.size(); ++i) {
-            const Tensor& target = optimizers_[k]->master(ps[i]);
-            const Tensor gr = target.grad().defined() ? target.grad() : ps[i].grad();
-            if (gr.defined() && !finite_all(gr)) {
-              where = "the first non-finite gradient is that of parameter " + std::to_string(i) + " of optimizer " +
-                      std::to_string(k) + " (" + ops::describe(ps[i]) + ")";
-              break;
-            }
-          }
-        }
-        os << (where.empty() ? std::string("no non-finite gradient found after the fact") : where)
-           << "; the step is skipped and the scale reduced to " << num(ls.scale);
-      }
-      diag = os.str();
+      diag = diagnose_overflow(options_.loss_id_, scale_at_overflow, ls.scale, ls.dynamic, loss_, optimizers_);
       g.last_diagnosis = diag;
     }
     for (auto& st : sts) {

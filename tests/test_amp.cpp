@@ -566,3 +566,64 @@ TEST_CASE("amp two models, two optimizers, three losses with per-loss scalers (D
                     Catch::Contains("num_losses(4)"));
   amp::reset();
 }
+
+// Before: a static scale never checked for overflow (apex's behaviour), so --loss-scale 1e30 at O1
+// wrote NaN into every weight, and O3 f16 accepted a scale f16 cannot hold.
+TEST_CASE("amp with a static loss scale skips an overflowing step too: no non-finite gradient reaches the weights",
+          "[amp]") {
+  const Tensor x = [] { manual_seed(5); return randn({4, 8}); }();
+  SECTION("O1, static 1e30: skipped, counted, diagnosed, scale kept") {
+    amp::reset();
+    sink_to_captured();
+    manual_seed(4);
+    Net net(false);
+    optim::SGD opt(net->parameters(), optim::SGDOptions(0.1).momentum(0.9));
+    amp::initialize(net, opt, amp::Options().opt_level("O1").loss_scale(1e30).verbosity(1).diagnose(true));
+    const Tensor w = snapshot(net->fc1->weight);
+    for (int i = 0; i < 3; ++i) {
+      opt.zero_grad();
+      amp::scale_loss(mean(net(x)), opt).backward();
+      opt.step();
+    }
+    CHECK(amp::skipped_steps(opt) == 3);
+    CHECK(amp::loss_scale() == 1e30);
+    CHECK(equal(net->fc1->weight, w));
+    for (const auto& p : net->parameters()) CHECK(p.all_finite());
+    CHECK(any_contains("Skipping step, loss scaler 0 keeps its static loss scale"));
+    CHECK_THAT(amp::last_diagnosis(), Catch::Contains("static loss scale") && Catch::Contains("static scale kept"));
+  }
+  SECTION("O3 and O0 at scale 1.0: an inf gradient is caught by one check pass") {
+    for (const char* level : {"O3", "O0"}) {
+      INFO(level);
+      amp::reset();
+      sink_to_captured();
+      manual_seed(4);
+      Net net(false);
+      optim::SGD opt(net->parameters(), optim::SGDOptions(0.1));
+      amp::initialize(net, opt, amp::Options().opt_level(level).verbosity(1));
+      const Tensor w = snapshot(net->fc2->weight);
+      opt.zero_grad();
+      amp::scale_loss(mean(net(x)) * std::numeric_limits<double>::infinity(), opt).backward();
+      opt.step();
+      CHECK(amp::skipped_steps(opt) == 1);
+      CHECK(equal(net->fc2->weight, w));
+      CHECK(any_contains("keeps its static loss scale 1.0"));
+      opt.zero_grad();
+      amp::scale_loss(mean(net(x)), opt).backward();
+      opt.step();
+      CHECK(amp::skipped_steps(opt) == 1);
+      CHECK_FALSE(equal(net->fc2->weight, w));
+    }
+  }
+  SECTION("a static scale the model's dtype cannot hold is a clear error") {
+    amp::reset();
+    Net net(false);
+    optim::SGD opt(net->parameters(), optim::SGDOptions(0.1));
+    CHECK_THROWS_WITH(amp::initialize(net, opt, amp::Options().opt_level("O3").loss_scale(1e30).verbosity(0)),
+                      Catch::Contains("larger than f16 can represent") && Catch::Contains("65504"));
+    CHECK_THROWS_WITH(amp::Options().opt_level("O2").loss_scale("70000").resolve(), Catch::Contains("f16"));
+    CHECK_NOTHROW(amp::Options().opt_level("O2").dtype(kBFloat16).loss_scale(1e30).resolve());
+    CHECK_NOTHROW(amp::Options().opt_level("O1").loss_scale(1e30).resolve());
+  }
+  amp::reset();
+}
