@@ -118,7 +118,7 @@ TEST_CASE("cli 4: mpx train DIR detects an image folder, prints classes, counts 
   REQUIRE(r.rc == 0);
   CHECK(has(r.out, "on imagefolder (detected)"));
   CHECK(has(r.out, "batch 4"));
-  CHECK(has(r.out, "2 classes (train/test images): class0 8/2, class1 8/2"));
+  CHECK(has(r.out, "2 classes, 8 train / 2 test images each: class0, class1"));
   CHECK(has(r.out, "ignored 1 file without an image extension"));
   CHECK(fs::exists(out / "model_best.safetensors"));
   mpx::Metadata best;
@@ -195,6 +195,17 @@ TEST_CASE("cli 5: permission problems and unreadable folders are named as such",
   CHECK_FALSE(has(r.out, "corrupt"));
   CHECK_FALSE(has(r.out, "unreadable"));
   fs::permissions(out / "checkpoint.safetensors", fs::perms::owner_all);
+
+  // A data file the user may not read (only its name is needed: a labels file will do).
+  const fs::path idx = temp_dir("idx");
+  for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                        "t10k-labels-idx1-ubyte.gz"})
+    fs::copy_file(fs::path(mpx::data::kFashionMnistDir) / f, idx / f);
+  fs::permissions(idx / "t10k-labels-idx1-ubyte.gz", geteuid() == 0 ? fs::perms::owner_read : fs::perms::none);
+  fs::permissions(idx, fs::perms::all);  // --out inside it is writable for the unprivileged user
+  r = mpx::testing::mpx_err_unprivileged("train --data " + q(idx) + " --out " + q(idx / "o"));
+  CHECK(r.rc == 1);
+  CHECK(has(r.out, "t10k-labels-idx1-ubyte.gz: permission denied"));
 
   const fs::path locked = temp_dir("locked");
   fs::create_directories(locked / "data" / "train" / "a");

@@ -4,6 +4,7 @@
 #include "tools/run_dir.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <atomic>
@@ -140,6 +141,16 @@ DataSplits open_data(const std::string& name, const std::string& root_in, DataPu
     const bool fashion = name == "fashion-mnist";
     const double mean = gen ? 0.5 : (fashion ? 0.2860 : 0.1307), sd = gen ? 0.5 : (fashion ? 0.3530 : 0.3081);
     s.mean = {mean}, s.std = {sd};
+    // The IDX reader cannot tell a file it may not open from a missing one; say which it is.
+    for (const char* stem : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                             "t10k-labels-idx1-ubyte"})
+      for (const std::string ext : {"", ".gz"}) {
+        const std::string f = (fs::path(s.root) / (stem + ext)).string();
+        std::error_code ec;
+        if (!fs::exists(f, ec)) continue;
+        if (std::FILE* h = std::fopen(f.c_str(), "rb")) std::fclose(h);
+        else MPX_ERROR(name, " data cannot be read: ", io_problem(f, std::error_code(errno, std::generic_category())));
+      }
     T::Transform t = T::PILToTensor();
     auto tr = fashion ? std::make_shared<data::FashionMNIST>(s.root, true, t) : std::make_shared<data::MNIST>(s.root, true, t);
     auto te = fashion ? std::make_shared<data::FashionMNIST>(s.root, false, t) : std::make_shared<data::MNIST>(s.root, false, t);
@@ -243,6 +254,13 @@ std::string class_summary(const DataSplits& d, int64_t limit_train, int64_t limi
     return c;
   };
   const auto tr = counts(d.train_labels, limit_train), te = counts(d.test_labels, limit_test);
+  const bool even = std::equal(tr.begin() + 1, tr.end(), tr.begin()) && std::equal(te.begin() + 1, te.end(), te.begin());
+  if (even && d.classes.size() <= 20) {  // balanced, e.g. Fashion-MNIST: the counts once
+    std::string s = std::to_string(d.classes.size()) + " classes, " + std::to_string(tr[0]) + " train / " +
+                    std::to_string(te[0]) + " test images each:";
+    for (size_t k = 0; k < d.classes.size(); ++k) s += (k ? ", " : " ") + d.classes[k];
+    return s;
+  }
   std::string s = std::to_string(d.classes.size()) + " classes (train/test images):";
   const size_t shown = d.classes.size() <= 20 ? d.classes.size() : 8;
   for (size_t k = 0; k < shown; ++k)
