@@ -21,13 +21,41 @@ void accumulate(Tensor& slot, Tensor g) {
   slot = slot.defined() ? add(slot, g) : std::move(g);
 }
 
+Tensor run_grad_hook(const std::function<Tensor(const Tensor&)>& hook, const Tensor& g) {
+  Tensor r = hook(g);
+  if (!r.defined()) return g;
+  MPX_CHECK(r.sizes() == g.sizes(), "register_hook: a hook returned a gradient of shape ", shape_str(r.sizes()),
+            " for a gradient of shape ", shape_str(g.sizes()), "; return a tensor of the same shape, or nothing");
+  return r;
+}
+
+// Callbacks queued during a backward run once the outermost backward of this thread is done.
+thread_local int t_backward_depth = 0;
+thread_local std::vector<std::function<void()>> t_final_callbacks;
+
+struct DepthGuard {
+  DepthGuard() { ++t_backward_depth; }
+  ~DepthGuard() {
+    if (--t_backward_depth == 0) t_final_callbacks.clear();  // after an exception: drop, never run later
+  }
+};
+
 }  // namespace
+
+void queue_callback(std::function<void()> fn) {
+  MPX_CHECK(t_backward_depth > 0, "queue_callback: called outside a backward pass; callbacks can only be "
+            "queued from gradient hooks or backward functions while backward runs");
+  t_final_callbacks.push_back(std::move(fn));
+}
+
+bool in_backward() { return t_backward_depth > 0; }
 
 tensor_list run_backward(const tensor_list& roots, const tensor_list& grad_roots, bool keep_graph,
                          bool create_graph, const tensor_list& inputs, bool allow_unused) {
   MPX_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(), "backward: got ", grad_roots.size(),
             " gradients for ", roots.size(), " tensors; pass one gradient per tensor");
   AutoGradMode mode(create_graph);
+  DepthGuard depth;
 
   // Seed: gradients flowing into the roots' edges.
   std::unordered_map<Node*, tensor_list> buffers;
@@ -96,11 +124,17 @@ tensor_list run_backward(const tensor_list& roots, const tensor_list& grad_roots
     tensor_list in = std::move(buffers[n]);
     buffers.erase(n);
     in.resize(std::max(in.size(), n->output_meta.size()));
+    const bool is_leaf = dynamic_cast<AccumulateGrad*>(n) != nullptr;
+    // Tensor hooks see (and may replace) the gradient before anything else does with it.
+    for (auto& [id, nr, hook] : n->pre_hooks)
+      if (nr < in.size() && in[nr].defined()) in[nr] = run_grad_hook(hook, in[nr]);
+    if (is_leaf && !in.empty() && in[0].defined())
+      if (auto* m = meta_if(Tensor(static_cast<AccumulateGrad*>(n)->variable_)))
+        for (auto& [id, hook] : m->grad_hooks) in[0] = run_grad_hook(hook, in[0]);
     for (size_t k = 0; k < wanted.size(); ++k)
       if (wanted[k].fn.get() == n && wanted[k].input_nr < in.size()) captured[k] = in[wanted[k].input_nr];
 
     tensor_list out;
-    const bool is_leaf = dynamic_cast<AccumulateGrad*>(n) != nullptr;
     if (is_leaf) {
       if (accumulate_leaves) n->apply(std::move(in));
     } else {
@@ -129,6 +163,14 @@ tensor_list run_backward(const tensor_list& roots, const tensor_list& grad_roots
   for (size_t k = 0; k < inputs.size(); ++k)
     MPX_CHECK(captured[k].defined() || allow_unused, "grad: input ", k,
               " was not used to compute the outputs; pass allow_unused=true if that is expected");
+  if (t_backward_depth == 1) {
+    // A callback may queue another (index loop: the vector can grow while it runs).
+    for (size_t i = 0; i < t_final_callbacks.size(); ++i) {
+      auto cb = std::move(t_final_callbacks[i]);
+      cb();
+    }
+    t_final_callbacks.clear();
+  }
   return captured;
 }
 

@@ -16,6 +16,13 @@ tensor_list grad(const tensor_list& outputs, const tensor_list& inputs, const te
                  std::optional<bool> retain_graph = std::nullopt, bool create_graph = false,
                  bool allow_unused = false);
 
+/// Queues `fn` to run when the current (outermost) backward pass has processed every node,
+/// before backward() returns (PyTorch's Engine.queue_callback). Only valid while backward runs,
+/// e.g. from a gradient hook; data-parallel training uses it to wait for its reductions.
+void queue_callback(std::function<void()> fn);
+/// True while this thread runs a backward pass.
+bool in_backward();
+
 /// backward() for several roots at once.
 void backward(const tensor_list& tensors, const tensor_list& grad_tensors = {}, bool retain_graph = false,
               bool create_graph = false);

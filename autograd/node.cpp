@@ -154,6 +154,8 @@ tensor_list AccumulateGrad::apply(tensor_list&& grads) {
   } else {
     m.grad.add_(g);
   }
+  // Index loop: a hook may register another.
+  for (size_t i = 0; i < m.post_accumulate_hooks.size(); ++i) m.post_accumulate_hooks[i].second(var);
   return {};
 }
 

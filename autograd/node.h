@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "autograd/grad_mode.h"
@@ -42,6 +43,9 @@ struct Node : std::enable_shared_from_this<Node> {
   uint64_t sequence_nr;
   /// Non-leaf outputs whose gradient is kept (Tensor::retain_grad).
   std::vector<std::pair<uint32_t, std::weak_ptr<TensorImpl>>> retained_grads;
+  /// Tensor::register_hook on non-leaf outputs: (hook id, output number, hook), run on the
+  /// incoming gradient before apply().
+  std::vector<std::tuple<uint64_t, uint32_t, std::function<Tensor(const Tensor&)>>> pre_hooks;
 };
 
 /// Per-tensor autograd state (attached lazily to TensorImpl).
@@ -52,6 +56,10 @@ struct AutogradMeta {
   uint32_t output_nr = 0;
   bool requires_grad = false;  // for leaves; non-leaves require grad through grad_fn
   bool retains_grad = false;
+  /// Leaves only: Tensor::register_hook (run before accumulation) and
+  /// register_post_accumulate_grad_hook (run after), with their ids.
+  std::vector<std::pair<uint64_t, std::function<Tensor(const Tensor&)>>> grad_hooks;
+  std::vector<std::pair<uint64_t, std::function<void(const Tensor&)>>> post_accumulate_hooks;
 };
 
 AutogradMeta& meta(const Tensor& t);  // creates on first use

@@ -1,6 +1,7 @@
 // Tensor: the strided, reference-counted n-d array handle every layer of mpx works with.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -150,6 +151,25 @@ class Tensor {
   std::shared_ptr<autograd::Node> grad_fn() const;
   /// Keeps the gradient of a non-leaf after backward (it is in grad() afterwards).
   void retain_grad() const;
+  /// Runs `hook(grad)` each time backward computes this tensor's gradient, before the gradient
+  /// is accumulated into a leaf's grad() or passed further down the graph; a hook that returns a
+  /// defined tensor (same shape) replaces the gradient, one returning void or an undefined tensor
+  /// only observes it (PyTorch's Tensor.register_hook). Hooks run in registration order.
+  /// Returns an id for remove_hook. The tensor must require grad.
+  template <typename Fn> uint64_t register_hook(Fn hook) const {
+    if constexpr (std::is_void_v<std::invoke_result_t<Fn&, const Tensor&>>)
+      return register_grad_hook([hook = std::move(hook)](const Tensor& g) mutable { hook(g); return Tensor(); });
+    else
+      return register_grad_hook(std::function<Tensor(const Tensor&)>(std::move(hook)));
+  }
+  uint64_t register_grad_hook(std::function<Tensor(const Tensor&)> hook) const;
+  /// Runs `hook(param)` on a leaf that requires grad right after backward has accumulated a
+  /// gradient into its grad() (PyTorch's register_post_accumulate_grad_hook); what data-parallel
+  /// training uses to start reducing a gradient while the rest of backward goes on.
+  /// Returns an id for remove_hook.
+  uint64_t register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
+  /// Removes a hook registered on this tensor by its id; false when there is none.
+  bool remove_hook(uint64_t id) const;
   /// Bumped by every in-place write; autograd compares it with the value seen at save time.
   uint64_t version() const { return impl_->storage->version.load(); }
   void bump_version() const { impl_->storage->version.fetch_add(1); }
