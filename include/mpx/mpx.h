@@ -21,6 +21,7 @@
 #include "ops/amp.h"
 #include "ops/profiler.h"
 #include "core/serialize.h"
+#include "distributed/process_group.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "amp/autocast.h"

@@ -1,0 +1,259 @@
+// MPI transport: one worker thread owns every MPI call; nonblocking collectives polled against a deadline.
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <thread>
+
+#include "distributed/backend.h"
+
+#ifdef MPX_WITH_MPI
+#include <mpi.h>
+#endif
+
+namespace mpx::distributed::detail {
+
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+#ifndef MPX_WITH_MPI
+
+bool mpi_compiled() { return false; }
+std::string mpi_version() { return "none"; }
+Topology mpi_init(double) {
+  MPX_ERROR("distributed: mpx was built without MPI; install Open MPI (libopenmpi-dev) and rebuild with "
+            "-DMPX_DISTRIBUTED=ON");
+}
+void mpi_submit(RawOp op, std::shared_ptr<Work::State> state) {
+  state->complete("distributed: " + op.what + " needs MPI, and mpx was built without it", 0);
+}
+void mpi_set_timeout(double) {}
+void mpi_finalize() {}
+
+#else
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Task {
+  RawOp op;
+  std::shared_ptr<Work::State> state;
+};
+
+MPI_Datatype mpi_type(DType t, const std::string& what) {
+  switch (t) {
+    case kFloat32: return MPI_FLOAT;
+    case kFloat64: return MPI_DOUBLE;
+    case kInt64: return MPI_INT64_T;
+    case kInt32: return MPI_INT32_T;
+    case kUInt8: return MPI_UINT8_T;
+    default: MPX_ERROR("distributed: ", what, ": no MPI reduction for ", dtype_name(t));
+  }
+}
+
+std::string mpi_error_string(int rc) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  return std::string(msg, len);
+}
+
+// Every MPI call after MPI_Init happens on this thread (MPI_THREAD_SERIALIZED is then enough,
+// and collectives are issued in exactly the order the program asked for them on every rank).
+class Worker {
+ public:
+  Worker(MPI_Comm comm, int rank, int world, double timeout)
+      : comm_(comm), rank_(rank), world_(world), timeout_(timeout), thread_([this] { loop(); }) {}
+
+  void submit(Task t) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(t));
+    }
+    cv_.notify_one();
+  }
+  void set_timeout(double s) { timeout_.store(s); }
+  bool broken() const { return broken_.load(); }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      Task t;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        t = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      if (broken_) {
+        t.state->complete("distributed: " + t.op.what + " on rank " + std::to_string(rank_) + " was not started: " +
+                              broken_msg_, 0);
+        continue;
+      }
+      run(t);
+    }
+  }
+
+  int post(const RawOp& op, MPI_Request* req) {
+    const int64_t bytes = op.count * static_cast<int64_t>(element_size(op.dtype));
+    MPX_CHECK(bytes <= INT32_MAX, "distributed: ", op.what, " moves ", bytes, " bytes; MPI counts stop at 2 GiB, so "
+              "split the tensor");
+    switch (op.kind) {
+      case RawOp::Kind::AllReduce:
+        return MPI_Iallreduce(MPI_IN_PLACE, op.buffer, static_cast<int>(op.count), mpi_type(op.dtype, op.what),
+                              op.op == ReduceOp::Max ? MPI_MAX : MPI_SUM, comm_, req);
+      case RawOp::Kind::Broadcast:
+        return MPI_Ibcast(op.buffer, static_cast<int>(bytes), MPI_BYTE, op.root, comm_, req);
+      case RawOp::Kind::AllGather:
+        return MPI_Iallgather(op.buffer, static_cast<int>(bytes), MPI_BYTE, op.recv, static_cast<int>(bytes), MPI_BYTE,
+                              comm_, req);
+      case RawOp::Kind::Barrier: return MPI_Ibarrier(comm_, req);
+    }
+    return MPI_ERR_OTHER;
+  }
+
+  void fail(Task& t, const std::string& msg) {
+    broken_msg_ = msg;
+    broken_ = true;
+    // Also on stderr: the caller may be a hook deep inside backward, or may swallow the error.
+    std::fprintf(stderr, "%s\n", msg.c_str());
+    std::fflush(stderr);
+    t.state->complete(msg, 0);
+  }
+
+  void run(Task& t) {
+    const auto start = Clock::now();
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_SUCCESS;
+    try {
+      rc = post(t.op, &req);
+    } catch (const std::exception& e) {
+      t.state->complete(e.what(), 0);
+      return;
+    }
+    const std::string where = t.op.what + " on rank " + std::to_string(rank_) + " of " + std::to_string(world_);
+    if (rc != MPI_SUCCESS) return fail(t, "mpx distributed: " + where + " failed to start: " + mpi_error_string(rc));
+    const double limit = timeout_.load();
+    const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
+    // Open MPI progresses nonblocking collectives only inside MPI calls, so poll: tightly at
+    // first (small collectives finish in microseconds), then with growing sleeps so a long wait
+    // does not take a core away from the computation it is meant to overlap.
+    int flag = 0;
+    int polls = 0;
+    auto nap = std::chrono::microseconds(5);
+    for (;;) {
+      rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS)
+        return fail(t, "mpx distributed: " + where + " failed: " + mpi_error_string(rc) +
+                           " (a peer rank has probably died; see its output)");
+      if (flag) break;
+      if (Clock::now() > deadline)
+        return fail(t, "mpx distributed: " + where + " got no answer from the other ranks within " +
+                           std::to_string(static_cast<int>(limit)) + " s (timeout): a rank has died, hangs, or "
+                           "called a different collective (every rank must call the same collectives in the same "
+                           "order). Ending the job; look at the other ranks' messages for the cause, and raise "
+                           "MPX_DISTRIBUTED_TIMEOUT if a rank is just slow.");
+      if (++polls < 64) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(nap);
+        nap = std::min(nap * 2, std::chrono::microseconds(500));
+      }
+    }
+    t.state->complete("", std::chrono::duration<double>(Clock::now() - start).count());
+  }
+
+  MPI_Comm comm_;
+  int rank_, world_;
+  std::atomic<double> timeout_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  bool stop_ = false;
+  std::atomic<bool> broken_{false};
+  std::string broken_msg_;
+  std::thread thread_;  // last: starts after the members it uses
+};
+
+Worker* g_worker = nullptr;
+MPI_Comm g_comm = MPI_COMM_NULL;
+bool g_we_initialized = false;
+
+}  // namespace
+
+bool mpi_compiled() { return true; }
+
+std::string mpi_version() {
+  char v[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(v, &len);
+  std::string s(v, len);
+  if (auto nl = s.find_first_of("\n,"); nl != std::string::npos) s.resize(nl);
+  return s;
+}
+
+Topology mpi_init(double timeout_seconds) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    MPX_CHECK(provided >= MPI_THREAD_SERIALIZED, "distributed::init: the MPI library offers thread level ", provided,
+              " but mpx needs MPI_THREAD_SERIALIZED (its collectives run on a worker thread)");
+    g_we_initialized = true;
+  }
+  MPI_Comm_dup(MPI_COMM_WORLD, &g_comm);
+  // Errors come back as return codes, so a lost peer becomes an mpx::Error naming the collective.
+  MPI_Comm_set_errhandler(g_comm, MPI_ERRORS_RETURN);
+  Topology t;
+  MPI_Comm_rank(g_comm, &t.rank);
+  MPI_Comm_size(g_comm, &t.world);
+  MPI_Comm local;
+  MPI_Comm_split_type(g_comm, MPI_COMM_TYPE_SHARED, t.rank, MPI_INFO_NULL, &local);
+  MPI_Comm_rank(local, &t.local_rank);
+  MPI_Comm_size(local, &t.local_world);
+  MPI_Comm_free(&local);
+  g_worker = new Worker(g_comm, t.rank, t.world, timeout_seconds);
+  return t;
+}
+
+void mpi_submit(RawOp op, std::shared_ptr<Work::State> state) {
+  MPX_CHECK(g_worker != nullptr, "distributed: ", op.what, ": MPI has been finalized");
+  g_worker->submit(Task{std::move(op), std::move(state)});
+}
+
+void mpi_set_timeout(double seconds) {
+  if (g_worker) g_worker->set_timeout(seconds);
+}
+
+void mpi_finalize() {
+  if (!g_worker) return;
+  const bool broken = g_worker->broken();
+  g_worker->stop();
+  delete g_worker;
+  g_worker = nullptr;
+  if (broken) {
+    // A collective is still pending on this rank and its peers are stuck or gone: MPI_Finalize
+    // would wait forever, so end every rank.
+    MPI_Abort(g_comm, 3);
+  }
+  MPI_Comm_free(&g_comm);
+  if (g_we_initialized) MPI_Finalize();
+}
+
+#endif
+
+}  // namespace mpx::distributed::detail
