@@ -9,3 +9,4 @@
 #include "nn/functional.h"
 #include "nn/init.h"
 #include "nn/utils.h"
+#include "nn/distributed.h"
