@@ -169,6 +169,10 @@ Tensor BatchNormImplBase::run(const Tensor& x, const Tensor& residual) {
   const bool use_batch_stats = is_training() || !running_mean.defined();
   const bool pass_running = !is_training() || options.track_running_stats();
   const Tensor rm = pass_running ? running_mean : Tensor(), rv = pass_running ? running_var : Tensor();
+  if (sync_forward && is_training()) {
+    Tensor y = sync_forward(*this, x, factor);
+    return residual.defined() ? F::relu(y + residual) : y;
+  }
   if (residual.defined())
     return mpx::batch_norm_add_relu(x, residual, rm, rv, weight, bias, use_batch_stats, factor, options.eps());
   return F::batch_norm(x, rm, rv,

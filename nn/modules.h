@@ -89,6 +89,10 @@ class BatchNormImplBase : public Module {
   Tensor running_mean;
   Tensor running_var;
   Tensor num_batches_tracked;
+  /// Training-mode statistics over more than this process's batch: set by
+  /// nn::convert_sync_batchnorm and nn::SyncBatchNorm (cross-rank mean/variance). Called with
+  /// the input and the running-average factor; it updates the running statistics itself.
+  std::function<Tensor(BatchNormImplBase&, const Tensor& x, double factor)> sync_forward;
 
  protected:
   virtual void check_input_dim(const Tensor& x) const = 0;

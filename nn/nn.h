@@ -10,3 +10,4 @@
 #include "nn/init.h"
 #include "nn/utils.h"
 #include "nn/distributed.h"
+#include "nn/sync_batchnorm.h"
