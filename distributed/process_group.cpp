@@ -75,6 +75,10 @@ Tensor staged(const Tensor& t, bool to_f32) {
   return t.to(Device::cpu(), to_f32 ? kFloat32 : t.dtype()).contiguous();
 }
 
+// CUDA tensors go to NCCL even in a world of one (a device copy), so a single GPU exercises the
+// same path as many; everything else short-circuits there.
+bool trivial(const Tensor& t) { return group().topo.world == 1 && !(t.device().is_cuda() && detail::nccl_compiled()); }
+
 // Sends `raw` to the transport that owns `t`'s device and returns the work.
 Work submit(const Tensor& t, detail::RawOp raw, std::function<void()> finish,
             std::shared_ptr<Work::State> state = std::make_shared<Work::State>()) {
@@ -198,7 +202,7 @@ Work all_reduce_async(const Tensor& tensor, ReduceOp op) {
   Group& g = group();
   const uint64_t seq = ++g.seq;
   const int world = g.topo.world;
-  if (world == 1) return Work(done_state());
+  if (trivial(tensor)) return Work(done_state());
   const bool low = dt == kFloat16 || dt == kBFloat16;
   // Host 16-bit sums go through f32 so each element is rounded once, after the whole sum.
   Tensor buf = staged(tensor, low);
@@ -226,7 +230,7 @@ Work broadcast_async(const Tensor& tensor, int root) {
   MPX_CHECK(root >= 0 && root < g.topo.world, "distributed::broadcast: root ", root, " is not a rank of a world of ",
             g.topo.world);
   const uint64_t seq = ++g.seq;
-  if (g.topo.world == 1) return Work(done_state());
+  if (trivial(tensor)) return Work(done_state());
   Tensor buf = staged(tensor, false);
   detail::RawOp raw;
   raw.kind = detail::RawOp::Kind::Broadcast;
@@ -248,7 +252,7 @@ Work all_gather_async(const Tensor& tensor) {
   Group& g = group();
   const uint64_t seq = ++g.seq;
   const int world = g.topo.world;
-  if (world == 1) {
+  if (trivial(tensor)) {
     auto s = done_state();
     s->result = {tensor.detach().clone()};
     return Work(s);

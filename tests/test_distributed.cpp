@@ -101,3 +101,32 @@ TEST_CASE("collectives reject what they cannot reduce, with the reason", "[distr
   REQUIRE_THROWS_WITH(dist::broadcast(zeros({2}), dist::world_size()), Catch::Contains("is not a rank"));
   REQUIRE_THROWS_WITH(dist::set_timeout(0), Catch::Contains("positive"));
 }
+
+TEST_CASE("collectives on CUDA tensors (NCCL when built with it)", "[distributed][cuda]") {
+  if (!cuda_is_available()) {
+    WARN("no CUDA device: skipped");
+    return;
+  }
+  const int w = dist::world_size(), r = dist::rank();
+  const Device dev = Device::cuda(dist::local_rank() % cuda_device_count());
+  for (DType dt : {kFloat32, kFloat16, kBFloat16}) {
+    INFO(dtype_name(dt));
+    Tensor s = rank_tensor(33, dt, r).to(dev);
+    dist::all_reduce(s, dist::ReduceOp::Sum);
+    Tensor expect = zeros({33}, kFloat64);
+    for (int k = 0; k < w; ++k) expect = expect + rank_tensor(33, dt, k).to(kFloat64);
+    // NCCL sums 16-bit tensors in their own dtype (one rounding per rank added).
+    REQUIRE(allclose(s.cpu().to(kFloat64), expect, dt == kFloat32 ? 1e-6 : 1e-2, 0));
+    Tensor a = rank_tensor(33, dt, r).to(dev);
+    dist::all_reduce(a, dist::ReduceOp::Avg);
+    REQUIRE(allclose(a.cpu().to(kFloat64), expect / w, dt == kFloat32 ? 1e-6 : 1e-2, 0));
+    Tensor b = rank_tensor(9, dt, r).to(dev);
+    dist::broadcast(b, 0);
+    REQUIRE(allclose(b.cpu(), rank_tensor(9, dt, 0), 0, 0));
+    auto g = dist::all_gather(rank_tensor(4, dt, r).to(dev));
+    for (int k = 0; k < w; ++k) {
+      REQUIRE(g[k].device() == dev);
+      REQUIRE(allclose(g[k].cpu(), rank_tensor(4, dt, k), 0, 0));
+    }
+  }
+}

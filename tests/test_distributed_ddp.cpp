@@ -189,6 +189,33 @@ TEST_CASE("an overflow on one rank makes every rank skip the step and back off",
   amp::reset();
 }
 
+TEST_CASE("GradScaler: an inf on one rank makes every rank skip and halve the scale", "[distributed][ddp][amp]") {
+  manual_seed(10);
+  Mlp net;
+  optim::SGD opt(net->parameters(), optim::SGDOptions(0.1));
+  nn::DistributedDataParallel ddp(net);
+  amp::GradScaler scaler(amp::GradScalerOptions().init_scale(1024));
+  std::vector<Tensor> before;
+  for (const auto& p : net->parameters()) before.push_back(p.detach().clone());
+  auto [x, y] = global_batch(21);
+  Tensor mine = my_rows(x).clone();
+  if (dist::rank() == dist::world_size() - 1) {
+    NoGradGuard ng;
+    mine[1][2].fill_(std::numeric_limits<double>::quiet_NaN());
+  }
+  opt.zero_grad();
+  {
+    amp::AutocastGuard autocast(kBFloat16);
+    scaler.scale(F::cross_entropy(ddp(mine), my_rows(y))).backward();
+  }
+  const bool stepped = scaler.step(opt);
+  scaler.update();
+  REQUIRE_FALSE(stepped);
+  REQUIRE(scaler.get_scale() == 512);
+  auto after = net->parameters();
+  for (size_t i = 0; i < before.size(); ++i) REQUIRE(allclose(after[i], before[i], 0, 0));
+}
+
 TEST_CASE("DDP broadcasts parameters at construction and buffers every forward", "[distributed][ddp]") {
   manual_seed(11 + dist::rank());  // different weights per rank: construction must unify them
   nn::Sequential seq(nn::Linear(8, 6), nn::BatchNorm1d(6), nn::Linear(6, 2));
