@@ -15,6 +15,13 @@
 
 #define STB_IMAGE_IMPLEMENTATION
 #define STBI_FAILURE_USERMSG
+// Only the formats ImageFolder accepts are decoded, whatever a file's name says: stb's other
+// decoders (GIF, PSD, HDR, PIC, PNM, TGA) are not compiled in, so a GIF declaring a huge canvas
+// is refused from its first bytes instead of costing half a gigabyte.
+#define STBI_ONLY_JPEG
+#define STBI_ONLY_PNG
+#define STBI_ONLY_BMP
+#define STBI_MAX_DIMENSIONS 65535
 #if defined(__GNUC__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
@@ -158,6 +165,11 @@ File open_image(const std::string& path, std::string& why) {
   return f;
 }
 std::string stb_reason() { return stbi_failure_reason() ? stbi_failure_reason() : "unknown error"; }
+std::string too_big(int w, int h) {
+  if (static_cast<int64_t>(w) * h <= kMaxImagePixels) return "";
+  return "its header declares " + std::to_string(w) + "x" + std::to_string(h) + " pixels, more than the " +
+         std::to_string(kMaxImagePixels) + " mpx decodes (PIL's decompression-bomb limit)";
+}
 }  // namespace
 
 Tensor read_image(const std::string& path, int channels) {
@@ -166,6 +178,11 @@ Tensor read_image(const std::string& path, int channels) {
   File f = open_image(path, why);
   MPX_CHECK(f, "read_image: ", path, ": ", why);
   int w = 0, h = 0, c = 0;
+  // The header's size is checked before anything is decoded: decoders allocate it up front.
+  if (stbi_info_from_file(f.get(), &w, &h, &c)) {
+    const std::string big = too_big(w, h);
+    MPX_CHECK(big.empty(), "read_image: cannot decode ", path, ": ", big);
+  }
   std::unique_ptr<stbi_uc, void (*)(void*)> px(stbi_load_from_file(f.get(), &w, &h, &c, channels), stbi_image_free);
   MPX_CHECK(px, "read_image: cannot decode ", path, ": ", stb_reason(), " (corrupt, truncated or not a JPEG/PNG/BMP image)");
   const int ch = channels ? channels : c;
@@ -181,7 +198,7 @@ std::string image_header_problem(const std::string& path) {
   int w = 0, h = 0, c = 0;
   if (!stbi_info_from_file(f.get(), &w, &h, &c)) return "not a readable image: " + stb_reason();
   if (w <= 0 || h <= 0) return "the header gives an empty image";
-  return "";
+  return too_big(w, h);
 }
 
 ImageFolder::ImageFolder(const std::string& root, transforms::Transform transform, ImageFolderOptions options)

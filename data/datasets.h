@@ -110,12 +110,19 @@ class ImageFolder : public Dataset {
   mutable std::vector<std::pair<std::string, std::string>> unreadable_;
 };
 
-/// Decodes an image file (JPEG/PNG/BMP/...) to u8 [H,W,C]; `channels` 0 keeps the stored
-/// count. Throws mpx::Error naming the file and the reason: the system's when the file cannot
-/// be opened (e.g. permission denied), stb_image's when it cannot be decoded.
+/// The most pixels an image may declare (width x height) for read_image to decode it: PIL's
+/// decompression-bomb error threshold (2 x 89,478,485), about 537 MB as u8 RGB. Checked from the
+/// header before any decoding, so a small file cannot make the decoder allocate more.
+inline constexpr int64_t kMaxImagePixels = 178956970;
+
+/// Decodes a JPEG, PNG or BMP file to u8 [H,W,C] (other formats are refused by content, whatever
+/// the file's name); `channels` 0 keeps the stored count. Throws mpx::Error naming the file and
+/// the reason: the system's when the file cannot be opened (e.g. permission denied), the size
+/// when the header declares more than kMaxImagePixels, stb_image's when it cannot be decoded.
 Tensor read_image(const std::string& path, int channels = 3);
 
-/// Why `path`'s header cannot be read as an image ("" when it can): opening it or stb_image's reason.
+/// Why `path`'s header cannot be read as an image ("" when it can): opening it, stb_image's
+/// reason, or a size above kMaxImagePixels.
 std::string image_header_problem(const std::string& path);
 
 /// Images of `shape` (e.g. {3,224,224}) uniform in [0,1) and targets in [0, num_classes),

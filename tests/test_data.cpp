@@ -594,3 +594,25 @@ TEST_CASE("DevicePrefetcher rejects bad options with what to change", "[data][pr
     CHECK_THROWS_WITH(DevicePrefetcher(loader, Device::cuda(0)), Catch::Contains("does not exist"));
   }
 }
+
+// Before: any format stb_image knows was decoded by content whatever the file's name (a 74-byte GIF
+// declaring a huge canvas cost half a gigabyte before "Corrupt GIF"), and a PNG header could make the
+// decoder allocate whatever it declared. Now only JPEG/PNG/BMP decode, and the header's size is
+// checked against kMaxImagePixels before decoding.
+TEST_CASE("images: other formats are refused by content, huge declared sizes before decoding", "[data]") {
+  TempDir tmp;
+  auto write = [&](const std::string& name, const std::vector<unsigned char>& b) {
+    const fs::path p = tmp.path / name;
+    std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+    return p.string();
+  };
+  // GIF89a, logical screen 65535 x 65535, then nothing.
+  const std::string gif = write("big.png", {'G', 'I', 'F', '8', '9', 'a', 0xff, 0xff, 0xff, 0xff, 0, 0, 0});
+  CHECK_THROWS_WITH(read_image(gif), Catch::Contains(gif) && Catch::Contains("not a JPEG/PNG/BMP image"));
+  CHECK_THAT(image_header_problem(gif), Catch::Contains("not a readable image"));
+  // A PNG signature and an IHDR chunk declaring 15000 x 15000 RGB (225 M pixels), then nothing.
+  const std::string png = write("huge.png", {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R',
+                                             0, 0, 0x3a, 0x98, 0, 0, 0x3a, 0x98, 8, 2, 0, 0, 0, 0, 0, 0, 0});
+  CHECK_THROWS_WITH(read_image(png), Catch::Contains("15000x15000") && Catch::Contains(std::to_string(kMaxImagePixels)));
+  CHECK_THAT(image_header_problem(png), Catch::Contains("decompression-bomb"));
+}
