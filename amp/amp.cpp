@@ -577,8 +577,16 @@ void ScaledLoss::backward(bool retain_graph) {
   for (auto* o : optimizers_) sts.push_back(g.optimizers.at(o));
   const bool delay = options_.delay_unscale_;
   // apex: unit static scaling without masters is a plain backward (nothing to unscale). mpx
-  // still reads the gradients once for inf/NaN, so that none reaches the weights.
+  // still reads the gradients once for inf/NaN, so that none reaches the weights, except in pure
+  // f32 (O0): that is the baseline, whose non-finite gradients are the model's own divergence
+  // for the caller to see (mpx train stops such a run), as in apex.
+  const bool pure_f32 = g.props.cast_model_type == kFloat32 && !g.props.patch_functions;
   const bool unit_static = !g.props.master_weights.value_or(false) && !ls.dynamic && ls.scale == 1.0;
+  if (unit_static && pure_f32) {
+    loss_.to(kFloat32).backward({}, retain_graph);
+    clear_cache();
+    return;
+  }
   Tensor scaled;
   if (unit_static) {
     scaled = loss_.to(kFloat32);
@@ -658,6 +666,7 @@ void ScaledLoss::backward(bool retain_graph) {
     return;
   }
   const double scale_at_overflow = ls.scale;
+  if (pure_f32 && !ls.dynamic) overflow = false;  // the f32 baseline steps as apex's does (see above)
   // apex's LossScaler.update_scale; a static scale skips too but keeps its value.
   if (overflow && ls.dynamic) {
     ls.scale = ls.min_scale > 0 ? std::max(ls.min_scale, ls.scale / 2.0) : ls.scale / 2.0;
@@ -716,8 +725,11 @@ void load_state_dict(const std::map<std::string, double>& st) {
     MPX_CHECK(it != st.end(), "amp::load_state_dict: missing key \"", k, ".unskipped\"");
     const double s = st.at(k + ".loss_scale");
     MPX_CHECK(std::isfinite(s) && s > 0, "amp::load_state_dict: ", k, ".loss_scale must be positive, got ", s);
+    const double u = it->second;
+    MPX_CHECK(std::isfinite(u) && u >= 0 && u <= 9007199254740992.0 && u == std::floor(u), "amp::load_state_dict: ", k,
+              ".unskipped must be a non-negative integer, got ", u);
     g.scalers[i].scale = s;
-    g.scalers[i].unskipped = static_cast<int64_t>(it->second);
+    g.scalers[i].unskipped = static_cast<int64_t>(u);
     report_lagging_overflows(g.scalers[i], static_cast<int>(i), true);
     g.scalers[i].make_scaler();
   }
