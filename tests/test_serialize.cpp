@@ -11,6 +11,7 @@
 #include <random>
 
 #include "core/random.h"
+#include "core/metadata.h"
 #include "core/serialize.h"
 #include "ops/elementwise.h"
 #include "ops/shape.h"
@@ -393,4 +394,34 @@ TEST_CASE("mpx::save / mpx::load for modules, tensors and tensor maps", "[serial
   TensorDict all;
   load(all, p.string());
   CHECK(all.size() == sample_dict().size());
+}
+
+// Before: checkpoint fields went through strtod/stoull unchecked ("1e300" or "nan" cast to int64 was
+// undefined behaviour, "-5" trained extra epochs, a bad rng.seed gave the bare text "(stoull)").
+TEST_CASE("checkpoint metadata reads are typed and range-checked, naming the field and the file", "[serialize]") {
+  using namespace mpx::metadata;
+  const Metadata m = {{"epoch", "3"},          {"neg", "-5"},           {"big", "1e300"},
+                      {"nan", "nan"},          {"frac", "1.5"},         {"space", " 3"},
+                      {"seed", "18446744073709551615"}, {"seed_over", "18446744073709551616"},
+                      {"seed_bad", "12ab"},    {"scale", "32768.0"},    {"inf", "inf"},
+                      {"ctrl", std::string("7\x01", 2)}};
+  const std::string f = "run/checkpoint.safetensors";
+  CHECK(get_int(m, "epoch", f, 0, 100) == 3);
+  CHECK_THROWS_WITH(get_int(m, "neg", f, 0, 100),
+                    Catch::Contains("field \"neg\"") && Catch::Contains("\"-5\"") && Catch::Contains("from 0 to 100") &&
+                        Catch::Contains(f));
+  for (const char* k : {"big", "nan", "frac", "space", "ctrl"}) {
+    INFO(k);
+    CHECK_THROWS_WITH(get_int(m, k, f, 0, 100), Catch::Contains(std::string("field \"") + k + "\""));
+  }
+  CHECK_THROWS_WITH(get_int(m, "ctrl", f, 0, 100), Catch::Contains("\"7?\""));  // control characters are not echoed
+  CHECK(get_u64(m, "seed", f) == 18446744073709551615ull);
+  CHECK_THROWS_WITH(get_u64(m, "seed_over", f), Catch::Contains("unsigned 64-bit"));
+  CHECK_THROWS_WITH(get_u64(m, "seed_bad", f), Catch::Contains("\"seed_bad\"") && Catch::Contains("\"12ab\""));
+  CHECK_THROWS_WITH(get_u64(m, "neg", f), Catch::Contains("\"neg\""));
+  CHECK(get_double(m, "scale", f, 0.0) == 32768.0);
+  CHECK_THROWS_WITH(get_double(m, "inf", f), Catch::Contains("finite"));
+  CHECK_THROWS_WITH(get_double(m, "nan", f), Catch::Contains("finite"));
+  CHECK_THROWS_WITH(get_double(m, "scale", f, 0.0, 1000.0), Catch::Contains("<= 1000"));
+  CHECK_THROWS_WITH(get_int(m, "missing", f, 0, 1), Catch::Contains("lacks the field \"missing\"") && Catch::Contains(f));
 }

@@ -1,6 +1,8 @@
 // Shared pieces of the mpx commands: device and amp flags, data sets by name, checkpoint state in/out.
 #include "tools/common.h"
 
+#include "core/metadata.h"
+
 #include "tools/run_dir.h"
 
 #include <algorithm>
@@ -326,14 +328,11 @@ std::string num(double v) {
   return buf;
 }
 
-double meta_num(const Metadata& m, const std::string& key, const std::string& path) {
-  auto it = m.find(key);
-  MPX_CHECK(it != m.end(), "checkpoint ", path, " lacks \"", key, "\": it was not written by this mpx version's checkpointing; start without --resume");
-  char* end = nullptr;
-  const double v = std::strtod(it->second.c_str(), &end);
-  MPX_CHECK(end != it->second.c_str() && *end == '\0', "checkpoint ", path, ": \"", key, "\" is '", it->second,
-            "', not a number; the file is damaged, start without --resume");
-  return v;
+double meta_num(const Metadata& m, const std::string& key, const std::string& path, double lo) {
+  return metadata::get_double(m, key, path, lo);
+}
+int64_t meta_int(const Metadata& m, const std::string& key, const std::string& path, int64_t lo, int64_t hi) {
+  return metadata::get_int(m, key, path, lo, hi);
 }
 
 std::string meta_str(const Metadata& m, const std::string& key) {
@@ -423,12 +422,15 @@ void put_amp_and_rng(Metadata& meta) {
 
 void get_amp_and_rng(const Metadata& meta, const std::string& path) {
   std::map<std::string, double> a;
-  for (const auto& [k, v] : meta)
-    if (k.rfind("amp.", 0) == 0) a[k.substr(4)] = meta_num(meta, k, path);
+  for (const auto& [k, v] : meta) {
+    if (k.rfind("amp.", 0) != 0) continue;
+    // Counts are integers; scales are positive (amp::load_state_dict checks the rest).
+    const bool count = k.size() > 10 && k.compare(k.size() - 10, 10, ".unskipped") == 0;
+    a[k.substr(4)] = count ? static_cast<double>(meta_int(meta, k, path, 0, kMaxMetaCount)) : meta_num(meta, k, path, 0.0);
+  }
+  const uint64_t seed = metadata::get_u64(meta, "rng.seed", path), offset = metadata::get_u64(meta, "rng.offset", path);
   if (!a.empty()) amp::load_state_dict(a);
-  const std::string s = meta_str(meta, "rng.seed"), o = meta_str(meta, "rng.offset");
-  MPX_CHECK(!s.empty() && !o.empty(), "checkpoint ", path, " lacks the RNG state; start without --resume");
-  random::default_generator().set_state(std::stoull(s), std::stoull(o));
+  random::default_generator().set_state(seed, offset);
 }
 
 TensorDict load_checkpoint(const std::string& path, const std::string& kind, Metadata& meta) {
@@ -539,13 +541,14 @@ ResumePoint restore_checkpoint(const Metadata& meta, const std::string& path, in
     load();
     get_amp_and_rng(meta, path);
   } catch (const std::exception& e) {
-    if (std::string(e.what()).rfind("--resume ", 0) == 0) throw;  // already a sentence about the file
+    // Already a sentence about the file (the flag, or a damaged field of the checkpoint).
+    if (std::string(e.what()).rfind("--resume ", 0) == 0 || std::string(e.what()).rfind("checkpoint ", 0) == 0) throw;
     MPX_ERROR("--resume ", path, " does not fit this run (", e.what(), "); resume with the flags it was written with");
   }
   ResumePoint r;
-  r.epoch = static_cast<int64_t>(meta_num(meta, "epoch", path));
-  r.step = static_cast<int64_t>(meta_num(meta, "step_in_epoch", path));
-  r.global_step = static_cast<int64_t>(meta_num(meta, "global_step", path));
+  r.epoch = meta_int(meta, "epoch", path, 0, kMaxMetaCount);
+  r.step = meta_int(meta, "step_in_epoch", path, 0, kMaxMetaCount);
+  r.global_step = meta_int(meta, "global_step", path, 0, kMaxMetaCount);
   if (steps_per_epoch > 0 && (r.step > steps_per_epoch || (r.step == steps_per_epoch && !keep_finished_epoch)))
     r.epoch += 1, r.step = 0;
   return r;

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -88,8 +89,14 @@ struct EpochBatches {
 
 /// Round-trip text of a double for safetensors metadata.
 std::string num(double v);
-/// A metadata value as a number; throws mpx::Error naming the checkpoint and key when absent or malformed.
-double meta_num(const Metadata& m, const std::string& key, const std::string& path);
+/// A metadata value as a finite number (at least `lo`); throws mpx::Error naming the checkpoint
+/// and key when absent, malformed, non-finite or below `lo`.
+double meta_num(const Metadata& m, const std::string& key, const std::string& path,
+                double lo = -std::numeric_limits<double>::max());
+/// A metadata value as an integer in [lo, hi], with the same errors.
+int64_t meta_int(const Metadata& m, const std::string& key, const std::string& path, int64_t lo, int64_t hi);
+/// The largest epoch, step or count a checkpoint may claim (far beyond any real run).
+inline constexpr int64_t kMaxMetaCount = int64_t{1} << 40;
 /// A metadata value as text ("" when absent).
 std::string meta_str(const Metadata& m, const std::string& key);
 

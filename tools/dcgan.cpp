@@ -103,7 +103,7 @@ int run_dcgan(int argc, char** argv) {
   const std::string ck_path = claim_out(out, files, run_id, resume, args.on("--overwrite"));
   if (args.given("--threads")) omp_set_num_threads(static_cast<int>(args.integer("--threads", 1)));
   else if (deterministic && !meta_str(ck_meta, "threads").empty())
-    omp_set_num_threads(static_cast<int>(meta_num(ck_meta, "threads", resume)));  // see train.cpp
+    omp_set_num_threads(static_cast<int>(meta_int(ck_meta, "threads", resume, 1, 4096)));  // see train.cpp
   if (deterministic) {
     cuda::cudnn_deterministic(true);
     cuda::cudnn_benchmark(false);

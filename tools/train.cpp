@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <numbers>
@@ -14,6 +15,7 @@
 #include "tools/metrics.h"
 #include "tools/progress.h"
 #include "tools/run_dir.h"
+#include "tools/threads.h"
 #include "tools/train.h"
 #include "tools/train_parts.h"
 
@@ -81,7 +83,9 @@ Args make_args() {
               "holding another run is refused (see --overwrite)", "out/train")
       .flag({"--synthetic"}, "random images of the data set's shape instead of the real ones (speed tests)")
       .flag({"--channels-last"}, "model and batches in channels-last (NHWC) layout, as Tensor Cores want (apex's flag)")
-      .option({"--threads"}, "N", "CPU threads (OpenMP); default: OMP_NUM_THREADS or all cores")
+      .option({"--threads"}, "N",
+              "CPU threads (OpenMP), fixed; default: OMP_NUM_THREADS, else the cores less the loader workers, "
+              "re-chosen while training by measured step time (see docs/cli.md)")
       .option({"--limit-train"}, "N", "use only the first N training images (quick runs, tests); 0 = all", "0")
       .option({"--limit-test"}, "N", "use only the first N test images; 0 = all", "0")
       .option({"--image-size"}, "N", "image side for imagefolder and synthetic data", "224");
@@ -167,9 +171,15 @@ int train_main(int argc, char** argv, TrainSummary* summary) {
   } else if (deterministic && !meta_str(ck_meta, "threads").empty()) {
     // Some CPU kernels (oneDNN convolutions, GEMM blocking) split their reductions by thread
     // count, so a bit-identical continuation needs the thread count the checkpoint was made with.
-    omp_set_num_threads(static_cast<int>(meta_num(ck_meta, "threads", resume)));
+    omp_set_num_threads(static_cast<int>(meta_int(ck_meta, "threads", resume, 1, 4096)));
   }
+  // Without an explicit count the default fits a shared machine: cores less loader workers, and
+  // the tuner below drops to fewer threads while another process holds a core.
+  const bool threads_fixed = args.given("--threads") || std::getenv("OMP_NUM_THREADS") != nullptr ||
+                             (deterministic && !meta_str(ck_meta, "threads").empty());
+  if (!threads_fixed) omp_set_num_threads(default_threads(workers));
   const int threads = omp_get_max_threads();
+  ThreadTuner tuner(threads, !threads_fixed && !deterministic && !device.is_cuda());
   if (deterministic) {
     // The loader's order depends only on (seed, epoch) and every random draw is seeded; what
     // is left is the thread count (fixed above) and cuDNN's algorithm choice.
@@ -225,13 +235,13 @@ int train_main(int argc, char** argv, TrainSummary* summary) {
     start_epoch = at.epoch;
     start_step = at.step;
     global_step = at.global_step;
-    carried_loss = meta_num(ck_meta, "partial.loss_sum", resume);
-    carried_hits = meta_num(ck_meta, "partial.hits", resume);
-    carried_seen = meta_num(ck_meta, "partial.seen", resume);
-    carried_seconds = meta_num(ck_meta, "partial.seconds", resume);
+    carried_loss = meta_num(ck_meta, "partial.loss_sum", resume, 0.0);
+    carried_hits = meta_num(ck_meta, "partial.hits", resume, 0.0);
+    carried_seen = meta_num(ck_meta, "partial.seen", resume, 0.0);
+    carried_seconds = meta_num(ck_meta, "partial.seconds", resume, 0.0);
     // amp counts skips per process; the run's count so far travels in the checkpoint.
     if (!meta_str(ck_meta, "skipped_steps").empty())
-      skipped_before = static_cast<int64_t>(meta_num(ck_meta, "skipped_steps", resume));
+      skipped_before = meta_int(ck_meta, "skipped_steps", resume, 0, kMaxMetaCount);
     const std::string t = meta_str(ck_meta, "threads");
     if (deterministic && !t.empty() && t != std::to_string(threads))
       std::fprintf(stderr, "mpx train: warning: the checkpoint was written with %s threads, this run has %d; results "
@@ -245,13 +255,13 @@ int train_main(int argc, char** argv, TrainSummary* summary) {
 
   const std::string dtype = args.str("--dtype");
   std::printf("mpx train: %s on %s%s (%lld train / %lld test images%s), batch %lld, lr %g (%g x %lld/256, %s), %s%s, "
-              "%s, %d thread%s%s\n",
+              "%s, %d thread%s%s%s\n",
               arch.c_str(), dataset.c_str(), detected.empty() ? "" : " (detected)",
               static_cast<long long>(d.train->size()), static_cast<long long>(d.test->size()),
               synthetic ? ", synthetic" : "", static_cast<long long>(batch), base_lr, base_lr_flag,
               static_cast<long long>(batch), schedule.c_str(), amp::properties().opt_level.c_str(),
               amp::properties().opt_level == "O0" ? "" : (" " + dtype).c_str(), device.str().c_str(), threads,
-              threads == 1 ? "" : "s", deterministic ? ", deterministic" : "");
+              threads == 1 ? "" : "s", tuner.enabled() ? " (auto)" : "", deterministic ? ", deterministic" : "");
   const std::string classes = class_summary(d, limit_train, limit_test);
   if (!classes.empty()) std::printf("%s\n", classes.c_str());
   if (d.ignored_files > 0)
@@ -404,6 +414,8 @@ int train_main(int argc, char** argv, TrainSummary* summary) {
         const double lr = lr_at(schedule, base_lr, global_step, steps_per_epoch, epochs);
         for (auto& g : opt.param_groups()) g.set_lr(lr);
         const int64_t skipped_before_step = check_each_step ? skipped() : 0;
+        tuner.before_step();
+        const auto step_start = std::chrono::steady_clock::now();
         const Tensor& yv = b.target;
         Tensor logits = net(b.data).to(kFloat32);
         Tensor loss = F::cross_entropy(logits, yv);
@@ -419,7 +431,8 @@ int train_main(int argc, char** argv, TrainSummary* summary) {
         seen += static_cast<double>(n);
         ++step, ++global_step, ++iterations;
         if (check_each_step) {
-          const double l = lv.item<double>();
+          const double l = lv.item<double>();  // also waits for the step, so the tuner times all of it
+          tuner.after_step(std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
           if (!std::isfinite(l) && skipped() == skipped_before_step) {
             bar.finish();
             diverged(epoch, step, l, true);
