@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Data-parallel scaling on the CPU: bench_ddp_cpu at 1 rank, 2 independent ranks and 2 DDP ranks,
+# one thread each, repeated in turns (the best of each is reported: other load only slows runs down).
+# usage: bench/run_ddp_cpu.sh BUILD_DIR [REPEATS] [extra bench_ddp_cpu flags]
+set -euo pipefail
+build=${1:?usage: $0 BUILD_DIR [REPEATS] [flags]}
+reps=${2:-3}
+shift $(( $# >= 2 ? 2 : 1 ))
+extra=("$@")
+bin=$build/bench/bench_ddp_cpu
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+run() { mpirun -np "$1" --oversubscribe --bind-to none "$bin" "${@:2}" | tail -1; }
+declare -A best
+for ((i = 0; i < reps; ++i)); do
+  for cfg in "1" "2 --no-ddp" "2"; do
+    set -- $cfg
+    line=$(run "$@" ${extra[@]+"${extra[@]}"} 2>/dev/null || true)
+    echo "$line"
+    ips=$(sed -n 's/.*: \([0-9.]*\) images\/s.*/\1/p' <<<"$line")
+    key=$cfg
+    if [[ -n $ips ]] && awk -v a="$ips" -v b="${best[$key]:-0}" 'BEGIN { exit !(a > b) }'; then best[$key]=$ips; fi
+  done
+done
+one=${best[1]:-0}; indep=${best[2 --no-ddp]:-0}; ddp=${best[2]:-0}
+echo "best images/s: 1 rank $one, 2 independent ranks $indep, 2 DDP ranks $ddp"
+awk -v o="$one" -v i="$indep" -v d="$ddp" 'BEGIN {
+  if (o > 0) printf "scaling efficiency at 2 ranks: %.0f %% of 2 x one rank", 100 * d / (2 * o);
+  if (i > 0) printf "; %.0f %% of 2 independent ranks (communication cost alone)", 100 * d / i;
+  print "" }'
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
