@@ -119,6 +119,7 @@ struct DistributedDataParallelImpl::Reducer {
   std::vector<Param> params;
   std::vector<Bucket> buckets;
   std::vector<uint64_t> hook_ids;
+  std::vector<DType> dtypes;  // at construction
   std::vector<char> ready;
   int ready_count = 0;
   int next_launch = 0;
@@ -150,6 +151,7 @@ struct DistributedDataParallelImpl::Reducer {
       if (static_cast<double>(b.numel) * element_size(b.reduce_dtype) >= cap) open.erase(it);
     }
     ready.assign(params.size(), 0);
+    for (const auto& p : params) dtypes.push_back(p.p.dtype());
     reset();
     for (int i = 0; i < static_cast<int>(params.size()); ++i)
       hook_ids.push_back(params[i].p.register_post_accumulate_grad_hook([this, i](const Tensor&) { on_grad(i); }));
@@ -158,6 +160,23 @@ struct DistributedDataParallelImpl::Reducer {
 
   ~Reducer() {
     for (size_t i = 0; i < params.size(); ++i) params[i].p.remove_hook(hook_ids[i]);
+  }
+
+  // The hooks sit on the parameter tensors seen at construction: a model whose parameters were
+  // replaced or recast since (amp::initialize or to() after wrapping) would silently train
+  // without averaging, so that is an error.
+  void check_parameters_unchanged(Module& m) const {
+    size_t k = 0;
+    for (const auto& [name, p] : m.named_parameters()) {
+      if (!p.requires_grad()) continue;
+      const bool same = k < params.size() && params[k].p.is_same(p) && params[k].p.dtype() == dtypes[k];
+      MPX_CHECK(same, "DistributedDataParallel: parameter '", name, "' is not the tensor (or no longer has the dtype) "
+                "it had when DDP wrapped the model; apply amp::initialize, to(device/dtype) and requires_grad changes "
+                "before constructing DistributedDataParallel, as apex requires");
+      ++k;
+    }
+    MPX_CHECK(k == params.size(), "DistributedDataParallel: the model has ", k, " trainable parameters, but had ",
+              params.size(), " when DDP wrapped it; change the model before wrapping it");
   }
 
   void reset() {
@@ -275,6 +294,7 @@ DistributedDataParallelImpl::~DistributedDataParallelImpl() = default;
 
 void DistributedDataParallelImpl::prepare_forward() {
   if (options_.broadcast_buffers()) broadcast_coalesced(module_.ptr()->buffers());
+  reducer_->check_parameters_unchanged(*module_.ptr());
   if (!autograd::in_backward()) reducer_->reset();
 }
 

@@ -246,6 +246,14 @@ TEST_CASE("DDP errors: a parameter without gradient, a different model on anothe
   nn::DistributedDataParallel tolerant(net2, nn::DDPOptions().find_unused_parameters(true));
   F::cross_entropy(tolerant(my_rows(x)), my_rows(y)).backward();
   REQUIRE(allclose(net2->unused->weight.grad(), zeros({4, 4}), 0, 0));
+  // amp::initialize after wrapping recasts the parameters DDP hooked: an error, not unaveraged training.
+  amp::reset();
+  Mlp late;
+  optim::SGD opt(late->parameters(), optim::SGDOptions(0.1));
+  nn::DistributedDataParallel wrapped_first(late);
+  amp::initialize(late, opt, amp::Options().opt_level("O3").dtype(kBFloat16).verbosity(0));
+  REQUIRE_THROWS_WITH(wrapped_first(my_rows(x)), Catch::Contains("before constructing DistributedDataParallel"));
+  amp::reset();
   if (dist::world_size() > 1) {
     Mlp other(dist::rank() == 1 ? 17 : 16);
     REQUIRE_THROWS_WITH(nn::DistributedDataParallel(other),
