@@ -162,7 +162,11 @@ void set_timeout(double seconds) {
 void Work::wait() {
   MPX_CHECK(state_ != nullptr, "distributed::Work::wait: the work is empty");
   State& s = *state_;
-  if (s.device_wait) s.device_wait();
+  if (s.device_wait) {
+    auto device_wait = std::move(s.device_wait);  // once: it owns the event it waits on
+    s.device_wait = nullptr;
+    device_wait();
+  }
   {
     std::unique_lock<std::mutex> lock(s.mu);
     s.cv.wait(lock, [&] { return s.done; });
