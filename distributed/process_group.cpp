@@ -119,6 +119,12 @@ void init(const InitOptions& options) {
     g.topo = detail::Topology{};
   }
   if (env_local >= 0) g.topo.local_rank = env_local;
+  // torchrun's variables, for code that reads them to find rank 0 (amp prints only there).
+  if (g.use_mpi) {
+    setenv("RANK", std::to_string(g.topo.rank).c_str(), 0);
+    setenv("WORLD_SIZE", std::to_string(g.topo.world).c_str(), 0);
+    setenv("LOCAL_RANK", std::to_string(g.topo.local_rank).c_str(), 0);
+  }
   g.initialized = true;
   std::atexit(exit_handler);
 }

@@ -21,7 +21,8 @@ struct InitOptions {
 
 /// Joins the process group. Under `mpirun` (Open MPI, or any launcher that sets PMI/PMIx
 /// variables) every rank joins MPI_COMM_WORLD; RANK, WORLD_SIZE and LOCAL_RANK, where set,
-/// must agree with it. Started without a launcher (and WORLD_SIZE unset or 1) the process is
+/// must agree with it, and are set from MPI's view where unset (amp prints on rank 0 only by
+/// reading them). Started without a launcher (and WORLD_SIZE unset or 1) the process is
 /// rank 0 of a world of size 1 and MPI is not started at all. Calling init() twice is a no-op.
 /// Collectives call init() themselves when it has not been called.
 void init(const InitOptions& options = {});

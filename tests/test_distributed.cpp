@@ -25,6 +25,10 @@ TEST_CASE("process group: ranks from the launcher, world size 1 without one", "[
   REQUIRE(dist::local_rank() >= 0);
   REQUIRE(dist::local_rank() < dist::local_world_size());
   REQUIRE(!dist::backend_info().empty());
+  if (dist::world_size() > 1) {  // exported for code that follows torchrun's convention
+    REQUIRE(std::getenv("RANK") != nullptr);
+    REQUIRE(std::string(std::getenv("RANK")) == std::to_string(dist::rank()));
+  }
   dist::barrier();
 }
 
