@@ -134,8 +134,84 @@ class Worker {
     t.state->complete(msg, 0);
   }
 
+  // Polls `req` until it completes; returns "" or why it failed (an MPI error, the timeout).
+  // Open MPI progresses nonblocking collectives only inside MPI calls, so poll: tightly at
+  // first (small collectives finish in microseconds), then with growing sleeps so a long wait
+  // does not take a core away from the computation it is meant to overlap.
+  std::string await(MPI_Request& req, Clock::time_point deadline, double limit, const std::string& where) {
+    int flag = 0;
+    int polls = 0;
+    auto nap = std::chrono::microseconds(5);
+    for (;;) {
+      const int rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS)
+        return "mpx distributed: " + where + " failed: " + mpi_error_string(rc) +
+               " (a peer rank has probably died; see its output)";
+      if (flag) return "";
+      if (Clock::now() > deadline)
+        return "mpx distributed: " + where + " got no answer from the other ranks within " +
+               std::to_string(static_cast<int>(limit)) + " s (timeout): a rank has died, hangs, or "
+               "called a different collective (every rank must call the same collectives in the same "
+               "order). Ending the job; look at the other ranks' messages for the cause, and raise "
+               "MPX_DISTRIBUTED_TIMEOUT if a rank is just slow.";
+      if (++polls < 64) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(nap);
+        nap = std::min(nap * 2, std::chrono::microseconds(500));
+      }
+    }
+  }
+
+  // Every rank compares what it is about to call (collective, dtype, element count, root, op)
+  // with the others' in one tiny all-reduce of (value, -value) under MAX: a mismatch is then the
+  // same error on every rank instead of a hang or silently mixed data. "" when all agree.
+  std::string check_same_call(const RawOp& op, Clock::time_point deadline, double limit, const std::string& where,
+                              bool& transport_failed) {
+    constexpr int kFields = 5;
+    const int64_t mine[kFields] = {static_cast<int64_t>(op.kind), static_cast<int64_t>(op.dtype), op.count, op.root,
+                                   static_cast<int64_t>(op.op)};
+    int64_t fp[2 * kFields];
+    for (int k = 0; k < kFields; ++k) {
+      fp[k] = mine[k];
+      fp[kFields + k] = -mine[k];
+    }
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, fp, 2 * kFields, MPI_INT64_T, MPI_MAX, comm_, &req);
+    std::string err = rc == MPI_SUCCESS ? await(req, deadline, limit, where)
+                                        : "mpx distributed: " + where + " failed to start: " + mpi_error_string(rc);
+    if (!err.empty()) {
+      transport_failed = true;
+      return err;
+    }
+    static const char* const names[kFields] = {"collective", "dtype", "element count", "root rank", "reduce op"};
+    std::string diff;
+    for (int k = 0; k < kFields; ++k) {
+      const int64_t hi = fp[k], lo = -fp[kFields + k];
+      if (hi == lo) continue;
+      diff += std::string(diff.empty() ? "" : ", ") + names[k];
+      if (k == 2 || k == 3) diff += " (" + std::to_string(lo) + " to " + std::to_string(hi) + ")";
+    }
+    if (diff.empty()) return "";
+    return "mpx distributed: " + where + " does not match what the other ranks called: the " + diff +
+           " differs across ranks. Every rank must call the same collectives in the same order, with tensors of "
+           "the same shape and dtype";
+  }
+
   void run(Task& t) {
     const auto start = Clock::now();
+    const std::string where = t.op.what + " on rank " + std::to_string(rank_) + " of " + std::to_string(world_);
+    const double limit = timeout_.load();
+    const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
+    if (check_calls_) {
+      bool transport_failed = false;
+      std::string err = check_same_call(t.op, deadline, limit, where, transport_failed);
+      if (transport_failed) return fail(t, err);
+      if (!err.empty()) {  // every rank saw the same mismatch and skips the call: nothing is left pending
+        t.state->complete(err, 0);
+        return;
+      }
+    }
     MPI_Request req = MPI_REQUEST_NULL;
     int rc = MPI_SUCCESS;
     try {
@@ -144,35 +220,9 @@ class Worker {
       t.state->complete(e.what(), 0);
       return;
     }
-    const std::string where = t.op.what + " on rank " + std::to_string(rank_) + " of " + std::to_string(world_);
     if (rc != MPI_SUCCESS) return fail(t, "mpx distributed: " + where + " failed to start: " + mpi_error_string(rc));
-    const double limit = timeout_.load();
-    const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
-    // Open MPI progresses nonblocking collectives only inside MPI calls, so poll: tightly at
-    // first (small collectives finish in microseconds), then with growing sleeps so a long wait
-    // does not take a core away from the computation it is meant to overlap.
-    int flag = 0;
-    int polls = 0;
-    auto nap = std::chrono::microseconds(5);
-    for (;;) {
-      rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
-      if (rc != MPI_SUCCESS)
-        return fail(t, "mpx distributed: " + where + " failed: " + mpi_error_string(rc) +
-                           " (a peer rank has probably died; see its output)");
-      if (flag) break;
-      if (Clock::now() > deadline)
-        return fail(t, "mpx distributed: " + where + " got no answer from the other ranks within " +
-                           std::to_string(static_cast<int>(limit)) + " s (timeout): a rank has died, hangs, or "
-                           "called a different collective (every rank must call the same collectives in the same "
-                           "order). Ending the job; look at the other ranks' messages for the cause, and raise "
-                           "MPX_DISTRIBUTED_TIMEOUT if a rank is just slow.");
-      if (++polls < 64) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(nap);
-        nap = std::min(nap * 2, std::chrono::microseconds(500));
-      }
-    }
+    std::string err = await(req, deadline, limit, where);
+    if (!err.empty()) return fail(t, err);
     t.state->complete("", std::chrono::duration<double>(Clock::now() - start).count());
   }
 
@@ -185,6 +235,11 @@ class Worker {
   bool stop_ = false;
   std::atomic<bool> broken_{false};
   std::string broken_msg_;
+  // MPX_DISTRIBUTED_CHECK=0 skips the per-call agreement check (one tiny all-reduce each).
+  bool check_calls_ = [] {
+    const char* e = std::getenv("MPX_DISTRIBUTED_CHECK");
+    return !(e && std::string(e) == "0");
+  }();
   std::thread thread_;  // last: starts after the members it uses
 };
 

@@ -98,6 +98,23 @@ TEST_CASE("broadcast, all_gather and async work handles", "[distributed]") {
   for (int k = 0; k < w; ++k) REQUIRE(w3.result()[k].item<double>() == k);
 }
 
+TEST_CASE("ranks calling different collectives or shapes get the same error, not a hang", "[distributed]") {
+  if (dist::world_size() == 1) return;  // nothing to disagree with
+  const int r = dist::rank();
+  REQUIRE_THROWS_WITH(dist::all_reduce(zeros({4 + r})),
+                      Catch::Contains("element count (4 to 5) differs across ranks") &&
+                          Catch::Contains("on rank " + std::to_string(r)));
+  auto call_one = [&] {
+    if (r == 0) dist::broadcast(zeros({3}), 0);
+    else dist::all_reduce(zeros({3}));
+  };
+  REQUIRE_THROWS_WITH(call_one(), Catch::Contains("the collective") && Catch::Contains("differs across ranks"));
+  // The group is still usable afterwards.
+  Tensor t = ones({2});
+  dist::all_reduce(t);
+  REQUIRE(t[0].item<double>() == dist::world_size());
+}
+
 TEST_CASE("collectives reject what they cannot reduce, with the reason", "[distributed]") {
   REQUIRE_THROWS_WITH(dist::all_reduce(full({2}, 1.0, kInt64), dist::ReduceOp::Avg),
                       Catch::Contains("avg of a i64 tensor is not supported"));
