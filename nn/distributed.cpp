@@ -124,6 +124,9 @@ struct DistributedDataParallelImpl::Reducer {
   int ready_count = 0;
   int next_launch = 0;
   bool callback_queued = false;
+  // World size 1 on the CPU: nothing to average, so no bucket copies either (CUDA tensors still
+  // go through NCCL, so one GPU exercises that path).
+  bool passthrough = false;
 
   Reducer(DistributedDataParallelImpl& o, Module& m) : owner(o) {
     for (const auto& [name, p] : m.named_parameters())
@@ -151,7 +154,11 @@ struct DistributedDataParallelImpl::Reducer {
       if (static_cast<double>(b.numel) * element_size(b.reduce_dtype) >= cap) open.erase(it);
     }
     ready.assign(params.size(), 0);
-    for (const auto& p : params) dtypes.push_back(p.p.dtype());
+    passthrough = dist::world_size() == 1;
+    for (const auto& p : params) {
+      dtypes.push_back(p.p.dtype());
+      passthrough = passthrough && p.p.device().is_cpu();
+    }
     reset();
     for (int i = 0; i < static_cast<int>(params.size()); ++i)
       hook_ids.push_back(params[i].p.register_post_accumulate_grad_hook([this, i](const Tensor&) { on_grad(i); }));
@@ -208,6 +215,8 @@ struct DistributedDataParallelImpl::Reducer {
   void launch_ready() {
     while (next_launch < static_cast<int>(buckets.size()) && buckets[next_launch].pending == 0) {
       Bucket& b = buckets[next_launch++];
+      if (ready_count < static_cast<int>(params.size())) ++owner.stats_.buckets_started_during_backward;
+      if (passthrough) continue;
       NoGradGuard ng;
       tensor_list parts;
       parts.reserve(b.params.size());
@@ -215,7 +224,6 @@ struct DistributedDataParallelImpl::Reducer {
       b.flat = parts.size() == 1 ? parts[0].clone() : cat(parts);
       if (owner.options_.gradient_predivide_factor() != 1.0) b.flat.div_(owner.options_.gradient_predivide_factor());
       b.work = dist::all_reduce_async(b.flat, dist::ReduceOp::Sum);
-      if (ready_count < static_cast<int>(params.size())) ++owner.stats_.buckets_started_during_backward;
     }
   }
 
@@ -247,6 +255,11 @@ struct DistributedDataParallelImpl::Reducer {
         --buckets[params[i].bucket].pending;
       }
       launch_ready();
+    }
+    if (passthrough) {  // one CPU process: the gradients already are the average
+      ++owner.stats_.synchronized_backwards;
+      reset();
+      return;
     }
     const auto t0 = Clock::now();
     double in_backend = 0;
