@@ -158,7 +158,7 @@ class Worker {
         std::this_thread::yield();
       } else {
         std::this_thread::sleep_for(nap);
-        nap = std::min(nap * 2, std::chrono::microseconds(500));
+        nap = std::min(nap * 2, max_nap_);
       }
     }
   }
@@ -235,6 +235,10 @@ class Worker {
   bool stop_ = false;
   std::atomic<bool> broken_{false};
   std::string broken_msg_;
+  std::chrono::microseconds max_nap_{[] {
+    const char* e = std::getenv("MPX_DISTRIBUTED_POLL_US");
+    return e ? std::atoi(e) : 500;
+  }()};
   // MPX_DISTRIBUTED_CHECK=0 skips the per-call agreement check (one tiny all-reduce each).
   bool check_calls_ = [] {
     const char* e = std::getenv("MPX_DISTRIBUTED_CHECK");
