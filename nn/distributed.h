@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/arg.h"
-#include "distributed/process_group.h"
+#include "distributed/reducer.h"
 #include "nn/container.h"
 #include "nn/module.h"
 
@@ -32,16 +32,7 @@ struct DDPOptions {
 };
 
 /// What the last synchronized backward did (for tests and benchmarks).
-struct DDPStats {
-  int64_t buckets = 0;
-  /// Buckets whose all-reduce started while some parameter still waited for its gradient.
-  int64_t buckets_started_during_backward = 0;
-  /// Seconds the all-reduces spent in the transport, summed over buckets.
-  double allreduce_seconds = 0;
-  /// Seconds backward's end waited for the all-reduces to finish (the part not hidden).
-  double wait_seconds = 0;
-  int64_t synchronized_backwards = 0;
-};
+using DDPStats = distributed::ReducerStats;
 
 /// Wraps a module for data-parallel training (PyTorch's DistributedDataParallel): broadcasts
 /// rank 0's parameters and buffers at construction after checking every rank holds the same
@@ -75,19 +66,15 @@ class DistributedDataParallelImpl : public Module {
 
   const AnyModule& module() const { return module_; }
   const DDPOptions& options() const { return options_; }
-  const DDPStats& stats() const { return stats_; }
+  const DDPStats& stats() const;
   /// Parameter names per bucket, in the order their all-reduces start.
   std::vector<std::vector<std::string>> bucket_layout() const;
   void pretty_print(std::ostream& os) const override;
 
-  struct Reducer;
-
  private:
   AnyModule module_;
   DDPOptions options_;
-  DDPStats stats_;
-  bool require_sync_ = true;
-  std::unique_ptr<Reducer> reducer_;
+  std::unique_ptr<distributed::Reducer> reducer_;
 };
 MPX_MODULE(DistributedDataParallel);
 
