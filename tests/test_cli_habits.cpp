@@ -1,4 +1,5 @@
 // CLI tests of apex main_amp.py habits, error messages and the top-k rule (torch.topk's order of NaN and ties).
+#include <omp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -231,4 +232,21 @@ TEST_CASE("cli 5: another model's checkpoint gets a short summary without librar
   CHECK(r.out.size() < 1200);
   r = mpx_err("train --resume " + q(out / "checkpoint.safetensors") + " -a resnet20 -e --verbose");
   CHECK(r.out.size() > 1200);
+}
+
+// ---------------------------------------------------------------- 6. a shared machine
+
+TEST_CASE("cli 6: without a thread count the run picks its own and says so; an explicit one stays fixed", "[cli][cli_habits]") {
+  if (!have_fashion()) return;
+  const fs::path out = temp_dir("threads");
+  // More steps than one probe round (4 steps at each candidate count), so the tuner switches counts mid-epoch.
+  Run r = run_mpx("train --limit-train 2560 --limit-test 128 -b 64 --epochs 1 --out " + q(out), "2>&1",
+                  "env -u OMP_NUM_THREADS -u OMP_WAIT_POLICY");
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  if (omp_get_num_procs() > 1) CHECK(has(r.out, "threads (auto)"));
+  CHECK(has(r.out, "epoch 1/1: train loss"));
+  r = run_mpx("train --limit-train 256 --limit-test 128 -b 64 --epochs 1 --threads 1 --overwrite --out " + q(out));
+  CHECK(r.rc == 0);
+  CHECK(has(r.out, "cpu, 1 thread\n"));
 }

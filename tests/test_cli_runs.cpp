@@ -65,10 +65,15 @@ void make_image_folder(const fs::path& root, int classes, int n, int m) {
     }
 }
 
-// Keeps the PNG header (so the up-front check passes) and cuts the pixel data.
-void truncate_png(const fs::path& p) {
-  const std::string s = mpx::testing::read_file(p);
-  std::ofstream(p, std::ios::binary | std::ios::trunc) << s.substr(0, 40);
+// Keeps the PNG's header and chunk layout (so the up-front check passes) and spoils the
+// compressed pixel data, which only a full decode finds.
+void corrupt_png_data(const fs::path& p) {
+  std::string s = mpx::testing::read_file(p);
+  const size_t idat = s.find("IDAT");
+  REQUIRE(idat != std::string::npos);
+  s[idat + 4] = '\xff';  // the zlib stream header
+  s[idat + 5] = '\xff';
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << s;
 }
 #endif
 
@@ -286,9 +291,10 @@ TEST_CASE("cli 3: an image failing mid-epoch or in validation ends the run with 
   make_image_folder(data, 2, 8, 2);
   const fs::path bad = data / "train" / "class0" / "img3.png";
   const std::string good_bytes = mpx::testing::read_file(bad);
-  truncate_png(bad);
+  corrupt_png_data(bad);
   const std::string base = "train " + q(data) + " --image-size 28 -b 4 -j 0 --epochs 1 --seed 3 ";
   Run r = mpx_err(base + "--out " + q(out));
+  INFO(r.out);
   CHECK(r.rc == 1);
   CHECK(has(r.out, "img3.png"));
   CHECK(has(r.out, "--resume"));
@@ -303,7 +309,7 @@ TEST_CASE("cli 3: an image failing mid-epoch or in validation ends the run with 
   const fs::path out2 = temp_dir("bad_val_out");
   const fs::path vbad = data / "val" / "class1" / "img1.png";
   const std::string vgood = mpx::testing::read_file(vbad);
-  truncate_png(vbad);
+  corrupt_png_data(vbad);
   r = mpx_err(base + "--out " + q(out2));
   CHECK(r.rc == 1);
   CHECK(has(r.out, "evaluating epoch 1 failed"));
@@ -317,7 +323,7 @@ TEST_CASE("cli 3: an image failing mid-epoch or in validation ends the run with 
   CHECK(has(r.out, "epoch 1/1: train loss"));
 
   // With --skip-bad-images a file failing mid-epoch is replaced and listed.
-  truncate_png(bad);
+  corrupt_png_data(bad);
   const fs::path out3 = temp_dir("bad_skip_out");
   r = run_mpx(base + "--skip-bad-images --out " + q(out3));
   INFO(r.out);

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "tools/cli_args.h"
 #include "tools/commands.h"
+#include "tools/threads.h"
 
 namespace {
 
@@ -38,6 +39,7 @@ std::string one_line(std::string s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  mpx::cli::prefer_passive_openmp(argv);
   if (argc < 2) return usage(stderr);
   const std::string cmd = argv[1];
   if (cmd == "--version" || cmd == "version") {

@@ -31,7 +31,7 @@ namespace {
 const std::vector<std::string> kRunFlags = {
     "--arch", "--dataset", "--data", "--batch-size", "--epochs", "--lr", "--momentum", "--weight-decay",
     "--schedule", "--opt-level", "--dtype", "--keep-batchnorm-fp32", "--loss-scale", "--seed",
-    "--limit-train", "--limit-test", "--image-size", "--synthetic"};
+    "--limit-train", "--limit-test", "--image-size", "--synthetic", "--deterministic"};
 
 // What a train run writes to --out (claim_out tells runs apart by these).
 const RunFiles kTrainFiles{"train",
@@ -124,7 +124,8 @@ int train_main(int argc, char** argv, TrainSummary* summary) {
   Metadata ck_meta;
   TensorDict ck;
   // A resumed run adopts the checkpoint's run flags unless given again.
-  if (!parse_resumable(args, argc, argv, "train", kRunFlags, {"--epochs", "--limit-test"}, ck_meta, ck)) return 0;
+  if (!parse_resumable(args, argc, argv, "train", kRunFlags, {"--epochs", "--limit-test", "--deterministic"}, ck_meta, ck))
+    return 0;
   set_verbose(args.on("--verbose"));
   const std::string resume = args.str("--resume"), pretrained = args.str("--pretrained");
   if (!resume.empty() && !pretrained.empty())
