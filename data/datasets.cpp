@@ -12,6 +12,8 @@
 #include <thread>
 
 #include "core/random.h"
+#include "data/image_check.h"
+#include "data/jpeg.h"
 
 #define STB_IMAGE_IMPLEMENTATION
 #define STBI_FAILURE_USERMSG
@@ -165,19 +167,30 @@ File open_image(const std::string& path, std::string& why) {
   return f;
 }
 std::string stb_reason() { return stbi_failure_reason() ? stbi_failure_reason() : "unknown error"; }
+std::atomic<int64_t> g_max_image_pixels{kMaxImagePixels};
 std::string too_big(int w, int h) {
-  if (static_cast<int64_t>(w) * h <= kMaxImagePixels) return "";
+  const int64_t limit = g_max_image_pixels.load(std::memory_order_relaxed);
+  if (static_cast<int64_t>(w) * h <= limit) return "";
   return "its header declares " + std::to_string(w) + "x" + std::to_string(h) + " pixels, more than the " +
-         std::to_string(kMaxImagePixels) + " mpx decodes (PIL's decompression-bomb limit)";
+         std::to_string(limit) + " mpx decodes (the decompression-bomb limit, as PIL's; data::set_max_image_pixels)";
 }
 }  // namespace
+
+int64_t max_image_pixels() { return g_max_image_pixels.load(std::memory_order_relaxed); }
+void set_max_image_pixels(int64_t pixels) {
+  MPX_CHECK(pixels > 0, "set_max_image_pixels: the limit must be positive, got ", pixels);
+  g_max_image_pixels.store(pixels, std::memory_order_relaxed);
+}
 
 Tensor read_image(const std::string& path, int channels) {
   MPX_CHECK(channels >= 0 && channels <= 4, "read_image: channels must be 0..4, got ", channels);
   std::string why;
   File f = open_image(path, why);
   MPX_CHECK(f, "read_image: ", path, ": ", why);
+  if (have_libjpeg_turbo() && is_jpeg(f.get())) return decode_jpeg(f.get(), path, channels, max_image_pixels());
   int w = 0, h = 0, c = 0;
+  const std::string bad_structure = image_structure_problem(f.get());
+  MPX_CHECK(bad_structure.empty(), "read_image: cannot decode ", path, ": ", bad_structure);
   // The header's size is checked before anything is decoded: decoders allocate it up front.
   if (stbi_info_from_file(f.get(), &w, &h, &c)) {
     const std::string big = too_big(w, h);
@@ -195,6 +208,8 @@ std::string image_header_problem(const std::string& path) {
   std::string why;
   File f = open_image(path, why);
   if (!f) return why;
+  // Before stb reads anything: its header parse builds the Huffman tables too.
+  if (std::string bad = image_structure_problem(f.get()); !bad.empty()) return bad;
   int w = 0, h = 0, c = 0;
   if (!stbi_info_from_file(f.get(), &w, &h, &c)) return "not a readable image: " + stb_reason();
   if (w <= 0 || h <= 0) return "the header gives an empty image";

@@ -114,15 +114,19 @@ class ImageFolder : public Dataset {
 /// decompression-bomb error threshold (2 x 89,478,485), about 537 MB as u8 RGB. Checked from the
 /// header before any decoding, so a small file cannot make the decoder allocate more.
 inline constexpr int64_t kMaxImagePixels = 178956970;
+/// The limit read_image applies (kMaxImagePixels unless changed): PIL's Image.MAX_IMAGE_PIXELS,
+/// settable per process, e.g. lower to bound a loader's memory or higher for huge scans.
+int64_t max_image_pixels();
+void set_max_image_pixels(int64_t pixels);
 
 /// Decodes a JPEG, PNG or BMP file to u8 [H,W,C] (other formats are refused by content, whatever
 /// the file's name); `channels` 0 keeps the stored count. Throws mpx::Error naming the file and
 /// the reason: the system's when the file cannot be opened (e.g. permission denied), the size
-/// when the header declares more than kMaxImagePixels, stb_image's when it cannot be decoded.
+/// when the header declares more than max_image_pixels(), stb_image's when it cannot be decoded.
 Tensor read_image(const std::string& path, int channels = 3);
 
 /// Why `path`'s header cannot be read as an image ("" when it can): opening it, stb_image's
-/// reason, or a size above kMaxImagePixels.
+/// reason, or a size above max_image_pixels().
 std::string image_header_problem(const std::string& path);
 
 /// Images of `shape` (e.g. {3,224,224}) uniform in [0,1) and targets in [0, num_classes),

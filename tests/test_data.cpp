@@ -616,3 +616,56 @@ TEST_CASE("images: other formats are refused by content, huge declared sizes bef
   CHECK_THROWS_WITH(read_image(png), Catch::Contains("15000x15000") && Catch::Contains(std::to_string(kMaxImagePixels)));
   CHECK_THAT(image_header_problem(png), Catch::Contains("decompression-bomb"));
 }
+
+// The inputs fuzz_image found problems with (stb_image 2.27's JPEG Huffman-table overflows, a PNG
+// chunk making it allocate 2 GB, a JPEG declaring a huge image): each is a clean mpx::Error or a
+// bounded decode, never a crash (the fuzz targets run them under ASan and UBSan).
+TEST_CASE("images: the fuzzers' findings decode cleanly or fail with a clear error", "[data]") {
+  const fs::path dir = fs::path(MPX_TEST_DATA) / ".." / "fuzz" / "corpus" / "image";
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().filename().string().rfind("regress-", 0) != 0) continue;
+    INFO(e.path().string());
+    ++n;
+    for (int channels : {0, 1, 2, 3, 4}) {
+      try {
+        const Tensor t = read_image(e.path().string(), channels);
+        CHECK(t.dim() == 3);
+        CHECK(t.size(0) * t.size(1) <= max_image_pixels());
+      } catch (const mpx::Error& err) {
+        CHECK_THAT(std::string(err.what()), Catch::Contains(e.path().string()));
+      }
+    }
+    (void)image_header_problem(e.path().string());
+  }
+  CHECK(n >= 4);
+}
+
+TEST_CASE("images: JPEG decodes to the requested channels (libjpeg-turbo, else stb_image)", "[data]") {
+  TempDir tmp;
+  std::vector<unsigned char> px(16 * 8 * 3);
+  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<unsigned char>(i % 3 == 0 ? 200 : i % 3 == 1 ? 100 : 30);
+  const std::string p = (tmp.path / "flat.jpg").string();
+  REQUIRE(stbi_write_jpg(p.c_str(), 16, 8, 3, px.data(), 95));
+  for (int channels : {0, 1, 2, 3, 4}) {
+    INFO(channels);
+    const Tensor t = read_image(p, channels);
+    CHECK(t.sizes() == IntList{8, 16, channels ? channels : 3});
+  }
+  // A flat colour survives JPEG within a few levels (the IDCTs of the two decoders differ slightly).
+  const Tensor rgb = read_image(p, 3).to(kFloat32);
+  CHECK(std::abs(rgb.select(2, 0).mean().item<double>() - 200) < 4);
+  CHECK(std::abs(rgb.select(2, 2).mean().item<double>() - 30) < 4);
+  const Tensor ga = read_image(p, 2);
+  CHECK(ga.select(2, 1).to(kFloat32).mean().item<double>() == 255.0);
+  // Truncated: a clear error naming the file.
+  std::vector<unsigned char> bytes;
+  {
+    std::ifstream in(p, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  bytes.resize(bytes.size() / 2);
+  const std::string cut = (tmp.path / "cut.jpg").string();
+  std::ofstream(cut, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  CHECK_THROWS_WITH(read_image(cut), Catch::Contains(cut));
+}

@@ -1,0 +1,21 @@
+# libjpeg-turbo (TurboJPEG API) decodes JPEGs when found (-DMPX_TURBOJPEG=AUTO|ON|OFF); stb_image does otherwise.
+set(MPX_TURBOJPEG AUTO CACHE STRING "Decode JPEGs with libjpeg-turbo: AUTO (when found), ON or OFF")
+set_property(CACHE MPX_TURBOJPEG PROPERTY STRINGS AUTO ON OFF)
+set(MPX_WITH_TURBOJPEG OFF)
+if(NOT MPX_TURBOJPEG STREQUAL "OFF")
+  find_path(MPX_TURBOJPEG_INCLUDE_DIR turbojpeg.h)
+  find_library(MPX_TURBOJPEG_LIBRARY turbojpeg)
+  if(MPX_TURBOJPEG_INCLUDE_DIR AND MPX_TURBOJPEG_LIBRARY)
+    set(MPX_WITH_TURBOJPEG ON)
+  elseif(MPX_TURBOJPEG STREQUAL "ON")
+    message(FATAL_ERROR "MPX_TURBOJPEG=ON but libjpeg-turbo's TurboJPEG was not found; install libturbojpeg0-dev "
+                        "or use -DMPX_TURBOJPEG=OFF")
+  endif()
+endif()
+message(STATUS "mpx: libjpeg-turbo for JPEG decoding ${MPX_WITH_TURBOJPEG} ${MPX_TURBOJPEG_LIBRARY}")
+if(MPX_WITH_TURBOJPEG)
+  # Private, like oneDNN: no public header includes turbojpeg.h.
+  target_compile_definitions(mpx PRIVATE MPX_WITH_TURBOJPEG=1)
+  target_include_directories(mpx SYSTEM PRIVATE ${MPX_TURBOJPEG_INCLUDE_DIR})
+  target_link_libraries(mpx PRIVATE ${MPX_TURBOJPEG_LIBRARY})
+endif()
