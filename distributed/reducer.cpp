@@ -25,6 +25,7 @@ struct Reducer::Impl {
     std::vector<int> params;
     DType reduce_dtype = kFloat32;
     int64_t numel = 0;
+    double cap = 0;  // bytes
     int pending = 0;
     Tensor flat;
     Work work;
@@ -48,11 +49,16 @@ struct Reducer::Impl {
   Impl(const std::vector<std::pair<std::string, Tensor>>& named, const ReducerOptions& o) : options(o) {
     for (const auto& [name, p] : named)
       if (p.requires_grad()) params.push_back({p, name});
-    // Reverse registration order approximates the order backward produces gradients. One
-    // open bucket per dtype and device, since a bucket is one flat buffer.
+    // Backward produces gradients roughly in reverse registration order, so buckets are
+    // launched in that order. Their boundaries are drawn from the other end: the bucket of the
+    // earliest-registered parameters, ready only when backward ends, is capped at 1 MiB so that
+    // little communication is left to wait for then; the others take bucket_cap_mb. One open
+    // bucket per dtype and device, since a bucket is one flat buffer.
     const double cap = std::max(options.bucket_cap_mb, 0.0) * 1024 * 1024;
+    const double last_cap = std::min(cap, 1024.0 * 1024.0);
     std::map<std::pair<int, std::string>, int> open;
-    for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
+    std::map<std::pair<int, std::string>, bool> seen;
+    for (int i = 0; i < static_cast<int>(params.size()); ++i) {
       const Tensor& p = params[i].p;
       const auto key = std::make_pair(static_cast<int>(p.dtype()), p.device().str());
       auto it = open.find(key);
@@ -60,15 +66,26 @@ struct Reducer::Impl {
         Bucket b;
         const bool low = p.dtype() == kFloat16 || p.dtype() == kBFloat16;
         b.reduce_dtype = low && options.allreduce_always_fp32 ? kFloat32 : p.dtype();
+        b.cap = seen[key] ? cap : last_cap;
+        seen[key] = true;
         buckets.push_back(std::move(b));
         it = open.emplace(key, static_cast<int>(buckets.size()) - 1).first;
       }
       Bucket& b = buckets[it->second];
-      params[i].bucket = it->second;
-      params[i].offset = b.numel;
       b.params.push_back(i);
       b.numel += p.numel();
-      if (static_cast<double>(b.numel) * element_size(b.reduce_dtype) >= cap) open.erase(it);
+      if (static_cast<double>(b.numel) * element_size(b.reduce_dtype) >= b.cap) open.erase(it);
+    }
+    std::reverse(buckets.begin(), buckets.end());
+    for (int k = 0; k < static_cast<int>(buckets.size()); ++k) {
+      Bucket& b = buckets[k];
+      std::reverse(b.params.begin(), b.params.end());  // in the order their gradients arrive
+      int64_t off = 0;
+      for (int i : b.params) {
+        params[i].bucket = k;
+        params[i].offset = off;
+        off += params[i].p.numel();
+      }
     }
     ready.assign(params.size(), 0);
     passthrough = world_size() == 1;

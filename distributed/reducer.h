@@ -32,8 +32,8 @@ struct ReducerStats {
 
 /// Averages the gradients of the parameters it is given over all ranks during each backward:
 /// a post-accumulate-grad hook per parameter marks it ready, a bucket (about bucket_cap_mb MiB
-/// of one dtype, filled in reverse registration order) starts its all-reduce when its last
-/// gradient is ready, buckets start strictly in order (the same collectives in the same order
+/// of one dtype, in reverse registration order; the one holding the earliest-registered
+/// parameters, ready last, at most 1 MiB) starts its all-reduce when its last gradient is ready, buckets start strictly in order (the same collectives in the same order
 /// on every rank), and a callback at the end of backward waits for them and writes the averages
 /// back into .grad. Parameters that do not require grad are left out.
 class Reducer {

@@ -14,9 +14,10 @@ namespace mpx::nn {
 
 /// Options of DistributedDataParallel (PyTorch's and apex's DDP arguments).
 struct DDPOptions {
-  /// Gradients are reduced in buckets of about this many MiB, filled in reverse registration
-  /// order (roughly the order backward produces them); each bucket's all-reduce starts as soon
-  /// as its last gradient is ready, so communication overlaps the rest of backward.
+  /// Gradients are reduced in buckets of about this many MiB, in reverse registration order
+  /// (roughly the order backward produces them); each bucket's all-reduce starts as soon as its
+  /// last gradient is ready, so communication overlaps the rest of backward. The bucket of the
+  /// earliest-registered parameters, ready only when backward ends, is kept to 1 MiB.
   MPX_ARG(double, bucket_cap_mb) = 25;
   /// apex: gradients are divided by this before the all-reduce and by world_size / factor
   /// after it (a guard against overflow of f16 sums over many ranks).
