@@ -273,6 +273,12 @@ Topology mpi_init(double timeout_seconds) {
     MPX_CHECK(provided >= MPI_THREAD_SERIALIZED, "distributed::init: the MPI library offers thread level ", provided,
               " but mpx needs MPI_THREAD_SERIALIZED (its collectives run on a worker thread)");
     g_we_initialized = true;
+  } else {
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    MPX_CHECK(provided >= MPI_THREAD_SERIALIZED, "distributed::init: MPI was initialized with thread level ",
+              provided, ", but mpx calls MPI from a worker thread; initialize it with MPI_Init_thread and "
+              "MPI_THREAD_MULTIPLE (if the program calls MPI itself) or MPI_THREAD_SERIALIZED");
   }
   MPI_Comm_dup(MPI_COMM_WORLD, &g_comm);
   // Errors come back as return codes, so a lost peer becomes an mpx::Error naming the collective.
