@@ -310,6 +310,9 @@ void mpi_finalize() {
   g_worker->stop();
   delete g_worker;
   g_worker = nullptr;
+  int finalized = 0;
+  MPI_Finalized(&finalized);  // the program may have finalized an MPI it initialized itself
+  if (finalized) return;
   if (broken) {
     // A collective is still pending on this rank and its peers are stuck or gone: MPI_Finalize
     // would wait forever, so end every rank.
