@@ -126,11 +126,17 @@ tensor_list run_backward(const tensor_list& roots, const tensor_list& grad_roots
     in.resize(std::max(in.size(), n->output_meta.size()));
     const bool is_leaf = dynamic_cast<AccumulateGrad*>(n) != nullptr;
     // Tensor hooks see (and may replace) the gradient before anything else does with it.
-    for (auto& [id, nr, hook] : n->pre_hooks)
+    // Index loops over copies: a hook may register or remove hooks.
+    for (size_t h = 0; h < n->pre_hooks.size(); ++h) {
+      auto [id, nr, hook] = n->pre_hooks[h];
       if (nr < in.size() && in[nr].defined()) in[nr] = run_grad_hook(hook, in[nr]);
+    }
     if (is_leaf && !in.empty() && in[0].defined())
       if (auto* m = meta_if(Tensor(static_cast<AccumulateGrad*>(n)->variable_)))
-        for (auto& [id, hook] : m->grad_hooks) in[0] = run_grad_hook(hook, in[0]);
+        for (size_t h = 0; h < m->grad_hooks.size(); ++h) {
+          auto hook = m->grad_hooks[h].second;
+          in[0] = run_grad_hook(hook, in[0]);
+        }
     for (size_t k = 0; k < wanted.size(); ++k)
       if (wanted[k].fn.get() == n && wanted[k].input_nr < in.size()) captured[k] = in[wanted[k].input_nr];
 

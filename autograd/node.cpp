@@ -154,8 +154,11 @@ tensor_list AccumulateGrad::apply(tensor_list&& grads) {
   } else {
     m.grad.add_(g);
   }
-  // Index loop: a hook may register another.
-  for (size_t i = 0; i < m.post_accumulate_hooks.size(); ++i) m.post_accumulate_hooks[i].second(var);
+  // Index loop over copies: a hook may register or remove hooks.
+  for (size_t i = 0; i < m.post_accumulate_hooks.size(); ++i) {
+    auto hook = m.post_accumulate_hooks[i].second;
+    hook(var);
+  }
   return {};
 }
 
