@@ -12,14 +12,17 @@ namespace dist = mpx::distributed;
 
 namespace {
 
-// "name dtype[shape] device" per parameter and buffer: what every rank must agree on.
+// "name dtype[shape] on device-type" per parameter and buffer: what every rank must agree on.
 std::vector<std::string> model_signature(Module& m) {
   std::vector<std::string> lines;
+  // The device type, not its index: ranks drive different GPUs, but CPU and CUDA tensors go to
+  // different transports.
+  auto where = [](const Tensor& t) { return t.device().is_cuda() ? " on cuda" : " on cpu"; };
   for (const auto& [name, p] : m.named_parameters())
-    lines.push_back("parameter '" + name + "' " + dtype_name(p.dtype()) + shape_str(p.sizes()) +
+    lines.push_back("parameter '" + name + "' " + dtype_name(p.dtype()) + shape_str(p.sizes()) + where(p) +
                     (p.requires_grad() ? "" : " (frozen)"));
   for (const auto& [name, b] : m.named_buffers())
-    lines.push_back("buffer '" + name + "' " + dtype_name(b.dtype()) + shape_str(b.sizes()));
+    lines.push_back("buffer '" + name + "' " + dtype_name(b.dtype()) + shape_str(b.sizes()) + where(b));
   return lines;
 }
 

@@ -257,6 +257,11 @@ TEST_CASE("DDP errors: a parameter without gradient, a different model on anothe
   if (dist::world_size() > 1) {
     Mlp other(dist::rank() == 1 ? 17 : 16);
     REQUIRE_THROWS_WITH(nn::DistributedDataParallel(other),
-                        Catch::Contains("the model on rank 1 differs from rank 0's") && Catch::Contains("fc1.weight"));
+                        Catch::Contains("the model on rank 1 differs from rank 0's") &&
+                            Catch::Contains("rank 0 has parameter 'fc1.weight' f32[16, 8] on cpu") &&
+                            Catch::Contains("rank 1 has parameter 'fc1.weight' f32[17, 8] on cpu"));
+    Mlp half;
+    if (dist::rank() == 1) half->fc3->to(kFloat16);
+    REQUIRE_THROWS_WITH(nn::DistributedDataParallel(half), Catch::Contains("'fc3.weight' f16[4, 8]"));
   }
 }
