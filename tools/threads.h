@@ -6,7 +6,7 @@
 
 namespace mpx::cli {
 
-/// Called first thing in main: unless the user chose a wait policy (OMP_WAIT_POLICY or
+/// Called first thing by the training commands: unless the user chose a wait policy (OMP_WAIT_POLICY or
 /// GOMP_SPINCOUNT), re-executes the program with OMP_WAIT_POLICY=PASSIVE. OpenMP reads the
 /// policy once, before main, and its default spinning makes a waiting thread burn the core that
 /// another process (or the thread it waits for) needs. Returns only when no re-exec happened.
