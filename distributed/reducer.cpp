@@ -120,15 +120,24 @@ struct Reducer::Impl {
               params.size(), " when DDP wrapped it; change the model before wrapping it");
   }
 
-  void reset() {
+  // `drop_buffers`: after an error, when an all-reduce may still be writing into a bucket.
+  void reset(bool drop_buffers = false) {
     std::fill(ready.begin(), ready.end(), 0);
     ready_count = 0;
     next_launch = 0;
     for (auto& b : buckets) {
       b.pending = static_cast<int>(b.params.size());
-      b.flat = Tensor();
+      if (drop_buffers) b.flat = Tensor();
       b.work = Work();
     }
+  }
+
+  Tensor slot(const Bucket& b, int i) const {
+    return b.flat.narrow(0, params[i].offset, params[i].p.numel()).view(params[i].p.sizes());
+  }
+  // A gradient that already is its slot in the bucket (see finish) needs no copy.
+  bool is_slot(const Bucket& b, int i, const Tensor& g) const {
+    return g.defined() && g.dtype() == b.flat.dtype() && g.is_contiguous() && g.raw_data() == slot(b, i).raw_data();
   }
 
   void on_grad(int i) {
@@ -152,10 +161,12 @@ struct Reducer::Impl {
       if (ready_count < static_cast<int>(params.size())) ++stats.buckets_started_during_backward;
       if (passthrough) continue;
       NoGradGuard ng;
-      tensor_list parts;
-      parts.reserve(b.params.size());
-      for (int i : b.params) parts.push_back(params[i].p.grad().reshape({-1}).to(b.reduce_dtype));
-      b.flat = parts.size() == 1 ? parts[0].clone() : cat(parts);
+      const Tensor& first = params[b.params.front()].p;
+      if (!b.flat.defined()) b.flat = empty({b.numel}, TensorOptions().dtype(b.reduce_dtype).device(first.device()));
+      for (int i : b.params) {
+        const Tensor g = params[i].p.grad();
+        if (!is_slot(b, i, g)) slot(b, i).copy_(g);
+      }
       if (options.gradient_predivide_factor != 1.0) b.flat.div_(options.gradient_predivide_factor);
       b.work = all_reduce_async(b.flat, ReduceOp::Sum);
     }
@@ -173,7 +184,7 @@ struct Reducer::Impl {
         std::string names;
         for (size_t k = 0; k < missing.size() && k < 8; ++k) names += (k ? ", " : "") + missing[k];
         if (missing.size() > 8) names += ", ...";
-        reset();
+        reset(/*drop_buffers=*/true);
         MPX_ERROR("DistributedDataParallel: ", missing.size(), " of ", params.size(), " parameters got no gradient in "
                   "this backward (", names, "), so their gradients cannot be averaged across ranks. Use every "
                   "parameter in forward, set requires_grad(false) on the ones you do not train, or construct DDP with "
@@ -205,12 +216,17 @@ struct Reducer::Impl {
     stats.allreduce_seconds = in_backend;
     NoGradGuard ng;
     const double post = options.gradient_predivide_factor / world_size();
+    // Gradients become views of their bucket (PyTorch's gradient_as_bucket_view) where dtype and
+    // layout allow: no copy back now, and none into the bucket next time unless zero_grad(true)
+    // or create_graph gave a parameter a fresh gradient tensor.
     for (auto& b : buckets) {
       if (post != 1.0) b.flat.mul_(post);
       for (int i : b.params) {
         const Tensor& p = params[i].p;
         Tensor& g = p.mutable_grad();
-        g.copy_(b.flat.narrow(0, params[i].offset, p.numel()).view(g.sizes()));
+        if (is_slot(b, i, g)) continue;
+        if (b.flat.dtype() == p.dtype() && p.is_contiguous() && g.is_contiguous()) p.set_grad(slot(b, i));
+        else g.copy_(slot(b, i));
       }
     }
     ++stats.synchronized_backwards;

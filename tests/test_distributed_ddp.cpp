@@ -42,6 +42,7 @@ struct Recipe {
   double rtol;
   double predivide = 1.0;
   bool always_fp32 = false;
+  bool set_to_none = true;  // zero_grad(false) keeps gradients as views of DDP's buckets
 };
 
 // Trains from one seed, either as one process on the whole batch or data-parallel on this
@@ -65,7 +66,7 @@ std::vector<Tensor> train(const Recipe& rc, bool data_parallel, int steps = 3) {
   for (int s = 0; s < steps; ++s) {
     auto [x, y] = global_batch(s);
     if (data_parallel) { x = my_rows(x); y = my_rows(y); }
-    opt->zero_grad();
+    opt->zero_grad(rc.set_to_none);
     Tensor out = data_parallel ? (*ddp)(x) : net(x);
     amp::scale_loss(F::cross_entropy(out, y), *opt).backward();
     opt->step();
@@ -97,10 +98,13 @@ TEST_CASE("DDP over w ranks x batch B/w trains like one process with batch B", "
       // apex's options: predivision only moves where the division happens; f32 buckets only
       // avoid rounding the sum to 16 bits.
       {"O2", kFloat16, false, 4e-3, 2.0, false}, {"O2", kBFloat16, false, 3e-2, 1.0, true},
+      // Gradients zeroed in place: after the first step they are views of the buckets.
+      {"O0", kFloat16, false, 1e-5, 1.0, false, false}, {"O2", kFloat16, true, 4e-3, 1.0, false, false},
   };
   for (const auto& rc : recipes) {
     INFO(rc.level << " " << dtype_name(rc.low) << (rc.adam ? " Adam" : " SGD momentum") << " predivide "
-                  << rc.predivide << (rc.always_fp32 ? " fp32 all-reduce" : ""));
+                  << rc.predivide << (rc.always_fp32 ? " fp32 all-reduce" : "")
+                  << (rc.set_to_none ? "" : " zero_grad(false)"));
     auto ref = train(rc, false);
     auto got = train(rc, true);
     REQUIRE(ref.size() == got.size());
@@ -153,6 +157,9 @@ TEST_CASE("no_sync accumulates locally; the next backward reduces the sum", "[di
     }
   }
   REQUIRE(ddp->stats().synchronized_backwards == 1);
+  // The reduced gradients are views of their bucket (fc3's weight and bias share one).
+  if (dist::world_size() > 1)
+    REQUIRE(net->fc3->weight.grad().impl()->storage == net->fc3->bias.grad().impl()->storage);
   auto pr = ref->parameters(), pd = net->parameters();
   // f32, summation order only (see the tolerance note of the training test).
   for (size_t i = 0; i < pr.size(); ++i) REQUIRE(allclose(pd[i].grad(), pr[i].grad(), 1e-5, 1e-6));
