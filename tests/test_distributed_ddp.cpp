@@ -272,3 +272,33 @@ TEST_CASE("DDP errors: a parameter without gradient, a different model on anothe
     REQUIRE_THROWS_WITH(nn::DistributedDataParallel(half), Catch::Contains("'fc3.weight' f16[4, 8]"));
   }
 }
+
+TEST_CASE("DDP on a GPU (NCCL even at world size 1) trains like the plain model", "[distributed][ddp][cuda]") {
+  if (!cuda_is_available()) {
+    WARN("no CUDA device: skipped");
+    return;
+  }
+  const Device dev = Device::cuda(dist::local_rank() % cuda_device_count());
+  auto run = [&](bool data_parallel) {
+    manual_seed(17);
+    Mlp net;
+    net->to(dev);
+    optim::SGD opt(net->parameters(), optim::SGDOptions(0.1).momentum(0.9));
+    std::optional<nn::DistributedDataParallel> ddp;
+    if (data_parallel) ddp.emplace(net, nn::DDPOptions().bucket_cap_mb(0.002));
+    for (int s = 0; s < 3; ++s) {
+      auto [x, y] = global_batch(50 + s);
+      if (data_parallel) { x = my_rows(x); y = my_rows(y); }
+      opt.zero_grad();
+      Tensor out = data_parallel ? (*ddp)(x.to(dev)) : net(x.to(dev));
+      F::cross_entropy(out, y.to(dev)).backward();
+      opt.step();
+    }
+    tensor_list ps;
+    for (const auto& p : net->parameters()) ps.push_back(p.detach().cpu());
+    return ps;
+  };
+  auto ref = run(false), got = run(true);
+  // Summation order only (see the first test's note): f32.
+  for (size_t i = 0; i < ref.size(); ++i) REQUIRE(allclose(got[i], ref[i], 1e-5, 1e-6));
+}
