@@ -139,6 +139,31 @@ TEST_CASE("cli 4: mpx train DIR detects an image folder, prints classes, counts 
 }
 #endif
 
+TEST_CASE("cli 4: --pretrained takes a plain weights file with DataParallel's module. names", "[cli][cli_habits]") {
+  if (!have_fashion()) return;
+  const fs::path out = temp_dir("pretrained_src"), out2 = temp_dir("pretrained_dst");
+  REQUIRE(run_mpx("train " + kTiny + "--epochs 1 --out " + q(out)).rc == 0);
+  // What torch.save(model.state_dict()) of a DataParallel model would hold, as safetensors.
+  mpx::TensorDict plain;
+  for (const auto& [k, v] : mpx::load_tensors((out / "checkpoint.safetensors").string()))
+    if (k.rfind("model.", 0) == 0) plain["module." + k.substr(6)] = v;
+  mpx::save_tensors(plain, (out / "weights.safetensors").string());
+  Run r = run_mpx("train " + kTiny + "--epochs 1 --pretrained " + q(out / "weights.safetensors") + " --out " + q(out2));
+  INFO(r.out);
+  CHECK(r.rc == 0);
+  CHECK(has(r.out, "14 of the model's 14 tensors match"));
+  r = mpx_err("train --pretrained " + q(out / "weights.safetensors") + " --resume " + q(out / "checkpoint.safetensors"));
+  CHECK(r.rc == 2);
+  CHECK(has(r.out, "not both"));
+  // Another architecture: what fits by name and shape (a few batch-norm tensors) is taken, and said.
+  r = run_mpx("train " + kTiny + "-a resnet20 --prof 0 --pretrained " + q(out / "weights.safetensors") + " --out " +
+              q(out2 / "x"));
+  INFO(r.out);
+  CHECK(r.rc == 0);
+  CHECK(has(r.out, "are missing"));
+  CHECK(has(r.out, "--verbose lists all"));
+}
+
 TEST_CASE("cli 4: attached short values, --start-epoch and --version", "[cli][cli_habits]") {
   Run r = run_mpx("--version");
   CHECK(r.rc == 0);
