@@ -7,7 +7,10 @@ shift 3
 here=$(cd "$(dirname "$0")" && pwd)
 [ -x "$bin" ] || { echo "fuzz/run.sh: $bin is not built (build the main tree first; it makes the fuzz targets)" >&2; exit 1; }
 corpus=$(mktemp -d)
-trap 'rm -rf "$corpus" "${TMPDIR:-/tmp}"/mpx-fuzz-*' EXIT
+# The targets' scratch files go to a folder of this run's own, so runs side by side never share one.
+scratch=$(mktemp -d)
+trap 'rm -rf "$corpus" "$scratch"' EXIT
+export TMPDIR=$scratch
 cp "$here/corpus/$name"/* "$corpus/"
 dict=()
 case $name in safetensors|checkpoint_meta) dict=(-dict="$here/safetensors.dict") ;; esac
