@@ -125,6 +125,8 @@ std::string png_problem(Reader& r, int64_t file_bytes) {
     char type[4];
     for (char& c : type) c = static_cast<char>(r.byte());
     if (std::memcmp(type, "IEND", 4) == 0) return "";
+    // stb_image copies an empty IDAT into its not yet allocated buffer (memcpy to null).
+    if (len == 0 && std::memcmp(type, "IDAT", 4) == 0) return "unsupported PNG: an empty IDAT chunk";
     r.skip(uint64_t{len} + 4);
     at += 12 + static_cast<int64_t>(len);
   }
