@@ -1,10 +1,11 @@
-// `mpx info`: version, build options, CPU features and threads, CUDA runtime/driver/cuDNN/cuBLAS and devices.
+// `mpx info`: version, build options, distributed and JPEG backends, CPU features and threads, CUDA and devices.
 #include <omp.h>
 
 #include <cstdio>
 #include <string>
 #include <thread>
 
+#include "data/jpeg.h"
 #include "tools/commands.h"
 #include "tools/common.h"
 
@@ -49,6 +50,10 @@ int run_info(int argc, char** argv) {
   std::printf("backends: CUDA %s, cuDNN %s, oneDNN %s; CPU f32 convolutions: %s; bf16: %s\n", cuda_built ? "on" : "off",
               std::string(MPX_BUILD_CUDNN) == "ON" ? "on" : "off", std::string(MPX_BUILD_ONEDNN) == "ON" ? "on" : "off",
               cpu_conv_backend().c_str(), cpu_conv_native(kBFloat16) ? "native" : "on f32 copies");
+  std::printf("distributed: %s\n", distributed::backend_info().c_str());
+  std::printf("JPEG decoding: %s\n", data::have_libjpeg_turbo()
+                                          ? "libjpeg-turbo"
+                                          : "stb_image (install libturbojpeg0-dev and rebuild for libjpeg-turbo)");
   std::printf("ops in the registry: %d\n", kNumOps);
   std::printf("CPU: %u hardware threads, OpenMP threads %d\n", std::thread::hardware_concurrency(), omp_get_max_threads());
   std::printf("CPU features: %s\n", cpu_features().c_str());
