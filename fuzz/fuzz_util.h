@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/tensor.h"
 
 namespace mpx::fuzz {
 
@@ -21,6 +22,16 @@ inline std::string scratch_file(const uint8_t* data, size_t size, const std::str
   if (size && std::fwrite(data, 1, size, f) != size) __builtin_trap();
   std::fclose(f);
   return path;
+}
+
+/// Reads every byte a parsed tensor claims, so that a size or offset the parser got wrong shows
+/// up under ASan; returns a sum the caller keeps.
+inline uint64_t touch(const mpx::Tensor& t) {
+  const auto* p = static_cast<const unsigned char*>(t.raw_data());
+  const int64_t n = t.numel() * static_cast<int64_t>(t.element_size());
+  uint64_t sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += p[i];
+  return sum;
 }
 
 /// Runs a parser: mpx::Error is its documented way to refuse input; anything else (another

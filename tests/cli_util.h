@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string>
 
+#include "data/datasets.h"
+
 #ifndef MPX_CLI_PATH
 #error "tests/CMakeLists.txt defines MPX_CLI_PATH (the built mpx binary) for this test"
 #endif
@@ -52,6 +54,19 @@ inline CliRun mpx_err_unprivileged(const std::string& args) {
   if (geteuid() != 0) return mpx_err(args);
   if (std::system("command -v setpriv >/dev/null 2>&1") != 0) return {};
   return run_mpx(args, "2>&1 1>/dev/null", "setpriv --reuid=65534 --regid=65534 --clear-groups");
+}
+
+/// `p` in single quotes, for a shell command line.
+inline std::string q(const std::filesystem::path& p) { return "'" + p.string() + "'"; }
+
+/// Whether `s` contains `part`.
+inline bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+/// Whether Fashion-MNIST is installed; otherwise WARNs that the test is skipped (it then returns).
+inline bool have_fashion() {
+  if (std::filesystem::exists(mpx::data::kFashionMnistDir)) return true;
+  WARN("Fashion-MNIST not installed (Debian package dataset-fashion-mnist); skipping");
+  return false;
 }
 
 /// A whole file as a string.

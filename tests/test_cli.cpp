@@ -20,6 +20,7 @@ namespace {
 
 using mpx::testing::mpx_err;
 using mpx::testing::run_mpx;
+using mpx::testing::have_fashion;
 using Run = mpx::testing::CliRun;
 std::string read(const fs::path& p) { return mpx::testing::read_file(p); }
 
@@ -30,12 +31,6 @@ size_t lines(const std::string& s) {
 }
 
 fs::path temp_dir(const std::string& name) { return mpx::testing::cli_temp_dir("mpx_cli_", name); }
-
-bool have_fashion() {
-  if (fs::exists(mpx::data::kFashionMnistDir)) return true;
-  WARN("Fashion-MNIST not installed (Debian package dataset-fashion-mnist); skipping");
-  return false;
-}
 
 // A tiny deterministic run: 512 training images in 8 steps of 64, 256 test images.
 const std::string kTiny = "--limit-train 512 --limit-test 256 -b 64 --deterministic --opt-level O1 ";

@@ -15,10 +15,7 @@ using mpx::testing::run_mpx;
 // then trained practically forever), "-5" silently trained extra epochs, and a bad rng.seed
 // printed the bare text "(stoull)".
 TEST_CASE("cli: damaged checkpoint fields are refused with the field and the file named", "[cli]") {
-  if (!fs::exists(mpx::data::kFashionMnistDir)) {
-    WARN("Fashion-MNIST not installed (Debian package dataset-fashion-mnist); skipping");
-    return;
-  }
+  if (!mpx::testing::have_fashion()) return;
   const fs::path dir = mpx::testing::cli_temp_dir("mpx_cli_fields_", "run");
   const auto r = run_mpx("train --limit-train 256 --limit-test 128 -b 64 --epochs 1 --out '" + dir.string() + "'");
   REQUIRE(r.rc == 0);

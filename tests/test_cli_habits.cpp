@@ -28,21 +28,16 @@ namespace {
 
 using mpx::testing::mpx_err;
 using mpx::testing::run_mpx;
+using mpx::testing::q;
+using mpx::testing::has;
+using mpx::testing::have_fashion;
 using Run = mpx::testing::CliRun;
 
 fs::path temp_dir(const std::string& name) { return mpx::testing::cli_temp_dir("mpx_cli_habits_", name); }
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 size_t lines(const std::string& s) {
   size_t n = 0;
   for (char c : s) n += c == '\n';
   return n;
-}
-
-bool have_fashion() {
-  if (fs::exists(mpx::data::kFashionMnistDir)) return true;
-  WARN("Fashion-MNIST not installed (Debian package dataset-fashion-mnist); skipping");
-  return false;
 }
 
 const std::string kTiny = "--limit-train 512 --limit-test 256 -b 64 --deterministic ";
