@@ -425,8 +425,10 @@ void ScaledLoss::backward(bool retain_graph) {
   // f32 (O0): that is the baseline, whose non-finite gradients are the model's own divergence
   // for the caller to see (mpx train stops such a run), as in apex.
   const bool pure_f32 = g.props.cast_model_type == kFloat32 && !g.props.patch_functions;
+  // Whether an overflow skips the step: always with a dynamic scale, with a static one below O0.
+  const bool may_skip = ls.dynamic || !pure_f32;
   const bool unit_static = !g.props.master_weights.value_or(false) && !ls.dynamic && ls.scale == 1.0;
-  if (unit_static && pure_f32) {
+  if (unit_static && !may_skip) {
     loss_.to(kFloat32).backward({}, retain_graph);
     clear_cache();
     return;
@@ -475,7 +477,7 @@ void ScaledLoss::backward(bool retain_graph) {
       for (const auto& p : opt.parameters()) any_grad |= p.grad().defined();
       if (any_grad) f = ls.scaler->found_inf(opt);
     }
-    if (f.defined()) {
+    if (f.defined() && may_skip) {
       if (device_path) {
         NoGradGuard ng;
         found_any = found_any.defined() ? found_any + f : f;
@@ -501,7 +503,7 @@ void ScaledLoss::backward(bool retain_graph) {
     if (ls.dynamic) ls.scaler->update();  // the kernel: backoff on overflow, growth after 2000 clean steps
     else if (!unit_static) ls.scaler->update(ls.scale);  // a static scale stays; the scaler only starts its next iteration
     ls.on_device = ls.dynamic;
-    if (ls.dynamic || !pure_f32)  // the f32 baseline with a static scale steps as apex's does (see above)
+    if (may_skip)
       for (auto& st : sts) st->skip_flag = st->skip_flag.defined() ? st->skip_flag + found_any : found_any;
     const Tensor scale_now = unit_static ? full({}, ls.scale, TensorOptions(kFloat32).device(found_any.device()))
                                          : ls.scaler->scale_tensor();
@@ -511,7 +513,6 @@ void ScaledLoss::backward(bool retain_graph) {
     return;
   }
   const double scale_at_overflow = ls.scale;
-  if (pure_f32 && !ls.dynamic) overflow = false;  // the f32 baseline steps as apex's does (see above)
   // apex's LossScaler.update_scale; a static scale skips too but keeps its value.
   if (overflow && ls.dynamic) {
     ls.scale = ls.min_scale > 0 ? std::max(ls.min_scale, ls.scale / 2.0) : ls.scale / 2.0;
