@@ -2,6 +2,8 @@
 // handed out strictly in index order, so worker count and timing never change the result.
 #include "data/dataloader.h"
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <map>
@@ -19,13 +21,20 @@ class EpochRun {
   EpochRun(const Dataset& ds, std::vector<std::vector<int64_t>> batches, uint64_t seed, int64_t epoch, int64_t workers,
            int64_t capacity, bool pin)
       : ds_(ds), batches_(std::move(batches)), seed_(seed), epoch_(epoch), capacity_(static_cast<size_t>(capacity)),
-        pin_(pin) {
+        pin_(pin), t0_(Clock::now()), last_(t0_) {
+    stats_.epoch = epoch;
     for (int64_t w = 0; w < workers; ++w) threads_.emplace_back([this] { worker_loop(); });
   }
   ~EpochRun() { stop(); }
 
   bool done() const { return cur_ >= batches_.size(); }
   Batch& current() { return current_; }
+  LoaderStats stats() const {
+    LoaderStats s = stats_;
+    s.elapsed_s = std::chrono::duration<double>(last_ - t0_).count();
+    s.load_s = static_cast<double>(load_ns_.load(std::memory_order_relaxed)) * 1e-9;
+    return s;
+  }
   void start() {
     if (!done()) fetch(cur_);
   }
@@ -36,7 +45,18 @@ class EpochRun {
   }
 
  private:
+  using Clock = std::chrono::steady_clock;
+
   Batch load(size_t b) const {
+    const auto t = Clock::now();
+    struct Count {  // counted on error too: the time was spent
+      const EpochRun* r;
+      Clock::time_point t;
+      ~Count() {
+        r->load_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count(),
+                              std::memory_order_relaxed);
+      }
+    } count{this, t};
     NoGradGuard no_grad;  // data preparation never builds graphs
     const auto& idx = batches_[b];
     std::vector<Example> ex;
@@ -53,6 +73,15 @@ class EpochRun {
   }
 
   void fetch(size_t b) {
+    const auto t = Clock::now();
+    fetch_wait(b);
+    last_ = Clock::now();
+    stats_.wait_s += std::chrono::duration<double>(last_ - t).count();
+    ++stats_.batches;
+    stats_.samples += static_cast<int64_t>(batches_[b].size());
+  }
+
+  void fetch_wait(size_t b) {
     if (threads_.empty()) {
       try {
         current_ = load(b);
@@ -121,6 +150,10 @@ class EpochRun {
   const bool pin_;
   size_t cur_ = 0;
   Batch current_;
+  const Clock::time_point t0_;
+  Clock::time_point last_;
+  LoaderStats stats_;                           // the consumer's side; load_s comes from load_ns_
+  mutable std::atomic<int64_t> load_ns_{0};
 
   std::mutex m_;
   std::condition_variable cv_work_, cv_ready_;
@@ -191,6 +224,8 @@ DataLoader::Iterator DataLoader::begin() {
   it.run_ = run_.get();
   return it;
 }
+
+LoaderStats DataLoader::stats() const { return run_ ? run_->stats() : LoaderStats{}; }
 
 Batch& DataLoader::Iterator::operator*() const {
   MPX_CHECK(run_ && !run_->done(), "DataLoader: dereferencing an iterator past the last batch");

@@ -51,6 +51,26 @@ struct DataLoaderOptions {
 
 class EpochRun;  // one epoch's state and workers (dataloader.cpp)
 
+/// What loading one epoch has cost so far (DataLoader::stats): how fast batches came and how long
+/// the consumer waited for them. Wall-clock times in seconds.
+struct LoaderStats {
+  int64_t epoch = -1;    ///< the epoch these figures are of (-1 before the first begin())
+  int64_t batches = 0;   ///< batches handed to the consumer
+  int64_t samples = 0;   ///< samples in those batches
+  double elapsed_s = 0;  ///< from begin() to the latest batch handed out
+  /// Time the consumer spent in begin() / ++ waiting for its next batch: the stall. With
+  /// workers(0) loading happens there, so it is all the loading time.
+  double wait_s = 0;
+  /// Loading time summed over the threads that loaded (workers, or the consumer with workers(0)).
+  double load_s = 0;
+  /// Samples per second as the consumer received them (its own compute included).
+  double images_per_s() const { return elapsed_s > 0 ? static_cast<double>(samples) / elapsed_s : 0; }
+  /// Samples per second of loading thread time: what one loading thread sustains.
+  double images_per_load_s() const { return load_s > 0 ? static_cast<double>(samples) / load_s : 0; }
+  /// Fraction of the elapsed time the consumer stalled on data.
+  double wait_fraction() const { return elapsed_s > 0 ? wait_s / elapsed_s : 0; }
+};
+
 /// Iterable over batches: `for (auto& batch : loader)`. Each full iteration is one epoch;
 /// the epoch counter advances when an iteration begins (or set it with set_epoch). Errors
 /// thrown by the dataset in a worker are rethrown on the iterating thread, unchanged.
@@ -96,6 +116,9 @@ class DataLoader {
   uint64_t seed() const { return seed_; }
   const DataLoaderOptions& options() const { return options_; }
   const Dataset& dataset() const { return *dataset_; }
+  /// The current epoch's loading figures (the last epoch's once it has ended), for an epoch
+  /// summary line; call from the iterating thread.
+  LoaderStats stats() const;
   /// The dataset indices of every batch of `epoch`, in order.
   std::vector<std::vector<int64_t>> batch_indices(int64_t epoch) const;
 
