@@ -1,21 +1,44 @@
-# libjpeg-turbo (TurboJPEG API) decodes JPEGs when found (-DMPX_TURBOJPEG=AUTO|ON|OFF); stb_image does otherwise.
+# libjpeg-turbo decodes JPEGs when found (-DMPX_TURBOJPEG=AUTO|ON|OFF); stb_image does otherwise.
+# Two of its APIs: TurboJPEG for whole-image decodes (read_image), libjpeg for reduced-size
+# region decodes (the ImageNet pipeline's crops); each is used when its header and library are found.
 set(MPX_TURBOJPEG AUTO CACHE STRING "Decode JPEGs with libjpeg-turbo: AUTO (when found), ON or OFF")
 set_property(CACHE MPX_TURBOJPEG PROPERTY STRINGS AUTO ON OFF)
 set(MPX_WITH_TURBOJPEG OFF)
+set(MPX_WITH_LIBJPEG OFF)
 if(NOT MPX_TURBOJPEG STREQUAL "OFF")
   find_path(MPX_TURBOJPEG_INCLUDE_DIR turbojpeg.h)
   find_library(MPX_TURBOJPEG_LIBRARY turbojpeg)
+  find_path(MPX_LIBJPEG_INCLUDE_DIR jpeglib.h)
+  find_library(MPX_LIBJPEG_LIBRARY jpeg)
   if(MPX_TURBOJPEG_INCLUDE_DIR AND MPX_TURBOJPEG_LIBRARY)
     set(MPX_WITH_TURBOJPEG ON)
   elseif(MPX_TURBOJPEG STREQUAL "ON")
     message(FATAL_ERROR "MPX_TURBOJPEG=ON but libjpeg-turbo's TurboJPEG was not found; install libturbojpeg0-dev "
                         "or use -DMPX_TURBOJPEG=OFF")
   endif()
+  if(MPX_LIBJPEG_INCLUDE_DIR AND MPX_LIBJPEG_LIBRARY)
+    # jpeg_crop_scanline and jpeg_skip_scanlines are libjpeg-turbo's (1.5+), not IJG libjpeg's.
+    include(CheckSymbolExists)
+    set(CMAKE_REQUIRED_INCLUDES ${MPX_LIBJPEG_INCLUDE_DIR})
+    set(CMAKE_REQUIRED_LIBRARIES ${MPX_LIBJPEG_LIBRARY})
+    check_symbol_exists(jpeg_crop_scanline "stddef.h;stdio.h;jpeglib.h" MPX_LIBJPEG_HAS_CROP)
+    unset(CMAKE_REQUIRED_INCLUDES)
+    unset(CMAKE_REQUIRED_LIBRARIES)
+    if(MPX_LIBJPEG_HAS_CROP)
+      set(MPX_WITH_LIBJPEG ON)
+    endif()
+  endif()
 endif()
-message(STATUS "mpx: libjpeg-turbo for JPEG decoding ${MPX_WITH_TURBOJPEG} ${MPX_TURBOJPEG_LIBRARY}")
+message(STATUS "mpx: libjpeg-turbo for JPEG decoding ${MPX_WITH_TURBOJPEG} ${MPX_TURBOJPEG_LIBRARY}; "
+               "reduced-size region decoding ${MPX_WITH_LIBJPEG} ${MPX_LIBJPEG_LIBRARY}")
 if(MPX_WITH_TURBOJPEG)
   # Private, like oneDNN: no public header includes turbojpeg.h.
   target_compile_definitions(mpx PRIVATE MPX_WITH_TURBOJPEG=1)
   target_include_directories(mpx SYSTEM PRIVATE ${MPX_TURBOJPEG_INCLUDE_DIR})
   target_link_libraries(mpx PRIVATE ${MPX_TURBOJPEG_LIBRARY})
+endif()
+if(MPX_WITH_LIBJPEG)
+  target_compile_definitions(mpx PRIVATE MPX_WITH_LIBJPEG=1)
+  target_include_directories(mpx SYSTEM PRIVATE ${MPX_LIBJPEG_INCLUDE_DIR})
+  target_link_libraries(mpx PRIVATE ${MPX_LIBJPEG_LIBRARY})
 endif()

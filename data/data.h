@@ -5,6 +5,8 @@
 #include "data/dataset.h"
 #include "data/datasets.h"
 #include "data/idx.h"
+#include "data/image_pipeline.h"
+#include "data/jpeg.h"
 #include "data/prefetcher.h"
 #include "data/sampler.h"
 #include "data/transforms.h"

@@ -218,6 +218,8 @@ std::string image_header_problem(const std::string& path) {
 
 ImageFolder::ImageFolder(const std::string& root, transforms::Transform transform, ImageFolderOptions options)
     : transform_(std::move(transform)), options_(std::move(options)) {
+  MPX_CHECK(!(options_.pipeline_ && transform_.defined()), "ImageFolder: give either a transform or a pipeline "
+            "(ImageFolderOptions::pipeline), not both: the pipeline already resizes, crops and normalizes");
   std::error_code ec;
   MPX_CHECK(fs::is_directory(root, ec), "ImageFolder: ", root, " is not a folder",
             ec ? " (" + ec.message() + ")" : std::string(), "; expected root/<class>/<image> files");
@@ -320,6 +322,7 @@ Example ImageFolder::get_seeded(int64_t index, uint64_t seed) const {
     const auto& [path, cls] = samples_[static_cast<size_t>((index + k) % n)];
     Tensor img;
     try {
+      if (options_.pipeline_) return {options_.pipeline_->load(path, seed), label(cls)};
       img = read_image(path, options_.channels_);
     } catch (const Error& e) {
       if (!options_.skip_corrupt_) throw;

@@ -3,12 +3,14 @@
 #pragma once
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "data/dataset.h"
 #include "data/idx.h"
+#include "data/image_pipeline.h"
 #include "data/transforms.h"
 
 namespace mpx::data {
@@ -73,10 +75,14 @@ struct ImageFolderOptions {
   ImageFolderOptions& channels(int c) { channels_ = c; return *this; }
   /// Accepted file extensions (lower case, with the dot).
   ImageFolderOptions& extensions(std::vector<std::string> e) { extensions_ = std::move(e); return *this; }
+  /// Load each image through `p` (decode planned from the crop, one resample pass) instead of
+  /// read_image + transform; the ImageFolder's transform must then be empty.
+  ImageFolderOptions& pipeline(ImagePipeline p) { pipeline_ = std::move(p); return *this; }
   bool skip_corrupt_ = false;
   bool verify_ = false;
   int channels_ = 3;
   std::vector<std::string> extensions_{".jpg", ".jpeg", ".png", ".bmp"};
+  std::optional<ImagePipeline> pipeline_;
 };
 
 /// torchvision.datasets.ImageFolder: root/<class>/**/<image>; classes are the sub-folders

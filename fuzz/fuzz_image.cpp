@@ -1,4 +1,5 @@
-// Fuzz target: every image decoder the loader uses (read_image and the header check ImageFolder runs).
+// Fuzz target: every image decoder the loader uses (read_image, the header check ImageFolder runs,
+// and ImagePipeline's reduced-size region decode).
 #include <cstdint>
 
 #include "data/datasets.h"
@@ -14,6 +15,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int channels : {3, 0}) {
     mpx::fuzz::expect_clean_failure([&] {
       if (mpx::fuzz::touch(mpx::data::read_image(path, channels)) == 0xdeadbeef) std::puts("");
+    });
+  }
+  // Two crops (seeded from the input, so a finding replays) at whatever DCT scale they pick.
+  static const auto train = mpx::data::ImagePipeline::train(32), eval = mpx::data::ImagePipeline::eval(40, 32);
+  for (const auto* p : {&train, &eval}) {
+    mpx::fuzz::expect_clean_failure([&] {
+      if (mpx::fuzz::touch(p->load(path, size)) == 0xdeadbeef) std::puts("");
     });
   }
   return 0;

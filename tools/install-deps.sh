@@ -2,7 +2,7 @@
 # Installs the Debian packages mpx needs to build, test and train, skipping what is present.
 set -euo pipefail
 want=(cmake ninja-build g++ ccache libeigen3-dev catch2 libstb-dev zlib1g-dev libdnnl-dev dataset-fashion-mnist
-      openmpi-bin libopenmpi-dev clang libclang-rt-14-dev libturbojpeg0-dev)
+      openmpi-bin libopenmpi-dev clang libclang-rt-14-dev libturbojpeg0-dev libjpeg62-turbo-dev)
 need=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")

@@ -1,0 +1,91 @@
+// The ImageNet train and eval transforms fused with the image decode: the crop is planned from
+// the header, the JPEG decoded at the smallest DCT scale that still covers the output and only
+// over the crop, then resized (antialiased bilinear), flipped, normalized and cast in one pass.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "data/resample.h"
+#include "data/transforms.h"
+
+namespace mpx::data {
+
+/// torchvision's ImageNet transforms as one pass:
+///   train: RandomResizedCrop(size, scale, ratio) + RandomHorizontalFlip(p) + ToTensor + Normalize
+///   eval:  Resize(resize) + CenterCrop(crop) + ToTensor + Normalize
+/// with antialiased bilinear resampling (torchvision >= 0.13, antialias=True). The random draws
+/// are those of the separate transforms composed (crop box, then flip) from the same per-sample
+/// seed, so the crop distribution is torchvision's. Copyable; safe to call from many threads.
+class ImagePipeline {
+ public:
+  /// The training transform.
+  static ImagePipeline train(int64_t size = 224, std::pair<double, double> scale = {0.08, 1.0},
+                             std::pair<double, double> ratio = {3.0 / 4.0, 4.0 / 3.0}, double flip_p = 0.5);
+  /// The evaluation transform; `resize` is the shorter side before the centre crop (>= crop).
+  static ImagePipeline eval(int64_t resize = 256, int64_t crop = 224);
+
+  /// Output element type: f32 (default), f16, bf16 (normalized), or u8: pixel values 0..255 not
+  /// normalized (PILToTensor's), for DevicePrefetcher to scale and normalize on the GPU.
+  ImagePipeline& dtype(DType d);
+  /// [H,W,C] output instead of [C,H,W].
+  ImagePipeline& channels_last(bool c = true);
+  /// Normalize's mean and std (of 0..1 values, 3 channels); ImageNet's by default.
+  ImagePipeline& normalize(std::vector<double> mean, std::vector<double> std);
+  /// Decode JPEGs at reduced DCT size when the crop will be shrunk (default). Off, every image is
+  /// decoded at full size and resampled exactly as torchvision resamples the same crop box.
+  ImagePipeline& reduced_decode(bool r = true);
+
+  DType dtype() const { return dtype_; }
+  bool channels_last() const { return channels_last_; }
+  bool is_train() const { return train_; }
+  /// The shape of one output: {3, H, W} or {H, W, 3}.
+  IntList output_shape() const;
+
+  /// What the transform does to one image, in full-size pixel coordinates: the box
+  /// (top, left, height, width) is resized to (resize_h, resize_w), of which rows
+  /// [keep_top, keep_top + out_h) and columns [keep_left, keep_left + out_w) are kept, then
+  /// mirrored when `flip`.
+  struct Plan {
+    int64_t top = 0, left = 0, height = 0, width = 0;
+    int64_t resize_h = 0, resize_w = 0;
+    int64_t keep_top = 0, keep_left = 0, out_h = 0, out_w = 0;
+    bool flip = false;
+  };
+  /// The plan for an image of `height` x `width` pixels and a sample seed.
+  Plan plan(int64_t height, int64_t width, uint64_t seed) const;
+  /// Same, drawing from `rng` (crop box first, then the flip, as the composed transforms do).
+  Plan plan(int64_t height, int64_t width, transforms::Rng& rng) const;
+  /// The DCT scale (eighths: 1, 2, 4 or 8) a JPEG of that size is decoded at for `p`: the
+  /// smallest whose scaled box still has at least the resize's resolution on both axes.
+  int decode_scale(const Plan& p) const;
+
+  /// Reads and transforms the image file at `path` (JPEG through the reduced-size region decode
+  /// when the build has it, PNG/BMP through read_image). Errors name the file, as read_image's.
+  Tensor load(const std::string& path, uint64_t seed) const;
+  /// Same, writing output_shape() elements of dtype() at `out`.
+  void load_into(const std::string& path, uint64_t seed, void* out) const;
+  /// Transforms an already decoded u8 [H,W,3] image (the full-size path).
+  Tensor apply(const Tensor& image, uint64_t seed) const;
+  /// This pipeline as a Transform over u8 [H,W,3] images (for ImageFolder's transform argument).
+  transforms::Transform transform() const;
+
+ private:
+  ImagePipeline() = default;
+  std::pair<AxisWeights, AxisWeights> weights(const Plan& p, int scale, int64_t scaled_h, int64_t scaled_w) const;
+  ResampleOutput output(bool flip) const;
+  void apply_into(const Tensor& image, const Plan& p, void* out) const;
+
+  bool train_ = true;
+  int64_t size_h_ = 224, size_w_ = 224, resize_ = 256;
+  std::pair<double, double> scale_{0.08, 1.0}, ratio_{3.0 / 4.0, 4.0 / 3.0};
+  double flip_p_ = 0.5;
+  DType dtype_ = kFloat32;
+  bool channels_last_ = false;
+  bool reduced_ = true;
+  std::vector<double> mean_{0.485, 0.456, 0.406}, std_{0.229, 0.224, 0.225};
+};
+
+}  // namespace mpx::data
