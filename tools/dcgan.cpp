@@ -1,17 +1,20 @@
-// `mpx dcgan`: apex's DCGAN example — two Adam optimizers, three losses on separate loss scalers, PNG sample grids.
+// `mpx dcgan`: apex's DCGAN example — two Adam optimizers, three losses on separate loss scalers, PNG sample grids; data-parallel under mpirun.
 #include <omp.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "tools/commands.h"
 #include "tools/common.h"
 #include "tools/metrics.h"
 #include "tools/png.h"
 #include "tools/progress.h"
+#include "tools/ranks.h"
 #include "tools/run_dir.h"
+#include "tools/threads.h"
 
 namespace mpx::cli {
 
@@ -29,11 +32,12 @@ Args make_args() {
   a.positional("DATA_DIR", "the data set's folder (same as --data)");
   a.option({"--dataset"}, "NAME", "fashion-mnist, mnist, cifar10, imagefolder or synthetic", "fashion-mnist")
       .option({"--data", "--dataroot"}, "DIR", "the data set's folder (fashion-mnist: /usr/share/datasets/fashion-mnist)")
-      .option({"-b", "--batch-size"}, "N", "images per step", "64")
+      .option({"-b", "--batch-size"}, "N", "images per step and rank", "64")
       .option({"-j", "--workers"}, "N",
               "data loader threads; default: 0 for the in-memory data sets, 4 for imagefolder")
       .option({"--epochs", "--niter"}, "N", "epochs to train (in total, counting resumed ones)", "5")
-      .option({"--lr"}, "X", "Adam learning rate of both networks", "0.0002")
+      .option({"--lr"}, "X", "Adam learning rate of both networks (not scaled by the rank count, as in apex's example)",
+              "0.0002")
       .option({"--beta1"}, "X", "Adam beta1", "0.5")
       .option({"--nz"}, "N", "latent vector size", "100")
       .option({"--ngf"}, "N", "generator width", "32")
@@ -50,7 +54,8 @@ Args make_args() {
               "out/dcgan")
       .flag({"--synthetic"}, "random images instead of the data set (speed tests)")
       .flag({"--overwrite"}, "replace another run's files in --out instead of refusing to start")
-      .option({"--threads"}, "N", "CPU threads (OpenMP); default: OMP_NUM_THREADS or all cores")
+      .option({"--threads"}, "N", "CPU threads (OpenMP) per rank; default: OMP_NUM_THREADS, else this rank's share of the cores")
+      .option({"--nproc-per-node", "--nproc_per_node"}, "N", "start N ranks on this machine by re-running this command under mpirun")
       .option({"--limit-train"}, "N", "use only the first N training images; 0 = all", "0");
   return a;
 }
@@ -80,6 +85,7 @@ void save_grid(const Tensor& images, const std::string& path) {
 }  // namespace
 
 int run_dcgan(int argc, char** argv) {
+  const Ranks rk = join_ranks();
   Args args = make_args();
   Metadata ck_meta;
   TensorDict ck;
@@ -100,10 +106,19 @@ int run_dcgan(int argc, char** argv) {
   const std::string out = args.str("--out");
   const std::string run_id = meta_str(ck_meta, "run.id").empty() ? new_run_id() : meta_str(ck_meta, "run.id");
   const RunFiles files{"dcgan", {"checkpoint.safetensors", "losses.csv", "losses.jsonl", "losses.svg"}, {"samples_epoch"}};
-  const std::string ck_path = claim_out(out, files, run_id, resume, args.on("--overwrite"));
+  if (args.given("--nproc-per-node"))  // mpx_main re-launches before this; here only under mpirun
+    throw UsageError("mpx dcgan: --nproc-per-node starts mpirun itself; under mpirun drop it");
+  std::string canonical;
+  for (const auto& f : kRunFlags) canonical += f + "=" + args.str(f) + " ";
+  for (const char* f : {"--prof", "--resume"}) canonical += std::string(f) + "=" + args.str(f) + " ";
+  check_same_flags("mpx dcgan", canonical);
+  // Rank 0 alone writes; the others only need the path for messages.
+  const std::string ck_path = rk.leader() ? claim_out(out, files, run_id, resume, args.on("--overwrite"))
+                                          : (fs::path(out) / "checkpoint.safetensors").string();
   if (args.given("--threads")) omp_set_num_threads(static_cast<int>(args.integer("--threads", 1)));
   else if (deterministic && !meta_str(ck_meta, "threads").empty())
     omp_set_num_threads(static_cast<int>(meta_int(ck_meta, "threads", resume, 1, 4096)));  // see train.cpp
+  else if (rk.distributed()) omp_set_num_threads(default_threads(workers, rk.local_world));
   if (deterministic) {
     cuda::cudnn_deterministic(true);
     cuda::cudnn_benchmark(false);
@@ -116,11 +131,13 @@ int run_dcgan(int argc, char** argv) {
   image_size = d.image_size;
   MPX_CHECK(image_size == 28 || image_size == 32 || image_size == 64, "mpx dcgan: the DCGAN models take 28, 32 or 64 px ",
             "images, the data are ", image_size, " px; use --image-size 64 or 32 with imagefolder");
-  data::DataLoader loader(
-      d.train,
-      data::DataLoaderOptions(batch).shuffle(true).drop_last(true).workers(workers).seed(seed).pin_memory(device.is_cuda()));
+  auto loader_opts =
+      data::DataLoaderOptions(batch).shuffle(true).drop_last(true).workers(workers).seed(seed).pin_memory(device.is_cuda());
+  if (rk.distributed()) loader_opts.rank(rk.rank).world_size(rk.world);  // a DistributedSampler shard per rank
+  data::DataLoader loader(d.train, loader_opts);
   const int64_t steps_per_epoch = loader.size();
   MPX_CHECK(steps_per_epoch > 0, "the training set has ", d.train->size(), " images, fewer than one batch of ", batch,
+            rk.distributed() ? " per rank on each of " + std::to_string(rk.world) + " ranks" : "",
             "; lower --batch-size or raise --limit-train");
 
   // The fixed noise comes first from the seeded generator, so a resumed run draws the same one.
@@ -147,20 +164,56 @@ int run_dcgan(int argc, char** argv) {
     start_epoch = at.epoch;
     start_step = at.step;
     global_step = at.global_step;
+    const int64_t ck_world =
+        meta_str(ck_meta, "world_size").empty() ? 1 : meta_int(ck_meta, "world_size", resume, 1, 1 << 20);
+    if (ck_world != rk.world) {
+      // As mpx train: every world size draws the same order, so the run goes on from the first
+      // global batch not yet begun (rounding down: a few images may be trained on again).
+      const int64_t done = start_step * batch * ck_world;
+      start_step = std::min(steps_per_epoch, done / (batch * rk.world));
+      global_step = start_epoch * steps_per_epoch + start_step;
+      if (rk.leader())
+        std::fprintf(stderr, "mpx dcgan: warning: --resume %s was written by %lld rank%s, this run has %d: epoch %lld "
+                     "goes on at step %lld of %lld with a global batch of %lld; the run will not match an "
+                     "uninterrupted one at either world size\n", resume.c_str(), static_cast<long long>(ck_world),
+                     ck_world == 1 ? "" : "s", rk.world, static_cast<long long>(start_epoch + 1),
+                     static_cast<long long>(start_step), static_cast<long long>(steps_per_epoch),
+                     static_cast<long long>(batch * rk.world));
+    }
   }
+  // Several ranks: each network is wrapped (after amp, as apex does). Each D loss is averaged in
+  // its own backward, so each loss scaler checks gradients that are identical on every rank and
+  // all ranks skip together; the gradients G's loss leaves in D are kept local (no_sync), since
+  // optD.zero_grad() drops them unused.
+  std::shared_ptr<nn::DistributedDataParallelImpl> ddp_g, ddp_d;
+  nn::AnyModule Gm = G, Dm = D;
+  if (rk.distributed()) {
+    ddp_g = std::make_shared<nn::DistributedDataParallelImpl>(G);
+    ddp_d = std::make_shared<nn::DistributedDataParallelImpl>(D);
+    Gm = nn::AnyModule(ddp_g), Dm = nn::AnyModule(ddp_d);
+  }
+  auto d_local = [&] {
+    return ddp_d ? std::optional<nn::DistributedDataParallelImpl::NoSyncGuard>(std::in_place, *ddp_d) : std::nullopt;
+  };
   const int threads = omp_get_max_threads();
-  std::printf("mpx dcgan: %s (%lld images, %lld px, %lld channel%s), batch %lld, nz %lld ngf %lld ndf %lld, Adam lr %g, "
-              "%s, 3 loss scalers, %s, %d thread%s\n",
+  const std::string batch_text =
+      std::to_string(batch) + (rk.distributed() ? " per rank x " + std::to_string(rk.world) + " ranks" : "");
+  std::printf("mpx dcgan: %s (%lld images, %lld px, %lld channel%s), batch %s, nz %lld ngf %lld ndf %lld, Adam lr %g, "
+              "%s, 3 loss scalers, %s, %d thread%s%s\n",
               dataset.c_str(), static_cast<long long>(d.train->size()), static_cast<long long>(image_size),
-              static_cast<long long>(d.channels), d.channels == 1 ? "" : "s", static_cast<long long>(batch),
+              static_cast<long long>(d.channels), d.channels == 1 ? "" : "s", batch_text.c_str(),
               static_cast<long long>(nz), static_cast<long long>(ngf), static_cast<long long>(ndf), lr,
-              amp::properties().opt_level.c_str(), device.str().c_str(), threads, threads == 1 ? "" : "s");
+              amp::properties().opt_level.c_str(), device.str().c_str(), threads, threads == 1 ? "" : "s",
+              rk.distributed() ? " per rank" : "");
   if (!epochs_left(start_epoch, epochs)) return 0;
+  // Rank 0 alone keeps the loss log (its rows are averages over the ranks).
   MetricsLog log(out, "losses");
-  log.resume("global_step", static_cast<double>(global_step),
-             resume.empty() ? "" : (fs::path(resume).parent_path() / "losses.csv").string());
+  if (rk.leader())
+    log.resume("global_step", static_cast<double>(global_step),
+               resume.empty() ? "" : (fs::path(resume).parent_path() / "losses.csv").string());
 
   auto save_checkpoint = [&](int64_t epoch_done, int64_t step_in_epoch) {
+    if (!rk.leader()) return;
     TensorDict t;
     Metadata m;
     put_module(*G.ptr(), "G", t);
@@ -176,9 +229,11 @@ int run_dcgan(int argc, char** argv) {
     m["global_step"] = std::to_string(global_step);
     m["threads"] = std::to_string(omp_get_max_threads());
     m["run.id"] = run_id;
+    m["world_size"] = std::to_string(rk.world);
     save_checkpoint_file(t, m, ck_path);
   };
   auto save_samples = [&](int64_t epoch1) {
+    if (!rk.leader()) return;
     G.ptr()->eval();
     {
       NoGradGuard ng;
@@ -198,13 +253,14 @@ int run_dcgan(int argc, char** argv) {
   for (int64_t epoch = start_epoch; epoch < epochs; ++epoch) {
     const int64_t first = epoch == start_epoch ? start_step : 0;
     const EpochBatches ep(loader, d, epoch, first, device);
-    Progress bar(epoch + 1, epochs, steps_per_epoch, batch, print_freq, tty, first);
+    Progress bar(epoch + 1, epochs, steps_per_epoch, batch * rk.world, print_freq, tty, first);
     int64_t step = first;
     double sum_d = 0, sum_g = 0;
     int64_t n_steps = 0;
     bool stopped = false;
     for (auto& b : *ep.batches) {
-      if ((prof >= 0 && iterations >= prof) || interrupted()) {
+      // With several ranks a signal stops all of them at the same step (see mpx train).
+      if ((prof >= 0 && iterations >= prof) || (rk.distributed() ? any_rank(interrupted()) : interrupted())) {
         stopped = true;
         break;
       }
@@ -213,36 +269,44 @@ int run_dcgan(int argc, char** argv) {
       Tensor ones_t = ones({bs}, TensorOptions().device(device)), zeros_t = zeros({bs}, TensorOptions().device(device));
       // (1) D: maximize log D(x) + log(1 - D(G(z))), as two losses on their own scalers.
       optD.zero_grad();
-      Tensor out_real = D(real).to(kFloat32);
+      Tensor out_real = Dm(real).to(kFloat32);
       Tensor errD_real = F::binary_cross_entropy_with_logits(out_real, ones_t);
       amp::scale_loss(errD_real, optD, amp::ScaleLossOptions().loss_id(0)).backward();
       Tensor noise = randn({bs, nz}, TensorOptions().device(device));
-      Tensor fake = G(noise);
-      Tensor out_fake = D(fake.detach()).to(kFloat32);
+      Tensor fake = Gm(noise);
+      Tensor out_fake = Dm(fake.detach()).to(kFloat32);
       Tensor errD_fake = F::binary_cross_entropy_with_logits(out_fake, zeros_t);
       amp::scale_loss(errD_fake, optD, amp::ScaleLossOptions().loss_id(1)).backward();
       optD.step();
       // (2) G: maximize log D(G(z)), the third loss.
       optG.zero_grad();
-      Tensor out_g = D(fake).to(kFloat32);
+      Tensor out_g = Dm(fake).to(kFloat32);
       Tensor errG = F::binary_cross_entropy_with_logits(out_g, ones_t);
-      amp::scale_loss(errG, optG, amp::ScaleLossOptions().loss_id(2)).backward();
+      {
+        const auto local = d_local();
+        amp::scale_loss(errG, optG, amp::ScaleLossOptions().loss_id(2)).backward();
+      }
       optG.step();
 
-      const double ld_v = errD_real.item<double>() + errD_fake.item<double>(), lg_v = errG.item<double>();
-      const double d_x = mean(sigmoid(out_real)).item<double>(), d_gz = mean(sigmoid(out_g)).item<double>();
+      // The logged numbers are means over the ranks (each saw its own images and noise).
+      const std::vector<double> v = sum_over_ranks(
+          {errD_real.item<double>() + errD_fake.item<double>(), errG.item<double>(), mean(sigmoid(out_real)).item<double>(),
+           mean(sigmoid(out_g)).item<double>()});
+      const double w = static_cast<double>(rk.world);
+      const double ld_v = v[0] / w, lg_v = v[1] / w, d_x = v[2] / w, d_gz = v[3] / w;
       ++step, ++global_step, ++iterations, ++n_steps;
       sum_d += ld_v, sum_g += lg_v;
-      log.append({{"epoch", static_cast<double>(epoch + 1)},
-                  {"step", static_cast<double>(step)},
-                  {"global_step", static_cast<double>(global_step)},
-                  {"loss_d", ld_v},
-                  {"loss_g", lg_v},
-                  {"d_x", d_x},
-                  {"d_g_z", d_gz},
-                  {"scale_d_real", amp::loss_scale(0)},
-                  {"scale_d_fake", amp::loss_scale(1)},
-                  {"scale_g", amp::loss_scale(2)}});
+      if (rk.leader())
+        log.append({{"epoch", static_cast<double>(epoch + 1)},
+                    {"step", static_cast<double>(step)},
+                    {"global_step", static_cast<double>(global_step)},
+                    {"loss_d", ld_v},
+                    {"loss_g", lg_v},
+                    {"d_x", d_x},
+                    {"d_g_z", d_gz},
+                    {"scale_d_real", amp::loss_scale(0)},
+                    {"scale_d_fake", amp::loss_scale(1)},
+                    {"scale_g", amp::loss_scale(2)}});
       ProgressStats st;
       st.loss = (sum_d + sum_g) / static_cast<double>(n_steps);
       st.loss_scale = amp::properties().opt_level == "O0" ? 0 : amp::loss_scale(2);
@@ -257,7 +321,7 @@ int run_dcgan(int argc, char** argv) {
     save_samples(epoch + 1);
     if (stopped) {
       save_checkpoint(epoch, step);
-      if (interrupted()) {
+      if (interrupted() || !(prof >= 0 && iterations >= prof)) {
         std::printf("interrupted by %s at epoch %lld step %lld; samples and checkpoint saved, continue with: mpx dcgan "
                     "--resume %s\n", interrupt_name().c_str(), static_cast<long long>(epoch + 1),
                     static_cast<long long>(step), ck_path.c_str());

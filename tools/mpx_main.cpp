@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "tools/cli_args.h"
 #include "tools/commands.h"
+#include "tools/ranks.h"
 #include "tools/threads.h"
 
 namespace {
@@ -36,6 +37,12 @@ std::string one_line(std::string s) {
   return s;
 }
 
+// With several ranks every one may fail, each for its own reason: the line says which it was.
+std::string rank_tag() {
+  const mpx::cli::Ranks& r = mpx::cli::ranks();
+  return r.distributed() ? "[rank " + std::to_string(r.rank) + "/" + std::to_string(r.world) + "] " : "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -49,6 +56,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
+    // `--nproc-per-node N` re-runs this very command line under mpirun (torchrun's convenience).
+    if (cmd == "train" || cmd == "dcgan") mpx::cli::relaunch_under_mpirun(cmd, argc, argv);
     if (cmd == "train") return mpx::cli::run_train(argc - 2, argv + 2);
     if (cmd == "dcgan") return mpx::cli::run_dcgan(argc - 2, argv + 2);
     if (cmd == "info") return mpx::cli::run_info(argc - 2, argv + 2);
@@ -59,20 +68,20 @@ int main(int argc, char** argv) {
                  near.empty() ? "" : (" (did you mean " + near + "?)").c_str());
     return 2;
   } catch (const mpx::cli::UsageError& e) {
-    std::fprintf(stderr, "%s\n", one_line(usage_line(cmd, e.what())).c_str());
-    return 2;
+    std::fprintf(stderr, "%s%s\n", rank_tag().c_str(), one_line(usage_line(cmd, e.what())).c_str());
+    return mpx::cli::end_failed_rank(2);
   } catch (const std::filesystem::filesystem_error& e) {
     // The library names most paths itself; this is the net under whatever a folder walk still throws.
     std::string path = e.path1().string();
     const bool denied = e.code() == std::errc::permission_denied;
-    std::fprintf(stderr, "mpx: error: cannot access %s: %s%s\n", path.empty() ? "a file" : path.c_str(),
+    std::fprintf(stderr, "%smpx: error: cannot access %s: %s%s\n", rank_tag().c_str(), path.empty() ? "a file" : path.c_str(),
                  e.code().message().c_str(), denied ? "; check its permissions and those of the folders above it" : "");
-    return 1;
+    return mpx::cli::end_failed_rank(1);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "mpx: error: %s\n", one_line(e.what()).c_str());
-    return 1;
+    std::fprintf(stderr, "%smpx: error: %s\n", rank_tag().c_str(), one_line(e.what()).c_str());
+    return mpx::cli::end_failed_rank(1);
   } catch (...) {
-    std::fprintf(stderr, "mpx: error: unknown failure\n");
-    return 1;
+    std::fprintf(stderr, "%smpx: error: unknown failure\n", rank_tag().c_str());
+    return mpx::cli::end_failed_rank(1);
   }
 }

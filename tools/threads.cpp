@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <thread>
 
 namespace mpx::cli {
 
@@ -17,9 +18,12 @@ void prefer_passive_openmp(char** argv) {
   // above stops a loop in any case.
 }
 
-int default_threads(int64_t loader_workers) {
+int default_threads(int64_t loader_workers, int local_ranks) {
   if (const char* env = std::getenv("OMP_NUM_THREADS"); env != nullptr && std::atoi(env) > 0) return std::atoi(env);
-  return std::max<int>(1, omp_get_num_procs() - static_cast<int>(loader_workers));
+  int cores = omp_get_num_procs();  // the cores this process may run on
+  const int machine = static_cast<int>(std::thread::hardware_concurrency());
+  if (local_ranks > 1 && (machine <= 0 || cores >= machine)) cores /= local_ranks;
+  return std::max<int>(1, cores - static_cast<int>(loader_workers));
 }
 
 ThreadTuner::ThreadTuner(int max_threads, bool enabled, int64_t probe, int64_t hold)

@@ -12,9 +12,11 @@ namespace mpx::cli {
 /// another process (or the thread it waits for) needs. Returns only when no re-exec happened.
 void prefer_passive_openmp(char** argv);
 
-/// The default thread count: the cores this process may run on, less the data loader's worker
-/// threads (at least 1); OMP_NUM_THREADS when set.
-int default_threads(int64_t loader_workers);
+/// The default thread count: this process's share of the cores, less the data loader's worker
+/// threads (at least 1); OMP_NUM_THREADS when set. With `local_ranks` processes of one job on this
+/// machine the share is cores / local_ranks, unless the launcher already pinned this process to
+/// fewer cores than the machine has (its share is then those cores).
+int default_threads(int64_t loader_workers, int local_ranks = 1);
 
 /// Re-chooses the OpenMP thread count while training, for machines shared with other jobs: every
 /// `hold` steps it times `probe` steps at each candidate count (the maximum, halvings of it, 1)

@@ -1,28 +1,20 @@
-// `mpx train`: classification training with apex's main_amp.py flags, progress, metrics, checkpoints and exact resume.
+// `mpx train`: classification training with apex's main_amp.py flags; flags and the set-up steps (the loop is in train_loop.cpp).
 #include <omp.h>
 
-#include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <numbers>
 
 #include "tools/commands.h"
-#include "tools/common.h"
-#include "tools/metrics.h"
 #include "tools/progress.h"
 #include "tools/run_dir.h"
-#include "tools/threads.h"
-#include "tools/train.h"
-#include "tools/train_parts.h"
+#include "tools/train_run.h"
 
 namespace mpx::cli {
 
 namespace fs = std::filesystem;
-namespace F = nn::functional;
 
 namespace {
 
@@ -31,7 +23,7 @@ namespace {
 const std::vector<std::string> kRunFlags = {
     "--arch", "--dataset", "--data", "--batch-size", "--epochs", "--lr", "--momentum", "--weight-decay",
     "--schedule", "--opt-level", "--dtype", "--keep-batchnorm-fp32", "--loss-scale", "--seed",
-    "--limit-train", "--limit-test", "--image-size", "--synthetic", "--deterministic"};
+    "--limit-train", "--limit-test", "--image-size", "--synthetic", "--deterministic", "--sync-bn"};
 
 // What a train run writes to --out (claim_out tells runs apart by these).
 const RunFiles kTrainFiles{"train",
@@ -47,12 +39,12 @@ Args make_args() {
            "data (fashion-mnist/mnist), resnet18 otherwise; 28-32 px data gets each model's small-input variant)")
       .option({"--dataset"}, "NAME", "fashion-mnist, mnist, cifar10, imagefolder or synthetic", "fashion-mnist")
       .option({"--data"}, "DIR", "the data set's folder (fashion-mnist: /usr/share/datasets/fashion-mnist)")
-      .option({"-b", "--batch-size"}, "N", "images per step", "128")
+      .option({"-b", "--batch-size"}, "N", "images per step and rank (apex: per process)", "128")
       .option({"-j", "--workers"}, "N",
               "data loader threads (never changes the batches); default: 0 for the in-memory data sets, where "
               "extra threads only compete with the compute threads, 4 for imagefolder")
       .option({"--epochs"}, "N", "epochs to train (in total, counting resumed ones)", "8")
-      .option({"--lr"}, "X", "base learning rate, scaled by batch-size/256 as apex does", "0.1")
+      .option({"--lr"}, "X", "base learning rate, scaled by the global batch (batch-size x ranks)/256 as apex does", "0.1")
       .option({"--momentum"}, "X", "SGD momentum", "0.9")
       .option({"--weight-decay", "--wd"}, "X", "SGD weight decay", "1e-4")
       .option({"--schedule"}, "NAME",
@@ -84,16 +76,20 @@ Args make_args() {
       .flag({"--synthetic"}, "random images of the data set's shape instead of the real ones (speed tests)")
       .flag({"--channels-last"}, "model and batches in channels-last (NHWC) layout, as Tensor Cores want (apex's flag)")
       .option({"--threads"}, "N",
-              "CPU threads (OpenMP), fixed; default: OMP_NUM_THREADS, else the cores less the loader workers, "
-              "re-chosen while training by measured step time (see docs/cli.md)")
+              "CPU threads (OpenMP) per rank, fixed; default: OMP_NUM_THREADS, else this rank's share of the cores "
+              "less the loader workers, re-chosen while training by measured step time when one rank runs (see docs/cli.md)")
+      .flag({"--sync-bn", "--sync_bn"}, "synchronized batch norm: statistics over every rank's batch (apex's --sync_bn; "
+            "needs the distributed build)")
+      .option({"--nproc-per-node", "--nproc_per_node"}, "N",
+              "start N ranks on this machine by re-running this command under mpirun (as torchrun's flag)")
       .option({"--limit-train"}, "N", "use only the first N training images (quick runs, tests); 0 = all", "0")
       .option({"--limit-test"}, "N", "use only the first N test images; 0 = all", "0")
       .option({"--image-size"}, "N", "image side for imagefolder and synthetic data", "224");
   return a;
 }
 
-// The learning rate at a global step, in closed form so a resumed run computes exactly what an
-// uninterrupted one would (the schedule's whole state is the step counter).
+}  // namespace
+
 double lr_at(const std::string& schedule, double base, int64_t step, int64_t steps_per_epoch, int64_t epochs) {
   if (schedule == "constant") return base;
   if (schedule == "cosine") {
@@ -109,445 +105,316 @@ double lr_at(const std::string& schedule, double base, int64_t step, int64_t ste
   return lr;
 }
 
-std::string one_decimal(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f", v);
-  return b;
+int run_train(int argc, char** argv) {
+  join_ranks();
+  return train_main(argc, argv, nullptr);
 }
 
-}  // namespace
-
-int run_train(int argc, char** argv) { return train_main(argc, argv, nullptr); }
-
 int train_main(int argc, char** argv, TrainSummary* summary) {
-  Args args = make_args();
-  Metadata ck_meta;
-  TensorDict ck;
-  // A resumed run adopts the checkpoint's run flags unless given again.
-  if (!parse_resumable(args, argc, argv, "train", kRunFlags, {"--epochs", "--limit-test", "--deterministic"}, ck_meta, ck))
-    return 0;
-  set_verbose(args.on("--verbose"));
-  const std::string resume = args.str("--resume"), pretrained = args.str("--pretrained");
-  if (!resume.empty() && !pretrained.empty())
-    throw UsageError("mpx train: give --resume (continue a run) or --pretrained (start one from weights), not both");
-  // apex's `main_amp.py DIR`: a folder with train/ and val/ class folders is an image folder.
-  std::string detected;
-  if (!args.given("--dataset") && meta_str(ck_meta, "flag.--dataset").empty() && !args.str("--data").empty()) {
-    detected = detect_dataset(args.str("--data"));
-    if (!detected.empty()) args.set_default("--dataset", detected);
-  }
-  if (!args.str("--arch").empty()) check_classifier_arch("mpx train", args.str("--arch"));
+  TrainRun run(summary);
+  if (!run.parse(argc, argv)) return 0;
+  run.open_data();
+  run.build_model();
+  run.announce();
+  return run.evaluate_only_requested() ? run.evaluate_only() : run.train();
+}
 
-  const std::string dataset = args.choice("--dataset", {"fashion-mnist", "mnist", "cifar10", "imagefolder", "synthetic"});
-  const int64_t batch = args.integer("--batch-size", 1);
-  const int64_t workers =
-      args.str("--workers").empty() ? (dataset == "imagefolder" ? 4 : 0) : args.integer("--workers", 0);
-  const int64_t epochs = args.integer("--epochs", 1);
-  const double base_lr_flag = args.number("--lr", 0.0);
-  const double momentum = args.number("--momentum", 0.0);
-  const double wd = args.number("--weight-decay", 0.0);
-  const std::string schedule = args.choice("--schedule", {"cosine", "apex", "constant"});
-  const int64_t print_freq = args.integer("--print-freq", 1);
-  const int64_t prof = args.integer("--prof", -1);
-  const uint64_t seed = static_cast<uint64_t>(args.integer("--seed", 0));
-  const int64_t limit_train = args.integer("--limit-train", 0), limit_test = args.integer("--limit-test", 0);
-  const int64_t image_size = args.integer("--image-size", 8);
-  const bool evaluate_only = args.on("--evaluate"), deterministic = args.on("--deterministic");
-  const bool synthetic = args.on("--synthetic"), skip_bad = args.on("--skip-bad-images");
-  const int64_t start_epoch_flag = args.given("--start-epoch") ? args.integer("--start-epoch", 0) : -1;
-  if (start_epoch_flag >= epochs)
-    throw UsageError("mpx train: --start-epoch " + std::to_string(start_epoch_flag) + " is not below --epochs " +
-                     std::to_string(epochs) + "; raise --epochs");
-  const MemoryFormat layout = args.on("--channels-last") ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
-  amp::Options amp_opts = amp_options(args, 1);
-  const Device device = parse_device(args.str("--device"));
-  const std::string out = args.str("--out");
-  const std::string run_id = meta_str(ck_meta, "run.id").empty() ? new_run_id() : meta_str(ck_meta, "run.id");
-  if (!resume.empty()) check_finite(ck, "model.", resume);
-  // The output folder is settled before any data is read, so a bad --out costs nothing.
-  const std::string ck_path =
-      evaluate_only ? std::string() : claim_out(out, kTrainFiles, run_id, resume, args.on("--overwrite"));
-  if (args.given("--threads")) {
-    omp_set_num_threads(static_cast<int>(args.integer("--threads", 1)));
-  } else if (deterministic && !meta_str(ck_meta, "threads").empty()) {
+bool TrainRun::parse(int argc, char** argv) {
+  args_ = make_args();
+  ranks_ = ranks();
+  // A resumed run adopts the checkpoint's run flags unless given again.
+  if (!parse_resumable(args_, argc, argv, "train", kRunFlags, {"--epochs", "--limit-test", "--deterministic"},
+                       ck_meta_, ck_))
+    return false;
+  set_verbose(args_.on("--verbose"));
+  resume_ = args_.str("--resume"), pretrained_ = args_.str("--pretrained");
+  if (!resume_.empty() && !pretrained_.empty())
+    throw UsageError("mpx train: give --resume (continue a run) or --pretrained (start one from weights), not both");
+  if (args_.given("--nproc-per-node"))  // mpx_main re-launches before this; here only under mpirun
+    throw UsageError("mpx train: --nproc-per-node starts mpirun itself; under mpirun drop it");
+  // apex's `main_amp.py DIR`: a folder with train/ and val/ class folders is an image folder.
+  if (!args_.given("--dataset") && meta_str(ck_meta_, "flag.--dataset").empty() && !args_.str("--data").empty()) {
+    detected_ = detect_dataset(args_.str("--data"));
+    if (!detected_.empty()) args_.set_default("--dataset", detected_);
+  }
+  if (!args_.str("--arch").empty()) check_classifier_arch("mpx train", args_.str("--arch"));
+
+  dataset_ = args_.choice("--dataset", {"fashion-mnist", "mnist", "cifar10", "imagefolder", "synthetic"});
+  batch_ = args_.integer("--batch-size", 1);
+  workers_ = args_.str("--workers").empty() ? (dataset_ == "imagefolder" ? 4 : 0) : args_.integer("--workers", 0);
+  epochs_ = args_.integer("--epochs", 1);
+  base_lr_flag_ = args_.number("--lr", 0.0);
+  momentum_ = args_.number("--momentum", 0.0);
+  wd_ = args_.number("--weight-decay", 0.0);
+  schedule_ = args_.choice("--schedule", {"cosine", "apex", "constant"});
+  print_freq_ = args_.integer("--print-freq", 1);
+  prof_ = args_.integer("--prof", -1);
+  seed_ = static_cast<uint64_t>(args_.integer("--seed", 0));
+  limit_train_ = args_.integer("--limit-train", 0), limit_test_ = args_.integer("--limit-test", 0);
+  image_size_ = args_.integer("--image-size", 8);
+  evaluate_only_ = args_.on("--evaluate"), deterministic_ = args_.on("--deterministic");
+  synthetic_ = args_.on("--synthetic"), skip_bad_ = args_.on("--skip-bad-images");
+  sync_bn_ = args_.on("--sync-bn");
+  if (sync_bn_ && !distributed::mpi_available())
+    throw UsageError("mpx train: --sync-bn needs the distributed build (" + distributed::backend_info() +
+                     "); install Open MPI (libopenmpi-dev), rebuild with -DMPX_DISTRIBUTED=ON and start the ranks "
+                     "with mpirun, or drop --sync-bn");
+  start_epoch_flag_ = args_.given("--start-epoch") ? args_.integer("--start-epoch", 0) : -1;
+  if (start_epoch_flag_ >= epochs_)
+    throw UsageError("mpx train: --start-epoch " + std::to_string(start_epoch_flag_) + " is not below --epochs " +
+                     std::to_string(epochs_) + "; raise --epochs");
+  layout_ = args_.on("--channels-last") ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+  amp_opts_ = amp_options(args_, 1);
+  device_ = parse_device(args_.str("--device"));
+  if (ranks_.distributed() && device_.is_cuda() && args_.str("--device") == "cuda")
+    device_ = Device::cuda(ranks_.local_rank);  // one GPU per rank on a machine
+  out_ = args_.str("--out");
+  run_id_ = meta_str(ck_meta_, "run.id").empty() ? new_run_id() : meta_str(ck_meta_, "run.id");
+  if (!resume_.empty()) check_finite(ck_, "model.", resume_);
+  // Ranks given different run flags would train different things or wait on each other forever.
+  std::string canonical;
+  for (const auto& f : kRunFlags) canonical += f + "=" + args_.str(f) + " ";
+  for (const char* f : {"--prof", "--resume", "--start-epoch", "--evaluate", "--channels-last"})
+    canonical += std::string(f) + "=" + args_.str(f) + " ";
+  check_same_flags("mpx train", canonical);
+  // The output folder is settled before any data is read, so a bad --out costs nothing. Rank 0
+  // alone writes; the other ranks only need the path for messages.
+  if (evaluate_only_) ck_path_.clear();
+  else if (ranks_.leader()) ck_path_ = claim_out(out_, kTrainFiles, run_id_, resume_, args_.on("--overwrite"));
+  else ck_path_ = (fs::path(out_) / "checkpoint.safetensors").string();
+
+  if (args_.given("--threads")) {
+    omp_set_num_threads(static_cast<int>(args_.integer("--threads", 1)));
+  } else if (deterministic_ && !meta_str(ck_meta_, "threads").empty()) {
     // Some CPU kernels (oneDNN convolutions, GEMM blocking) split their reductions by thread
     // count, so a bit-identical continuation needs the thread count the checkpoint was made with.
-    omp_set_num_threads(static_cast<int>(meta_int(ck_meta, "threads", resume, 1, 4096)));
+    omp_set_num_threads(static_cast<int>(meta_int(ck_meta_, "threads", resume_, 1, 4096)));
   }
-  // Without an explicit count the default fits a shared machine: cores less loader workers, and
-  // the tuner below drops to fewer threads while another process holds a core.
-  const bool threads_fixed = args.given("--threads") || std::getenv("OMP_NUM_THREADS") != nullptr ||
-                             (deterministic && !meta_str(ck_meta, "threads").empty());
-  if (!threads_fixed) omp_set_num_threads(default_threads(workers));
-  const int threads = omp_get_max_threads();
-  ThreadTuner tuner(threads, !threads_fixed && !deterministic && !device.is_cuda());
-  if (deterministic) {
+  // Without an explicit count the default fits a shared machine: this rank's share of the cores
+  // less loader workers, and (one rank) the tuner drops to fewer threads while another process
+  // holds a core. With several ranks the count stays fixed: a step's time then includes waiting
+  // for the slowest rank, which says nothing about this rank's thread count.
+  const bool threads_fixed = args_.given("--threads") || std::getenv("OMP_NUM_THREADS") != nullptr ||
+                             (deterministic_ && !meta_str(ck_meta_, "threads").empty());
+  if (!threads_fixed) omp_set_num_threads(default_threads(workers_, ranks_.local_world));
+  threads_ = omp_get_max_threads();
+  tuner_ = std::make_unique<ThreadTuner>(
+      threads_, !threads_fixed && !deterministic_ && !device_.is_cuda() && !ranks_.distributed());
+  if (deterministic_) {
     // The loader's order depends only on (seed, epoch) and every random draw is seeded; what
     // is left is the thread count (fixed above) and cuDNN's algorithm choice.
     cuda::cudnn_deterministic(true);
     cuda::cudnn_benchmark(false);
   }
+  return true;
+}
 
-  // ---- data ----
-  manual_seed(seed);
-  DataSplits d = open_data(dataset, args.str("--data"), DataPurpose::Classify, synthetic, image_size, seed, skip_bad);
-  d.train = limit(d.train, limit_train);
-  d.test = limit(d.test, limit_test);
-  std::string arch = args.str("--arch");
-  if (arch.empty()) arch = d.image_size == 28 ? "small_cnn" : "resnet18";
-  check_classifier_arch("mpx train", arch);
-  if (arch == "small_cnn" && d.image_size != 28)
-    throw UsageError("mpx train: -a small_cnn takes 28x28 images, " + dataset + " has " + std::to_string(d.image_size) +
-                     " px; pick another --arch (e.g. resnet18)");
-  args.set_default("--arch", arch);
+void TrainRun::open_data() {
+  manual_seed(seed_);
+  d_ = open_data_splits();
+  arch_ = args_.str("--arch");
+  if (arch_.empty()) arch_ = d_.image_size == 28 ? "small_cnn" : "resnet18";
+  check_classifier_arch("mpx train", arch_);
+  if (arch_ == "small_cnn" && d_.image_size != 28)
+    throw UsageError("mpx train: -a small_cnn takes 28x28 images, " + dataset_ + " has " +
+                     std::to_string(d_.image_size) + " px; pick another --arch (e.g. resnet18)");
+  args_.set_default("--arch", arch_);
   // On a GPU the loaders pin their batches and the prefetchers copy them on a side stream
   // while the previous step computes; scaling and normalization run on the device.
-  const bool pin = device.is_cuda();
-  data::DataLoader train_loader(
-      d.train, data::DataLoaderOptions(batch).shuffle(true).drop_last(true).workers(workers).seed(seed).pin_memory(pin));
-  data::DataLoader test_loader(d.test, data::DataLoaderOptions(batch).workers(workers).seed(seed).pin_memory(pin));
-  data::DevicePrefetcher test_batches(test_loader, device, d.prefetch_options().memory_format(layout));
-  const int64_t steps_per_epoch = train_loader.size();
-  if (steps_per_epoch == 0 && !evaluate_only)
-    MPX_ERROR("the training set has ", d.train->size(), " images, fewer than one batch of ", batch,
+  const bool pin = device_.is_cuda();
+  auto train_opts = data::DataLoaderOptions(batch_).shuffle(true).drop_last(true).workers(workers_).seed(seed_).pin_memory(pin);
+  auto test_opts = data::DataLoaderOptions(batch_).workers(workers_).seed(seed_).pin_memory(pin);
+  if (ranks_.distributed()) {
+    // Every rank draws the same permutation and takes every world-th image of it, so global batch
+    // k is images [k B W, (k+1) B W) of the order one process would draw: the run sees what one
+    // process with batch B W sees. The test split is cut without padding, each image once.
+    train_opts.rank(ranks_.rank).world_size(ranks_.world);
+    test_opts.sampler(std::make_shared<StrideSampler>(d_.test->size(), ranks_.rank, ranks_.world));
+  }
+  train_loader_ = std::make_unique<data::DataLoader>(d_.train, train_opts);
+  test_loader_ = std::make_unique<data::DataLoader>(d_.test, test_opts);
+  test_batches_ =
+      std::make_unique<data::DevicePrefetcher>(*test_loader_, device_, d_.prefetch_options().memory_format(layout_));
+  steps_per_epoch_ = train_loader_->size();
+  if (steps_per_epoch_ == 0 && !evaluate_only_)
+    MPX_ERROR("the training set has ", d_.train->size(), " images, fewer than one batch of ", batch_,
+              ranks_.distributed() ? " per rank on each of " + std::to_string(ranks_.world) + " ranks" : "",
               "; lower --batch-size or raise --limit-train");
-  const double base_lr = base_lr_flag * static_cast<double>(batch) / 256.0;  // apex: lr * global batch / 256
+  // apex's main_amp.py: args.lr = args.lr * float(args.batch_size * args.world_size) / 256.
+  base_lr_ = base_lr_flag_ * static_cast<double>(batch_ * ranks_.world) / 256.0;
+}
 
-  // ---- model, optimizer, amp ----
-  nn::AnyModule net = models::create(arch, models::ModelOptions()
-                                               .num_classes(d.num_classes)
-                                               .in_channels(d.channels)
-                                               .small_input(d.image_size <= 32));
-  if (!pretrained.empty()) load_pretrained(*net.ptr(), pretrained, arch);
-  net.ptr()->to(device);
-  net.ptr()->to(layout);
-  optim::SGD opt(net.ptr()->parameters(), optim::SGDOptions(base_lr).momentum(momentum).weight_decay(wd));
+DataSplits TrainRun::open_data_splits() {
+  DataSplits d = cli::open_data(dataset_, args_.str("--data"), DataPurpose::Classify, synthetic_, image_size_, seed_, skip_bad_);
+  d.train = limit(d.train, limit_train_);
+  d.test = limit(d.test, limit_test_);
+  return d;
+}
+
+void TrainRun::build_model() {
+  net_ = models::create(arch_, models::ModelOptions()
+                                   .num_classes(d_.num_classes)
+                                   .in_channels(d_.channels)
+                                   .small_input(d_.image_size <= 32));
+  if (!pretrained_.empty()) load_pretrained(*net_.ptr(), pretrained_, arch_);
+  // apex's main_amp.py converts before amp.initialize; the conversion keeps the modules, so
+  // amp's casts and keep_batchnorm_fp32 treat them as the batch norms they are.
+  if (sync_bn_) nn::convert_sync_batchnorm(*net_.ptr());
+  net_.ptr()->to(device_);
+  net_.ptr()->to(layout_);
+  opt_ = std::make_unique<optim::SGD>(net_.ptr()->parameters(),
+                                      optim::SGDOptions(base_lr_).momentum(momentum_).weight_decay(wd_));
   amp::reset();
-  amp_opts.verbosity(0);
-  amp::initialize(net, opt, amp_opts);
+  amp_opts_.verbosity(0);
+  amp::initialize(net_, *opt_, amp_opts_);
+  restore();
+  model_ = net_;
+  // One process trains the model itself: the wrapper would only add hooks and copies.
+  if (ranks_.distributed()) model_ = nn::AnyModule(nn::DistributedDataParallel(net_));
+}
 
-  int64_t start_epoch = 0, start_step = 0, global_step = 0, skipped_before = 0;
-  double carried_loss = 0, carried_hits = 0, carried_seen = 0, carried_seconds = 0;
-  if (!resume.empty()) {
-    const ResumePoint at = restore_checkpoint(ck_meta, resume, steps_per_epoch, [&] {
-      get_module(*net.ptr(), "model", ck, resume);
-      get_optimizer(opt, "optimizer", ck, ck_meta, resume);
+void TrainRun::restore() {
+  if (!resume_.empty()) {
+    const int64_t ck_world =
+        meta_str(ck_meta_, "world_size").empty() ? 1 : meta_int(ck_meta_, "world_size", resume_, 1, 1 << 20);
+    const int64_t ck_batch =
+        meta_str(ck_meta_, "flag.--batch-size").empty() ? batch_ : meta_int(ck_meta_, "flag.--batch-size", resume_, 1, kMaxMetaCount);
+    const int64_t ck_spe = ck_world == ranks_.world || meta_str(ck_meta_, "steps_per_epoch").empty()
+                               ? steps_per_epoch_
+                               : meta_int(ck_meta_, "steps_per_epoch", resume_, 1, kMaxMetaCount);
+    const ResumePoint at = restore_checkpoint(ck_meta_, resume_, ck_spe, [&] {
+      get_module(*net_.ptr(), "model", ck_, resume_);
+      get_optimizer(*opt_, "optimizer", ck_, ck_meta_, resume_);
     }, /*keep_finished_epoch=*/true);
-    start_epoch = at.epoch;
-    start_step = at.step;
-    global_step = at.global_step;
-    carried_loss = meta_num(ck_meta, "partial.loss_sum", resume, 0.0);
-    carried_hits = meta_num(ck_meta, "partial.hits", resume, 0.0);
-    carried_seen = meta_num(ck_meta, "partial.seen", resume, 0.0);
-    carried_seconds = meta_num(ck_meta, "partial.seconds", resume, 0.0);
+    start_epoch_ = at.epoch;
+    start_step_ = at.step;
+    global_step_ = at.global_step;
+    if (ck_world != ranks_.world) resume_other_world(ck_world, ck_batch, ck_spe);
+    // The checkpoint holds the sums over all ranks; rank 0 carries them, the others add theirs.
+    const bool carry = ranks_.leader();
+    carried_loss_ = carry ? meta_num(ck_meta_, "partial.loss_sum", resume_, 0.0) : 0;
+    carried_hits_ = carry ? meta_num(ck_meta_, "partial.hits", resume_, 0.0) : 0;
+    carried_seen_ = carry ? meta_num(ck_meta_, "partial.seen", resume_, 0.0) : 0;
+    carried_seconds_ = meta_num(ck_meta_, "partial.seconds", resume_, 0.0);
     // amp counts skips per process; the run's count so far travels in the checkpoint.
-    if (!meta_str(ck_meta, "skipped_steps").empty())
-      skipped_before = meta_int(ck_meta, "skipped_steps", resume, 0, kMaxMetaCount);
-    const std::string t = meta_str(ck_meta, "threads");
-    if (deterministic && !t.empty() && t != std::to_string(threads))
+    if (!meta_str(ck_meta_, "skipped_steps").empty())
+      skipped_before_ = meta_int(ck_meta_, "skipped_steps", resume_, 0, kMaxMetaCount);
+    const std::string t = meta_str(ck_meta_, "threads");
+    if (deterministic_ && !t.empty() && t != std::to_string(threads_))
       std::fprintf(stderr, "mpx train: warning: the checkpoint was written with %s threads, this run has %d; results "
-                   "will differ in the last bits\n", t.c_str(), threads);
+                   "will differ in the last bits\n", t.c_str(), threads_);
   }
-  if (start_epoch_flag >= 0) {
-    start_epoch = start_epoch_flag, start_step = 0, global_step = start_epoch_flag * steps_per_epoch;
-    carried_loss = carried_hits = carried_seen = carried_seconds = 0;
+  if (start_epoch_flag_ >= 0) {
+    start_epoch_ = start_epoch_flag_, start_step_ = 0, global_step_ = start_epoch_flag_ * steps_per_epoch_;
+    carried_loss_ = carried_hits_ = carried_seen_ = carried_seconds_ = 0;
   }
-  auto skipped = [&] { return skipped_before + amp::skipped_steps(opt); };
+}
 
-  const std::string dtype = args.str("--dtype");
-  std::printf("mpx train: %s on %s%s (%lld train / %lld test images%s), batch %lld, lr %g (%g x %lld/256, %s), %s%s, "
-              "%s, %d thread%s%s%s\n",
-              arch.c_str(), dataset.c_str(), detected.empty() ? "" : " (detected)",
-              static_cast<long long>(d.train->size()), static_cast<long long>(d.test->size()),
-              synthetic ? ", synthetic" : "", static_cast<long long>(batch), base_lr, base_lr_flag,
-              static_cast<long long>(batch), schedule.c_str(), amp::properties().opt_level.c_str(),
-              amp::properties().opt_level == "O0" ? "" : (" " + dtype).c_str(), device.str().c_str(), threads,
-              threads == 1 ? "" : "s", tuner.enabled() ? " (auto)" : "", deterministic ? ", deterministic" : "");
-  const std::string classes = class_summary(d, limit_train, limit_test);
+// A checkpoint of another world size resumes (with a warning) rather than being refused: every
+// world size draws the same permutation per epoch, so the images already trained on are a prefix
+// of it, and the run goes on from the first global batch not yet begun (rounding down, so a few
+// images may be seen twice). The global batch, hence the learning rate, follows the new world size.
+void TrainRun::resume_other_world(int64_t ck_world, int64_t ck_batch, int64_t ck_spe) {
+  const int64_t new_global = batch_ * ranks_.world;
+  const int64_t done = start_step_ * ck_batch * ck_world;  // images of the epoch trained on
+  int64_t step = start_step_ >= ck_spe ? steps_per_epoch_ : std::min(steps_per_epoch_, done / new_global);
+  start_step_ = step;
+  global_step_ = start_epoch_ * steps_per_epoch_ + step;
+  const int64_t again = start_step_ >= steps_per_epoch_ ? 0 : done - step * new_global;
+  if (ranks_.leader())
+    std::fprintf(stderr,
+                 "mpx train: warning: --resume %s was written by %lld rank%s, this run has %d: the global batch is now "
+                 "%lld (learning rate %g), and epoch %lld goes on at step %lld of %lld%s; the run will not match an "
+                 "uninterrupted one at either world size\n",
+                 resume_.c_str(), static_cast<long long>(ck_world), ck_world == 1 ? "" : "s", ranks_.world,
+                 static_cast<long long>(new_global), base_lr_, static_cast<long long>(start_epoch_ + 1),
+                 static_cast<long long>(step), static_cast<long long>(steps_per_epoch_),
+                 again > 0 ? (" (" + std::to_string(again) + " images of it are trained on again)").c_str() : "");
+}
+
+void TrainRun::announce() {
+  const std::string dtype = args_.str("--dtype");
+  std::string batch_text = std::to_string(batch_);
+  std::string lr_batch = std::to_string(batch_);
+  if (ranks_.distributed()) {
+    batch_text += " per rank x " + std::to_string(ranks_.world) + " ranks";
+    lr_batch += " x " + std::to_string(ranks_.world);
+  }
+  std::printf("mpx train: %s on %s%s (%lld train / %lld test images%s), batch %s, lr %g (%g x %s/256, %s), %s%s, "
+              "%s, %d thread%s%s%s%s\n",
+              arch_.c_str(), dataset_.c_str(), detected_.empty() ? "" : " (detected)",
+              static_cast<long long>(d_.train->size()), static_cast<long long>(d_.test->size()),
+              synthetic_ ? ", synthetic" : "", batch_text.c_str(), base_lr_, base_lr_flag_, lr_batch.c_str(),
+              schedule_.c_str(), amp::properties().opt_level.c_str(),
+              amp::properties().opt_level == "O0" ? "" : (" " + dtype).c_str(), device_.str().c_str(), threads_,
+              threads_ == 1 ? "" : "s", ranks_.distributed() ? " per rank" : "", tuner_->enabled() ? " (auto)" : "",
+              deterministic_ ? ", deterministic" : "");
+  if (sync_bn_) std::printf("synchronized batch norm (--sync-bn): statistics over the global batch\n");
+  const std::string classes = class_summary(d_, limit_train_, limit_test_);
   if (!classes.empty()) std::printf("%s\n", classes.c_str());
-  if (d.ignored_files > 0)
+  if (d_.ignored_files > 0)
     std::printf("ignored %lld file%s without an image extension (.jpg .jpeg .png .bmp)\n",
-                static_cast<long long>(d.ignored_files), d.ignored_files == 1 ? "" : "s");
-  const std::string bad_list = ck_path.empty() ? "" : (fs::path(out) / "bad_images.txt").string();
-  size_t bad_reported = 0;
-  auto report_bad = [&] {
-    const std::vector<std::string> bad = d.unreadable();
-    if (bad.size() == bad_reported || bad_list.empty()) return;
-    std::string text;
-    for (const auto& l : bad) text += l + "\n";
-    write_file_atomic(bad_list, text);
-    std::printf("skipping %zu unreadable image%s (--skip-bad-images); the list is in %s\n", bad.size(),
-                bad.size() == 1 ? "" : "s", bad_list.c_str());
-    bad_reported = bad.size();
-  };
+                static_cast<long long>(d_.ignored_files), d_.ignored_files == 1 ? "" : "s");
+  bad_list_ = ck_path_.empty() || !ranks_.leader() ? "" : (fs::path(out_) / "bad_images.txt").string();
   report_bad();
+}
 
-  if (evaluate_only) {
-    const EvalResult r = evaluate(net, test_batches);
-    std::printf("evaluate: top-1 %.2f%%  top-5 %.2f%%  loss %.4f  (%lld images, %.1f s)\n", r.top1, r.top5, r.loss,
-                static_cast<long long>(r.n), r.seconds);
-    warn_nonfinite(r);
-    return 0;
-  }
-  if (!resume.empty()) {
-    std::printf("resumed from %s: epoch %lld, step %lld of %lld%s\n", resume.c_str(),
-                static_cast<long long>(start_epoch + 1), static_cast<long long>(start_step),
-                static_cast<long long>(steps_per_epoch),
-                start_step == steps_per_epoch ? " (trained, evaluation pending)" : "");
-  }
-  if (!epochs_left(start_epoch, epochs)) return 0;
+void TrainRun::report_bad() {
+  const std::vector<std::string> bad = d_.unreadable();
+  if (bad.size() == bad_reported_ || bad_list_.empty()) return;
+  std::string text;
+  for (const auto& l : bad) text += l + "\n";
+  write_file_atomic(bad_list_, text);
+  std::printf("skipping %zu unreadable image%s (--skip-bad-images); the list is in %s\n", bad.size(),
+              bad.size() == 1 ? "" : "s", bad_list_.c_str());
+  bad_reported_ = bad.size();
+}
 
-  MetricsLog log(out, "metrics");
-  // Keeps earlier epochs' rows, drops any later ones; a run resumed into a new folder takes its history along.
-  log.resume("epoch", static_cast<double>(start_epoch),
-             resume.empty() ? "" : (fs::path(resume).parent_path() / "metrics.csv").string());
-
-  std::string last_saved = resume.empty() ? "" : resume + ", as resumed";  // for the divergence message
-  auto save_checkpoint = [&](int64_t epoch_done, int64_t step_in_epoch, double loss_sum, double hits, double seen,
-                             double seconds) {
-    TensorDict t;
-    Metadata m;
-    put_module(*net.ptr(), "model", t);
-    put_optimizer(opt, "optimizer", t, m);
-    put_amp_and_rng(m);
-    m["mpx.checkpoint"] = "train";
-    m["mpx.version"] = MPX_VERSION_STRING;
-    m["run.id"] = run_id;
-    for (const auto& f : kRunFlags) m["flag." + f] = args.str(f);
-    m["epoch"] = std::to_string(epoch_done);
-    m["step_in_epoch"] = std::to_string(step_in_epoch);
-    m["global_step"] = std::to_string(global_step);
-    m["steps_per_epoch"] = std::to_string(steps_per_epoch);
-    m["scheduler.name"] = schedule;
-    m["scheduler.step"] = std::to_string(global_step);
-    m["partial.loss_sum"] = num(loss_sum);
-    m["partial.hits"] = num(hits);
-    m["partial.seen"] = num(seen);
-    m["partial.seconds"] = num(seconds);
-    m["skipped_steps"] = std::to_string(skipped());
-    m["threads"] = std::to_string(threads);
-    save_checkpoint_file(t, m, ck_path);
-    last_saved = ck_path + (step_in_epoch == 0 ? ", end of epoch " + std::to_string(epoch_done)
-                                               : ", epoch " + std::to_string(epoch_done + 1) + " step " +
-                                                     std::to_string(step_in_epoch));
-    report_bad();
-  };
-
-  install_interrupt_handler();
-  const bool tty = Progress::stdout_is_tty();
-  const auto run_start = std::chrono::steady_clock::now();
-  int64_t iterations = 0;  // steps run by this process (for --prof)
-  double best_top1 = -1;
-  int64_t best_epoch = 0;
-  for (const auto& [x, y] : log.column("epoch", "test_top1"))
-    if (y > best_top1) best_top1 = y, best_epoch = static_cast<int64_t>(x);
-  // A non-finite loss is harmless on a step the loss scaler skipped; on any other step the
-  // weights are now garbage. On the CPU each step is checked; on a GPU that would stall the
-  // queue, so the count of non-finite losses is read when the progress line is drawn.
-  const bool check_each_step = !device.is_cuda();
-  const std::string level = amp::properties().opt_level;
-  auto stopped_note = [&] {
-    return last_saved.empty() ? std::string("no checkpoint of this run was written before")
-                              : "the last good checkpoint is kept (" + last_saved + ")";
-  };
-  auto diverged = [&](int64_t epoch, int64_t step, double loss, bool exact) {
-    MPX_ERROR("training diverged ", exact ? "at" : "by", " epoch ", epoch + 1, " step ", step, ": the loss is ", loss,
-              " and the optimizer step was not skipped", level == "O0" ? " (O0 has no loss scaler)" : "",
-              ", so the weights are no longer valid; ", stopped_note(), "; lower --lr (now ", base_lr_flag, ")",
-              level == "O0" ? " or use --opt-level O1, whose dynamic loss scaling skips such steps" : "");
-  };
-  // A run whose every step is skipped, or whose weights went non-finite through a step that was
-  // taken, trains nothing any more: it stops the same way instead of reporting chance accuracy.
-  auto check_alive = [&](int64_t epoch, int64_t steps_run, int64_t skipped_run) {
-    if (steps_run > 0 && skipped_run == steps_run)
-      MPX_ERROR("training diverged in epoch ", epoch + 1, ": all ", steps_run, " of its steps were skipped for "
-                "non-finite gradients (loss scale now ", amp::loss_scale(0), "); ", stopped_note(), "; lower --lr (now ",
-                base_lr_flag, ")");
-    for (const auto& [name, p] : net.ptr()->named_parameters()) {
-      const Tensor f = p.detach().to(kFloat32);
-      if (sum(ge(abs(f), INFINITY).to(kFloat64) + ne(f, f).to(kFloat64)).item<double>() > 0)
-        MPX_ERROR("training diverged in epoch ", epoch + 1, ": the parameter ", name, " holds NaN or infinite values; ",
-                  stopped_note(), "; lower --lr (now ", base_lr_flag, ")");
-    }
-  };
-
-  for (int64_t epoch = start_epoch; epoch < epochs; ++epoch) {
-    const int64_t first = epoch == start_epoch ? start_step : 0;
-    // The epoch's running sums live on the training device and are read only when shown, so
-    // the host queues step after step without waiting for the GPU.
-    const TensorOptions sum_opts = TensorOptions(kFloat64).device(device);
-    Tensor loss_sum = scalar_tensor(first > 0 ? carried_loss : 0, sum_opts);
-    Tensor hits = scalar_tensor(first > 0 ? carried_hits : 0, sum_opts);
-    Tensor nonfinite = scalar_tensor(0, sum_opts);
-    const int64_t skipped_at_start = skipped();
-    double seen = first > 0 ? carried_seen : 0;
-    std::vector<std::pair<double, Tensor>> step_losses;  // (epoch position, loss) for the summary
-    const double prior_seconds = first > 0 ? carried_seconds : 0;
-    Progress bar(epoch + 1, epochs, steps_per_epoch, batch, print_freq, tty, first);
-    int64_t step = first;
-    bool stopped = false;
-    auto save_here = [&](int64_t at) {
-      save_checkpoint(epoch, at, loss_sum.item<double>(), hits.item<double>(), seen, prior_seconds + bar.seconds());
-    };
-    // The loader fails between steps (a file that cannot be read): the state is that of the last
-    // completed step, which is saved, so fixing the file and resuming loses nothing.
-    auto data_failed = [&](const std::exception& e) {
-      bar.finish();
-      save_here(step);
-      MPX_ERROR("reading the training data failed in epoch ", epoch + 1, " after step ", step, ": ", e.what(),
-                "; that step is checkpointed: fix or remove the file", skip_bad ? "" : " (or pass --skip-bad-images)",
-                " and continue with mpx train --resume ", ck_path);
-    };
-    if (first < steps_per_epoch) {
-      const EpochBatches ep(train_loader, d, epoch, first, device, layout);
-      data::DevicePrefetcher::Iterator it;
-      try {
-        it = ep.batches->begin();
-      } catch (const std::exception& e) {
-        data_failed(e);
-      }
-      for (; it != ep.batches->end();) {
-        if ((prof >= 0 && iterations >= prof) || interrupted()) {
-          stopped = true;
-          break;
-        }
-        const data::Batch& b = *it;
-        const double lr = lr_at(schedule, base_lr, global_step, steps_per_epoch, epochs);
-        for (auto& g : opt.param_groups()) g.set_lr(lr);
-        const int64_t skipped_before_step = check_each_step ? skipped() : 0;
-        tuner.before_step();
-        const auto step_start = std::chrono::steady_clock::now();
-        const Tensor& yv = b.target;
-        Tensor logits = net(b.data).to(kFloat32);
-        Tensor loss = F::cross_entropy(logits, yv);
-        opt.zero_grad();
-        amp::scale_loss(loss, opt).backward();
-        opt.step();
-        const Tensor lv = loss.detach().to(kFloat64);
-        const int64_t n = yv.size(0);
-        if (summary)
-          step_losses.emplace_back(static_cast<double>(global_step + 1) / static_cast<double>(steps_per_epoch), lv);
-        loss_sum = loss_sum + lv * static_cast<double>(n);
-        hits = hits + topk_hits(logits, yv).top1;
-        seen += static_cast<double>(n);
-        ++step, ++global_step, ++iterations;
-        if (check_each_step) {
-          const double l = lv.item<double>();  // also waits for the step, so the tuner times all of it
-          tuner.after_step(std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
-          if (!std::isfinite(l) && skipped() == skipped_before_step) {
-            bar.finish();
-            diverged(epoch, step, l, true);
-          }
-        } else {
-          nonfinite = nonfinite + (1.0 - lt(abs(lv), INFINITY).to(kFloat64));
-        }
-        bar.update_lazy(step, [&] {
-          if (!check_each_step && nonfinite.item<double>() > static_cast<double>(skipped() - skipped_at_start)) {
-            bar.finish();
-            diverged(epoch, step, NAN, false);
-          }
-          ProgressStats st;
-          st.loss = loss_sum.item<double>() / seen;
-          st.top1 = 100.0 * hits.item<double>() / seen;
-          st.loss_scale = level == "O0" ? 0 : amp::loss_scale(0);
-          st.skipped = skipped();
-          return st;
-        });
-        try {
-          ++it;
-        } catch (const std::exception& e) {
-          data_failed(e);
-        }
-      }
-    }
-    bar.finish();
-    for (const auto& [x, l] : step_losses) summary->step_loss.emplace_back(x, l.item<double>());
-    auto stop_message = [&] {
-      std::printf("interrupted by %s at epoch %lld step %lld; checkpoint saved, continue with: mpx train --resume %s\n",
-                  interrupt_name().c_str(), static_cast<long long>(epoch + 1), static_cast<long long>(step),
-                  ck_path.c_str());
-      return interrupt_exit_code();
-    };
-    if (stopped) {
-      save_here(step);
-      if (interrupted()) return stop_message();
-      std::printf("Profiling ended at iteration %lld (epoch %lld step %lld); checkpoint %s\n",
-                  static_cast<long long>(iterations), static_cast<long long>(epoch + 1), static_cast<long long>(step),
-                  ck_path.c_str());
-      return 0;
-    }
-    check_alive(epoch, step - first, skipped() - skipped_at_start);
-    const double train_seconds = prior_seconds + bar.seconds();
-    const double ips = static_cast<double>(steps_per_epoch * batch) / std::max(1e-9, train_seconds);
-    EvalResult r;
-    try {
-      r = evaluate(net, test_batches);
-    } catch (const std::exception& e) {
-      // The epoch's training is kept: a resume from "trained, evaluation pending" evaluates it.
-      save_here(steps_per_epoch);
-      MPX_ERROR("evaluating epoch ", epoch + 1, " failed: ", e.what(), "; the epoch's training is checkpointed: fix or "
-                "remove the file", skip_bad ? "" : " (or pass --skip-bad-images)",
-                " and mpx train --resume ", ck_path, " evaluates it and goes on");
-    }
-    if (r.stopped) {
-      save_here(steps_per_epoch);
-      return stop_message();
-    }
-    warn_nonfinite(r);
-    if (r.n > 0 && r.nonfinite == r.n)
-      MPX_ERROR("training diverged in epoch ", epoch + 1, ": every test image got NaN or infinite logits; ",
-                stopped_note(), "; lower --lr (now ", base_lr_flag, ")");
-    const double train_loss = loss_sum.item<double>() / std::max(1.0, seen);
-    const double train_top1 = 100.0 * hits.item<double>() / std::max(1.0, seen);
-    std::printf("epoch %lld/%lld: train loss %.4f top-1 %.2f%% | test loss %.4f top-1 %.2f%% top-5 %.2f%% | %.0f img/s, "
-                "%.1f s + eval %.1f s\n",
-                static_cast<long long>(epoch + 1), static_cast<long long>(epochs), train_loss, train_top1, r.loss, r.top1,
-                r.top5, ips, train_seconds, r.seconds);
-    std::fflush(stdout);
-    const bool is_best = r.top1 > best_top1;
-    if (is_best) best_top1 = r.top1, best_epoch = epoch + 1;
-    log.append({{"epoch", static_cast<double>(epoch + 1)},
-                {"global_step", static_cast<double>(global_step)},
-                {"lr", lr_at(schedule, base_lr, global_step - 1, steps_per_epoch, epochs)},
-                {"train_loss", train_loss},
-                {"train_top1", train_top1},
-                {"test_loss", r.loss},
-                {"test_top1", r.top1},
-                {"test_top5", r.top5},
-                {"images_per_s", ips},
-                {"epoch_seconds", train_seconds},
-                {"eval_seconds", r.seconds},
-                {"loss_scale", amp::loss_scale(0)},
-                {"skipped_steps", static_cast<double>(skipped())}});
-    write_svg((fs::path(out) / "curves.svg").string(),
-              "mpx train: " + arch + " on " + dataset + ", " + level,
-              {Panel{"loss", "epoch", "cross-entropy",
-                     {Series{"train", log.column("epoch", "train_loss")}, Series{"test", log.column("epoch", "test_loss")}}},
-               Panel{"accuracy", "epoch", "%",
-                     {Series{"train top-1", log.column("epoch", "train_top1")},
-                      Series{"test top-1", log.column("epoch", "test_top1")},
-                      Series{"test top-5", log.column("epoch", "test_top5")}}}});
-    save_checkpoint(epoch + 1, 0, 0, 0, 0, 0);
-    // main_amp.py's model_best.pth.tar: a copy of the checkpoint of the best test top-1 so far.
-    if (is_best) copy_file_atomic(ck_path, (fs::path(out) / "model_best.safetensors").string());
-  }
-  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-  if (summary) {
-    summary->arch = arch;
-    summary->seconds = total;
-    summary->best_top1 = best_top1;
-    summary->skipped = skipped();
-    summary->loss_scale = amp::loss_scale(0);
-    summary->train_loss = log.column("epoch", "train_loss");
-    summary->test_loss = log.column("epoch", "test_loss");
-    summary->test_top1 = log.column("epoch", "test_top1");
-    summary->images_per_s = log.column("epoch", "images_per_s");
-    summary->metrics_csv = log.csv_path();
-  }
-  std::printf("done in %s: best test top-1 %s%% (epoch %lld); metrics, curves.svg, checkpoint and model_best in %s\n",
-              format_duration(total).c_str(), one_decimal(best_top1).c_str(), static_cast<long long>(best_epoch),
-              out.c_str());
+int TrainRun::evaluate_only() {
+  const EvalResult r = evaluate_model();
+  std::printf("evaluate: top-1 %.2f%%  top-5 %.2f%%  loss %.4f  (%lld images, %.1f s)\n", r.top1, r.top5, r.loss,
+              static_cast<long long>(r.n), r.seconds);
+  warn_nonfinite(r);
   return 0;
+}
+
+EvalResult TrainRun::evaluate_model() {
+  // The unwrapped model: evaluation has no gradients to average, and its batch count may differ
+  // by one between ranks. Rank 0's batch-norm statistics are the ones checkpointed.
+  sync_buffers_from_rank0(*net_.ptr());
+  return evaluate(net_, *test_batches_);
+}
+
+void TrainRun::save_checkpoint(int64_t epoch_done, int64_t step_in_epoch, double loss_sum, double hits, double seen,
+                               double seconds) {
+  if (!ranks_.leader()) return;
+  TensorDict t;
+  Metadata m;
+  put_module(*net_.ptr(), "model", t);
+  put_optimizer(*opt_, "optimizer", t, m);
+  put_amp_and_rng(m);
+  m["mpx.checkpoint"] = "train";
+  m["mpx.version"] = MPX_VERSION_STRING;
+  m["run.id"] = run_id_;
+  for (const auto& f : kRunFlags) m["flag." + f] = args_.str(f);
+  m["epoch"] = std::to_string(epoch_done);
+  m["step_in_epoch"] = std::to_string(step_in_epoch);
+  m["global_step"] = std::to_string(global_step_);
+  m["steps_per_epoch"] = std::to_string(steps_per_epoch_);
+  m["scheduler.name"] = schedule_;
+  m["scheduler.step"] = std::to_string(global_step_);
+  m["partial.loss_sum"] = num(loss_sum);
+  m["partial.hits"] = num(hits);
+  m["partial.seen"] = num(seen);
+  m["partial.seconds"] = num(seconds);
+  m["skipped_steps"] = std::to_string(skipped());
+  m["threads"] = std::to_string(threads_);
+  m["world_size"] = std::to_string(ranks_.world);
+  save_checkpoint_file(t, m, ck_path_);
+  last_saved_ = ck_path_ + (step_in_epoch == 0 ? ", end of epoch " + std::to_string(epoch_done)
+                                                : ", epoch " + std::to_string(epoch_done + 1) + " step " +
+                                                      std::to_string(step_in_epoch));
+  report_bad();
 }
 
 }  // namespace mpx::cli

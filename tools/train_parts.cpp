@@ -1,4 +1,4 @@
-// Pieces of `mpx train` kept apart from its loop: evaluation on the test split and --pretrained weights.
+// Pieces of `mpx train` kept apart from its loop: evaluation on the test split (summed over ranks) and --pretrained weights.
 #include "tools/train_parts.h"
 
 #include <cerrno>
@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "tools/ranks.h"
 #include "tools/run_dir.h"
 
 namespace mpx::cli {
@@ -39,12 +40,18 @@ EvalResult evaluate(const nn::AnyModule& net, data::DevicePrefetcher& batches) {
     r.n += b;
   }
   net.ptr()->train();
+  // Each rank evaluated its own images: the counts of all of them make the test split's numbers.
+  auto value = [](const Tensor& t) { return t.defined() ? t.item<double>() : 0.0; };
+  const std::vector<double> s = sum_over_ranks({value(loss_sum), value(h1), value(h5), value(nf),
+                                                static_cast<double>(r.n), r.stopped ? 1.0 : 0.0});
+  r.n = static_cast<int64_t>(s[4]);
+  r.stopped = s[5] > 0;
   if (r.n > 0) {
     const double n = static_cast<double>(r.n);
-    r.loss = loss_sum.item<double>() / n;
-    r.top1 = 100.0 * h1.item<double>() / n;
-    r.top5 = 100.0 * h5.item<double>() / n;
-    r.nonfinite = static_cast<int64_t>(nf.item<double>());
+    r.loss = s[0] / n;
+    r.top1 = 100.0 * s[1] / n;
+    r.top5 = 100.0 * s[2] / n;
+    r.nonfinite = static_cast<int64_t>(s[3]);
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;

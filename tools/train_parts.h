@@ -15,7 +15,8 @@ struct EvalResult {
   bool stopped = false;  ///< a signal arrived: the result is incomplete
 };
 
-/// Evaluates `net` (eval mode, no grad) on every batch; stops early when interrupted().
+/// Evaluates `net` (eval mode, no grad) on every batch; stops early when interrupted(). With several
+/// ranks each evaluates its shard and the sums are combined over all of them (every rank must call it).
 EvalResult evaluate(const nn::AnyModule& net, data::DevicePrefetcher& batches);
 
 /// Warns on stderr when test images got non-finite logits.
