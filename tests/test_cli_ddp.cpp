@@ -1,0 +1,250 @@
+// Data-parallel runs of the built mpx command line under `mpirun -np 2`: accuracy, outputs, resume, --sync-bn, dcgan, errors.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/cli_util.h"
+
+#include <mpx/mpx.h>
+
+using namespace mpx::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+#ifdef MPX_MPIRUN
+// CI runs as root in a container (Open MPI refuses root unless told); two ranks may outnumber the
+// cores; no pinning on a shared machine. A hang fails within the collective timeout, not CTest's.
+const std::string kLaunch = std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                                        "MPX_DISTRIBUTED_TIMEOUT=60 MPX_PROGRESS=plain ") +
+                            MPX_MPIRUN + " --oversubscribe --bind-to none";
+#endif
+
+bool have_mpi() {
+#ifdef MPX_MPIRUN
+  return true;
+#else
+  WARN("mpx was built without MPI (or mpirun is missing); skipping the multi-rank CLI tests");
+  return false;
+#endif
+}
+
+// Runs a whole shell command line, output and exit code.
+CliRun shell(const std::string& cmd) {
+  CliRun r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+#ifdef MPX_MPIRUN
+// `mpirun -np N mpx <args>`.
+CliRun mpirun(int n, const std::string& args) {
+  return shell(kLaunch + " -np " + std::to_string(n) + " '" + MPX_CLI_PATH + "' " + args);
+}
+#endif
+
+fs::path tmp(const std::string& name) { return cli_temp_dir("mpx_cli_ddp_", name); }
+
+int count(const std::string& s, const std::string& part) {
+  int c = 0;
+  for (size_t at = s.find(part); at != std::string::npos; at = s.find(part, at + 1)) ++c;
+  return c;
+}
+
+// The last value of `column` in a metrics.csv.
+double last_metric(const fs::path& csv, const std::string& column) {
+  std::istringstream in(read_file(csv));
+  std::string header, line, last;
+  std::getline(in, header);
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  std::vector<std::string> names, values;
+  std::string cell;
+  for (std::istringstream h(header); std::getline(h, cell, ',');) names.push_back(cell);
+  for (std::istringstream v(last); std::getline(v, cell, ',');) values.push_back(cell);
+  for (size_t i = 0; i < names.size() && i < values.size(); ++i)
+    if (names[i] == column) return std::stod(values[i]);
+  FAIL("no column " << column << " in " << csv);
+  return 0;
+}
+
+size_t data_rows(const fs::path& csv) {
+  const std::string s = read_file(csv);
+  return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')) - 1;
+}
+
+std::vector<std::string> names_in(const fs::path& dir) {
+  std::vector<std::string> n;
+  for (const auto& e : fs::directory_iterator(dir)) n.push_back(e.path().filename().string());
+  std::sort(n.begin(), n.end());
+  return n;
+}
+
+// Every "model." tensor of two checkpoints is bit for bit the same.
+void require_same_model(const fs::path& a, const fs::path& b) {
+  const mpx::TensorDict ta = mpx::load_tensors(a.string()), tb = mpx::load_tensors(b.string());
+  int compared = 0;
+  for (const auto& [name, t] : ta) {
+    if (name.rfind("model.", 0) != 0) continue;
+    INFO(name);
+    REQUIRE(tb.count(name) == 1);
+    const mpx::Tensor x = t.contiguous(), y = tb.at(name).contiguous();
+    const size_t bytes = static_cast<size_t>(x.numel()) * x.element_size();
+    REQUIRE(y.numel() == x.numel());
+    REQUIRE(y.dtype() == x.dtype());
+    CHECK(std::memcmp(x.raw_data(), y.raw_data(), bytes) == 0);
+    ++compared;
+  }
+  CHECK(compared > 0);
+}
+
+const std::string kSmall = "--epochs 1 --limit-test 1000 --deterministic --print-freq 1000";
+
+}  // namespace
+
+TEST_CASE("mpirun -np 2 mpx train: the accuracy of one process with the global batch, and one set of outputs",
+          "[cli][ddp]") {
+  if (!have_mpi() || !have_fashion()) return;
+#ifdef MPX_MPIRUN
+  const fs::path one = tmp("one"), two = tmp("two");
+  // Every rank takes every other image of the same order, so the two ranks' batches of 64 are
+  // the one process's batches of 128: the same images per step, the same learning rate. What
+  // differs is rounding and batch-norm statistics over 64 instead of 128 images. (A 2-step run
+  // with --sync-bn at O0 matches one process to ~1e-7; at --lr 0.1 this short run is in its
+  // unstable first phase, where such differences grow to points of accuracy, hence 0.05.)
+  const std::string flags = "train " + kSmall + " --limit-train 6400 --lr 0.05";
+  const CliRun a = run_mpx(flags + " --batch-size 128 --out " + q(one));
+  REQUIRE(a.rc == 0);
+  const CliRun b = mpirun(2, flags + " --batch-size 64 --out " + q(two));
+  INFO(b.out);
+  REQUIRE(b.rc == 0);
+  CHECK(has(b.out, "batch 64 per rank x 2 ranks, lr 0.025 (0.05 x 64 x 2/256"));
+  const double top1_one = last_metric(one / "metrics.csv", "test_top1");
+  const double top1_two = last_metric(two / "metrics.csv", "test_top1");
+  CHECK(top1_one > 75);  // it learned something: the comparison means something
+  CHECK(std::abs(top1_two - top1_one) <= 0.5);
+  // Rank 0 alone prints and writes: one epoch line, one summary, one metrics row, the same files.
+  CHECK(count(b.out, "epoch 1/1: train loss") == 1);
+  CHECK(count(b.out, "done in ") == 1);
+  CHECK(data_rows(two / "metrics.csv") == 1);
+  CHECK(names_in(two) == names_in(one));
+  // The test split is shared out without padding: all 1000 images counted once.
+  const CliRun e = mpirun(2, "train --evaluate --resume " + q(two / "checkpoint.safetensors") + " --limit-test 999");
+  INFO(e.out);
+  REQUIRE(e.rc == 0);
+  CHECK(has(e.out, "(999 images,"));
+  CHECK(count(e.out, "evaluate: top-1") == 1);
+#endif
+}
+
+TEST_CASE("mpirun -np 2 mpx train: a run stopped by --prof and resumed ends bit for bit where an unbroken run does",
+          "[cli][ddp]") {
+  if (!have_mpi() || !have_fashion()) return;
+#ifdef MPX_MPIRUN
+  const fs::path whole = tmp("whole"), parts = tmp("parts"), other = tmp("other_world");
+  const std::string flags = "train " + kSmall + " --limit-train 2560 --batch-size 64";  // 20 steps at 2 ranks
+  REQUIRE(mpirun(2, flags + " --out " + q(whole)).rc == 0);
+  const CliRun stop = mpirun(2, flags + " --prof 7 --out " + q(parts));
+  INFO(stop.out);
+  REQUIRE(stop.rc == 0);
+  REQUIRE(has(stop.out, "Profiling ended at iteration 7 (epoch 1 step 7)"));
+  fs::copy_file(parts / "checkpoint.safetensors", other / "stopped.safetensors");
+
+  const CliRun go = mpirun(2, "train --resume " + q(parts / "checkpoint.safetensors"));
+  INFO(go.out);
+  REQUIRE(go.rc == 0);
+  CHECK(has(go.out, "resumed from"));
+  CHECK(!has(go.out, "warning"));
+  require_same_model(whole / "checkpoint.safetensors", parts / "checkpoint.safetensors");
+  CHECK(last_metric(whole / "metrics.csv", "test_top1") == last_metric(parts / "metrics.csv", "test_top1"));
+  CHECK(last_metric(whole / "metrics.csv", "train_loss") == last_metric(parts / "metrics.csv", "train_loss"));
+
+  // Another world size resumes, and says where: 7 global batches of 128 are 14 of 64.
+  const CliRun alone = run_mpx("train --resume " + q(other / "stopped.safetensors") + " --out " + q(other / "run"));
+  INFO(alone.out);
+  REQUIRE(alone.rc == 0);
+  CHECK(has(alone.out, "was written by 2 ranks, this run has 1: the global batch is now 64"));
+  CHECK(has(alone.out, "epoch 1 goes on at step 14 of 40"));
+  CHECK(has(alone.out, "epoch 1/1: train loss"));
+#endif
+}
+
+TEST_CASE("mpirun -np 2 mpx train --sync-bn (and apex's --sync_bn) trains with synchronized batch norm", "[cli][ddp]") {
+  if (!have_mpi() || !have_fashion()) return;
+#ifdef MPX_MPIRUN
+  for (const char* flag : {"--sync-bn", "--sync_bn"}) {
+    const fs::path out = tmp(std::string("syncbn") + flag);
+    const CliRun r = mpirun(2, "train " + kSmall + " --limit-train 1280 --batch-size 64 " + flag + " --out " + q(out));
+    INFO(r.out);
+    REQUIRE(r.rc == 0);
+    CHECK(has(r.out, "synchronized batch norm (--sync-bn)"));
+    CHECK(has(r.out, "epoch 1/1: train loss"));
+  }
+#endif
+}
+
+TEST_CASE("mpirun -np 2 mpx dcgan trains both networks data-parallel, rank 0 writing the samples and one loss log",
+          "[cli][ddp]") {
+  if (!have_mpi() || !have_fashion()) return;
+#ifdef MPX_MPIRUN
+  const fs::path out = tmp("dcgan");
+  const CliRun r = mpirun(2, "dcgan --epochs 1 --limit-train 256 --batch-size 32 --ngf 8 --ndf 8 --print-freq 1000 "
+                             "--out " + q(out));
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  CHECK(has(r.out, "batch 32 per rank x 2 ranks"));
+  CHECK(count(r.out, "epoch 1/1: loss D") == 1);
+  CHECK(fs::exists(out / "samples_epoch1.png"));
+  CHECK(fs::exists(out / "checkpoint.safetensors"));
+  CHECK(data_rows(out / "losses.csv") == 4);  // 256 images / (32 x 2) = 4 steps, logged once
+#endif
+}
+
+TEST_CASE("mpx train data-parallel errors: flags that differ between ranks, a rank that fails alone", "[cli][ddp]") {
+  if (!have_mpi() || !have_fashion()) return;
+#ifdef MPX_MPIRUN
+  const fs::path out = tmp("errors");
+  const std::string base = "'" + std::string(MPX_CLI_PATH) + "' train --limit-train 640 --epochs 1 --out " + q(out);
+  // MPMD: rank 1 gets another learning rate.
+  const CliRun differ = shell(kLaunch + " -np 1 " + base + " --lr 0.1 : -np 1 " + base + " --lr 0.2");
+  INFO(differ.out);
+  CHECK(differ.rc != 0);
+  CHECK(has(differ.out, "rank 1 was started with other run flags than rank 0"));
+  // Rank 1 stops on its own bad flag while rank 0 waits for it: the job ends, with rank 1's reason.
+  const CliRun alone = shell(kLaunch + " -np 1 " + base + " : -np 1 " + base + " --threads 0");
+  INFO(alone.out);
+  CHECK(alone.rc != 0);
+  CHECK(has(alone.out, "[rank 1/2] mpx train: --threads must be at least 1"));
+#endif
+}
+
+TEST_CASE("mpx train --nproc-per-node 2 re-launches itself under mpirun, and says so when mpirun is missing", "[cli][ddp]") {
+  if (!have_mpi() || !have_fashion()) return;
+#ifdef MPX_MPIRUN
+  const fs::path out = tmp("nproc");
+  const std::string cli = "'" + std::string(MPX_CLI_PATH) + "'";
+  const CliRun r = shell("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MPX_DISTRIBUTED_TIMEOUT=60 "
+                         "MPX_PROGRESS=plain PATH='" + fs::path(MPX_MPIRUN).parent_path().string() + ":/usr/bin:/bin' " +
+                         cli + " train --nproc-per-node 2 --limit-train 1280 --batch-size 64 --prof 3 --out " + q(out));
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  CHECK(has(r.out, "per rank x 2 ranks"));
+  CHECK(has(r.out, "Profiling ended at iteration 3"));
+  const CliRun none = shell("env PATH=/nonexistent " + cli + " train --nproc-per-node 2 --out " + q(out));
+  CHECK(none.rc == 2);
+  CHECK(has(none.out, "--nproc-per-node re-launches mpx under mpirun, which is not on PATH"));
+  const CliRun bad = shell(cli + " train --nproc-per-node zero --out " + q(out));
+  CHECK(bad.rc == 2);
+  CHECK(has(bad.out, "--nproc-per-node expects a number of processes"));
+#endif
+}
