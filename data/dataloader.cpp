@@ -59,10 +59,16 @@ class EpochRun {
     } count{this, t};
     NoGradGuard no_grad;  // data preparation never builds graphs
     const auto& idx = batches_[b];
-    std::vector<Example> ex;
-    ex.reserve(idx.size());
-    for (int64_t i : idx) ex.push_back(ds_.get_seeded(i, sample_seed(seed_, epoch_, i)));
-    Batch out = collate(ex);
+    std::vector<uint64_t> seeds;
+    seeds.reserve(idx.size());
+    for (int64_t i : idx) seeds.push_back(sample_seed(seed_, epoch_, i));
+    Batch out;
+    if (!ds_.get_batch(idx, seeds, out)) {
+      std::vector<Example> ex;
+      ex.reserve(idx.size());
+      for (size_t k = 0; k < idx.size(); ++k) ex.push_back(ds_.get_seeded(idx[k], seeds[k]));
+      out = collate(ex);
+    }
     out.indices = idx;
     if (pin_) {
       // Pinned on the loading thread, so the training thread's .to(cuda, true) is an async DMA.

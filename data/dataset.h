@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -34,6 +35,15 @@ class Dataset {
   /// derives it from its seed, the epoch and the index so runs reproduce). Datasets without
   /// randomness need not override it.
   virtual Example get_seeded(int64_t index, uint64_t sample_seed) const { return get(index); }
+  /// Loads the examples `indices` (with their `sample_seeds`) straight into one batch, for data
+  /// sets whose examples have a fixed shape: no per-example tensors, no copy into the batch.
+  /// Returns false (the default) for the loader to call get_seeded and collate instead; the
+  /// result must equal what that gives.
+  virtual bool get_batch(const std::vector<int64_t>& indices, const std::vector<uint64_t>& sample_seeds,
+                         Batch& out) const {
+    (void)indices, (void)sample_seeds, (void)out;
+    return false;
+  }
 };
 
 /// The seed a loader hands to `Dataset::get_seeded` for a sample: a hash of

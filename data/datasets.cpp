@@ -315,14 +315,51 @@ std::vector<std::pair<std::string, std::string>> ImageFolder::unreadable() const
 
 Example ImageFolder::get(int64_t index) const { return get_seeded(index, sample_seed(0, 0, index)); }
 
+int64_t ImageFolder::load_pipeline(int64_t index, uint64_t seed, void* out) const {
+  check_index("ImageFolder", index, size());
+  const int64_t n = size();
+  for (int64_t k = 0; k < n; ++k) {
+    const auto& [path, cls] = samples_[static_cast<size_t>((index + k) % n)];
+    try {
+      options_.pipeline_->load_into(path, seed, out);
+      return cls;
+    } catch (const Error& e) {
+      if (!options_.skip_corrupt_) throw;
+      warn(std::string("ImageFolder: ") + e.what() + "; using the next image instead");
+      note_unreadable(path, e.what());
+    }
+  }
+  MPX_ERROR("ImageFolder: no image under the data set root could be decoded");
+}
+
+bool ImageFolder::get_batch(const std::vector<int64_t>& indices, const std::vector<uint64_t>& seeds, Batch& out) const {
+  if (!options_.pipeline_ || indices.empty()) return false;
+  MPX_CHECK(seeds.size() == indices.size(), "ImageFolder::get_batch: ", indices.size(), " indices but ", seeds.size(),
+            " seeds");
+  const ImagePipeline& p = *options_.pipeline_;
+  IntList shape = p.output_shape();
+  shape.insert(shape.begin(), static_cast<int64_t>(indices.size()));
+  out.data = empty(shape, p.dtype());
+  out.target = empty({static_cast<int64_t>(indices.size())}, kInt64);
+  auto* d = static_cast<uint8_t*>(out.data.raw_data());
+  const size_t each = static_cast<size_t>(out.data.numel() / shape[0]) * element_size(p.dtype());
+  int64_t* t = out.target.data_ptr<int64_t>();
+  for (size_t k = 0; k < indices.size(); ++k) t[k] = load_pipeline(indices[k], seeds[k], d + k * each);
+  return true;
+}
+
 Example ImageFolder::get_seeded(int64_t index, uint64_t seed) const {
   check_index("ImageFolder", index, size());
+  if (options_.pipeline_) {
+    Tensor x = empty(options_.pipeline_->output_shape(), options_.pipeline_->dtype());
+    const int64_t cls = load_pipeline(index, seed, x.raw_data());
+    return {x, label(cls)};
+  }
   const int64_t n = size();
   for (int64_t k = 0; k < n; ++k) {
     const auto& [path, cls] = samples_[static_cast<size_t>((index + k) % n)];
     Tensor img;
     try {
-      if (options_.pipeline_) return {options_.pipeline_->load(path, seed), label(cls)};
       img = read_image(path, options_.channels_);
     } catch (const Error& e) {
       if (!options_.skip_corrupt_) throw;

@@ -96,6 +96,9 @@ class ImageFolder : public Dataset {
   int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
   Example get(int64_t index) const override;
   Example get_seeded(int64_t index, uint64_t sample_seed) const override;
+  /// With a pipeline, each image is transformed straight into its slot of the batch.
+  bool get_batch(const std::vector<int64_t>& indices, const std::vector<uint64_t>& sample_seeds,
+                 Batch& out) const override;
   const std::vector<std::string>& classes() const { return classes_; }
   /// (path, class index) for every sample.
   const std::vector<std::pair<std::string, int64_t>>& samples() const { return samples_; }
@@ -107,6 +110,9 @@ class ImageFolder : public Dataset {
 
  private:
   void note_unreadable(const std::string& path, const std::string& reason) const;
+  /// Loads sample `index` (or, with skip_corrupt, the next readable one) through the pipeline
+  /// into `out`; returns its class.
+  int64_t load_pipeline(int64_t index, uint64_t seed, void* out) const;
   std::vector<std::string> classes_;
   std::vector<std::pair<std::string, int64_t>> samples_;
   transforms::Transform transform_;
