@@ -19,9 +19,11 @@ namespace {
 #ifdef MPX_MPIRUN
 // CI runs as root in a container (Open MPI refuses root unless told); two ranks may outnumber the
 // cores; no pinning on a shared machine. A hang fails within the collective timeout, not CTest's.
-const std::string kLaunch = std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                                        "MPX_DISTRIBUTED_TIMEOUT=60 MPX_PROGRESS=plain ") +
-                            MPX_MPIRUN + " --oversubscribe --bind-to none";
+std::string launch(int timeout_s) {
+  return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MPX_DISTRIBUTED_TIMEOUT=" +
+         std::to_string(timeout_s) + " MPX_PROGRESS=plain " + MPX_MPIRUN + " --oversubscribe --bind-to none";
+}
+const std::string kLaunch = launch(60);
 #endif
 
 bool have_mpi() {
@@ -225,6 +227,24 @@ TEST_CASE("mpx train data-parallel errors: flags that differ between ranks, a ra
   INFO(alone.out);
   CHECK(alone.rc != 0);
   CHECK(has(alone.out, "[rank 1/2] mpx train: --threads must be at least 1"));
+#endif
+}
+
+TEST_CASE("mpirun -np 2 mpx train: a rank that stops answering ends the run with the timeout error, not a hang",
+          "[cli][ddp]") {
+  if (!have_mpi() || !have_fashion()) return;
+#ifdef MPX_MPIRUN
+  const fs::path out = tmp("frozen");
+  // Rank 1 freezes (SIGSTOP) two seconds in, in the middle of its set-up or training; rank 0's
+  // next collective then fails after MPX_DISTRIBUTED_TIMEOUT=3 s and mpirun ends the job.
+  const std::string rank1_freezes = "sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (sleep 2; kill -STOP $$) & fi; "
+                                    "exec \"$0\" \"$@\"' '" + std::string(MPX_CLI_PATH) + "'";
+  const CliRun r = shell(launch(3) + " -np 2 " + rank1_freezes + " train " + kSmall +
+                         " --limit-train 12800 --batch-size 64 --out " + q(out));
+  INFO(r.out);
+  CHECK(r.rc != 0);
+  CHECK(has(r.out, "[rank 0/2] mpx: error: mpx distributed:"));
+  CHECK(has(r.out, "on rank 0 of 2 got no answer from the other ranks within 3 s"));
 #endif
 }
 
