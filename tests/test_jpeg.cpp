@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "data/data.h"
+#include "ops/elementwise.h"
 #include "test_jpeg_util.h"
 
 #include <stb/stb_image.h>
@@ -232,4 +233,21 @@ TEST_CASE("jpeg: the fuzz corpus through ImagePipeline fails cleanly or decodes"
     }
   }
   CHECK(n >= 8);
+}
+
+// Greyscale JPEGs (expanded to RGB by libjpeg), PNG and BMP (decoded whole by read_image) give
+// the pipeline the same pixels as read_image does.
+TEST_CASE("jpeg: grey JPEG, PNG and BMP through the pipeline equal the transform of read_image", "[data][jpeg]") {
+  const std::filesystem::path dir = std::filesystem::path(MPX_TEST_DATA) / ".." / "fuzz" / "corpus" / "image";
+  for (const char* name : {"gray4x4.jpg", "gray4x4.png", "rgb8x6.jpg", "rgb8x6.bmp"}) {
+    const std::string p = (dir / name).string();
+    INFO(p);
+    for (const auto& pipe : {ImagePipeline::eval(8, 4).reduced_decode(false), ImagePipeline::train(5, {0.5, 1.0})}) {
+      for (uint64_t seed = 0; seed < 4; ++seed) {
+        const Tensor a = pipe.load(p, seed), b = pipe.apply(read_image(p, 3), seed);
+        REQUIRE(a.sizes() == b.sizes());
+        CHECK(equal(a, b));
+      }
+    }
+  }
 }

@@ -341,3 +341,45 @@ TEST_CASE("fused: ImageFolder with a pipeline batches, reproduces and reports lo
   ImageFolder lenient(tmp.path.string(), ImageFolderOptions().pipeline(pipe).skip_corrupt());
   CHECK(lenient.size() == 10);
 }
+
+// Reference values computed with torchvision 0.14.1 / torch 1.13 (Debian python3-torchvision):
+//   img[y][x][c] = (37x + 91y + 53c + 7xy) % 256, a 10x12 RGB image in f64; the crop rows 1..7,
+//   columns 2..10; torch.nn.functional.interpolate(crop, size, mode="bilinear", antialias=True,
+//   align_corners=False) (what RandomResizedCrop / resized_crop run on tensors). Shrinking to
+//   4x5 (all values) and enlarging to 11x13 (the first row). Tolerance 1e-3 (f32 weights).
+TEST_CASE("fused: resampling matches torchvision's antialiased bilinear on recorded values", "[data][transforms][fused]") {
+  const int64_t H = 10, W = 12;
+  std::vector<uint8_t> img(static_cast<size_t>(H * W * 3));
+  for (int64_t y = 0; y < H; ++y)
+    for (int64_t x = 0; x < W; ++x)
+      for (int64_t c = 0; c < 3; ++c)
+        img[static_cast<size_t>((y * W + x) * 3 + c)] = static_cast<uint8_t>((x * 37 + y * 91 + c * 53 + x * y * 7) % 256);
+  const std::vector<double> down = {
+      129.75510, 124.41497, 105.14286, 100.62500, 122.38690, 138.81548, 130.66106, 125.57703,
+      149.89356, 133.85119, 155.61310, 137.75595, 131.82313, 126.48299, 115.04762, 139.02286,
+      146.67429, 142.62286, 152.56000, 139.00000, 128.64000, 141.92706, 129.87294, 122.63765,
+      132.80000, 119.24000, 117.20000, 125.12571, 132.77714, 129.45714, 129.66286, 137.31429,
+      107.66286, 137.61000, 124.05000, 113.69000, 151.12706, 139.07294, 131.83765, 99.59000,
+      142.99000, 115.35000, 143.37714, 138.59429, 90.65714, 100.09524, 142.64626, 135.56463,
+      127.43452, 107.29167, 123.72024, 155.42297, 118.78711, 143.10364, 125.32738, 115.85119,
+      110.18452, 152.66667, 91.59864, 130.66667};
+  const std::vector<double> up_first_row = {
+      179.00000, 232.00000, 29.00000, 202.69231, 117.84615, 52.69231, 174.07692, 30.15385,
+      83.15385, 27.30769, 60.61538, 113.61538, 38.07692, 91.07692, 144.07692, 68.53846,
+      121.53846, 174.53846, 99.00000, 152.00000, 205.00000, 129.46154, 182.46154, 235.46154,
+      159.92308, 212.92308, 167.46154, 190.38462, 223.69231, 40.38462, 220.84615, 76.92308,
+      70.84615, 133.15385, 48.30769, 101.30769, 19.00000, 72.00000, 125.00000};
+  ResampleOutput o;
+  o.channels_last = true;  // [H,W,C], as the values are listed; mul 1, add 0: plain 0..255 values
+  std::vector<float> scratch;
+  for (auto [oh, ow] : {std::pair<int64_t, int64_t>{4, 5}, {11, 13}}) {
+    const AxisWeights wy = aa_bilinear_weights(1, 7, oh, 0, oh, 1, 8), wx = aa_bilinear_weights(2, 9, ow, 0, ow, 2, 11);
+    std::vector<float> out(static_cast<size_t>(oh * ow * 3));
+    resample_rgb(img.data(), W * 3, 0, 0, wy, wx, o, out.data(), scratch);
+    const auto& ref = oh == 4 ? down : up_first_row;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      INFO(oh << "x" << ow << " value " << i);
+      CHECK(out[i] == Approx(ref[i]).margin(1e-3));
+    }
+  }
+}
