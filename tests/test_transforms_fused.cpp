@@ -383,3 +383,26 @@ TEST_CASE("fused: resampling matches torchvision's antialiased bilinear on recor
     }
   }
 }
+
+// Degenerate sizes: single-pixel rows and columns, extreme aspect ratios, images smaller than
+// the output (enlarged), each at every decode path; outputs are finite and in range.
+TEST_CASE("fused: tiny and extreme-aspect images load through every path", "[data][transforms][fused]") {
+  TempDir tmp;
+  for (auto [w, h] : {std::pair{1, 1}, {1, 300}, {300, 1}, {17, 3}, {2000, 9}, {64, 64}}) {
+    const std::string p = mpx_test::write_photo_jpeg(tmp.path / "t.jpg", w, h, 4);
+    REQUIRE(!p.empty());
+    for (const auto& pipe : {ImagePipeline::train(32), ImagePipeline::eval(40, 32),
+                             ImagePipeline::train(32).reduced_decode(false), ImagePipeline::eval(40, 32).dtype(kUInt8)}) {
+      for (uint64_t seed = 0; seed < 5; ++seed) {
+        INFO(w << "x" << h << " seed " << seed);
+        const Tensor t = pipe.load(p, seed).to(kFloat32);
+        REQUIRE(t.sizes() == IntList{3, 32, 32});
+        const double lo = t.min().item<double>(), hi = t.max().item<double>();
+        CHECK(std::isfinite(lo));
+        CHECK(std::isfinite(hi));
+        CHECK(lo >= (pipe.dtype() == kUInt8 ? 0.0 : -2.2));
+        CHECK(hi <= (pipe.dtype() == kUInt8 ? 255.0 : 2.7));
+      }
+    }
+  }
+}
