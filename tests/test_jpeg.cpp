@@ -118,9 +118,10 @@ TEST_CASE("jpeg: a region decode holds the same pixels as the whole image at tha
     for (int m : {8, 5, 4, 2}) {
       std::vector<uint8_t> whole;
       const JpegRegion w = decode_whole(p, m, whole);
-      for (auto [x0, y0, x1, y1] : {std::array{1, 1, 50, 40}, std::array{37, 53, 211, 170}, std::array{100, 0, 320, 240},
-                                    std::array{0, 101, 17, 239}}) {
-        x1 = std::min(x1, w.width), y1 = std::min(y1, w.height);
+      for (const auto& box : {std::array{1, 1, 50, 40}, std::array{37, 53, 211, 170}, std::array{100, 0, 320, 240},
+                              std::array{0, 101, 17, 239}}) {
+        // Plain variables, not a structured binding: the lambda below captures them (clang 14).
+        const int x0 = box[0], y0 = box[1], x1 = std::min(box[2], w.width), y1 = std::min(box[3], w.height);
         INFO("quality " << quality << " scale " << m << " region " << x0 << "," << y0 << " - " << x1 << "," << y1);
         std::vector<uint8_t> px;
         const JpegRegion r =
