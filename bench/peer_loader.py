@@ -1,5 +1,7 @@
 """Input-pipeline throughput of torchvision's ImageFolder + DataLoader (the peer of bench/bench_loader.cpp).
 
+Without torchvision (or with --pil) a PIL + NumPy peer does the same steps in a process pool.
+
 The same transforms as mpx's ImagePipeline: train = RandomResizedCrop(224) + RandomHorizontalFlip +
 ToTensor + Normalize, eval = Resize(256) + CenterCrop(224) + ToTensor + Normalize, on PIL images
 (torchvision's default loader: full-size decode, then PIL's antialiased bilinear resize).
@@ -14,8 +16,85 @@ try:
     import torch
     import torchvision
     from torchvision import datasets, transforms
-except ImportError as e:  # pragma: no cover
-    sys.exit(f"peer_loader.py: needs torch and torchvision ({e}); on Debian: apt-get install python3-torchvision")
+except ImportError:  # the PIL-only peer below does torchvision's steps itself
+    torch = None
+
+
+def pil_peer(a):
+    """torchvision's transform steps on PIL images without torchvision: full-size decode (no draft()),
+    crop, PIL's antialiased BILINEAR resize, flip, to float, normalize; multiprocessing workers."""
+    import multiprocessing as mp
+    import random
+    from PIL import Image
+
+    classes = sorted(d for d in os.listdir(a.data) if os.path.isdir(os.path.join(a.data, d)))
+    files = [(os.path.join(r, f), k) for k, c in enumerate(classes) for r, _, fs in sorted(os.walk(os.path.join(a.data, c)))
+             for f in sorted(fs) if f.lower().endswith((".jpg", ".jpeg", ".png", ".bmp"))]
+    order = list(range(len(files)))
+    random.Random(0).shuffle(order)
+    batches = [order[i:i + a.batch] for i in range(0, len(order), a.batch)]
+    pool = mp.Pool(max(1, a.workers), initializer=_pil_init, initargs=(files, a.transform))
+    for _ in pool.imap(_pil_batch, batches[:2]):  # untimed, as the torchvision peer
+        pass
+    images, cpu0, t0 = 0, _children_cpu(pool), time.perf_counter()
+    for x in pool.imap(_pil_batch, batches):
+        images += x.shape[0]
+    seconds = time.perf_counter() - t0
+    cpu = _children_cpu(pool) - cpu0 + time.process_time()
+    pool.close()
+    return images, seconds, cpu, "PIL " + Image.__version__
+
+
+_FILES, _TRANSFORM = None, None
+
+
+def _pil_init(files, transform):
+    global _FILES, _TRANSFORM
+    _FILES, _TRANSFORM = files, transform
+
+
+def _pil_batch(idx):
+    import math
+    import random
+    import numpy as np
+    from PIL import Image
+    mean = np.array([0.485, 0.456, 0.406], np.float32).reshape(3, 1, 1)
+    std = np.array([0.229, 0.224, 0.225], np.float32).reshape(3, 1, 1)
+    out = []
+    for i in idx:
+        img = Image.open(_FILES[i][0]).convert("RGB")
+        W, H = img.size
+        if _TRANSFORM == "train":
+            box = None
+            for _ in range(10):
+                target = W * H * random.uniform(0.08, 1.0)
+                ar = math.exp(random.uniform(math.log(3 / 4), math.log(4 / 3)))
+                w, h = int(round(math.sqrt(target * ar))), int(round(math.sqrt(target / ar)))
+                if 0 < w <= W and 0 < h <= H:
+                    top, left = random.randint(0, H - h), random.randint(0, W - w)
+                    box = (left, top, left + w, top + h)
+                    break
+            if box is None:
+                r = W / H
+                w, h = (W, int(round(W / (3 / 4)))) if r < 3 / 4 else (int(round(H * 4 / 3)), H) if r > 4 / 3 else (W, H)
+                box = ((W - w) // 2, (H - h) // 2, (W - w) // 2 + w, (H - h) // 2 + h)
+            img = img.crop(box).resize((224, 224), Image.BILINEAR)
+            if random.random() < 0.5:
+                img = img.transpose(Image.FLIP_LEFT_RIGHT)
+        else:
+            s, l = (W, H) if W <= H else (H, W)
+            ns, nl = 256, int(256 * l / s)
+            img = img.resize((ns, nl) if W <= H else (nl, ns), Image.BILINEAR)
+            W, H = img.size
+            top, left = int(round((H - 224) / 2)), int(round((W - 224) / 2))
+            img = img.crop((left, top, left + 224, top + 224))
+        x = np.asarray(img, dtype=np.float32).transpose(2, 0, 1) / 255.0
+        out.append((x - mean) / std)
+    return np.stack(out)
+
+
+def _children_cpu(pool):
+    return cpu_seconds([p.pid for p in pool._pool])
 
 
 def main():
@@ -26,7 +105,12 @@ def main():
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--transform", choices=["train", "eval"], default="train")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--pil", action="store_true", help="the PIL-only peer even where torchvision is installed")
     a = ap.parse_args()
+    if a.pil or torch is None:
+        images, seconds, cpu, version = pil_peer(a)
+        report(a, "pil-peer", version, images, seconds, cpu)
+        return
     torch.set_num_threads(1)
     norm = transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
     if a.transform == "train":
@@ -51,16 +135,20 @@ def main():
             images += x.shape[0]
         seconds += time.perf_counter() - t0
         cpu += cpu_seconds(pids) + time.process_time() - c0
+    report(a, "torchvision", torchvision.__version__, images, seconds, cpu)
+
+
+def report(a, impl, version, images, seconds, cpu):
     ips = images / seconds
     cores = max(1, a.workers)
-    r = {"impl": "torchvision", "version": torchvision.__version__, "transform": a.transform, "workers": a.workers,
+    r = {"impl": impl, "version": version, "transform": a.transform, "workers": a.workers,
          "images": images, "seconds": round(seconds, 4), "images_per_s": round(ips, 2),
          "images_per_s_per_core": round(ips / cores, 2), "cpu_s": round(cpu, 4),
          "images_per_cpu_s": round(images / cpu, 2)}
     if a.json:
         print(json.dumps(r))
     else:
-        print(f"torchvision {a.transform} workers={a.workers}: {images} images in {seconds:.2f} s: "
+        print(f"{impl} {a.transform} workers={a.workers}: {images} images in {seconds:.2f} s: "
               f"{ips:.1f} images/s, {ips / cores:.1f} per core, {images / cpu:.1f} per CPU-second")
 
 

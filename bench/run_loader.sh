@@ -10,7 +10,7 @@ images=${3:-400}
 transform=${TRANSFORM:-train}
 here=$(cd "$(dirname "$0")" && pwd)
 py=python3
-for p in python3 /usr/bin/python3; do
+for p in python3 /usr/bin/python3; do  # the first with torchvision; else peer_loader.py's PIL peer
   if "$p" -c 'import torchvision' 2>/dev/null; then py=$p; break; fi
 done
 if [[ -n "${DATA:-}" ]]; then
@@ -33,12 +33,13 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 for key, what in (("images_per_s_per_core", "images/s per worker"), ("images_per_cpu_s", "images per CPU-second")):
     for w in (1, 2):
         m = [r[key] for r in rows if r["impl"] == "mpx" and r["workers"] == w]
-        t = [r[key] for r in rows if r["impl"] == "torchvision" and r["workers"] == w]
+        t = [r[key] for r in rows if r["impl"] != "mpx" and r["workers"] == w]
+        peer = next((r["impl"] for r in rows if r["impl"] != "mpx"), "peer")
         if not m:
             continue
         line = f"workers={w} {what}: mpx {statistics.median(m):.1f} (runs {m})"
         if t:
-            line += (f", torchvision {statistics.median(t):.1f} (runs {t}), "
+            line += (f", {peer} {statistics.median(t):.1f} (runs {t}), "
                      f"ratio {statistics.median(m) / statistics.median(t):.2f}x")
         print(line)
 PY
