@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/half.h"
@@ -58,6 +59,13 @@ AxisWeights aa_bilinear_weights(double start, double length, int64_t out, int64_
 }
 
 namespace {
+typedef float V4 __attribute__((vector_size(16)));
+inline V4 load4(const float* p) {
+  V4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
 template <typename T, typename Cvt>
 void store_row(const float* row, int64_t y, int64_t h, int64_t w, const ResampleOutput& o, T* out, Cvt cvt) {
   if (o.channels_last) {
@@ -104,16 +112,14 @@ void resample_rgb(const uint8_t* src, int64_t src_stride, int64_t src_y0, int64_
     for (int64_t x = 0; x < ow; ++x) {
       const float* w = &wx.weights[static_cast<size_t>(x * wx.taps)];
       const float* s = acc + (wx.first[static_cast<size_t>(x)] - wx.lo) * 3;
-      float r = 0, g = 0, b = 0;
-      for (int32_t k = 0; k < wx.count[static_cast<size_t>(x)]; ++k) {
-        r += w[k] * s[k * 3];
-        g += w[k] * s[k * 3 + 1];
-        b += w[k] * s[k * 3 + 2];
-      }
+      // One 4-lane multiply-add per tap for the pixel's R, G, B (the 4th lane, the next pixel's
+      // R or the row buffer after the last row, is read and dropped; scratch always has it).
+      V4 sum = {0, 0, 0, 0};
+      for (int32_t k = 0; k < wx.count[static_cast<size_t>(x)]; ++k) sum += w[k] * load4(s + k * 3);
       const int64_t xo = o.flip ? ow - 1 - x : x;
-      row[xo * 3] = r;
-      row[xo * 3 + 1] = g;
-      row[xo * 3 + 2] = b;
+      row[xo * 3] = sum[0];
+      row[xo * 3 + 1] = sum[1];
+      row[xo * 3 + 2] = sum[2];
     }
     switch (o.dtype) {
       case kUInt8:
