@@ -78,7 +78,7 @@ Tensor masked_scale(const Tensor& in, const Tensor& mask, double scale) {
   {
     NoGradGuard ng;
     Tensor ic = in.detach().contiguous();
-    dispatch::kernel<kernels::DropoutFn>(OpId::dropout, in.device(), in.dtype())(out, mask, ic, 0, 0, 0.0, scale, false);
+    dispatch::kernel<OpId::dropout>(in.device(), in.dtype())(out, mask, ic, 0, 0, 0.0, scale, false);
   }
   if (auto n = autograd::record("DropoutBackward", {in}, {out}, [scale](FunctionNode& self, const tensor_list& g) -> tensor_list {
         return {masked_scale(g[0], self.saved(0), scale)};
@@ -106,7 +106,7 @@ Tensor dropout(const Tensor& x0, double p, bool training) {
   if (x.numel() > 0) {
     NoGradGuard ng;
     Tensor xc = x.detach().contiguous();
-    dispatch::kernel<kernels::DropoutFn>(OpId::dropout, x.device(), x.dtype())(out, mask, xc, seed, offset, p, scale, true);
+    dispatch::kernel<OpId::dropout>(x.device(), x.dtype())(out, mask, xc, seed, offset, p, scale, true);
   }
   if (auto n = autograd::record("DropoutBackward", {x}, {out}, [scale](FunctionNode& self, const tensor_list& g) -> tensor_list {
         return {masked_scale(g[0], self.saved(0), scale)};

@@ -80,7 +80,7 @@ void unscale_check_inf_(const tensor_list& grads_in, const tensor_list& grads_ou
     out.push_back(oo);
   }
   if (!in.empty()) {
-    auto fn = dispatch::kernel<kernels::UnscaleCheckInfFn>(OpId::unscale_check_inf, dev, kFloat32);
+    auto fn = dispatch::kernel<OpId::unscale_check_inf>(dev, kFloat32);
     fn(in, out, inv_scale, found_inf);
   }
   for (auto& [user, tmp] : copy_back) user.copy_(tmp);
@@ -97,7 +97,7 @@ void update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tens
               "device, got ", t->defined() ? ops::describe(*t) : std::string("undefined"), " beside scale ",
               ops::describe(scale));
   }
-  auto fn = dispatch::kernel<kernels::UpdateScaleFn>(OpId::update_scale, scale.device(), kFloat32);
+  auto fn = dispatch::kernel<OpId::update_scale>(scale.device(), kFloat32);
   fn(scale, growth_tracker, skipped, found_inf, growth_factor, backoff_factor, growth_interval, max_scale);
   scale.bump_version();
   growth_tracker.bump_version();

@@ -74,7 +74,7 @@ Tensor conv_weight_grad(const Tensor& x, const Tensor& gy0, const IntList& wsize
   Tensor gw = empty(wsize, x.options().memory_format(wfmt));
   {
     NoGradGuard ng;
-    dispatch::kernel<kernels::Conv2dBackwardWeightFn>(OpId::conv2d_backward_weight, x.device(), x.dtype())(
+    dispatch::kernel<OpId::conv2d_backward_weight>(x.device(), x.dtype())(
         gw, kernel_act(gy), kernel_act(x), p);
   }
   if (auto n = autograd::record("Conv2dBackwardWeightBackward", {x, gy}, {gw},
@@ -103,7 +103,7 @@ Tensor conv2d_impl(const Tensor& x, const Tensor& w, const Tensor& b, const Conv
   Tensor y = empty_like_format({x.size(0), w.size(0), Ho, Wo}, x);
   {
     NoGradGuard ng;
-    dispatch::kernel<kernels::Conv2dFn>(OpId::conv2d, x.device(), x.dtype())(
+    dispatch::kernel<OpId::conv2d>(x.device(), x.dtype())(
         y, kernel_act(x), kernel_weight(w), b.defined() ? b.contiguous() : b, p);
   }
   if (auto n = autograd::record("Conv2dBackward", {x, w, b}, {y}, [p](FunctionNode& self, const tensor_list& g) -> tensor_list {

@@ -7,17 +7,16 @@
 
 namespace mpx {
 namespace {
-constexpr const char* kNames[] = {
-#define MPX_OP(name, policy) #name,
-#include "ops/ops.def"
-#undef MPX_OP
-};
+constexpr const auto& kNames = kOpNames;
 constexpr CastPolicy kDefaultPolicies[] = {
-#define MPX_OP(name, policy) CastPolicy::policy,
+#define MPX_OP(name, policy, sig, cpu, cuda) CastPolicy::policy,
 #include "ops/ops.def"
 #undef MPX_OP
 };
-static_assert(sizeof(kNames) / sizeof(kNames[0]) == kNumOps, "ops.def rows and OpId disagree");
+// The dtypes:: masks of ops/op_id.h index DType by its enumerator value.
+static_assert(static_cast<int>(kFloat32) == 0 && static_cast<int>(kFloat16) == 1 && static_cast<int>(kBFloat16) == 2 &&
+              static_cast<int>(kFloat64) == 3 && static_cast<int>(kInt64) == 4 && static_cast<int>(kInt32) == 5 &&
+              static_cast<int>(kUInt8) == 6 && static_cast<int>(kBool) == 7);
 
 std::array<std::atomic<CastPolicy>, kNumOps>& policies() {
   static std::array<std::atomic<CastPolicy>, kNumOps> p;
@@ -59,7 +58,12 @@ bool find_op(const std::string& name, OpId* out) {
 }
 
 namespace dispatch {
-void register_kernel(OpId op, DeviceType dev, DType dt, void* fn) { slot(op, dev, dt) = fn; }
+namespace detail {
+void register_raw(OpId op, DeviceType dev, DType dt, void* fn) { slot(op, dev, dt) = fn; }
+void wrong_signature(OpId op) {
+  MPX_ERROR(op_name(op), ": kernel looked up with a signature other than its ops.def row's");
+}
+}  // namespace detail
 bool has_kernel(OpId op, DeviceType dev, DType dt) { return slot(op, dev, dt) != nullptr; }
 void* find_kernel(OpId op, DeviceType dev, DType dt) {
   void* fn = slot(op, dev, dt);

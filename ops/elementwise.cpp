@@ -9,6 +9,10 @@
 #include "ops/shape.h"
 
 namespace mpx {
+// A zero of g's dtype and device that broadcasts: formulas' zero_of(g) for Tensors (found by
+// argument-dependent lookup, so it lives in mpx itself).
+static Tensor zero_of(const Tensor& g) { return zeros({}, g.options()); }
+
 namespace {
 using autograd::FunctionNode;
 using kernels::BinaryFn;
@@ -24,29 +28,34 @@ Tensor unary_kernel(OpId op, const Tensor& x, double p0 = 0, double p1 = 0) {
   return out;
 }
 
-// Unary op whose backward needs the input (save_out=false) or the output (save_out=true).
-template <typename Bwd>
-Tensor unary(OpId op, const char* node, const Tensor& x0, Bwd bwd, bool save_out, double p0 = 0, double p1 = 0,
-             bool float_only = true) {
-  Tensor x = ops::autocast(op, {x0})[0];
-  if (float_only) x = as_floating(x);
-  Tensor out = unary_kernel(op, x, p0, p1);
-  if (auto n = autograd::record(node, {x}, {out}, [bwd, p0, p1](FunctionNode& self, const tensor_list& g) -> tensor_list {
-        return {bwd(g[0], self.saved(0), p0, p1)};
-      }))
-    n->save(save_out ? out : x, save_out);
+// A unary op from its formula: autocast, the kernel, and a node whose backward is the
+// formula's bwd on Tensors (saving the input or the output, as the formula reads).
+template <OpId Op>
+Tensor unary(const Tensor& x0, double p0 = 0, double p1 = 0) {
+  using F = formulas::Formula<Op>;
+  Tensor x = ops::autocast(Op, {x0})[0];
+  if constexpr (!(F::kFlags & formulas::kKeepsInts)) x = as_floating(x);
+  Tensor out = unary_kernel(Op, x, p0, p1);
+  if constexpr (!(F::kFlags & formulas::kNoGrad)) {
+    constexpr bool save_out = (F::kFlags & formulas::kSavesOutput) != 0;
+    if (auto n = autograd::record(F::kNode, {x}, {out}, [p0, p1](FunctionNode& self, const tensor_list& g) -> tensor_list {
+          const Tensor s = self.saved(0);
+          return {save_out ? F::bwd(g[0], Tensor(), s, p0, p1) : F::bwd(g[0], s, Tensor(), p0, p1)};
+        }))
+      n->save(save_out ? out : x, save_out);
+  }
   return out;
 }
 
-Tensor zero_like_scalar(const Tensor& g) { return zeros({}, g.options()); }
-
-// Binary op: promotion, broadcasting, kernel; backward returns grads for (a, b) before
-// they are reduced to each input's shape and dtype.
-// `reads_inputs` false: the backward needs only the inputs' shapes and dtypes (add, sub), so the
-// inputs are not kept alive, and an in-place write into one of them cannot invalidate the node.
-template <typename Bwd>
-Tensor binary(OpId op, const char* node, const Tensor& a0, const Tensor& b0, double alpha, Bwd bwd,
-              bool true_div = false, bool reads_inputs = true) {
+// Binary op: promotion, broadcasting, kernel; the formula's backward gives grads for (a, b)
+// before they are reduced to each input's shape and dtype. A formula whose backward needs only
+// the shapes and dtypes (add, sub) keeps no input alive, so an in-place write into one of
+// them cannot invalidate the node.
+template <OpId Op>
+Tensor binary(const Tensor& a0, const Tensor& b0, double alpha, bool true_div = false) {
+  using F = formulas::Formula<Op>;
+  constexpr bool reads_inputs = F::kReadsInputs;
+  const OpId op = Op;
   MPX_CHECK(a0.defined() && b0.defined(), op_name(op), ": an operand is undefined");
   auto in = ops::autocast(op, {a0, b0});
   const Device dev = ops::common_device(op_name(op), in);
@@ -60,9 +69,9 @@ Tensor binary(OpId op, const char* node, const Tensor& a0, const Tensor& b0, dou
     dispatch::kernel<BinaryFn>(op, dev, dt)(out, a, b, alpha);
   }
   const DType da = in[0].dtype(), db = in[1].dtype();
-  if (auto n = autograd::record(node, in, {out}, [bwd, alpha, reads_inputs, da, db](FunctionNode& self, const tensor_list& g) -> tensor_list {
+  if (auto n = autograd::record(F::kNode, in, {out}, [alpha, da, db](FunctionNode& self, const tensor_list& g) -> tensor_list {
         Tensor a = reads_inputs ? self.saved(0) : Tensor(), b = reads_inputs ? self.saved(1) : Tensor();
-        auto [ga, gb] = bwd(g[0], a, b, alpha);
+        auto [ga, gb] = F::bwd(g[0], a, b, alpha);
         return {ops::reduce_grad(ga, self.shapes[0], da), ops::reduce_grad(gb, self.shapes[1], db)};
       })) {
     n->shapes = {in[0].sizes(), in[1].sizes()};
@@ -97,97 +106,22 @@ Tensor wrap_scalar(double v, const Tensor& like) {
 }  // namespace
 
 // ---- unary ----
-Tensor neg(const Tensor& x) {
-  return unary(OpId::neg, "NegBackward", x, [](const Tensor& g, const Tensor&, double, double) { return neg(g); }, false,
-               0, 0, false);
+#define MPX_DEFINE_UNARY(op) \
+  Tensor op(const Tensor& x) { return unary<OpId::op>(x); }
+MPX_UNARY_OPS(MPX_DEFINE_UNARY)
+#undef MPX_DEFINE_UNARY
+Tensor leaky_relu(const Tensor& x, double slope) { return unary<OpId::leaky_relu>(x, slope); }
+Tensor gelu(const Tensor& x, const std::string& approximate) {
+  MPX_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be \"none\" or \"tanh\", got \"",
+            approximate, "\"");
+  return unary<OpId::gelu>(x, approximate == "tanh" ? 1.0 : 0.0);
 }
-Tensor abs(const Tensor& x) {
-  return unary(OpId::abs, "AbsBackward", x, [](const Tensor& g, const Tensor& x, double, double) { return g * sign(x); },
-               false, 0, 0, false);
-}
-Tensor sign(const Tensor& x0) {
-  Tensor x = as_floating(x0);
-  return unary_kernel(OpId::sign, x);
-}
-Tensor sqrt(const Tensor& x) {
-  return unary(OpId::sqrt, "SqrtBackward", x, [](const Tensor& g, const Tensor& y, double, double) { return g / (y * 2.0); }, true);
-}
-Tensor rsqrt(const Tensor& x) {
-  return unary(OpId::rsqrt, "RsqrtBackward", x,
-               [](const Tensor& g, const Tensor& y, double, double) { return g * pow(y, 3.0) * -0.5; }, true);
-}
-Tensor reciprocal(const Tensor& x) {
-  return unary(OpId::reciprocal, "ReciprocalBackward", x,
-               [](const Tensor& g, const Tensor& y, double, double) { return -(g * y * y); }, true);
-}
-Tensor exp(const Tensor& x) {
-  return unary(OpId::exp, "ExpBackward", x, [](const Tensor& g, const Tensor& y, double, double) { return g * y; }, true);
-}
-Tensor log(const Tensor& x) {
-  return unary(OpId::log, "LogBackward", x, [](const Tensor& g, const Tensor& x, double, double) { return g / x; }, false);
-}
-Tensor sin(const Tensor& x) {
-  return unary(OpId::sin, "SinBackward", x, [](const Tensor& g, const Tensor& x, double, double) { return g * cos(x); }, false);
-}
-Tensor cos(const Tensor& x) {
-  return unary(OpId::cos, "CosBackward", x, [](const Tensor& g, const Tensor& x, double, double) { return -(g * sin(x)); }, false);
-}
-Tensor erf(const Tensor& x) {
-  return unary(OpId::erf, "ErfBackward", x, [](const Tensor& g, const Tensor& x, double, double) {
-    return g * exp(-(x * x)) * 1.1283791670955126;  // 2/sqrt(pi)
-  }, false);
-}
-Tensor tanh(const Tensor& x) {
-  return unary(OpId::tanh, "TanhBackward", x,
-               [](const Tensor& g, const Tensor& y, double, double) { return g * (1.0 - y * y); }, true);
-}
-Tensor sigmoid(const Tensor& x) {
-  return unary(OpId::sigmoid, "SigmoidBackward", x,
-               [](const Tensor& g, const Tensor& y, double, double) { return g * y * (1.0 - y); }, true);
-}
-Tensor relu(const Tensor& x) {
-  return unary(OpId::relu, "ReluBackward", x,
-               [](const Tensor& g, const Tensor& y, double, double) { return threshold_backward(g, y, 0.0); }, true, 0, 0,
-               false);
-}
-Tensor leaky_relu(const Tensor& x, double slope) {
-  return unary(OpId::leaky_relu, "LeakyReluBackward", x, [](const Tensor& g, const Tensor& x, double s, double) {
-    return where(gt(x, 0.0), g, g * s);
-  }, false, slope);
-}
-Tensor gelu(const Tensor& x) {
-  return unary(OpId::gelu, "GeluBackward", x, [](const Tensor& g, const Tensor& x, double, double) {
-    Tensor cdf = (erf(x * 0.7071067811865476) + 1.0) * 0.5;
-    Tensor pdf = exp(x * x * -0.5) * 0.3989422804014327;
-    return g * (cdf + x * pdf);
-  }, false);
-}
-Tensor silu(const Tensor& x) {
-  return unary(OpId::silu, "SiluBackward", x, [](const Tensor& g, const Tensor& x, double, double) {
-    Tensor s = sigmoid(x);
-    return g * (s * (1.0 + x * (1.0 - s)));
-  }, false);
-}
-Tensor softplus(const Tensor& x, double beta, double threshold) {
-  return unary(OpId::softplus, "SoftplusBackward", x, [](const Tensor& g, const Tensor& x, double b, double t) {
-    Tensor bx = x * b;
-    return where(gt(bx, t), g, g * sigmoid(bx));
-  }, false, beta, threshold);
-}
-Tensor pow(const Tensor& x, double p) {
-  return unary(OpId::pow_scalar, "PowBackward", x, [](const Tensor& g, const Tensor& x, double p, double) {
-    if (p == 0.0) return zeros_like(g);
-    if (p == 1.0) return g;
-    return g * pow(x, p - 1.0) * p;
-  }, false, p);
-}
+Tensor softplus(const Tensor& x, double beta, double threshold) { return unary<OpId::softplus>(x, beta, threshold); }
+Tensor pow(const Tensor& x, double p) { return unary<OpId::pow_scalar>(x, p); }
 Tensor square(const Tensor& x) { return pow(x, 2.0); }
 Tensor clamp(const Tensor& x, double lo, double hi) {
   MPX_CHECK(!(lo > hi), "clamp: min (", lo, ") is greater than max (", hi, ")");
-  return unary(OpId::clamp, "ClampBackward", x, [](const Tensor& g, const Tensor& x, double lo, double hi) {
-    Tensor z = zero_like_scalar(g);
-    return where(ge(x, lo), where(le(x, hi), g, z), z);
-  }, false, lo, hi, false);
+  return unary<OpId::clamp>(x, lo, hi);
 }
 Tensor clamp_min(const Tensor& x, double lo) { return clamp(x, lo, INFINITY); }
 Tensor clamp_max(const Tensor& x, double hi) { return clamp(x, -INFINITY, hi); }
@@ -199,7 +133,7 @@ Tensor threshold_backward(const Tensor& g0, const Tensor& x0, double thr) {
   Tensor out = empty(shape, ops::elementwise_options(dt, in[0].device(), shape, in));
   {
     NoGradGuard ng;
-    dispatch::kernel<BinaryFn>(OpId::threshold_backward, out.device(), dt)(out, in[0].to(dt).expand(shape),
+    dispatch::kernel<OpId::threshold_backward>(out.device(), dt)(out, in[0].to(dt).expand(shape),
                                                                              in[1].to(dt).expand(shape), thr);
   }
   // d/dgrad is the same mask; d/dx is zero almost everywhere.
@@ -214,49 +148,13 @@ Tensor threshold_backward(const Tensor& g0, const Tensor& x0, double thr) {
 }
 
 // ---- binary ----
-Tensor add(const Tensor& a, const Tensor& b, double alpha) {
-  return binary(OpId::add, "AddBackward", a, b, alpha, [](const Tensor& g, const Tensor&, const Tensor&, double al) {
-    return std::make_pair(g, al == 1.0 ? g : g * al);
-  }, false, false);
-}
-Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
-  return binary(OpId::sub, "SubBackward", a, b, alpha, [](const Tensor& g, const Tensor&, const Tensor&, double al) {
-    return std::make_pair(g, g * -al);
-  }, false, false);
-}
-Tensor mul(const Tensor& a, const Tensor& b) {
-  return binary(OpId::mul, "MulBackward", a, b, 1.0, [](const Tensor& g, const Tensor& a, const Tensor& b, double) {
-    return std::make_pair(g * b, g * a);
-  });
-}
-Tensor div(const Tensor& a, const Tensor& b) {
-  return binary(OpId::div, "DivBackward", a, b, 1.0, [](const Tensor& g, const Tensor& a, const Tensor& b, double) {
-    Tensor ga = g / b;
-    return std::make_pair(ga, -(ga * a / b));
-  }, true);
-}
-Tensor pow(const Tensor& a, const Tensor& b) {
-  return binary(OpId::pow, "PowBackward", a, b, 1.0, [](const Tensor& g, const Tensor& a, const Tensor& b, double) {
-    Tensor ga = g * b * pow(a, b - 1.0);
-    Tensor gb = g * pow(a, b) * log(a);
-    return std::make_pair(ga, gb);
-  }, true);
-}
-Tensor maximum(const Tensor& a, const Tensor& b) {
-  return binary(OpId::maximum, "MaximumBackward", a, b, 1.0, [](const Tensor& g, const Tensor& a, const Tensor& b, double) {
-    // Ties split the gradient evenly, as PyTorch does.
-    Tensor z = zero_like_scalar(g);
-    Tensor tie = where(eq(a, b), g * 0.5, z);
-    return std::make_pair(where(gt(a, b), g, tie), where(lt(a, b), g, tie));
-  });
-}
-Tensor minimum(const Tensor& a, const Tensor& b) {
-  return binary(OpId::minimum, "MinimumBackward", a, b, 1.0, [](const Tensor& g, const Tensor& a, const Tensor& b, double) {
-    Tensor z = zero_like_scalar(g);
-    Tensor tie = where(eq(a, b), g * 0.5, z);
-    return std::make_pair(where(lt(a, b), g, tie), where(gt(a, b), g, tie));
-  });
-}
+Tensor add(const Tensor& a, const Tensor& b, double alpha) { return binary<OpId::add>(a, b, alpha); }
+Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return binary<OpId::sub>(a, b, alpha); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary<OpId::mul>(a, b, 1.0); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary<OpId::div>(a, b, 1.0, true); }
+Tensor pow(const Tensor& a, const Tensor& b) { return binary<OpId::pow>(a, b, 1.0, true); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary<OpId::maximum>(a, b, 1.0); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary<OpId::minimum>(a, b, 1.0); }
 Tensor add(const Tensor& a, double b) { return add(a, wrap_scalar(b, a)); }
 Tensor sub(const Tensor& a, double b) { return sub(a, wrap_scalar(b, a)); }
 Tensor mul(const Tensor& a, double b) { return mul(a, wrap_scalar(b, a)); }
@@ -287,7 +185,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Tensor out = ternary(OpId::where, cond, a, b, 0.0, true, &in);
   if (auto n = autograd::record("WhereBackward", {in[1], in[2]}, {out}, [](FunctionNode& self, const tensor_list& g) -> tensor_list {
         Tensor c = self.saved(0), a = self.saved(1), b = self.saved(2);
-        Tensor z = zero_like_scalar(g[0]);
+        Tensor z = zero_of(g[0]);
         return {ops::reduce_grad(where(c, g[0], z), a), ops::reduce_grad(where(c, z, g[0]), b)};
       })) {
     n->save(in[0]);

@@ -1,28 +1,23 @@
 // Elementwise ops: unary math and activations, binary arithmetic with broadcasting, comparisons.
 #pragma once
+#include <string>
+
 #include "core/tensor.h"
+#include "ops/formulas.h"
 
 namespace mpx {
 
 // ---- unary (differentiable unless noted) ----
-Tensor neg(const Tensor& x);
-Tensor abs(const Tensor& x);
-Tensor sign(const Tensor& x);  // gradient zero
-Tensor sqrt(const Tensor& x);
-Tensor rsqrt(const Tensor& x);
-Tensor reciprocal(const Tensor& x);
-Tensor exp(const Tensor& x);
-Tensor log(const Tensor& x);
-Tensor sin(const Tensor& x);
-Tensor cos(const Tensor& x);
-Tensor erf(const Tensor& x);
-Tensor tanh(const Tensor& x);
-Tensor sigmoid(const Tensor& x);
-Tensor relu(const Tensor& x);
+/// `Tensor name(const Tensor& x)` for each op of MPX_UNARY_OPS (ops/formulas.h, where each
+/// formula and its derivative live): neg, abs, sign (not differentiable), sqrt, rsqrt,
+/// reciprocal, exp, log, sin, cos, erf, tanh, sigmoid, relu, silu, ...
+#define MPX_DECLARE_UNARY(op) Tensor op(const Tensor& x);
+MPX_UNARY_OPS(MPX_DECLARE_UNARY)
+#undef MPX_DECLARE_UNARY
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
-/// GELU with the exact erf form (PyTorch's default approximate="none").
-Tensor gelu(const Tensor& x);
-Tensor silu(const Tensor& x);
+/// GELU: x Phi(x) with approximate "none" (the erf form, PyTorch's default) or "tanh"
+/// (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))).
+Tensor gelu(const Tensor& x, const std::string& approximate = "none");
 Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
 Tensor pow(const Tensor& x, double exponent);
 Tensor square(const Tensor& x);

@@ -67,7 +67,7 @@ Tensor& write_into(Tensor& self, const Tensor& value, const char* op) {
             shape_str(value.sizes()), " cannot be written into a tensor of shape ", shape_str(self.sizes()));
   NoGradGuard ng;
   Tensor v = value.sizes() == self.sizes() ? value : value.expand(self.sizes());
-  dispatch::kernel<kernels::CopyFn>(OpId::copy, self.device(), self.dtype())(self, v);
+  dispatch::kernel<OpId::copy>(self.device(), self.dtype())(self, v);
   self.bump_version();
   return self;
 }
@@ -150,14 +150,14 @@ Tensor& Tensor::copy_(const Tensor& src) {
   }
   if (overlaps(*this, s)) s = s.clone();  // read everything before writing anything
   if (s.sizes() != sizes()) s = s.expand(sizes());
-  dispatch::kernel<kernels::CopyFn>(OpId::copy, device(), dtype())(*this, s);
+  dispatch::kernel<OpId::copy>(device(), dtype())(*this, s);
   bump_version();
   return *this;
 }
 Tensor& Tensor::fill_(double v) {
   if (recording(*this)) return overwrite_recorded(*this, "fill_", Tensor(), full({}, v, options()));
   if (is_contiguous()) {
-    dispatch::kernel<kernels::FillFn>(OpId::fill, device(), dtype())(*this, v);
+    dispatch::kernel<OpId::fill>(device(), dtype())(*this, v);
     bump_version();
     return *this;
   }

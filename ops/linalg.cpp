@@ -20,7 +20,7 @@ void check_float_pair(const char* op, const Tensor& a, const Tensor& b) {
 // The fused-epilogue GEMM for a tensor's device and dtype, or null where there is none (the CPU).
 dispatch::KernelRef<kernels::GemmEpilogueFn> epilogue_kernel(const Tensor& t) {
   if (!dispatch::has_kernel(OpId::linear, t.device().type, t.dtype())) return {};
-  return dispatch::kernel<kernels::GemmEpilogueFn>(OpId::linear, t.device(), t.dtype());
+  return dispatch::kernel<OpId::linear>(t.device(), t.dtype());
 }
 
 // out = beta * c + alpha * a @ b without autograd.
@@ -42,7 +42,7 @@ Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& c, double alpha, dou
     out = empty({a.size(0), b.size(1)}, a.options());
     beta = 0.0;
   }
-  dispatch::kernel<kernels::GemmFn>(OpId::mm, a.device(), a.dtype())(out, a, b, alpha, beta);
+  dispatch::kernel<OpId::mm>(a.device(), a.dtype())(out, a, b, alpha, beta);
   return out;
 }
 
@@ -186,9 +186,9 @@ Tensor bmm(const Tensor& a0, const Tensor& b0) {
   {
     NoGradGuard ng;
     if (dispatch::has_kernel(OpId::bmm, a.device().type, a.dtype())) {
-      dispatch::kernel<kernels::BmmFn>(OpId::bmm, a.device(), a.dtype())(out, a, b, 1.0, 0.0);
+      dispatch::kernel<OpId::bmm>(a.device(), a.dtype())(out, a, b, 1.0, 0.0);
     } else {
-      auto k = dispatch::kernel<kernels::GemmFn>(OpId::mm, a.device(), a.dtype());
+      auto k = dispatch::kernel<OpId::mm>(a.device(), a.dtype());
       for (int64_t i = 0; i < a.size(0); ++i) k(out.select(0, i), a.select(0, i), b.select(0, i), 1.0, 0.0);
     }
   }

@@ -50,7 +50,7 @@ Tensor nll_scatter(const Tensor& g, const Tensor& target, int64_t classes, int64
 Tensor nll_pick(const Tensor& in, const Tensor& target, int64_t ignore_index) {
   Tensor out = empty({in.size(0), in.size(2)}, in.options());
   if (out.numel() > 0)
-    dispatch::kernel<kernels::NllPickFn>(OpId::nll_loss, in.device(), in.dtype())(out, in.detach(), target, ignore_index);
+    dispatch::kernel<OpId::nll_loss>(in.device(), in.dtype())(out, in.detach(), target, ignore_index);
   const int64_t classes = in.size(1);
   if (auto n = autograd::record("NllLossBackward", {in}, {out}, [classes, ignore_index](FunctionNode& self, const tensor_list& g) -> tensor_list {
         return {nll_scatter(g[0], self.saved(0), classes, ignore_index)};
@@ -64,7 +64,7 @@ Tensor nll_scatter(const Tensor& g, const Tensor& target, int64_t classes, int64
   Tensor out = empty({g.size(0), classes, g.size(1)}, g.options());
   if (out.numel() > 0) {
     Tensor gc = g.detach().contiguous();
-    dispatch::kernel<kernels::NllScatterFn>(OpId::nll_loss_backward, g.device(), g.dtype())(out, gc, target, ignore_index);
+    dispatch::kernel<OpId::nll_loss_backward>(g.device(), g.dtype())(out, gc, target, ignore_index);
   }
   if (auto n = autograd::record("NllLossBackwardBackward", {g}, {out}, [ignore_index](FunctionNode& self, const tensor_list& gg) -> tensor_list {
         return {nll_pick(gg[0], self.saved(0), ignore_index)};

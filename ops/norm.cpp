@@ -160,7 +160,7 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
     NoGradGuard ng;
     Tensor xc = nhwc ? x : x.contiguous();
     if (x.numel() > 0)
-      reserve = dispatch::kernel<kernels::BatchNormFn>(OpId::batch_norm, x.device(), x.dtype())(
+      reserve = dispatch::kernel<OpId::batch_norm>(x.device(), x.dtype())(
           nhwc ? y : y.view(a.s3), mean, var, invstd, nhwc ? xc : xc.view(a.s3), stat_copy(w, a.sd),
           stat_copy(b, a.sd), training, eps);
     if (training && running_mean.defined()) update_running(a, running_mean, running_var, mean, var, momentum);
@@ -182,7 +182,7 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
         auto as3 = [&](const Tensor& t) {
           return !t.defined() ? t : nhwc ? t.contiguous(MemoryFormat::ChannelsLast) : t.contiguous().view(s3);
         };
-        dispatch::kernel<kernels::BatchNormBackwardFn>(OpId::batch_norm_backward, x.device(), x.dtype())(
+        dispatch::kernel<OpId::batch_norm_backward>(x.device(), x.dtype())(
             as3(gx), gw, gb, as3(gy), as3(x), mean, invstd, stat_copy(w, mean.dtype()), reserve, training);
       } else {
         if (gw.defined()) gw.zero_();
@@ -216,7 +216,7 @@ Tensor batch_norm_add_relu(const Tensor& x0, const Tensor& z, const Tensor& runn
   Tensor y = empty(x.sizes(), kernel_layout(x, nhwc)), reserve;
   {
     NoGradGuard ng;
-    reserve = dispatch::kernel<kernels::BatchNormAddReluFn>(OpId::batch_norm_add_relu, x.device(), x.dtype())(
+    reserve = dispatch::kernel<OpId::batch_norm_add_relu>(x.device(), x.dtype())(
         as_kernel(y), mean, var, invstd, as_kernel(x), as_kernel(z), stat_copy(w, a.sd), stat_copy(b, a.sd), training,
         eps);
     if (training && running_mean.defined()) update_running(a, running_mean, running_var, mean, var, momentum);
@@ -242,7 +242,7 @@ Tensor batch_norm_add_relu(const Tensor& x0, const Tensor& z, const Tensor& runn
       Tensor gw = self.next_edges[2].valid() ? empty({C}, so) : Tensor();
       Tensor gb = self.next_edges[3].valid() ? empty({C}, so) : Tensor();
       if (!nhwc) gy = gy.contiguous();
-      dispatch::kernel<kernels::BatchNormAddReluBackwardFn>(OpId::batch_norm_add_relu_backward, x.device(),
+      dispatch::kernel<OpId::batch_norm_add_relu_backward>(x.device(),
                                                             x.dtype())(
           as_kernel(gx), as_kernel(gz), gw, gb, as_kernel(gy), as_kernel(x), as_kernel(y), mean, invstd,
           stat_copy(w, mean.dtype()), stat_copy(b, mean.dtype()), reserve, training);

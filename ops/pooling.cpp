@@ -76,7 +76,7 @@ Tensor avg_pool_backward_impl(const Tensor& gy0, const Pool2dParams& p, const In
   Tensor gx = empty(x_shape, in_format(gy.options(), f));
   {
     NoGradGuard ng;
-    dispatch::kernel<kernels::AvgPool2dBackwardFn>(OpId::avg_pool2d_backward, gy.device(), gy.dtype())(
+    dispatch::kernel<OpId::avg_pool2d_backward>(gy.device(), gy.dtype())(
         gx, gy.contiguous(f), p);
     gx = in_format_of(gx, gy);
   }
@@ -93,7 +93,7 @@ Tensor avg_pool_impl(const Tensor& x, const Pool2dParams& p, const IntList& out_
   Tensor y = empty(out_shape, in_format(x.options(), f));
   {
     NoGradGuard ng;
-    dispatch::kernel<kernels::AvgPool2dFn>(OpId::avg_pool2d, x.device(), x.dtype())(y, x.contiguous(f), p);
+    dispatch::kernel<OpId::avg_pool2d>(x.device(), x.dtype())(y, x.contiguous(f), p);
     y = in_format_of(y, x);
   }
   if (auto n = autograd::record("AvgPool2dBackward", {x}, {y},
@@ -111,7 +111,7 @@ Tensor adaptive_backward_impl(const Tensor& gy, const IntList& x_shape, MemoryFo
   Tensor gx = empty(x_shape, in_format(gy.options(), f));
   {
     NoGradGuard ng;
-    dispatch::kernel<kernels::AdaptiveAvgPool2dFn>(OpId::adaptive_avg_pool2d_backward, gy.device(), gy.dtype())(
+    dispatch::kernel<OpId::adaptive_avg_pool2d_backward>(gy.device(), gy.dtype())(
         gx, gy.contiguous(f));
     gx = in_format_of(gx, gy);
   }
@@ -128,7 +128,7 @@ Tensor adaptive_impl(const Tensor& x, const IntList& out_shape) {
   Tensor y = empty(out_shape, in_format(x.options(), f));
   {
     NoGradGuard ng;
-    dispatch::kernel<kernels::AdaptiveAvgPool2dFn>(OpId::adaptive_avg_pool2d, x.device(), x.dtype())(y,
+    dispatch::kernel<OpId::adaptive_avg_pool2d>(x.device(), x.dtype())(y,
                                                                                                      x.contiguous(f));
     y = in_format_of(y, x);
   }
@@ -154,7 +154,7 @@ Tensor max_pool2d(const Tensor& x0, Pair kernel, Pair stride, Pair padding, Pair
   Tensor idx = empty(out_shape, in_format(TensorOptions().dtype(kInt64).device(x.device()), f));
   {
     NoGradGuard ng;
-    dispatch::kernel<kernels::MaxPool2dFn>(OpId::max_pool2d, x.device(), x.dtype())(y, idx, x.contiguous(f), p);
+    dispatch::kernel<OpId::max_pool2d>(x.device(), x.dtype())(y, idx, x.contiguous(f), p);
     y = in_format_of(y, x);
   }
   if (auto n = autograd::record("MaxPool2dBackward", {x}, {y},
@@ -163,7 +163,7 @@ Tensor max_pool2d(const Tensor& x0, Pair kernel, Pair stride, Pair padding, Pair
         Tensor gy = g[0];
         Tensor gx = empty(self.shapes[0], in_format(gy.options(), f));
         NoGradGuard ng;
-        dispatch::kernel<kernels::MaxPool2dBackwardFn>(OpId::max_pool2d_backward, gy.device(), gy.dtype())(
+        dispatch::kernel<OpId::max_pool2d_backward>(gy.device(), gy.dtype())(
             gx, gy.contiguous(f), idx, p);
         return {f == MemoryFormat::ChannelsLast ? gx : in_format_of(gx, gy)};
       })) {

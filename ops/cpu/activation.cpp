@@ -92,11 +92,11 @@ template <typename T> struct Dropout {
 
 MPX_REGISTER_KERNELS(cpu_activation) {
   using D = DeviceType;
-  dispatch::register_types<Softmax, float, double, Half, BFloat16>(OpId::softmax, D::kCPU);
-  dispatch::register_types<Softmax, float, double, Half, BFloat16>(OpId::log_softmax, D::kCPU);
-  dispatch::register_types<SoftmaxBackward, float, double, Half, BFloat16>(OpId::softmax_backward, D::kCPU);
-  dispatch::register_types<SoftmaxBackward, float, double, Half, BFloat16>(OpId::log_softmax_backward, D::kCPU);
-  dispatch::register_types<Dropout, float, double, Half, BFloat16>(OpId::dropout, D::kCPU);
+  dispatch::register_types<OpId::softmax, Softmax, float, double, Half, BFloat16>(D::kCPU);
+  dispatch::register_types<OpId::log_softmax, Softmax, float, double, Half, BFloat16>(D::kCPU);
+  dispatch::register_types<OpId::softmax_backward, SoftmaxBackward, float, double, Half, BFloat16>(D::kCPU);
+  dispatch::register_types<OpId::log_softmax_backward, SoftmaxBackward, float, double, Half, BFloat16>(D::kCPU);
+  dispatch::register_types<OpId::dropout, Dropout, float, double, Half, BFloat16>(D::kCPU);
 }
 
 }  // namespace mpx::cpu

@@ -111,9 +111,8 @@ void update_scale(const Tensor& scale, const Tensor& tracker, const Tensor& skip
 }  // namespace
 
 MPX_REGISTER_KERNELS(cpu_amp) {
-  dispatch::register_kernel(OpId::unscale_check_inf, DeviceType::kCPU, kFloat32,
-                            reinterpret_cast<void*>(&unscale_check_inf));
-  dispatch::register_kernel(OpId::update_scale, DeviceType::kCPU, kFloat32, reinterpret_cast<void*>(&update_scale));
+  dispatch::register_kernel<OpId::unscale_check_inf>(DeviceType::kCPU, kFloat32, &unscale_check_inf);
+  dispatch::register_kernel<OpId::update_scale>(DeviceType::kCPU, kFloat32, &update_scale);
 }
 
 }  // namespace mpx::cpu

@@ -383,12 +383,11 @@ bool cpu_conv_native(DType dt) {
 
 namespace mpx::cpu {
 MPX_REGISTER_KERNELS(cpu_conv) {
-  dispatch::register_types<ConvForward, float, double, Half, BFloat16>(OpId::conv2d, DeviceType::kCPU);
-  dispatch::register_types<ConvBackwardInput, float, double, Half, BFloat16>(OpId::conv2d_backward_input, DeviceType::kCPU);
+  dispatch::register_types<OpId::conv2d, ConvForward, float, double, Half, BFloat16>(DeviceType::kCPU);
+  dispatch::register_types<OpId::conv2d_backward_input, ConvBackwardInput, float, double, Half, BFloat16>(DeviceType::kCPU);
   // conv_transpose2d's forward is exactly conv2d's input gradient (plus bias).
-  dispatch::register_types<ConvBackwardInput, float, double, Half, BFloat16>(OpId::conv_transpose2d, DeviceType::kCPU);
-  dispatch::register_types<ConvBackwardWeight, float, double, Half, BFloat16>(OpId::conv2d_backward_weight,
-                                                                               DeviceType::kCPU);
+  dispatch::register_types<OpId::conv_transpose2d, ConvBackwardInput, float, double, Half, BFloat16>(DeviceType::kCPU);
+  dispatch::register_types<OpId::conv2d_backward_weight, ConvBackwardWeight, float, double, Half, BFloat16>(DeviceType::kCPU);
 }
 
 }  // namespace mpx::cpu

@@ -6,83 +6,40 @@
 #include "ops/cpu/loops.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
+#include "ops/formulas.h"
 
 namespace mpx::cpu {
 namespace {
 
 template <typename T> T from_acc(acc_t<T> v) { return static_cast<T>(v); }
 
-// ---- unary: functor F<A> maps (A x, double p0, double p1) -> A, A = acc_t<T> ----
-#define MPX_UNARY(NAME, EXPR)                                                        \
-  struct NAME {                                                                      \
-    template <typename A> static A f(A x, double p0, double p1) {                    \
-      (void)p0; (void)p1;                                                            \
-      return EXPR;                                                                   \
-    }                                                                                \
-  };
-MPX_UNARY(Neg, -x)
-MPX_UNARY(Abs, std::abs(x))
-MPX_UNARY(Sign, static_cast<A>((x > A(0)) - (x < A(0))))
-MPX_UNARY(Sqrt, std::sqrt(x))
-MPX_UNARY(Rsqrt, A(1) / std::sqrt(x))
-MPX_UNARY(Reciprocal, A(1) / x)
-MPX_UNARY(Exp, std::exp(x))
-MPX_UNARY(Log, std::log(x))
-MPX_UNARY(Sin, std::sin(x))
-MPX_UNARY(Cos, std::cos(x))
-MPX_UNARY(Erf, std::erf(x))
-MPX_UNARY(Tanh, std::tanh(x))
-MPX_UNARY(Sigmoid, A(1) / (A(1) + std::exp(-x)))
-MPX_UNARY(LeakyRelu, x > A(0) ? x : static_cast<A>(x * p0))
-MPX_UNARY(Gelu, static_cast<A>(0.5) * x * (A(1) + std::erf(x * static_cast<A>(0.70710678118654752440))))
-MPX_UNARY(Silu, x / (A(1) + std::exp(-x)))
-MPX_UNARY(Softplus, x * p0 > p1 ? x : static_cast<A>(std::log1p(std::exp(x * p0)) / p0))
-MPX_UNARY(PowScalar, static_cast<A>(p0 == 2.0 ? x * x : std::pow(x, static_cast<A>(p0))))
-MPX_UNARY(Clamp, std::isnan(x) ? x : static_cast<A>(std::min<double>(std::max<double>(x, p0), p1)))
-#undef MPX_UNARY
-
-template <typename Op>
+// ---- unary and binary ops: the formulas of ops/formulas.h, computed in acc_t<T> ----
+template <typename F>
 struct Unary {
   template <typename T> struct K {
     static void run(const Tensor& out, const Tensor& in, double p0, double p1) {
-      elementwise<T, T>(out, [p0, p1](T x) { return from_acc<T>(Op::template f<acc_t<T>>(static_cast<acc_t<T>>(x), p0, p1)); }, in);
+      using A = acc_t<T>;
+      if constexpr (requires(A x) { F::keep(x); })
+        elementwise<T, T>(out, [](T x) { return keep_or_zero(F::keep(static_cast<A>(x)), x); }, in);
+      else
+        elementwise<T, T>(out, [p0, p1](T x) { return from_acc<T>(F::template fwd<A>(static_cast<A>(x), p0, p1)); }, in);
     }
   };
 };
 
-// ---- binary ----
-#define MPX_BINARY(NAME, EXPR)                                  \
-  struct NAME {                                                 \
-    template <typename A> static A f(A a, A b, double alpha) {  \
-      (void)alpha;                                              \
-      return EXPR;                                              \
-    }                                                           \
-  };
-MPX_BINARY(Add, static_cast<A>(a + static_cast<A>(alpha) * b))
-MPX_BINARY(Sub, static_cast<A>(a - static_cast<A>(alpha) * b))
-MPX_BINARY(Mul, static_cast<A>(a * b))
-MPX_BINARY(Div, static_cast<A>(a / b))
-MPX_BINARY(Pow, static_cast<A>(std::pow(a, b)))
-MPX_BINARY(Maximum, (std::isnan(static_cast<double>(a)) || a > b) ? a : b)
-MPX_BINARY(Minimum, (std::isnan(static_cast<double>(a)) || a < b) ? a : b)
-#undef MPX_BINARY
-
-template <typename Op>
+template <typename F>
 struct Binary {
   template <typename T> struct K {
     static void run(const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
-      elementwise<T, T, T>(out, [alpha](T x, T y) {
-        return from_acc<T>(Op::template f<acc_t<T>>(static_cast<acc_t<T>>(x), static_cast<acc_t<T>>(y), alpha));
-      }, a, b);
-    }
-  };
-};
-
-template <typename Cmp>
-struct Compare {
-  template <typename T> struct K {
-    static void run(const Tensor& out, const Tensor& a, const Tensor& b, double) {
-      elementwise<bool, T, T>(out, [](T x, T y) { return Cmp{}(static_cast<acc_t<T>>(x), static_cast<acc_t<T>>(y)); }, a, b);
+      using A = acc_t<T>;
+      if constexpr (F::kCompare)
+        elementwise<bool, T, T>(out, [alpha](T x, T y) { return F::template fwd<A>(static_cast<A>(x), static_cast<A>(y), alpha); }, a, b);
+      else if constexpr (requires(A x) { F::keep(x, x, 0.0); })
+        elementwise<T, T, T>(out, [alpha](T x, T y) {
+          return keep_or_zero(F::keep(static_cast<A>(x), static_cast<A>(y), alpha), x); }, a, b);
+      else
+        elementwise<T, T, T>(out, [alpha](T x, T y) {
+          return from_acc<T>(F::template fwd<A>(static_cast<A>(x), static_cast<A>(y), alpha)); }, a, b);
     }
   };
 };
@@ -106,17 +63,6 @@ template <typename T> struct Addcdiv {
       return static_cast<T>(static_cast<A>(z) + static_cast<A>(v) * static_cast<A>(x) / static_cast<A>(y)); }, s, a, b);
   }
 };
-template <typename T> struct Relu {
-  static void run(const Tensor& out, const Tensor& in, double, double) {
-    elementwise<T, T>(out, [](T x) { return keep_or_zero(static_cast<acc_t<T>>(x) > acc_t<T>(0), x); }, in);
-  }
-};
-template <typename T> struct ThresholdBackward {
-  static void run(const Tensor& out, const Tensor& g, const Tensor& x, double thr) {
-    elementwise<T, T, T>(out, [thr](T gv, T xv) { return keep_or_zero(static_cast<double>(xv) > thr, gv); }, g, x);
-  }
-};
-
 // ---- copy (with conversion), fill, random ----
 template <typename D, typename S> D convert(S v) {
   if constexpr (std::is_same_v<D, bool>) return static_cast<float>(v) != 0.0f;
@@ -209,62 +155,31 @@ template <typename T> struct RandNormal {
   }
 };
 
-template <typename Op>
-void reg_unary(OpId op) {
-  dispatch::register_types<Unary<Op>::template K, float, double, Half, BFloat16>(op, DeviceType::kCPU);
-}
-
 }  // namespace
 
 MPX_REGISTER_KERNELS(cpu_elementwise) {
   using D = DeviceType;
-  reg_unary<Neg>(OpId::neg);
-  dispatch::register_types<Unary<Neg>::K, int64_t, int32_t>(OpId::neg, D::kCPU);
-  reg_unary<Abs>(OpId::abs);
-  dispatch::register_types<Unary<Abs>::K, int64_t, int32_t>(OpId::abs, D::kCPU);
-  reg_unary<Sign>(OpId::sign);
-  reg_unary<Sqrt>(OpId::sqrt);
-  reg_unary<Rsqrt>(OpId::rsqrt);
-  reg_unary<Reciprocal>(OpId::reciprocal);
-  reg_unary<Exp>(OpId::exp);
-  reg_unary<Log>(OpId::log);
-  reg_unary<Sin>(OpId::sin);
-  reg_unary<Cos>(OpId::cos);
-  reg_unary<Erf>(OpId::erf);
-  reg_unary<Tanh>(OpId::tanh);
-  reg_unary<Sigmoid>(OpId::sigmoid);
-  dispatch::register_types<Relu, float, double, Half, BFloat16>(OpId::relu, D::kCPU);
-  reg_unary<LeakyRelu>(OpId::leaky_relu);
-  reg_unary<Gelu>(OpId::gelu);
-  reg_unary<Silu>(OpId::silu);
-  reg_unary<Softplus>(OpId::softplus);
-  reg_unary<PowScalar>(OpId::pow_scalar);
-  reg_unary<Clamp>(OpId::clamp);
-  dispatch::register_types<Unary<Clamp>::K, int64_t, int32_t, uint8_t>(OpId::clamp, D::kCPU);
+  using formulas::Formula;
+  // Every formula op, for the CPU dtypes its ops.def row promises.
+#define MPX_REG_UNARY(op) \
+  dispatch::register_mask<OpId::op, Unary<Formula<OpId::op>>::template K, kCpuDTypes[static_cast<int>(OpId::op)]>(D::kCPU);
+#define MPX_REG_BINARY(op) \
+  dispatch::register_mask<OpId::op, Binary<Formula<OpId::op>>::template K, kCpuDTypes[static_cast<int>(OpId::op)]>(D::kCPU);
+  MPX_UNARY_OPS(MPX_REG_UNARY)
+  MPX_PARAM_UNARY_OPS(MPX_REG_UNARY)
+  MPX_BINARY_OPS(MPX_REG_BINARY)
+#undef MPX_REG_UNARY
+#undef MPX_REG_BINARY
 
 #define MPX_FLOATS float, double, Half, BFloat16
 #define MPX_ALL float, double, Half, BFloat16, int64_t, int32_t, uint8_t
-  dispatch::register_types<Binary<Add>::K, MPX_ALL>(OpId::add, D::kCPU);
-  dispatch::register_types<Binary<Sub>::K, MPX_ALL>(OpId::sub, D::kCPU);
-  dispatch::register_types<Binary<Mul>::K, MPX_ALL>(OpId::mul, D::kCPU);
-  dispatch::register_types<Binary<Div>::K, MPX_FLOATS>(OpId::div, D::kCPU);
-  dispatch::register_types<Binary<Pow>::K, MPX_FLOATS>(OpId::pow, D::kCPU);
-  dispatch::register_types<Binary<Maximum>::K, MPX_ALL>(OpId::maximum, D::kCPU);
-  dispatch::register_types<Binary<Minimum>::K, MPX_ALL>(OpId::minimum, D::kCPU);
-  dispatch::register_types<Compare<std::equal_to<>>::K, MPX_ALL, bool>(OpId::eq, D::kCPU);
-  dispatch::register_types<Compare<std::not_equal_to<>>::K, MPX_ALL, bool>(OpId::ne, D::kCPU);
-  dispatch::register_types<Compare<std::less<>>::K, MPX_ALL>(OpId::lt, D::kCPU);
-  dispatch::register_types<Compare<std::less_equal<>>::K, MPX_ALL>(OpId::le, D::kCPU);
-  dispatch::register_types<Compare<std::greater<>>::K, MPX_ALL>(OpId::gt, D::kCPU);
-  dispatch::register_types<Compare<std::greater_equal<>>::K, MPX_ALL>(OpId::ge, D::kCPU);
-  dispatch::register_types<Where, MPX_ALL, bool>(OpId::where, D::kCPU);
-  dispatch::register_types<Addcmul, MPX_FLOATS>(OpId::addcmul, D::kCPU);
-  dispatch::register_types<Addcdiv, MPX_FLOATS>(OpId::addcdiv, D::kCPU);
-  dispatch::register_types<ThresholdBackward, MPX_FLOATS>(OpId::threshold_backward, D::kCPU);
-  dispatch::register_types<Copy, MPX_ALL, bool>(OpId::copy, D::kCPU);
-  dispatch::register_types<Fill, MPX_ALL, bool>(OpId::fill, D::kCPU);
-  dispatch::register_types<RandUniform, MPX_ALL>(OpId::rand_uniform, D::kCPU);
-  dispatch::register_types<RandNormal, MPX_FLOATS>(OpId::rand_normal, D::kCPU);
+  dispatch::register_types<OpId::where, Where, MPX_ALL, bool>(D::kCPU);
+  dispatch::register_types<OpId::addcmul, Addcmul, MPX_FLOATS>(D::kCPU);
+  dispatch::register_types<OpId::addcdiv, Addcdiv, MPX_FLOATS>(D::kCPU);
+  dispatch::register_types<OpId::copy, Copy, MPX_ALL, bool>(D::kCPU);
+  dispatch::register_types<OpId::fill, Fill, MPX_ALL, bool>(D::kCPU);
+  dispatch::register_types<OpId::rand_uniform, RandUniform, MPX_ALL>(D::kCPU);
+  dispatch::register_types<OpId::rand_normal, RandNormal, MPX_FLOATS>(D::kCPU);
 #undef MPX_FLOATS
 #undef MPX_ALL
 }

@@ -104,8 +104,8 @@ template <typename T> struct Bmm {
 }  // namespace
 
 MPX_REGISTER_KERNELS(cpu_linalg) {
-  dispatch::register_types<Gemm, float, double, Half, BFloat16>(OpId::mm, DeviceType::kCPU);
-  dispatch::register_types<Bmm, float, double, Half, BFloat16>(OpId::bmm, DeviceType::kCPU);
+  dispatch::register_types<OpId::mm, Gemm, float, double, Half, BFloat16>(DeviceType::kCPU);
+  dispatch::register_types<OpId::bmm, Bmm, float, double, Half, BFloat16>(DeviceType::kCPU);
 }
 
 }  // namespace mpx::cpu

@@ -48,8 +48,8 @@ template <typename T> struct NllScatter {
 
 MPX_REGISTER_KERNELS(cpu_loss) {
   using D = DeviceType;
-  dispatch::register_types<NllPick, float, double, Half, BFloat16>(OpId::nll_loss, D::kCPU);
-  dispatch::register_types<NllScatter, float, double, Half, BFloat16>(OpId::nll_loss_backward, D::kCPU);
+  dispatch::register_types<OpId::nll_loss, NllPick, float, double, Half, BFloat16>(D::kCPU);
+  dispatch::register_types<OpId::nll_loss_backward, NllScatter, float, double, Half, BFloat16>(D::kCPU);
 }
 
 }  // namespace mpx::cpu

@@ -330,13 +330,10 @@ template <typename T> struct BatchNormAddReluBackward {
 }  // namespace
 
 MPX_REGISTER_KERNELS(cpu_norm) {
-  dispatch::register_types<BatchNorm, float, double, Half, BFloat16>(OpId::batch_norm, DeviceType::kCPU);
-  dispatch::register_types<BatchNormBackward, float, double, Half, BFloat16>(OpId::batch_norm_backward,
-                                                                             DeviceType::kCPU);
-  dispatch::register_types<BatchNormAddRelu, float, double, Half, BFloat16>(OpId::batch_norm_add_relu,
-                                                                            DeviceType::kCPU);
-  dispatch::register_types<BatchNormAddReluBackward, float, double, Half, BFloat16>(
-      OpId::batch_norm_add_relu_backward, DeviceType::kCPU);
+  dispatch::register_types<OpId::batch_norm, BatchNorm, float, double, Half, BFloat16>(DeviceType::kCPU);
+  dispatch::register_types<OpId::batch_norm_backward, BatchNormBackward, float, double, Half, BFloat16>(DeviceType::kCPU);
+  dispatch::register_types<OpId::batch_norm_add_relu, BatchNormAddRelu, float, double, Half, BFloat16>(DeviceType::kCPU);
+  dispatch::register_types<OpId::batch_norm_add_relu_backward, BatchNormAddReluBackward, float, double, Half, BFloat16>(DeviceType::kCPU);
 }
 
 }  // namespace mpx::cpu

@@ -209,8 +209,8 @@ struct Adam {
 }  // namespace
 
 MPX_REGISTER_KERNELS(cpu_optim) {
-  dispatch::register_types<Sgd, float, double>(OpId::sgd_step, DeviceType::kCPU);
-  dispatch::register_types<Adam, float, double>(OpId::adam_step, DeviceType::kCPU);
+  dispatch::register_types<OpId::sgd_step, Sgd, float, double>(DeviceType::kCPU);
+  dispatch::register_types<OpId::adam_step, Adam, float, double>(DeviceType::kCPU);
 }
 
 }  // namespace mpx::cpu

@@ -200,13 +200,12 @@ template <typename T> struct AdaptiveAvgPoolBackward {
 
 MPX_REGISTER_KERNELS(cpu_pooling) {
   constexpr auto cpu = DeviceType::kCPU;
-  dispatch::register_types<MaxPool, float, double, Half, BFloat16>(OpId::max_pool2d, cpu);
-  dispatch::register_types<MaxPoolBackward, float, double, Half, BFloat16>(OpId::max_pool2d_backward, cpu);
-  dispatch::register_types<AvgPool, float, double, Half, BFloat16>(OpId::avg_pool2d, cpu);
-  dispatch::register_types<AvgPoolBackward, float, double, Half, BFloat16>(OpId::avg_pool2d_backward, cpu);
-  dispatch::register_types<AdaptiveAvgPool, float, double, Half, BFloat16>(OpId::adaptive_avg_pool2d, cpu);
-  dispatch::register_types<AdaptiveAvgPoolBackward, float, double, Half, BFloat16>(OpId::adaptive_avg_pool2d_backward,
-                                                                                    cpu);
+  dispatch::register_types<OpId::max_pool2d, MaxPool, float, double, Half, BFloat16>(cpu);
+  dispatch::register_types<OpId::max_pool2d_backward, MaxPoolBackward, float, double, Half, BFloat16>(cpu);
+  dispatch::register_types<OpId::avg_pool2d, AvgPool, float, double, Half, BFloat16>(cpu);
+  dispatch::register_types<OpId::avg_pool2d_backward, AvgPoolBackward, float, double, Half, BFloat16>(cpu);
+  dispatch::register_types<OpId::adaptive_avg_pool2d, AdaptiveAvgPool, float, double, Half, BFloat16>(cpu);
+  dispatch::register_types<OpId::adaptive_avg_pool2d_backward, AdaptiveAvgPoolBackward, float, double, Half, BFloat16>(cpu);
 }
 
 }  // namespace mpx::cpu

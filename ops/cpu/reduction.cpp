@@ -98,10 +98,10 @@ struct ArgReduce {
 
 MPX_REGISTER_KERNELS(cpu_reduction) {
   using D = DeviceType;
-  dispatch::register_types<Sum, float, double, Half, BFloat16, int64_t>(OpId::sum, D::kCPU);
-  dispatch::register_types<Var, float, double, Half, BFloat16>(OpId::var, D::kCPU);
-  dispatch::register_types<ArgReduce<true>::K, float, double, Half, BFloat16, int64_t, int32_t, uint8_t>(OpId::max_dim, D::kCPU);
-  dispatch::register_types<ArgReduce<false>::K, float, double, Half, BFloat16, int64_t, int32_t, uint8_t>(OpId::min_dim, D::kCPU);
+  dispatch::register_types<OpId::sum, Sum, float, double, Half, BFloat16, int64_t>(D::kCPU);
+  dispatch::register_types<OpId::var, Var, float, double, Half, BFloat16>(D::kCPU);
+  dispatch::register_types<OpId::max_dim, ArgReduce<true>::K, float, double, Half, BFloat16, int64_t, int32_t, uint8_t>(D::kCPU);
+  dispatch::register_types<OpId::min_dim, ArgReduce<false>::K, float, double, Half, BFloat16, int64_t, int32_t, uint8_t>(D::kCPU);
 }
 
 }  // namespace mpx::cpu

@@ -132,10 +132,10 @@ struct Adam {
 
 MPX_REGISTER_KERNELS(cuda_amp_optim) {
   using D = DeviceType;
-  dispatch::register_kernel(OpId::unscale_check_inf, D::kCUDA, kFloat32, reinterpret_cast<void*>(&unscale_check_inf));
-  dispatch::register_kernel(OpId::update_scale, D::kCUDA, kFloat32, reinterpret_cast<void*>(&update_scale));
-  dispatch::register_types<Sgd, float, double>(OpId::sgd_step, D::kCUDA);
-  dispatch::register_types<Adam, float, double>(OpId::adam_step, D::kCUDA);
+  dispatch::register_kernel<OpId::unscale_check_inf>(D::kCUDA, kFloat32, &unscale_check_inf);
+  dispatch::register_kernel<OpId::update_scale>(D::kCUDA, kFloat32, &update_scale);
+  dispatch::register_types<OpId::sgd_step, Sgd, float, double>(D::kCUDA);
+  dispatch::register_types<OpId::adam_step, Adam, float, double>(D::kCUDA);
 }
 
 }  // namespace mpx::cuda

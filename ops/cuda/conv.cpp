@@ -491,16 +491,10 @@ void conv_backward_weight(const Tensor& gw, const Tensor& gy, const Tensor& x, c
 
 MPX_REGISTER_KERNELS(cuda_conv) {
   for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
-    dispatch::register_kernel(OpId::conv2d, DeviceType::kCUDA, dt,
-                              reinterpret_cast<void*>(static_cast<kernels::Conv2dFn>(&conv_forward)));
-    dispatch::register_kernel(OpId::conv2d_backward_input, DeviceType::kCUDA, dt,
-                              reinterpret_cast<void*>(static_cast<kernels::Conv2dBackwardInputFn>(&conv_backward_input)));
-    dispatch::register_kernel(
-        OpId::conv_transpose2d, DeviceType::kCUDA, dt,
-        reinterpret_cast<void*>(static_cast<kernels::Conv2dBackwardInputFn>(&conv_transpose_forward)));
-    dispatch::register_kernel(
-        OpId::conv2d_backward_weight, DeviceType::kCUDA, dt,
-        reinterpret_cast<void*>(static_cast<kernels::Conv2dBackwardWeightFn>(&conv_backward_weight)));
+    dispatch::register_kernel<OpId::conv2d>(DeviceType::kCUDA, dt, &conv_forward);
+    dispatch::register_kernel<OpId::conv2d_backward_input>(DeviceType::kCUDA, dt, &conv_backward_input);
+    dispatch::register_kernel<OpId::conv_transpose2d>(DeviceType::kCUDA, dt, &conv_transpose_forward);
+    dispatch::register_kernel<OpId::conv2d_backward_weight>(DeviceType::kCUDA, dt, &conv_backward_weight);
   }
 }
 

@@ -3,18 +3,19 @@
 #include "ops/cuda/elementwise_launch.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
+#include "ops/formulas.h"
 
 namespace mpx::cuda {
 namespace {
 
-template <UnaryOp Op>
+template <OpId Op>
 void unary_fn(const Tensor& out, const Tensor& in, double p0, double p1) {
   if (out.numel() == 0) return;
   TensorDeviceGuard g(out);
   launch_unary(Op, desc(out), desc(in, out.sizes(), "elementwise"), p0, p1, stream_of(out));
 }
 
-template <BinaryOp Op>
+template <OpId Op>
 void binary_fn(const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
   if (out.numel() == 0) return;
   TensorDeviceGuard g(out);
@@ -22,7 +23,7 @@ void binary_fn(const Tensor& out, const Tensor& a, const Tensor& b, double alpha
                 stream_of(out));
 }
 
-template <TernaryOp Op>
+template <OpId Op>
 void ternary_fn(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c, double value) {
   if (out.numel() == 0) return;
   TensorDeviceGuard g(out);
@@ -69,68 +70,42 @@ void rand_fn(const Tensor& out, uint64_t seed, uint64_t offset, double a, double
   launch_rand(Normal, flat_desc(out), seed, offset, a, b, stream_of(out));
 }
 
-void reg(OpId op, void* fn, std::initializer_list<DType> dts) {
-  for (DType dt : dts) dispatch::register_kernel(op, DeviceType::kCUDA, dt, fn);
+template <OpId Op>
+void reg(op_fn_t<Op> fn, std::initializer_list<DType> dts) {
+  for (DType dt : dts) dispatch::register_kernel<Op>(DeviceType::kCUDA, dt, fn);
 }
-template <UnaryOp Op> void* unary_ptr() { return reinterpret_cast<void*>(&unary_fn<Op>); }
-template <BinaryOp Op> void* binary_ptr() { return reinterpret_cast<void*>(&binary_fn<Op>); }
-template <TernaryOp Op> void* ternary_ptr() { return reinterpret_cast<void*>(&ternary_fn<Op>); }
+// Registers fn for every dtype of the op's ops.def CUDA column.
+template <OpId Op>
+void reg_row(op_fn_t<Op> fn) {
+  for (int i = 0; i < kNumDTypes; ++i)
+    if (kCudaDTypes[static_cast<int>(Op)] & (1u << i))
+      dispatch::register_kernel<Op>(DeviceType::kCUDA, static_cast<DType>(i), fn);
+}
 
 }  // namespace
 
 MPX_REGISTER_KERNELS(cuda_elementwise) {
   const std::initializer_list<DType> floats = {kFloat32, kFloat64, kFloat16, kBFloat16};
-  const std::initializer_list<DType> ints = {kInt64, kInt32};
   const std::initializer_list<DType> all = {kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kInt32, kUInt8};
   const std::initializer_list<DType> all_bool = {kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kInt32, kUInt8, kBool};
 
-  reg(OpId::neg, unary_ptr<UnaryOp::neg>(), floats);
-  reg(OpId::neg, unary_ptr<UnaryOp::neg>(), ints);
-  reg(OpId::abs, unary_ptr<UnaryOp::abs>(), floats);
-  reg(OpId::abs, unary_ptr<UnaryOp::abs>(), ints);
-  reg(OpId::sign, unary_ptr<UnaryOp::sign>(), floats);
-  reg(OpId::sqrt, unary_ptr<UnaryOp::sqrt>(), floats);
-  reg(OpId::rsqrt, unary_ptr<UnaryOp::rsqrt>(), floats);
-  reg(OpId::reciprocal, unary_ptr<UnaryOp::reciprocal>(), floats);
-  reg(OpId::exp, unary_ptr<UnaryOp::exp>(), floats);
-  reg(OpId::log, unary_ptr<UnaryOp::log>(), floats);
-  reg(OpId::sin, unary_ptr<UnaryOp::sin>(), floats);
-  reg(OpId::cos, unary_ptr<UnaryOp::cos>(), floats);
-  reg(OpId::erf, unary_ptr<UnaryOp::erf>(), floats);
-  reg(OpId::tanh, unary_ptr<UnaryOp::tanh>(), floats);
-  reg(OpId::sigmoid, unary_ptr<UnaryOp::sigmoid>(), floats);
-  reg(OpId::relu, unary_ptr<UnaryOp::relu>(), floats);
-  reg(OpId::leaky_relu, unary_ptr<UnaryOp::leaky_relu>(), floats);
-  reg(OpId::gelu, unary_ptr<UnaryOp::gelu>(), floats);
-  reg(OpId::silu, unary_ptr<UnaryOp::silu>(), floats);
-  reg(OpId::softplus, unary_ptr<UnaryOp::softplus>(), floats);
-  reg(OpId::pow_scalar, unary_ptr<UnaryOp::pow_scalar>(), floats);
-  reg(OpId::clamp, unary_ptr<UnaryOp::clamp>(), floats);
-  reg(OpId::clamp, unary_ptr<UnaryOp::clamp>(), {kInt64, kInt32, kUInt8});
+  // Every formula op of ops/formulas.h, for the dtypes of its ops.def CUDA column.
+#define MPX_REG_UNARY(op) reg_row<OpId::op>(&unary_fn<OpId::op>);
+#define MPX_REG_BINARY(op) reg_row<OpId::op>(&binary_fn<OpId::op>);
+  MPX_UNARY_OPS(MPX_REG_UNARY)
+  MPX_PARAM_UNARY_OPS(MPX_REG_UNARY)
+  MPX_BINARY_OPS(MPX_REG_BINARY)
+#undef MPX_REG_UNARY
+#undef MPX_REG_BINARY
 
-  reg(OpId::add, binary_ptr<BinaryOp::add>(), all);
-  reg(OpId::sub, binary_ptr<BinaryOp::sub>(), all);
-  reg(OpId::mul, binary_ptr<BinaryOp::mul>(), all);
-  reg(OpId::div, binary_ptr<BinaryOp::div>(), floats);
-  reg(OpId::pow, binary_ptr<BinaryOp::pow>(), floats);
-  reg(OpId::maximum, binary_ptr<BinaryOp::maximum>(), all);
-  reg(OpId::minimum, binary_ptr<BinaryOp::minimum>(), all);
-  reg(OpId::eq, binary_ptr<BinaryOp::eq>(), all_bool);
-  reg(OpId::ne, binary_ptr<BinaryOp::ne>(), all_bool);
-  reg(OpId::lt, binary_ptr<BinaryOp::lt>(), all);
-  reg(OpId::le, binary_ptr<BinaryOp::le>(), all);
-  reg(OpId::gt, binary_ptr<BinaryOp::gt>(), all);
-  reg(OpId::ge, binary_ptr<BinaryOp::ge>(), all);
-  reg(OpId::threshold_backward, binary_ptr<BinaryOp::threshold_backward>(), floats);
+  reg<OpId::where>(&ternary_fn<OpId::where>, all_bool);
+  reg<OpId::addcmul>(&ternary_fn<OpId::addcmul>, floats);
+  reg<OpId::addcdiv>(&ternary_fn<OpId::addcdiv>, floats);
 
-  reg(OpId::where, ternary_ptr<TernaryOp::where>(), all_bool);
-  reg(OpId::addcmul, ternary_ptr<TernaryOp::addcmul>(), floats);
-  reg(OpId::addcdiv, ternary_ptr<TernaryOp::addcdiv>(), floats);
-
-  reg(OpId::copy, reinterpret_cast<void*>(&copy_fn), all_bool);
-  reg(OpId::fill, reinterpret_cast<void*>(&fill_fn), all_bool);
-  reg(OpId::rand_uniform, reinterpret_cast<void*>(&rand_fn<false>), all);
-  reg(OpId::rand_normal, reinterpret_cast<void*>(&rand_fn<true>), floats);
+  reg<OpId::copy>(&copy_fn, all_bool);
+  reg<OpId::fill>(&fill_fn, all_bool);
+  reg<OpId::rand_uniform>(&rand_fn<false>, all);
+  reg<OpId::rand_normal>(&rand_fn<true>, floats);
 }
 
 }  // namespace mpx::cuda

@@ -1,5 +1,6 @@
 // CUDA kernels for elementwise ops, casts, fills and counter-based random numbers (same
-// numerics as ops/cpu/elementwise.cpp: f16/bf16 compute in f32 and round once at the store).
+// numerics as ops/cpu/elementwise.cpp: the formulas of ops/formulas.h, f16/bf16 computed in f32
+// and rounded once at the store).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -10,6 +11,7 @@
 
 #include "core/random.h"
 #include "ops/cuda/elementwise_launch.h"
+#include "ops/formulas.h"
 
 namespace mpx::cuda {
 namespace {
@@ -41,13 +43,6 @@ template <typename T> __device__ __forceinline__ T from_acc(acc_t<T> v) {
   else return v;
 }
 
-/// static_cast<A>(double) as the CPU build computes it: x86 converts to u8 through a 32-bit
-/// integer (cvttsd2si), so negative values wrap instead of saturating as the GPU's cvt would.
-template <typename A> __device__ __forceinline__ A from_double(double d) {
-  if constexpr (std::is_same<A, uint8_t>::value) return static_cast<uint8_t>(static_cast<int32_t>(d));
-  else return static_cast<A>(d);
-}
-
 /// convert<D>(S) of the CPU kernels: to bool via `float(v) != 0`, to f16/bf16 via f32 (so
 /// f64 -> f16 rounds twice, like the CPU), from f16/bf16 via f32, otherwise static_cast.
 template <typename D, typename S> __device__ __forceinline__ D convert(S s) {
@@ -61,83 +56,26 @@ template <typename D, typename S> __device__ __forceinline__ D convert(S s) {
   else return static_cast<D>(v);
 }
 
-// Overloads picking the f32 or f64 CUDA math function.
-__device__ __forceinline__ float d_abs(float x) { return fabsf(x); }
-__device__ __forceinline__ double d_abs(double x) { return fabs(x); }
-__device__ __forceinline__ float d_sqrt(float x) { return sqrtf(x); }
-__device__ __forceinline__ double d_sqrt(double x) { return sqrt(x); }
-__device__ __forceinline__ float d_exp(float x) { return expf(x); }
-__device__ __forceinline__ double d_exp(double x) { return exp(x); }
-__device__ __forceinline__ float d_log(float x) { return logf(x); }
-__device__ __forceinline__ double d_log(double x) { return log(x); }
-__device__ __forceinline__ float d_sin(float x) { return sinf(x); }
-__device__ __forceinline__ double d_sin(double x) { return sin(x); }
-__device__ __forceinline__ float d_cos(float x) { return cosf(x); }
-__device__ __forceinline__ double d_cos(double x) { return cos(x); }
-__device__ __forceinline__ float d_erf(float x) { return erff(x); }
-__device__ __forceinline__ double d_erf(double x) { return erf(x); }
-__device__ __forceinline__ float d_tanh(float x) { return tanhf(x); }
-__device__ __forceinline__ double d_tanh(double x) { return tanh(x); }
-__device__ __forceinline__ float d_pow(float x, float y) { return powf(x, y); }
-__device__ __forceinline__ double d_pow(double x, double y) { return pow(x, y); }
-
-template <typename A> __device__ __forceinline__ bool is_nan(A x) {
-  if constexpr (std::is_floating_point<A>::value) return x != x;
-  else return false;
-}
-
-template <typename A> __device__ __forceinline__ bool is_neg(A x) {
-  if constexpr (std::is_unsigned<A>::value) return false;
-  else return x < A(0);
-}
-
 // ---- op functors: every functor takes three operands (unused ones are None) ----
-template <typename A> __device__ __forceinline__ A unary_op(UnaryOp op, A x, double p0, double p1) {
-  constexpr bool fl = std::is_floating_point<A>::value;
+// Unary and binary ops run their ops/formulas.h formula; the op is a run-time argument so each
+// dtype compiles one kernel, not one per op.
+template <typename A> __device__ __forceinline__ A unary_op(OpId op, A x, double p0, double p1) {
   switch (op) {
-    case UnaryOp::neg: return static_cast<A>(-x);
-    case UnaryOp::abs:
-      if constexpr (fl) return d_abs(x);
-      else return static_cast<A>(is_neg(x) ? -x : x);
-    case UnaryOp::sign: return static_cast<A>((x > A(0)) - is_neg(x));
-    case UnaryOp::relu: return x > A(0) ? x : A(0);
-    case UnaryOp::clamp: {
-      if (is_nan(x)) return x;
-      const double hi = static_cast<double>(x) < p0 ? p0 : static_cast<double>(x);  // std::max<double>(x, lo)
-      return from_double<A>(p1 < hi ? p1 : hi);                                      // std::min<double>(., hi)
-    }
+#define MPX_CASE(name)                                                                         \
+  case OpId::name:                                                                             \
+    if constexpr (formulas::has_dtype<A>(kCudaDTypes[static_cast<int>(OpId::name)]))           \
+      return formulas::Formula<OpId::name>::fwd(x, p0, p1);                                    \
+    break;
+    MPX_UNARY_OPS(MPX_CASE)
+    MPX_PARAM_UNARY_OPS(MPX_CASE)
+#undef MPX_CASE
     default: break;
-  }
-  if constexpr (fl) {
-    switch (op) {
-      case UnaryOp::sqrt: return d_sqrt(x);
-      case UnaryOp::rsqrt: return A(1) / d_sqrt(x);
-      case UnaryOp::reciprocal: return A(1) / x;
-      case UnaryOp::exp: return d_exp(x);
-      case UnaryOp::log: return d_log(x);
-      case UnaryOp::sin: return d_sin(x);
-      case UnaryOp::cos: return d_cos(x);
-      case UnaryOp::erf: return d_erf(x);
-      case UnaryOp::tanh: return d_tanh(x);
-      case UnaryOp::sigmoid: return A(1) / (A(1) + d_exp(-x));
-      case UnaryOp::leaky_relu: return x > A(0) ? x : static_cast<A>(static_cast<double>(x) * p0);
-      case UnaryOp::gelu:
-        return static_cast<A>(0.5) * x * (A(1) + d_erf(x * static_cast<A>(0.70710678118654752440)));
-      case UnaryOp::silu: return x / (A(1) + d_exp(-x));
-      case UnaryOp::softplus: {
-        // In f64 for every dtype, as on the CPU (x * beta promotes to double there).
-        const double bx = static_cast<double>(x) * p0;
-        return bx > p1 ? x : static_cast<A>(log1p(exp(bx)) / p0);
-      }
-      case UnaryOp::pow_scalar: return p0 == 2.0 ? x * x : d_pow(x, static_cast<A>(p0));
-      default: break;
-    }
   }
   return x;
 }
 
 template <typename T> struct UnaryF {
-  UnaryOp op;
+  OpId op;
   double p0, p1;
   __device__ __forceinline__ T operator()(T x, None, None) const {
     return from_acc<T>(unary_op<acc_t<T>>(op, to_acc(x), p0, p1));
@@ -145,40 +83,38 @@ template <typename T> struct UnaryF {
 };
 
 template <typename T> struct BinaryF {
-  BinaryOp op;
+  OpId op;
   double alpha;
   __device__ __forceinline__ T operator()(T a, T b, None) const {
     using A = acc_t<T>;
     const A x = to_acc(a), y = to_acc(b);
     switch (op) {
-      case BinaryOp::add: return from_acc<T>(static_cast<A>(x + from_double<A>(alpha) * y));
-      case BinaryOp::sub: return from_acc<T>(static_cast<A>(x - from_double<A>(alpha) * y));
-      case BinaryOp::mul: return from_acc<T>(static_cast<A>(x * y));
-      case BinaryOp::maximum: return (is_nan(x) || x > y) ? a : b;
-      case BinaryOp::minimum: return (is_nan(x) || x < y) ? a : b;
-      case BinaryOp::threshold_backward: return static_cast<double>(y) > alpha ? a : from_acc<T>(A(0));
+#define MPX_CASE(name)                                                                          \
+  case OpId::name:                                                                              \
+    if constexpr (!formulas::Formula<OpId::name>::kCompare &&                                   \
+                  formulas::has_dtype<A>(kCudaDTypes[static_cast<int>(OpId::name)]))           \
+      return from_acc<T>(formulas::Formula<OpId::name>::fwd(x, y, alpha));                      \
+    break;
+      MPX_BINARY_OPS(MPX_CASE)
+#undef MPX_CASE
       default: break;
-    }
-    if constexpr (std::is_floating_point<A>::value) {
-      if (op == BinaryOp::div) return from_acc<T>(x / y);
-      if (op == BinaryOp::pow) return from_acc<T>(d_pow(x, y));
     }
     return a;
   }
 };
 
 template <typename T> struct CompareF {
-  BinaryOp op;
+  OpId op;
   __device__ __forceinline__ Bool operator()(T a, T b, None) const {
     const acc_t<T> x = to_acc(a), y = to_acc(b);
     bool r = false;
     switch (op) {
-      case BinaryOp::eq: r = x == y; break;
-      case BinaryOp::ne: r = x != y; break;
-      case BinaryOp::lt: r = x < y; break;
-      case BinaryOp::le: r = x <= y; break;
-      case BinaryOp::gt: r = x > y; break;
-      case BinaryOp::ge: r = x >= y; break;
+#define MPX_CASE(name)                                                                          \
+  case OpId::name:                                                                              \
+    if constexpr (formulas::Formula<OpId::name>::kCompare) r = formulas::Formula<OpId::name>::fwd(x, y, 0.0); \
+    break;
+      MPX_BINARY_OPS(MPX_CASE)
+#undef MPX_CASE
       default: break;
     }
     return Bool{static_cast<uint8_t>(r)};
@@ -448,33 +384,21 @@ __global__ void __launch_bounds__(kThreads) rand_kernel(T* __restrict__ out, int
   }
 }
 
-const char* unary_name(UnaryOp op) {
-  static const char* const names[] = {"neg", "abs", "sign", "sqrt", "rsqrt", "reciprocal", "exp", "log", "sin", "cos",
-                                      "erf", "tanh", "sigmoid", "relu", "leaky_relu", "gelu", "silu", "softplus",
-                                      "pow", "clamp"};
-  return names[static_cast<int>(op)];
-}
-const char* binary_name(BinaryOp op) {
-  static const char* const names[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "threshold_backward",
-                                      "eq", "ne", "lt", "le", "gt", "ge"};
-  return names[static_cast<int>(op)];
-}
-
 }  // namespace
 
-void launch_unary(UnaryOp op, const TensorDesc& out, const TensorDesc& in, double p0, double p1, cudaStream_t s) {
-  const char* what = unary_name(op);
+void launch_unary(OpId op, const TensorDesc& out, const TensorDesc& in, double p0, double p1, cudaStream_t s) {
+  const char* what = kOpNames[static_cast<int>(op)];
   visit_num(out.dtype, what, [&](auto tag) {
     using T = decltype(tag);
     run<T, T, None, None>(out, &in, 1, UnaryF<T>{op, p0, p1}, s, what);
   });
 }
 
-void launch_binary(BinaryOp op, const TensorDesc& out, const TensorDesc& a, const TensorDesc& b, double alpha,
+void launch_binary(OpId op, const TensorDesc& out, const TensorDesc& a, const TensorDesc& b, double alpha,
                    cudaStream_t s) {
-  const char* what = binary_name(op);
+  const char* what = kOpNames[static_cast<int>(op)];
   const TensorDesc ins[2] = {a, b};
-  if (op >= BinaryOp::eq) {
+  if (formulas::is_compare(op)) {
     visit_all(a.dtype, what, [&](auto tag) {
       using T = decltype(tag);
       run<Bool, T, T, None>(out, ins, 2, CompareF<T>{op}, s, what);
@@ -487,20 +411,20 @@ void launch_binary(BinaryOp op, const TensorDesc& out, const TensorDesc& a, cons
   });
 }
 
-void launch_ternary(TernaryOp op, const TensorDesc& out, const TensorDesc& a, const TensorDesc& b, const TensorDesc& c,
+void launch_ternary(OpId op, const TensorDesc& out, const TensorDesc& a, const TensorDesc& b, const TensorDesc& c,
                     double value, cudaStream_t s) {
   const TensorDesc ins[3] = {a, b, c};
-  if (op == TernaryOp::where) {
+  if (op == OpId::where) {
     visit_all(out.dtype, "where", [&](auto tag) {
       using T = decltype(tag);
       run<T, Bool, T, T>(out, ins, 3, WhereF<T>{}, s, "where");
     });
     return;
   }
-  const char* what = op == TernaryOp::addcdiv ? "addcdiv" : "addcmul";
+  const char* what = kOpNames[static_cast<int>(op)];
   visit_float(out.dtype, what, [&](auto tag) {
     using T = decltype(tag);
-    run<T, T, T, T>(out, ins, 3, AddcF<T>{op == TernaryOp::addcdiv, value}, s, what);
+    run<T, T, T, T>(out, ins, 3, AddcF<T>{op == OpId::addcdiv, value}, s, what);
   });
 }
 

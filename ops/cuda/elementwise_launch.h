@@ -5,27 +5,20 @@
 #include <cstdint>
 
 #include "ops/cuda/launch.h"
+#include "ops/op_id.h"
 
 namespace mpx::cuda {
 
-/// Unary ops; the codes are runtime arguments so each dtype compiles one kernel, not one per op.
-enum class UnaryOp : int {
-  neg, abs, sign, sqrt, rsqrt, reciprocal, exp, log, sin, cos, erf, tanh, sigmoid, relu, leaky_relu, gelu, silu,
-  softplus, pow_scalar, clamp
-};
-/// Binary ops: arithmetic (output in the input dtype), threshold_backward, and comparisons
-/// (eq..ge, output bool).
-enum class BinaryOp : int { add, sub, mul, div, pow, maximum, minimum, threshold_backward, eq, ne, lt, le, gt, ge };
-/// Ternary ops: where (a is the bool condition), addcmul and addcdiv (a is self).
-enum class TernaryOp : int { where, addcmul, addcdiv };
-
 /// out = op(in) with `in` already broadcast to out's shape (stride 0 where expanded).
-void launch_unary(UnaryOp op, const TensorDesc& out, const TensorDesc& in, double p0, double p1, cudaStream_t s);
-/// out = op(a, b); a and b share the compute dtype, out is that dtype or bool for comparisons.
-void launch_binary(BinaryOp op, const TensorDesc& out, const TensorDesc& a, const TensorDesc& b, double alpha,
+/// op is an op of MPX_UNARY_OPS / MPX_PARAM_UNARY_OPS (ops/formulas.h).
+void launch_unary(OpId op, const TensorDesc& out, const TensorDesc& in, double p0, double p1, cudaStream_t s);
+/// out = op(a, b) for an op of MPX_BINARY_OPS; a and b share the compute dtype, out is that
+/// dtype or bool for comparisons.
+void launch_binary(OpId op, const TensorDesc& out, const TensorDesc& a, const TensorDesc& b, double alpha,
                    cudaStream_t s);
-/// out = op(a, b, c) with `value` the scalar of addcmul / addcdiv.
-void launch_ternary(TernaryOp op, const TensorDesc& out, const TensorDesc& a, const TensorDesc& b, const TensorDesc& c,
+/// out = op(a, b, c) for where (a is the bool condition), addcmul and addcdiv (a is self), with
+/// `value` the scalar of addcmul / addcdiv.
+void launch_ternary(OpId op, const TensorDesc& out, const TensorDesc& a, const TensorDesc& b, const TensorDesc& c,
                     double value, cudaStream_t s);
 /// Strided copy with conversion between any two dtypes (the CPU's rounding and casting rules).
 void launch_copy(const TensorDesc& out, const TensorDesc& src, cudaStream_t s);

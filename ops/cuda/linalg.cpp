@@ -367,9 +367,9 @@ bool gemm_epilogue(const Tensor& out, const Tensor& a, const Tensor& b, const Te
 
 MPX_REGISTER_KERNELS(cuda_linalg) {
   for (DType dt : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
-    dispatch::register_kernel(OpId::mm, DeviceType::kCUDA, dt, reinterpret_cast<void*>(&gemm));
-    dispatch::register_kernel(OpId::bmm, DeviceType::kCUDA, dt, reinterpret_cast<void*>(&bmm));
-    dispatch::register_kernel(OpId::linear, DeviceType::kCUDA, dt, reinterpret_cast<void*>(&gemm_epilogue));
+    dispatch::register_kernel<OpId::mm>(DeviceType::kCUDA, dt, &gemm);
+    dispatch::register_kernel<OpId::bmm>(DeviceType::kCUDA, dt, &bmm);
+    dispatch::register_kernel<OpId::linear>(DeviceType::kCUDA, dt, &gemm_epilogue);
   }
 }
 

@@ -441,17 +441,10 @@ void batch_norm_add_relu_backward(const Tensor& gx, const Tensor& gz, const Tens
 
 MPX_REGISTER_KERNELS(cuda_norm) {
   for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
-    dispatch::register_kernel(OpId::batch_norm, DeviceType::kCUDA, dt,
-                              reinterpret_cast<void*>(static_cast<kernels::BatchNormFn>(&batch_norm_forward)));
-    dispatch::register_kernel(
-        OpId::batch_norm_backward, DeviceType::kCUDA, dt,
-        reinterpret_cast<void*>(static_cast<kernels::BatchNormBackwardFn>(&batch_norm_backward)));
-    dispatch::register_kernel(
-        OpId::batch_norm_add_relu, DeviceType::kCUDA, dt,
-        reinterpret_cast<void*>(static_cast<kernels::BatchNormAddReluFn>(&batch_norm_add_relu_forward)));
-    dispatch::register_kernel(
-        OpId::batch_norm_add_relu_backward, DeviceType::kCUDA, dt,
-        reinterpret_cast<void*>(static_cast<kernels::BatchNormAddReluBackwardFn>(&batch_norm_add_relu_backward)));
+    dispatch::register_kernel<OpId::batch_norm>(DeviceType::kCUDA, dt, &batch_norm_forward);
+    dispatch::register_kernel<OpId::batch_norm_backward>(DeviceType::kCUDA, dt, &batch_norm_backward);
+    dispatch::register_kernel<OpId::batch_norm_add_relu>(DeviceType::kCUDA, dt, &batch_norm_add_relu_forward);
+    dispatch::register_kernel<OpId::batch_norm_add_relu_backward>(DeviceType::kCUDA, dt, &batch_norm_add_relu_backward);
   }
 }
 

@@ -101,13 +101,12 @@ void adaptive_backward(const Tensor& gx, const Tensor& gy) {
 MPX_REGISTER_KERNELS(cuda_pooling) {
   constexpr auto dev = DeviceType::kCUDA;
   for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
-    dispatch::register_kernel(OpId::max_pool2d, dev, dt, reinterpret_cast<void*>(&max_pool));
-    dispatch::register_kernel(OpId::max_pool2d_backward, dev, dt, reinterpret_cast<void*>(&max_pool_backward));
-    dispatch::register_kernel(OpId::avg_pool2d, dev, dt, reinterpret_cast<void*>(&avg_pool));
-    dispatch::register_kernel(OpId::avg_pool2d_backward, dev, dt, reinterpret_cast<void*>(&avg_pool_backward));
-    dispatch::register_kernel(OpId::adaptive_avg_pool2d, dev, dt, reinterpret_cast<void*>(&adaptive));
-    dispatch::register_kernel(OpId::adaptive_avg_pool2d_backward, dev, dt,
-                              reinterpret_cast<void*>(&adaptive_backward));
+    dispatch::register_kernel<OpId::max_pool2d>(dev, dt, &max_pool);
+    dispatch::register_kernel<OpId::max_pool2d_backward>(dev, dt, &max_pool_backward);
+    dispatch::register_kernel<OpId::avg_pool2d>(dev, dt, &avg_pool);
+    dispatch::register_kernel<OpId::avg_pool2d_backward>(dev, dt, &avg_pool_backward);
+    dispatch::register_kernel<OpId::adaptive_avg_pool2d>(dev, dt, &adaptive);
+    dispatch::register_kernel<OpId::adaptive_avg_pool2d_backward>(dev, dt, &adaptive_backward);
   }
 }
 

@@ -108,22 +108,22 @@ void nll_scatter_kernel(const Tensor& out, const Tensor& gr, const Tensor& targe
 
 MPX_REGISTER_KERNELS(cuda_reduction) {
   using D = DeviceType;
-  auto reg = [](OpId op, DType dt, void* fn) { dispatch::register_kernel(op, D::kCUDA, dt, fn); };
+  using dispatch::register_kernel;
   for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
-    reg(OpId::sum, dt, reinterpret_cast<void*>(&sum_kernel));
-    reg(OpId::var, dt, reinterpret_cast<void*>(&var_kernel));
-    reg(OpId::softmax, dt, reinterpret_cast<void*>(&softmax_kernel));
-    reg(OpId::log_softmax, dt, reinterpret_cast<void*>(&softmax_kernel));
-    reg(OpId::softmax_backward, dt, reinterpret_cast<void*>(&softmax_backward_kernel));
-    reg(OpId::log_softmax_backward, dt, reinterpret_cast<void*>(&softmax_backward_kernel));
-    reg(OpId::dropout, dt, reinterpret_cast<void*>(&dropout_kernel));
-    reg(OpId::nll_loss, dt, reinterpret_cast<void*>(&nll_pick_kernel));
-    reg(OpId::nll_loss_backward, dt, reinterpret_cast<void*>(&nll_scatter_kernel));
+    register_kernel<OpId::sum>(D::kCUDA, dt, &sum_kernel);
+    register_kernel<OpId::var>(D::kCUDA, dt, &var_kernel);
+    register_kernel<OpId::softmax>(D::kCUDA, dt, &softmax_kernel);
+    register_kernel<OpId::log_softmax>(D::kCUDA, dt, &softmax_kernel);
+    register_kernel<OpId::softmax_backward>(D::kCUDA, dt, &softmax_backward_kernel);
+    register_kernel<OpId::log_softmax_backward>(D::kCUDA, dt, &softmax_backward_kernel);
+    register_kernel<OpId::dropout>(D::kCUDA, dt, &dropout_kernel);
+    register_kernel<OpId::nll_loss>(D::kCUDA, dt, &nll_pick_kernel);
+    register_kernel<OpId::nll_loss_backward>(D::kCUDA, dt, &nll_scatter_kernel);
   }
-  reg(OpId::sum, kInt64, reinterpret_cast<void*>(&sum_kernel));
+  register_kernel<OpId::sum>(D::kCUDA, kInt64, &sum_kernel);
   for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kInt32, kUInt8}) {
-    reg(OpId::max_dim, dt, reinterpret_cast<void*>(&arg_reduce_kernel<true>));
-    reg(OpId::min_dim, dt, reinterpret_cast<void*>(&arg_reduce_kernel<false>));
+    register_kernel<OpId::max_dim>(D::kCUDA, dt, &arg_reduce_kernel<true>);
+    register_kernel<OpId::min_dim>(D::kCUDA, dt, &arg_reduce_kernel<false>);
   }
 }
 

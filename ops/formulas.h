@@ -1,0 +1,386 @@
+// Elementwise math written once: each unary/binary op's forward and backward as host/device
+// expressions, shared by the CPU loops, the CUDA kernels and the autograd backward.
+//
+// fwd computes in A, the compute type (f32 for f16/bf16 storage, f64 for f64, the integer
+// type for integers); the CPU and CUDA kernels round its result once at the store.
+// bwd is a template over V: with V = Tensor (ops/elementwise.cpp) its arithmetic, math
+// functions and where() resolve to the differentiable ops, so create_graph gives second
+// derivatives; with V = double it is the scalar derivative tests/test_backend_ops.cpp holds
+// against finite differences of fwd.
+//
+// Adding an elementwise unary op: its ops.def row (signature UnaryFn), a Formula below and its
+// name in MPX_UNARY_OPS (or MPX_PARAM_UNARY_OPS with a hand-written public function), a test.
+// Plain C++17 so the CUDA kernel files can include it.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "ops/op_id.h"
+
+#ifndef MPX_HD
+#if defined(__CUDACC__)
+#define MPX_HD __host__ __device__
+#else
+#define MPX_HD
+#endif
+#endif
+
+/// Unary ops whose public function is `Tensor name(const Tensor& x)`, generated in ops/elementwise.h.
+#define MPX_UNARY_OPS(X) \
+  X(neg) X(abs) X(sign) X(sqrt) X(rsqrt) X(reciprocal) X(exp) X(log) X(sin) X(cos) X(erf) X(tanh) X(sigmoid) \
+  X(relu) X(silu)
+/// Unary ops with parameters (p0, p1); their public functions are written in ops/elementwise.cpp.
+#define MPX_PARAM_UNARY_OPS(X) X(leaky_relu) X(gelu) X(softplus) X(pow_scalar) X(clamp)
+/// Binary ops: arithmetic (result in the compute dtype), threshold_backward, comparisons (bool).
+#define MPX_BINARY_OPS(X) \
+  X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(minimum) X(threshold_backward) X(eq) X(ne) X(lt) X(le) X(gt) X(ge)
+
+namespace mpx::formulas {
+
+// ---- scalar math: the f32 or f64 C function, on the host and the device ----
+MPX_HD inline float exp(float x) { return ::expf(x); }
+MPX_HD inline double exp(double x) { return ::exp(x); }
+MPX_HD inline float log(float x) { return ::logf(x); }
+MPX_HD inline double log(double x) { return ::log(x); }
+MPX_HD inline float sqrt(float x) { return ::sqrtf(x); }
+MPX_HD inline double sqrt(double x) { return ::sqrt(x); }
+MPX_HD inline float sin(float x) { return ::sinf(x); }
+MPX_HD inline double sin(double x) { return ::sin(x); }
+MPX_HD inline float cos(float x) { return ::cosf(x); }
+MPX_HD inline double cos(double x) { return ::cos(x); }
+MPX_HD inline float erf(float x) { return ::erff(x); }
+MPX_HD inline double erf(double x) { return ::erf(x); }
+MPX_HD inline float tanh(float x) { return ::tanhf(x); }
+MPX_HD inline double tanh(double x) { return ::tanh(x); }
+MPX_HD inline double log1p(double x) { return ::log1p(x); }
+MPX_HD inline float pow(float x, float y) { return ::powf(x, y); }
+MPX_HD inline double pow(double x, double y) { return ::pow(x, y); }
+
+template <typename A> MPX_HD constexpr bool is_nan(A x) {
+  if constexpr (std::is_floating_point<A>::value) return x != x;
+  else return false;
+}
+template <typename A> MPX_HD A abs_of(A x) {
+  if constexpr (std::is_same<A, float>::value) return ::fabsf(x);
+  else if constexpr (std::is_same<A, double>::value) return ::fabs(x);
+  else if constexpr (std::is_unsigned<A>::value) return x;
+  else return x < A(0) ? static_cast<A>(-x) : x;
+}
+/// static_cast<A>(double) as x86 computes it: to u8 through a 32-bit integer (cvttsd2si), so
+/// negative values wrap on the CPU and the GPU alike instead of saturating.
+template <typename A> MPX_HD constexpr A from_double(double d) {
+  if constexpr (std::is_same<A, uint8_t>::value) return static_cast<uint8_t>(static_cast<int32_t>(d));
+  else return static_cast<A>(d);
+}
+/// Whether a dtypes:: mask (ops/op_id.h) holds a dtype computing in A (f16/bf16 compute in f32).
+template <typename A> MPX_HD constexpr bool has_dtype(uint32_t mask) {
+  if constexpr (std::is_floating_point<A>::value) return (mask & dtypes::floats) != 0;
+  else if constexpr (std::is_same<A, int64_t>::value) return (mask & (1u << 4)) != 0;
+  else if constexpr (std::is_same<A, int32_t>::value) return (mask & (1u << 5)) != 0;
+  else if constexpr (std::is_same<A, uint8_t>::value) return (mask & (1u << 6)) != 0;
+  else if constexpr (std::is_same<A, bool>::value) return (mask & (1u << 7)) != 0;
+  else return false;
+}
+
+// ---- scalar forms of what backward formulas use (V = Tensor finds mpx's ops by ADL) ----
+template <typename V> MPX_HD V sign(V x) { return static_cast<V>((x > V(0)) - (x < V(0))); }
+template <typename V> MPX_HD V sigmoid(V x) { return V(1) / (V(1) + exp(-x)); }
+template <typename A, typename B> MPX_HD std::common_type_t<A, B> where(bool c, A a, B b) { return c ? a : b; }
+template <typename V> MPX_HD V zero_of(V) { return V(0); }
+template <typename V> MPX_HD V zeros_like(V) { return V(0); }
+template <typename V> MPX_HD V threshold_backward(V g, V x, double t) { return x > t ? g : V(0); }
+
+/// Flags of a unary formula.
+enum : int {
+  kSavesOutput = 1,  // backward reads the output y (else the input x)
+  kKeepsInts = 2,    // integer inputs run as they are (else they become f32 first)
+  kNoGrad = 4,       // not differentiable: no autograd node
+};
+
+/// The two input gradients of a binary op.
+template <typename V> struct Grads { V a, b; };
+
+/// The formula of one op; kArity 0 marks an op without one. Optional kLo / kHi (default -3, 3)
+/// and kP0 / kP1 (default 0) name the inputs and parameters tests/test_backend_ops.cpp samples.
+template <OpId Op> struct Formula { static constexpr int kArity = 0; };
+
+// ---- unary: fwd(x, p0, p1) -> A; bwd(g, x, y, p0, p1) -> dL/dx ----
+template <> struct Formula<OpId::neg> {
+  static constexpr int kArity = 1, kFlags = kKeepsInts;
+  static constexpr const char* kNode = "NegBackward";
+  template <typename A> MPX_HD static A fwd(A x, double, double) { return static_cast<A>(-x); }
+  template <typename V> MPX_HD static V bwd(const V& g, const V&, const V&, double, double) { return -g; }
+};
+template <> struct Formula<OpId::abs> {
+  static constexpr int kArity = 1, kFlags = kKeepsInts;
+  static constexpr const char* kNode = "AbsBackward";
+  template <typename A> MPX_HD static A fwd(A x, double, double) { return abs_of(x); }
+  template <typename V> MPX_HD static V bwd(const V& g, const V& x, const V&, double, double) { return g * sign(x); }
+};
+template <> struct Formula<OpId::sign> {
+  static constexpr int kArity = 1, kFlags = kNoGrad;
+  static constexpr const char* kNode = "SignBackward";
+  template <typename A> MPX_HD static A fwd(A x, double, double) { return static_cast<A>((x > A(0)) - (x < A(0))); }
+  template <typename V> MPX_HD static V bwd(const V& g, const V&, const V&, double, double) { return g * 0.0; }
+};
+template <> struct Formula<OpId::sqrt> {
+  static constexpr int kArity = 1, kFlags = kSavesOutput;
+  static constexpr const char* kNode = "SqrtBackward";
+  static constexpr double kLo = 0.2;  // the domain tests sample (the formula holds on x > 0)
+  template <typename A> MPX_HD static A fwd(A x, double, double) { return sqrt(x); }
+  template <typename V> MPX_HD static V bwd(const V& g, const V&, const V& y, double, double) { return g / (y * 2.0); }
+};
+template <> struct Formula<OpId::rsqrt> {
+  static constexpr int kArity = 1, kFlags = kSavesOutput;
+  static constexpr const char* kNode = "RsqrtBackward";
+  static constexpr double kLo = 0.2;  // the domain tests sample (the formula holds on x > 0)
+  template <typename A> MPX_HD static A fwd(A x, double, double) { return A(1) / sqrt(x); }
+  template <typename V> MPX_HD static V bwd(const V& g, const V&, const V& y, double, double) {
+    return g * pow(y, 3.0) * -0.5;
+  }
+};
+template <> struct Formula<OpId::reciprocal> {
+  static constexpr int kArity = 1, kFlags = kSavesOutput;
+  static constexpr const char* kNode = "ReciprocalBackward";
+  static constexpr double kLo = 0.2;  // the domain tests sample (the formula holds on x > 0)
+  template <typename A> MPX_HD static A fwd(A x, double, double) { return A(1) / x; }
+  template <typename V> MPX_HD static V bwd(const V& g, const V&, const V& y, double, double) { return -(g * y * y); }
+};
+template <> struct Formula<OpId::exp> {
+  static constexpr int kArity = 1, kFlags = kSavesOutput;
+  static constexpr const char* kNode = "ExpBackward";
+  template <typename A> MPX_HD static A fwd(A x, double, double) { return exp(x); }
+  template <typename V> MPX_HD static V bwd(const V& g, const V&, const V& y, double, double) { return g * y; }
+};
+template <> struct Formula<OpId::log> {
+  static constexpr int kArity = 1, kFlags = 0;
+  static constexpr const char* kNode = "LogBackward";
+  static constexpr double kLo = 0.2;  // the domain tests sample (the formula holds on x > 0)
+  template <typename A> MPX_HD static A fwd(A x, double, double) { return log(x); }
+  template <typename V> MPX_HD static V bwd(const V& g, const V& x, const V&, double, double) { return g / x; }
+};
+template <> struct Formula<OpId::sin> {
+  static constexpr int kArity = 1, kFlags = 0;
+  static constexpr const char* kNode = "SinBackward";
+  template <typename A> MPX_HD static A fwd(A x, double, double) { return sin(x); }
+  template <typename V> MPX_HD static V bwd(const V& g, const V& x, const V&, double, double) { return g * cos(x); }
+};
+template <> struct Formula<OpId::cos> {
+  static constexpr int kArity = 1, kFlags = 0;
+  static constexpr const char* kNode = "CosBackward";
+  template <typename A> MPX_HD static A fwd(A x, double, double) { return cos(x); }
+  template <typename V> MPX_HD static V bwd(const V& g, const V& x, const V&, double, double) { return -(g * sin(x)); }
+};
+template <> struct Formula<OpId::erf> {
+  static constexpr int kArity = 1, kFlags = 0;
+  static constexpr const char* kNode = "ErfBackward";
+  template <typename A> MPX_HD static A fwd(A x, double, double) { return erf(x); }
+  template <typename V> MPX_HD static V bwd(const V& g, const V& x, const V&, double, double) {
+    return g * exp(-(x * x)) * 1.1283791670955126;  // 2/sqrt(pi)
+  }
+};
+template <> struct Formula<OpId::tanh> {
+  static constexpr int kArity = 1, kFlags = kSavesOutput;
+  static constexpr const char* kNode = "TanhBackward";
+  template <typename A> MPX_HD static A fwd(A x, double, double) { return tanh(x); }
+  template <typename V> MPX_HD static V bwd(const V& g, const V&, const V& y, double, double) { return g * (1.0 - y * y); }
+};
+template <> struct Formula<OpId::sigmoid> {
+  static constexpr int kArity = 1, kFlags = kSavesOutput;
+  static constexpr const char* kNode = "SigmoidBackward";
+  template <typename A> MPX_HD static A fwd(A x, double, double) { return A(1) / (A(1) + exp(-x)); }
+  template <typename V> MPX_HD static V bwd(const V& g, const V&, const V& y, double, double) { return g * y * (1.0 - y); }
+};
+template <> struct Formula<OpId::relu> {
+  static constexpr int kArity = 1, kFlags = kSavesOutput | kKeepsInts;
+  static constexpr const char* kNode = "ReluBackward";
+  /// The CPU stores x or zero by its bits (vectorizes for f16/bf16); the result is fwd's.
+  template <typename A> MPX_HD static bool keep(A x) { return x > A(0); }
+  template <typename A> MPX_HD static A fwd(A x, double, double) { return x > A(0) ? x : A(0); }
+  template <typename V> MPX_HD static V bwd(const V& g, const V&, const V& y, double, double) {
+    return threshold_backward(g, y, 0.0);
+  }
+};
+template <> struct Formula<OpId::leaky_relu> {
+  static constexpr int kArity = 1, kFlags = 0;
+  static constexpr const char* kNode = "LeakyReluBackward";
+  static constexpr double kP0 = 0.01;  // the slope tests sample
+  // p0: the negative slope.
+  template <typename A> MPX_HD static A fwd(A x, double p0, double) { return x > A(0) ? x : static_cast<A>(x * p0); }
+  template <typename V> MPX_HD static V bwd(const V& g, const V& x, const V&, double p0, double) {
+    return where(x > 0.0, g, g * p0);
+  }
+};
+template <> struct Formula<OpId::gelu> {
+  static constexpr int kArity = 1, kFlags = 0;
+  static constexpr const char* kNode = "GeluBackward";
+  // p0: 0 for the exact erf form (PyTorch's approximate="none"), 1 for the tanh form.
+  template <typename A> MPX_HD static A fwd(A x, double p0, double) {
+    if (p0 == 0.0) return static_cast<A>(0.5) * x * (A(1) + erf(x * static_cast<A>(0.70710678118654752440)));
+    const A inner = static_cast<A>(0.79788456080286535588) * (x + static_cast<A>(0.044715) * x * x * x);
+    return static_cast<A>(0.5) * x * (A(1) + tanh(inner));
+  }
+  template <typename V> MPX_HD static V bwd(const V& g, const V& x, const V&, double p0, double) {
+    if (p0 == 0.0) {
+      // Phi(x) + x phi(x)
+      return g * ((erf(x * 0.7071067811865476) + 1.0) * 0.5 + x * (exp(x * x * -0.5) * 0.3989422804014327));
+    }
+    // PyTorch's GeluBackward for approximate="tanh".
+    const V x2 = x * x;
+    const V t = tanh((x + x2 * x * 0.044715) * 0.7978845608028654);
+    return g * ((t + 1.0) * 0.5 + x * 0.5 * (1.0 - t * t) * 0.7978845608028654 * (x2 * (3.0 * 0.044715) + 1.0));
+  }
+};
+template <> struct Formula<OpId::silu> {
+  static constexpr int kArity = 1, kFlags = 0;
+  static constexpr const char* kNode = "SiluBackward";
+  template <typename A> MPX_HD static A fwd(A x, double, double) { return x / (A(1) + exp(-x)); }
+  template <typename V> MPX_HD static V bwd(const V& g, const V& x, const V&, double, double) {
+    const V s = sigmoid(x);
+    return g * (s * (1.0 + x * (1.0 - s)));
+  }
+};
+template <> struct Formula<OpId::softplus> {
+  static constexpr int kArity = 1, kFlags = 0;
+  static constexpr const char* kNode = "SoftplusBackward";
+  static constexpr double kP0 = 2.0, kP1 = 3.0;  // tests sample beta 2 and a threshold inside [-3, 3]
+  // p0: beta, p1: threshold; x * beta in f64 for every dtype.
+  template <typename A> MPX_HD static A fwd(A x, double p0, double p1) {
+    return x * p0 > p1 ? x : static_cast<A>(log1p(exp(x * p0)) / p0);
+  }
+  template <typename V> MPX_HD static V bwd(const V& g, const V& x, const V&, double p0, double p1) {
+    const V bx = x * p0;
+    return where(bx > p1, g, g * sigmoid(bx));
+  }
+};
+template <> struct Formula<OpId::pow_scalar> {
+  static constexpr int kArity = 1, kFlags = 0;
+  static constexpr const char* kNode = "PowBackward";
+  static constexpr double kLo = 0.2, kP0 = 2.5;  // the domain and exponent tests sample
+  // p0: the exponent.
+  template <typename A> MPX_HD static A fwd(A x, double p0, double) {
+    return static_cast<A>(p0 == 2.0 ? x * x : pow(x, static_cast<A>(p0)));
+  }
+  template <typename V> MPX_HD static V bwd(const V& g, const V& x, const V&, double p0, double) {
+    if (p0 == 0.0) return zeros_like(g);
+    if (p0 == 1.0) return g;
+    return g * pow(x, p0 - 1.0) * p0;
+  }
+};
+template <> struct Formula<OpId::clamp> {
+  static constexpr int kArity = 1, kFlags = kKeepsInts;
+  static constexpr const char* kNode = "ClampBackward";
+  static constexpr double kP0 = -1.0, kP1 = 1.0;  // the bounds tests sample
+  // p0: min, p1: max (either may be infinite); NaN stays NaN.
+  template <typename A> MPX_HD static A fwd(A x, double p0, double p1) {
+    if (is_nan(x)) return x;
+    const double lo = static_cast<double>(x) < p0 ? p0 : static_cast<double>(x);
+    return from_double<A>(p1 < lo ? p1 : lo);
+  }
+  template <typename V> MPX_HD static V bwd(const V& g, const V& x, const V&, double p0, double p1) {
+    return where(x >= p0, where(x <= p1, g, zero_of(g)), zero_of(g));
+  }
+};
+
+// ---- binary: fwd(a, b, alpha) -> A; bwd(g, a, b, alpha) -> {dL/da, dL/db} before broadcasting is undone ----
+// kReadsInputs false: backward needs only the shapes, so the inputs are not saved.
+template <> struct Formula<OpId::add> {
+  static constexpr int kArity = 2;
+  static constexpr bool kCompare = false, kReadsInputs = false;
+  static constexpr const char* kNode = "AddBackward";
+  template <typename A> MPX_HD static A fwd(A a, A b, double alpha) { return static_cast<A>(a + from_double<A>(alpha) * b); }
+  template <typename V> MPX_HD static Grads<V> bwd(const V& g, const V&, const V&, double alpha) {
+    return {g, alpha == 1.0 ? g : g * alpha};
+  }
+};
+template <> struct Formula<OpId::sub> {
+  static constexpr int kArity = 2;
+  static constexpr bool kCompare = false, kReadsInputs = false;
+  static constexpr const char* kNode = "SubBackward";
+  template <typename A> MPX_HD static A fwd(A a, A b, double alpha) { return static_cast<A>(a - from_double<A>(alpha) * b); }
+  template <typename V> MPX_HD static Grads<V> bwd(const V& g, const V&, const V&, double alpha) { return {g, g * -alpha}; }
+};
+template <> struct Formula<OpId::mul> {
+  static constexpr int kArity = 2;
+  static constexpr bool kCompare = false, kReadsInputs = true;
+  static constexpr const char* kNode = "MulBackward";
+  template <typename A> MPX_HD static A fwd(A a, A b, double) { return static_cast<A>(a * b); }
+  template <typename V> MPX_HD static Grads<V> bwd(const V& g, const V& a, const V& b, double) { return {g * b, g * a}; }
+};
+template <> struct Formula<OpId::div> {
+  static constexpr int kArity = 2;
+  static constexpr bool kCompare = false, kReadsInputs = true;
+  static constexpr const char* kNode = "DivBackward";
+  static constexpr double kLo = 0.2;  // the domain tests sample (away from b = 0)
+  template <typename A> MPX_HD static A fwd(A a, A b, double) { return static_cast<A>(a / b); }
+  template <typename V> MPX_HD static Grads<V> bwd(const V& g, const V& a, const V& b, double) {
+    const V ga = g / b;
+    return {ga, -(ga * a / b)};
+  }
+};
+template <> struct Formula<OpId::pow> {
+  static constexpr int kArity = 2;
+  static constexpr bool kCompare = false, kReadsInputs = true;
+  static constexpr const char* kNode = "PowBackward";
+  static constexpr double kLo = 0.2;  // the domain tests sample (a > 0)
+  template <typename A> MPX_HD static A fwd(A a, A b, double) { return static_cast<A>(pow(a, b)); }
+  template <typename V> MPX_HD static Grads<V> bwd(const V& g, const V& a, const V& b, double) {
+    return {g * b * pow(a, b - 1.0), g * pow(a, b) * log(a)};
+  }
+};
+template <> struct Formula<OpId::maximum> {
+  static constexpr int kArity = 2;
+  static constexpr bool kCompare = false, kReadsInputs = true;
+  static constexpr const char* kNode = "MaximumBackward";
+  template <typename A> MPX_HD static A fwd(A a, A b, double) { return (is_nan(a) || a > b) ? a : b; }
+  // Ties split the gradient evenly, as PyTorch does.
+  template <typename V> MPX_HD static Grads<V> bwd(const V& g, const V& a, const V& b, double) {
+    const V tie = where(a == b, g * 0.5, zero_of(g));
+    return {where(a > b, g, tie), where(a < b, g, tie)};
+  }
+};
+template <> struct Formula<OpId::minimum> {
+  static constexpr int kArity = 2;
+  static constexpr bool kCompare = false, kReadsInputs = true;
+  static constexpr const char* kNode = "MinimumBackward";
+  template <typename A> MPX_HD static A fwd(A a, A b, double) { return (is_nan(a) || a < b) ? a : b; }
+  template <typename V> MPX_HD static Grads<V> bwd(const V& g, const V& a, const V& b, double) {
+    const V tie = where(a == b, g * 0.5, zero_of(g));
+    return {where(a < b, g, tie), where(a > b, g, tie)};
+  }
+};
+/// grad where x > threshold (alpha), else 0: relu's backward (its own backward is in ops/elementwise.cpp).
+template <> struct Formula<OpId::threshold_backward> {
+  static constexpr int kArity = 2;
+  static constexpr bool kCompare = false, kReadsInputs = true;
+  static constexpr const char* kNode = "ThresholdBackwardBackward";
+  template <typename A> MPX_HD static bool keep(A, A x, double t) { return static_cast<double>(x) > t; }
+  template <typename A> MPX_HD static A fwd(A g, A x, double t) { return static_cast<double>(x) > t ? g : A(0); }
+};
+#define MPX_COMPARE_FORMULA(NAME, OP)                                             \
+  template <> struct Formula<OpId::NAME> {                                        \
+    static constexpr int kArity = 2;                                              \
+    static constexpr bool kCompare = true, kReadsInputs = false;                  \
+    template <typename A> MPX_HD static bool fwd(A a, A b, double) { return a OP b; } \
+  };
+MPX_COMPARE_FORMULA(eq, ==)
+MPX_COMPARE_FORMULA(ne, !=)
+MPX_COMPARE_FORMULA(lt, <)
+MPX_COMPARE_FORMULA(le, <=)
+MPX_COMPARE_FORMULA(gt, >)
+MPX_COMPARE_FORMULA(ge, >=)
+#undef MPX_COMPARE_FORMULA
+
+/// Whether op is a binary comparison (its result is bool).
+MPX_HD constexpr bool is_compare(OpId op) {
+  switch (op) {
+#define MPX_CASE(name) case OpId::name: return Formula<OpId::name>::kCompare;
+    MPX_BINARY_OPS(MPX_CASE)
+#undef MPX_CASE
+    default: return false;
+  }
+}
+
+}  // namespace mpx::formulas

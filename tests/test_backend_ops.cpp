@@ -1,0 +1,451 @@
+// Backend sweep over the op table: every promised kernel is registered, every formula's backward
+// matches its forward, every CPU kernel matches the f64 kernel, every CUDA kernel the CPU one.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "autograd/engine.h"
+#include "core/cuda.h"
+#include "core/random.h"
+#include "ops/activation.h"
+#include "ops/conv.h"
+#include "ops/dispatch.h"
+#include "ops/elementwise.h"
+#include "ops/formulas.h"
+#include "ops/linalg.h"
+#include "ops/loss.h"
+#include "ops/norm.h"
+#include "ops/pooling.h"
+#include "ops/reduction.h"
+#include "ops/shape.h"
+#include "test_util.h"
+
+using namespace mpx;
+using formulas::Formula;
+
+namespace {
+
+constexpr DType kDTypes[] = {kFloat32, kFloat16, kBFloat16, kFloat64, kInt64, kInt32, kUInt8, kBool};
+
+bool promises(uint32_t mask, DType dt) { return (mask & (1u << static_cast<int>(dt))) != 0; }
+
+bool cudnn_built() { return cuda::cudnn_version().rfind("cuDNN", 0) == 0; }
+
+/// The CUDA dtypes a row promises in this build (cuDNN rows promise nothing without cuDNN).
+uint32_t cuda_mask(OpId op) {
+  const uint32_t m = kCudaDTypes[static_cast<int>(op)];
+  if ((m & dtypes::cudnn) == dtypes::cudnn && !cudnn_built()) return 0;
+  return m & 0xFFu;
+}
+
+// Tolerance of a kernel in dt against the f64 kernel on the same (already rounded) inputs, per
+// element |got - ref| <= tol * (1 + |ref|). Low-precision kernels compute in f32 and round once at
+// the store, so the error is half an ulp of the output (2^-11 for f16, 2^-8 for bf16) plus the f32
+// computation; twice (f16) and four times (bf16) that leaves room for results that pass through
+// an intermediate store (a backward that rounds its upstream gradient). f32 is bounded by f32
+// libm (a few ulp) and f32 accumulation over the short rows used here: 1e-5 is about 80 ulp, far
+// below any wrong formula. Integer and bool kernels are exact.
+double tolerance(DType dt) {
+  switch (dt) {
+    case kFloat32: return 1e-5;
+    case kFloat16: return 2e-3;
+    case kBFloat16: return 1.6e-2;
+    default: return 0.0;
+  }
+}
+
+bool close_to(const Tensor& got, const Tensor& ref, double tol, std::string* why) {
+  if (got.sizes() != ref.sizes()) {
+    *why = "shape " + shape_str(got.sizes()) + " vs " + shape_str(ref.sizes());
+    return false;
+  }
+  NoGradGuard ng;
+  const Tensor g = got.cpu().to(kFloat64).contiguous(), r = ref.cpu().to(kFloat64).contiguous();
+  const double* pg = g.data_ptr<double>();
+  const double* pr = r.data_ptr<double>();
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    if (std::isnan(pg[i]) && std::isnan(pr[i])) continue;
+    if (!(std::abs(pg[i] - pr[i]) <= tol * (1.0 + std::abs(pr[i])))) {
+      *why = "element " + std::to_string(i) + ": " + std::to_string(pg[i]) + " vs " + std::to_string(pr[i]);
+      return false;
+    }
+  }
+  return true;
+}
+
+// ---- formula ops: sampled domain and parameters (ops/formulas.h) ----
+template <typename F> constexpr double lo_of() {
+  if constexpr (requires { F::kLo; }) return F::kLo;
+  else return -3.0;
+}
+template <typename F> constexpr double hi_of() {
+  if constexpr (requires { F::kHi; }) return F::kHi;
+  else return 3.0;
+}
+template <typename F> constexpr double p0_of() {
+  if constexpr (requires { F::kP0; }) return F::kP0;
+  else return 0.0;
+}
+template <typename F> constexpr double p1_of() {
+  if constexpr (requires { F::kP1; }) return F::kP1;
+  else return 0.0;
+}
+
+/// Inputs of dt on dev: f64 values in [lo, hi) (integers: small ones), rounded to `round` first,
+/// so a kernel in `round` and the f64 kernel see the same values.
+Tensor sample_input(const IntList& shape, double lo, double hi, DType round, DType dt, Device dev, uint64_t seed) {
+  NoGradGuard ng;
+  manual_seed(seed);
+  Tensor x;
+  if (round == kBool) x = gt(rand(shape, TensorOptions(kFloat64)), 0.5).to(kFloat64);
+  else if (round == kUInt8) x = randint(0, 8, shape, TensorOptions(kInt64)).to(kFloat64);
+  else if (!is_floating(round)) x = randint(-6, 7, shape, TensorOptions(kInt64)).to(kFloat64);
+  else x = rand(shape, TensorOptions(kFloat64)) * (hi - lo) + lo;
+  return x.to(round).to(dt).to(dev);
+}
+
+// Runs the op's UnaryFn / BinaryFn kernel on (dev, dt) for inputs rounded to `round`.
+template <OpId Op>
+tensor_list run_formula_kernel(DType round, DType dt, Device dev) {
+  using F = Formula<Op>;
+  constexpr double lo = lo_of<F>(), hi = hi_of<F>();
+  // A transposed view as well as a contiguous tensor: the strided loops as well as the flat ones.
+  Tensor a = sample_input({7, 9}, lo, hi, round, dt, dev, 11);
+  tensor_list outs;
+  if constexpr (F::kArity == 1) {
+    for (const Tensor& x : {a, a.t()}) {
+      Tensor out = empty(x.sizes(), TensorOptions(dt).device(dev));
+      dispatch::kernel<kernels::UnaryFn>(Op, dev, dt)(out, x, p0_of<F>(), p1_of<F>());
+      outs.push_back(out);
+    }
+  } else {
+    Tensor b = sample_input({7, 9}, lo, hi, round, dt, dev, 12);
+    Tensor row = sample_input({9}, lo, hi, round, dt, dev, 13).expand({7, 9});  // broadcast (stride 0)
+    for (const auto& [x, y] : {std::pair{a, b}, std::pair{a, row}}) {
+      Tensor out = empty(x.sizes(), TensorOptions(F::kCompare ? kBool : dt).device(dev));
+      // alpha (add, sub) is integral for integer tensors, as PyTorch requires.
+      const double alpha = Op == OpId::threshold_backward ? 0.25 : is_floating(round) ? 1.5 : 2.0;
+      dispatch::kernel<kernels::BinaryFn>(Op, dev, dt)(out, x, y, alpha);
+      outs.push_back(out);
+    }
+  }
+  return outs;
+}
+
+using FormulaRun = tensor_list (*)(DType round, DType dt, Device dev);
+std::map<std::string, FormulaRun> formula_runs() {
+  std::map<std::string, FormulaRun> m;
+#define MPX_ENTRY(op) m[#op] = &run_formula_kernel<OpId::op>;
+  MPX_UNARY_OPS(MPX_ENTRY)
+  MPX_PARAM_UNARY_OPS(MPX_ENTRY)
+  MPX_BINARY_OPS(MPX_ENTRY)
+#undef MPX_ENTRY
+  return m;
+}
+
+// ---- other kernel ops: each case calls the public op (forward and, through autograd, the
+// backward kernels) on inputs made by a Sample ----
+struct Sample {
+  DType round;  // the dtype under test: every input is rounded to it first
+  DType dt;     // the dtype the op runs in (round, or f64 for the reference)
+  Device dev;
+  uint64_t seed = 100;
+
+  TensorOptions opts() const { return TensorOptions(dt).device(dev); }
+  Tensor randn(const IntList& shape) {
+    NoGradGuard ng;
+    manual_seed(seed++);
+    return mpx::randn(shape, TensorOptions(kFloat64)).to(round).to(dt).to(dev);
+  }
+  Tensor positive(const IntList& shape) {
+    NoGradGuard ng;
+    return (abs(randn(shape)) + 0.5).to(round).to(dt);
+  }
+  /// A leaf requiring grad (for the backward kernels).
+  Tensor leaf(const IntList& shape) { return randn(shape).detach().set_requires_grad(true); }
+  /// Batch-norm parameters and statistics: f32 beside f16/bf16 activations, f64 beside f64.
+  Tensor param(const IntList& shape, bool grad) {
+    NoGradGuard ng;
+    manual_seed(seed++);
+    const DType keep = round == kFloat64 ? kFloat64 : kFloat32;
+    Tensor p = mpx::randn(shape, TensorOptions(kFloat64)).to(keep).to(dt == kFloat64 ? kFloat64 : kFloat32).to(dev);
+    return grad ? p.detach().set_requires_grad(true) : p;
+  }
+  Tensor target(int64_t n, int64_t classes) {
+    NoGradGuard ng;
+    manual_seed(seed++);
+    return randint(0, classes, {n}, TensorOptions(kInt64)).to(dev);
+  }
+};
+
+/// Outputs of y and the gradients of sum(y * w) (w random) with respect to xs.
+tensor_list with_grads(Sample& s, const Tensor& y, const tensor_list& xs) {
+  Tensor w = s.randn(y.sizes());
+  tensor_list out = {y.detach()};
+  for (const Tensor& g : autograd::grad({sum(y * w)}, xs)) out.push_back(g);
+  return out;
+}
+
+using Case = std::function<tensor_list(Sample&)>;
+/// One case per op with kernels of its own (the backward rows share their forward's case).
+std::map<std::string, Case> kernel_cases() {
+  std::map<std::string, Case> m;
+  m["copy"] = [](Sample& s) { return tensor_list{s.randn({5, 7}).t().contiguous()}; };
+  m["fill"] = [](Sample& s) { return tensor_list{full({9}, 1.25, s.opts())}; };
+  m["rand_uniform"] = [](Sample& s) { manual_seed(5); return tensor_list{rand({64}, s.opts())}; };
+  m["rand_normal"] = [](Sample& s) { manual_seed(5); return tensor_list{randn({64}, s.opts())}; };
+  m["where"] = [](Sample& s) {
+    Tensor c = gt(s.randn({4, 6}), 0.0);
+    return tensor_list{where(c, s.randn({4, 6}), s.randn({6}))};
+  };
+  m["addcmul"] = [](Sample& s) { return tensor_list{addcmul(s.randn({4, 6}), s.randn({4, 6}), s.randn({6}), 0.5)}; };
+  m["addcdiv"] = [](Sample& s) { return tensor_list{addcdiv(s.randn({4, 6}), s.randn({4, 6}), s.positive({6}), 0.5)}; };
+  m["sum"] = [](Sample& s) { return tensor_list{sum(s.randn({5, 33}), {1})}; };
+  m["var"] = [](Sample& s) { return tensor_list{var(s.randn({5, 33}), {1})}; };
+  m["max_dim"] = [](Sample& s) { auto [v, i] = max(s.randn({5, 33}), 1); return tensor_list{v, i}; };
+  m["min_dim"] = [](Sample& s) { auto [v, i] = min(s.randn({5, 33}), 0); return tensor_list{v, i}; };
+  m["mm"] = [](Sample& s) { return tensor_list{mm(s.randn({5, 7}), s.randn({7, 4}))}; };
+  m["bmm"] = [](Sample& s) { return tensor_list{bmm(s.randn({2, 5, 7}), s.randn({2, 7, 4}))}; };
+  m["linear"] = [](Sample& s) { return tensor_list{linear(s.randn({5, 7}), s.randn({4, 7}), s.randn({4}))}; };
+  const Case conv = [](Sample& s) {
+    Tensor x = s.leaf({2, 3, 6, 6}), w = s.leaf({4, 3, 3, 3}), b = s.leaf({4});
+    return with_grads(s, conv2d(x, w, b, {1, 1}, {1, 1}), {x, w, b});
+  };
+  m["conv2d"] = m["conv2d_backward_input"] = m["conv2d_backward_weight"] = conv;
+  m["conv_transpose2d"] = [](Sample& s) {
+    Tensor x = s.leaf({2, 4, 4, 4}), w = s.leaf({4, 3, 3, 3}), b = s.leaf({3});
+    return with_grads(s, conv_transpose2d(x, w, b, {2, 2}, {1, 1}), {x, w, b});
+  };
+  m["max_pool2d"] = m["max_pool2d_backward"] = [](Sample& s) {
+    Tensor x = s.leaf({2, 3, 6, 6});
+    return with_grads(s, max_pool2d(x, {2, 2}), {x});
+  };
+  m["avg_pool2d"] = m["avg_pool2d_backward"] = [](Sample& s) {
+    Tensor x = s.leaf({2, 3, 6, 6});
+    return with_grads(s, avg_pool2d(x, {3, 3}, {2, 2}, {1, 1}), {x});
+  };
+  m["adaptive_avg_pool2d"] = m["adaptive_avg_pool2d_backward"] = [](Sample& s) {
+    Tensor x = s.leaf({2, 3, 7, 7});
+    return with_grads(s, adaptive_avg_pool2d(x, {3, 3}), {x});
+  };
+  m["batch_norm"] = m["batch_norm_backward"] = [](Sample& s) {
+    Tensor x = s.leaf({4, 3, 5, 5}), w = s.param({3}, true), b = s.param({3}, true);
+    return with_grads(s, batch_norm(x, Tensor(), Tensor(), w, b, true), {x, w, b});
+  };
+  m["batch_norm_add_relu"] = m["batch_norm_add_relu_backward"] = [](Sample& s) {
+    Tensor x = s.leaf({4, 3, 5, 5}), z = s.leaf({4, 3, 5, 5}), w = s.param({3}, true), b = s.param({3}, true);
+    return with_grads(s, batch_norm_add_relu(x, z, Tensor(), Tensor(), w, b, true), {x, z, w, b});
+  };
+  m["dropout"] = [](Sample& s) {
+    Tensor x = s.randn({8, 16});
+    manual_seed(9);
+    return tensor_list{dropout(x, 0.5, true)};
+  };
+  m["softmax"] = m["softmax_backward"] = [](Sample& s) {
+    Tensor x = s.leaf({4, 10});
+    return with_grads(s, softmax(x, 1), {x});
+  };
+  m["log_softmax"] = m["log_softmax_backward"] = [](Sample& s) {
+    Tensor x = s.leaf({4, 10});
+    return with_grads(s, log_softmax(x, 1), {x});
+  };
+  m["nll_loss"] = m["nll_loss_backward"] = [](Sample& s) {
+    Tensor x = s.leaf({6, 5});
+    Tensor t = s.target(6, 5);
+    return with_grads(s, nll_loss(x, t, Reduction::Sum), {x});
+  };
+  return m;
+}
+
+/// Kernel ops whose only dtype leaves no f64 reference, or whose inputs are the optimizers' and
+/// amp's own state: the tests named here compare them (f32 with f64, or with hand-computed values).
+const std::map<std::string, std::string> kCoveredElsewhere = {
+    {"unscale_check_inf", "test_grad_scaler, test_cuda_amp"},
+    {"update_scale", "test_grad_scaler, test_cuda_amp"},
+    {"sgd_step", "test_optim, test_cuda_amp"},
+    {"adam_step", "test_optim, test_cuda_amp"},
+};
+
+}  // namespace
+
+TEST_CASE("every ops.def row is consistent: a signature and dtypes, or composite with neither", "[backend]") {
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpId op = static_cast<OpId>(i);
+    INFO(op_name(op));
+    const bool composite = is_composite(op);
+    CHECK(composite == (kCpuDTypes[i] == 0 && kCudaDTypes[i] == 0));
+  }
+}
+
+TEST_CASE("every (op, device, dtype) the table promises has a kernel, and no kernel is unpromised", "[backend]") {
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpId op = static_cast<OpId>(i);
+    for (DType dt : kDTypes) {
+      INFO(op_name(op) << " cpu " << dtype_name(dt));
+      CHECK(dispatch::has_kernel(op, DeviceType::kCPU, dt) == promises(kCpuDTypes[i], dt));
+    }
+#ifdef MPX_WITH_CUDA
+    for (DType dt : kDTypes) {
+      INFO(op_name(op) << " cuda " << dtype_name(dt));
+      CHECK(dispatch::has_kernel(op, DeviceType::kCUDA, dt) == promises(cuda_mask(op), dt));
+    }
+#endif
+  }
+}
+
+namespace {
+template <OpId Op, typename Fn>
+concept registrable = requires(Fn fn) { dispatch::register_kernel<Op>(DeviceType::kCPU, kFloat32, fn); };
+}  // namespace
+
+TEST_CASE("registering a kernel whose type is not its op's signature does not compile", "[backend]") {
+  STATIC_REQUIRE(registrable<OpId::mm, kernels::GemmFn>);
+  STATIC_REQUIRE(registrable<OpId::exp, kernels::UnaryFn>);
+  STATIC_REQUIRE_FALSE(registrable<OpId::mm, kernels::UnaryFn>);
+  STATIC_REQUIRE_FALSE(registrable<OpId::exp, kernels::BinaryFn>);
+  STATIC_REQUIRE_FALSE(registrable<OpId::conv2d, kernels::Conv2dBackwardWeightFn>);
+  STATIC_REQUIRE_FALSE(registrable<OpId::cat, kernels::Composite>);
+  // A run-time op looked up with the wrong signature is refused, not called.
+  CHECK_THROWS_WITH(dispatch::kernel<kernels::BinaryFn>(OpId::exp, Device::cpu(), kFloat32),
+                    Catch::Contains("exp") && Catch::Contains("signature"));
+}
+
+TEST_CASE("every op with kernels has a sweep case, every case an op with kernels", "[backend]") {
+  const auto runs = formula_runs();
+  const auto cases = kernel_cases();
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpId op = static_cast<OpId>(i);
+    const std::string name = op_name(op);
+    INFO(name << ": add it to MPX_*_OPS in ops/formulas.h or a case to tests/test_backend_ops.cpp");
+    if (is_composite(op)) continue;
+    CHECK((runs.count(name) + cases.count(name) + kCoveredElsewhere.count(name)) == 1);
+  }
+  for (const auto& [name, c] : cases) {
+    OpId op;
+    INFO(name);
+    REQUIRE(find_op(name, &op));
+    CHECK(!is_composite(op));
+  }
+  // A formula op's row names the kernel type its formula's arity runs as.
+#define MPX_CHECK_UNARY(op) CHECK(kSigMatches<kernels::UnaryFn>[static_cast<int>(OpId::op)]);
+#define MPX_CHECK_BINARY(op) CHECK(kSigMatches<kernels::BinaryFn>[static_cast<int>(OpId::op)]);
+  MPX_UNARY_OPS(MPX_CHECK_UNARY)
+  MPX_PARAM_UNARY_OPS(MPX_CHECK_UNARY)
+  MPX_BINARY_OPS(MPX_CHECK_BINARY)
+#undef MPX_CHECK_UNARY
+#undef MPX_CHECK_BINARY
+}
+
+namespace {
+// Central differences of fwd in f64 against bwd at a grid of points that avoids every kink
+// (0, +-1, +-3 and the samples' thresholds lie between grid points).
+template <OpId Op>
+void check_formula_derivative() {
+  using F = Formula<Op>;
+  constexpr double lo = lo_of<F>(), hi = hi_of<F>(), p0 = p0_of<F>(), p1 = p1_of<F>(), h = 1e-6;
+  INFO(op_name(Op));
+  for (int k = 0; k < 12; ++k) {
+    const double x = lo + (hi - lo) * (k + 0.5) / 12.0;
+    if constexpr (F::kArity == 1) {
+      if constexpr ((F::kFlags & formulas::kNoGrad) == 0) {
+        const double y = F::fwd(x, p0, p1);
+        const double num = (F::fwd(x + h, p0, p1) - F::fwd(x - h, p0, p1)) / (2 * h);
+        const double ana = F::bwd(1.0, x, y, p0, p1);
+        INFO("x " << x << ": analytic " << ana << " numeric " << num);
+        CHECK(std::abs(ana - num) <= 1e-6 * (1.0 + std::abs(num)));
+      }
+    } else if constexpr (!F::kCompare && Op != OpId::threshold_backward) {
+      const double b = lo + (hi - lo) * ((k * 5 + 3) % 12 + 0.25) / 12.0, alpha = 1.5;
+      const auto g = F::bwd(1.0, x, b, alpha);
+      const double na = (F::fwd(x + h, b, alpha) - F::fwd(x - h, b, alpha)) / (2 * h);
+      const double nb = (F::fwd(x, b + h, alpha) - F::fwd(x, b - h, alpha)) / (2 * h);
+      INFO("a " << x << " b " << b << ": analytic " << g.a << ", " << g.b << " numeric " << na << ", " << nb);
+      CHECK(std::abs(g.a - na) <= 1e-6 * (1.0 + std::abs(na)));
+      CHECK(std::abs(g.b - nb) <= 1e-6 * (1.0 + std::abs(nb)));
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE("every formula's backward is the derivative of its forward (f64, central differences)", "[backend]") {
+#define MPX_CHECK_FORMULA(op) check_formula_derivative<OpId::op>();
+  MPX_UNARY_OPS(MPX_CHECK_FORMULA)
+  MPX_PARAM_UNARY_OPS(MPX_CHECK_FORMULA)
+  MPX_BINARY_OPS(MPX_CHECK_FORMULA)
+#undef MPX_CHECK_FORMULA
+}
+
+TEST_CASE("every CPU kernel agrees with the f64 kernel on the same inputs", "[backend]") {
+  const auto runs = formula_runs();
+  const auto cases = kernel_cases();
+  const Device cpu = Device::cpu();
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpId op = static_cast<OpId>(i);
+    const std::string name = op_name(op);
+    for (DType dt : kDTypes) {
+      if (dt == kFloat64 || !promises(kCpuDTypes[i], dt)) continue;
+      INFO(name << " " << dtype_name(dt));
+      tensor_list got, ref;
+      if (auto f = runs.find(name); f != runs.end()) {
+        got = f->second(dt, dt, cpu);
+        // Integer and bool kernels against the f64 kernel on the same small integers, where it has one.
+        ref = f->second(dt, promises(kCpuDTypes[i], kFloat64) ? kFloat64 : dt, cpu);
+      } else if (auto c = cases.find(name); c != cases.end()) {
+        if (!is_floating(dt)) continue;  // the cases make floating inputs; integer kernels are formula ops
+        Sample s{dt, dt, cpu}, r{dt, kFloat64, cpu};
+        got = c->second(s);
+        ref = c->second(r);
+      } else {
+        continue;
+      }
+      REQUIRE(got.size() == ref.size());
+      for (size_t k = 0; k < got.size(); ++k) {
+        std::string why;
+        INFO("output " << k);
+        const Tensor r = is_floating(got[k].dtype()) ? ref[k] : ref[k].to(got[k].dtype());
+        CHECK(close_to(got[k], r, tolerance(got[k].dtype()), &why));
+        INFO(why);
+      }
+    }
+  }
+}
+
+TEST_CASE("every CUDA kernel agrees with the CPU kernel", "[backend][cuda]") {
+  if (!testing::cuda_ready()) return;
+  const auto runs = formula_runs();
+  const auto cases = kernel_cases();
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpId op = static_cast<OpId>(i);
+    const std::string name = op_name(op);
+    for (DType dt : kDTypes) {
+      if (!promises(cuda_mask(op), dt)) continue;
+      INFO(name << " " << dtype_name(dt));
+      tensor_list got, ref;
+      if (auto f = runs.find(name); f != runs.end()) {
+        got = f->second(dt, dt, Device::cuda());
+        ref = f->second(dt, dt, Device::cpu());
+      } else if (auto c = cases.find(name); c != cases.end()) {
+        if (!is_floating(dt)) continue;
+        // linear has no CPU kernel: its composite (mm + add) is the reference.
+        Sample s{dt, dt, Device::cuda()}, r{dt, dt, Device::cpu()};
+        got = c->second(s);
+        ref = c->second(r);
+      } else {
+        continue;
+      }
+      REQUIRE(got.size() == ref.size());
+      for (size_t k = 0; k < got.size(); ++k) {
+        std::string why;
+        INFO("output " << k);
+        CHECK(got[k].device().is_cuda());
+        CHECK(close_to(got[k], ref[k], 2 * tolerance(got[k].dtype()), &why));
+        INFO(why);
+      }
+    }
+  }
+}
