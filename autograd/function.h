@@ -3,6 +3,7 @@
 #include <map>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <variant>
 
 #include "autograd/node.h"
@@ -83,21 +84,25 @@ inline void collect(tensor_list& out, const Tensor& t) { out.push_back(t); }
 inline void collect(tensor_list& out, const tensor_list& ts) { out.insert(out.end(), ts.begin(), ts.end()); }
 template <typename A> void collect(tensor_list&, const A&) {}
 
-// Applies the Function's autocast policy to tensor arguments.
-inline Tensor cast_arg(const Tensor& t, CastPolicy p) {
-  const AutocastState& st = autocast_state();
-  if (!st.enabled || !t.defined() || !is_floating(t.dtype()) || t.dtype() == kFloat64) return t;
-  if (p == CastPolicy::lower && t.dtype() != st.dtype) return st.cast ? st.cast(t, st.dtype) : t.to(st.dtype);
-  if (p == CastPolicy::fp32 && t.dtype() != kFloat32) return st.cast ? st.cast(t, kFloat32) : t.to(kFloat32);
-  return t;
+// The autocast stage's result for argument I: Tensor arguments are replaced, in order, by the
+// stage's outputs; other arguments pass through. The constraint matters: unconstrained, the
+// pass-through overload is a better match than the const Tensor& one for non-const Tensor lvalues.
+template <typename... Args> constexpr size_t tensor_index(size_t i) {
+  constexpr bool is_tensor[] = {std::is_same_v<std::decay_t<Args>, Tensor>..., false};
+  size_t n = 0;
+  for (size_t j = 0; j < i; ++j) n += is_tensor[j] ? 1 : 0;
+  return n;
 }
-// Non-tensor arguments pass through. The constraint matters: unconstrained, this overload is a
-// better match than the const Tensor& one for non-const Tensor lvalues, and the policy is skipped.
-template <typename A>
+template <size_t K> Tensor cast_arg(const Tensor&, const tensor_list& cast) { return cast[K]; }
+template <size_t K, typename A>
   requires(!std::is_same_v<std::decay_t<A>, Tensor>)
-decltype(auto) cast_arg(A&& a, CastPolicy) {
+decltype(auto) cast_arg(A&& a, const tensor_list&) {
   return std::forward<A>(a);
 }
+inline void collect_tensor(tensor_list& out, const Tensor& t) { out.push_back(t); }
+template <typename A>
+  requires(!std::is_same_v<std::decay_t<A>, Tensor>)
+void collect_tensor(tensor_list&, const A&) {}
 
 void wire(CppNodeBase& node, const tensor_list& inputs, tensor_list& outputs, const std::shared_ptr<Node>& self);
 }  // namespace detail
@@ -105,15 +110,20 @@ void wire(CppNodeBase& node, const tensor_list& inputs, tensor_list& outputs, co
 /// CRTP base for custom ops. T provides
 ///   static Tensor (or tensor_list) forward(Context&, args...);
 ///   static tensor_list backward(Context&, tensor_list grad_outputs);
-/// and may set `static constexpr CastPolicy autocast_policy` (lower / fp32 / none).
+/// and may set `static constexpr CastPolicy autocast_policy` (lower / fp32 / promote / none /
+/// banned): its Tensor arguments go through the built-in ops' autocast stage (ops::autocast).
 template <typename T>
 struct Function {
   static constexpr CastPolicy autocast_policy = CastPolicy::none;
 
   template <typename... Args>
   static auto apply(Args&&... args) {
-    constexpr CastPolicy policy = T::autocast_policy;
-    return apply_cast(detail::cast_arg(std::forward<Args>(args), policy)...);
+    tensor_list ts;
+    (detail::collect_tensor(ts, args), ...);
+    const tensor_list cast = ops::autocast(T::autocast_policy, "CustomFunction", std::move(ts));
+    return [&]<size_t... I>(std::index_sequence<I...>) {
+      return apply_cast(detail::cast_arg<detail::tensor_index<Args...>(I)>(std::forward<Args>(args), cast)...);
+    }(std::index_sequence_for<Args...>{});
   }
 
  private:

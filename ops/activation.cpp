@@ -118,4 +118,17 @@ Tensor dropout(const Tensor& x0, double p, bool training) {
 Tensor Tensor::softmax(int64_t dim) const { return mpx::softmax(*this, dim); }
 Tensor Tensor::log_softmax(int64_t dim) const { return mpx::log_softmax(*this, dim); }
 
+// Built from where and mul, so its gradients (in x and in weight) are theirs.
+Tensor prelu(const Tensor& x0, const Tensor& w0) {
+  auto in = ops::autocast(OpId::prelu, {x0, w0});
+  const Tensor &x = in[0], &w = in[1];
+  MPX_CHECK(x.defined() && w.defined() && w.dim() <= 1 &&
+                (w.numel() == 1 || (x.dim() >= 2 && w.numel() == x.size(1))),
+            "prelu: weight ", ops::describe(w), " must hold 1 value or one per channel of input ", ops::describe(x));
+  IntList shape(static_cast<size_t>(x.dim()), 1);
+  if (w.numel() > 1) shape[1] = w.numel();
+  const Tensor wb = w.numel() == 1 ? w.reshape({}) : w.reshape(shape);
+  return where(gt(x, 0.0), x, mul(wb, x));
+}
+
 }  // namespace mpx

@@ -11,6 +11,9 @@ Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype = st
 /// Inverted dropout: zeroes with probability p and scales survivors by 1/(1-p) when
 /// training; identity otherwise. Uses the seeded default generator.
 Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);
+/// PReLU (PyTorch's F.prelu): x where x > 0, else weight * x, with weight holding 1 value or one
+/// per channel (x.size(1)). Runs in the autocast dtype under autocast, as in PyTorch.
+Tensor prelu(const Tensor& x, const Tensor& weight);
 
 }  // namespace mpx
 

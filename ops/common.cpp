@@ -74,9 +74,17 @@ DType result_type(const tensor_list& ts) {
 }
 
 tensor_list autocast(OpId op, tensor_list in) {
+  if (!autocast_state().enabled) return in;
+  if (op_policy(op) == CastPolicy::banned)
+    MPX_ERROR(op_name(op), " is unsafe under autocast (f16/bf16 may overflow or lose the result); ",
+              op == OpId::binary_cross_entropy ? "use bce_with_logits (BCEWithLogitsLoss), which fuses the sigmoid"
+                                                : "run it outside the autocast region in f32");
+  return autocast(op_policy(op), op_name(op), std::move(in));
+}
+
+tensor_list autocast(CastPolicy p, const char* name, tensor_list in) {
   const AutocastState& st = autocast_state();
   if (!st.enabled) return in;
-  const CastPolicy p = op_policy(op);
   auto cast = [&](Tensor& t, DType to) {
     if (!t.defined() || !is_floating(t.dtype()) || t.dtype() == kFloat64 || t.dtype() == to) return;
     t = st.cast ? st.cast(t, to) : t.to(to);
@@ -96,14 +104,13 @@ tensor_list autocast(OpId op, tensor_list in) {
         widest = any ? promote_types(widest, t.dtype()) : t.dtype();
         any = true;
       }
-      MPX_CHECK(!(f16 && bf16), op_name(op), ": inputs mix f16 and bf16 under autocast; cast them to one dtype first");
+      MPX_CHECK(!(f16 && bf16), name, ": inputs mix f16 and bf16 under autocast; cast them to one dtype first");
       if (any) for (auto& t : in) cast(t, widest);
       break;
     }
     case CastPolicy::banned:
-      MPX_ERROR(op_name(op), " is unsafe under autocast (f16/bf16 may overflow or lose the result); ",
-                op == OpId::binary_cross_entropy ? "use bce_with_logits (BCEWithLogitsLoss), which fuses the sigmoid"
-                                                  : "run it outside the autocast region in f32");
+      MPX_ERROR(name, " is unsafe under autocast (f16/bf16 may overflow or lose the result); ",
+                "run it outside the autocast region in f32");
   }
   return in;
 }
@@ -148,7 +155,7 @@ Tensor randint(int64_t low, int64_t high, const IntList& shape, const TensorOpti
 }
 Tensor arange(double end, const TensorOptions& o) { return arange(0.0, end, 1.0, o); }
 Tensor arange(double start, double end, double step, const TensorOptions& o) {
-  MPX_CHECK(step != 0.0, "arange: step must be non-zero");
+  MPX_CHECK(step != 0.0, op_name(OpId::arange), ": step must be non-zero");
   const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
   std::vector<double> v(n);
   for (int64_t i = 0; i < n; ++i) v[i] = start + step * static_cast<double>(i);

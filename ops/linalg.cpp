@@ -203,7 +203,9 @@ Tensor bmm(const Tensor& a0, const Tensor& b0) {
   return out;
 }
 
-Tensor dot(const Tensor& a, const Tensor& b) {
+Tensor dot(const Tensor& a0, const Tensor& b0) {
+  auto in = ops::autocast(OpId::dot, {a0, b0});
+  const Tensor &a = in[0], &b = in[1];
   MPX_CHECK(a.dim() == 1 && b.dim() == 1 && a.size(0) == b.size(0), "dot: expected two 1-d tensors of one length, got ",
             ops::describe(a), " and ", ops::describe(b));
   return sum(mul(a, b));

@@ -19,6 +19,9 @@ namespace ops {
 /// The autocast stage: casts the floating inputs of `op` according to its policy when
 /// autocast is on (f64 and non-floating inputs are left alone). A no-op otherwise.
 tensor_list autocast(OpId op, tensor_list inputs);
+/// The same stage for an op outside the table (a custom autograd Function): `policy` decides,
+/// `name` names the op in errors.
+tensor_list autocast(CastPolicy policy, const char* name, tensor_list inputs);
 
 /// The dtype a set of tensors computes in under PyTorch's promotion rules.
 DType result_type(const tensor_list& ts);

@@ -149,8 +149,15 @@ std::pair<Tensor, Tensor> arg_reduce(OpId op, const Tensor& x, int64_t dim0, boo
 }
 std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) { return arg_reduce(OpId::max_dim, x, dim, keepdim); }
 std::pair<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) { return arg_reduce(OpId::min_dim, x, dim, keepdim); }
-Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) { NoGradGuard ng; return arg_reduce(OpId::max_dim, x, dim, keepdim).second; }
-Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) { NoGradGuard ng; return arg_reduce(OpId::min_dim, x, dim, keepdim).second; }
+// argmax / argmin: their rows' autocast stage, then max_dim / min_dim's kernel (which gives the indices too).
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  NoGradGuard ng;
+  return arg_reduce(OpId::max_dim, ops::autocast(OpId::argmax, {x})[0], dim, keepdim).second;
+}
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
+  NoGradGuard ng;
+  return arg_reduce(OpId::min_dim, ops::autocast(OpId::argmin, {x})[0], dim, keepdim).second;
+}
 
 namespace {
 // amax/amin over several dims: reduce rows, gradient shared evenly among tied maxima.

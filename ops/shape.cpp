@@ -287,8 +287,9 @@ Tensor cat(const tensor_list& ts0, int64_t dim) {
   }
   return out;
 }
-Tensor stack(const tensor_list& ts, int64_t dim) {
-  MPX_CHECK(!ts.empty(), "stack: expected a non-empty list of tensors");
+Tensor stack(const tensor_list& ts0, int64_t dim) {
+  MPX_CHECK(!ts0.empty(), "stack: expected a non-empty list of tensors");
+  const tensor_list ts = ops::autocast(OpId::stack, ts0);
   dim = wrap_dim(dim, ts[0].dim() + 1);
   tensor_list u;
   for (const auto& t : ts) {

@@ -224,6 +224,42 @@ TEST_CASE("custom Functions take an autocast policy", "[amp][autocast]") {
   CHECK(y.dtype() == kFloat32);
 }
 
+TEST_CASE("custom Functions registered as promote or banned go through the built-in autocast stage", "[amp][autocast]") {
+  Tensor a = leaf(randn({3})), b = leaf(randn({3}));
+  {
+    amp::AutocastGuard guard(kFloat16);
+    // promote: the widest floating input wins, as for add or cat.
+    Tensor y = Probe<CastPolicy::promote>::apply(a.to(kFloat16), b);
+    CHECK(Probe<CastPolicy::promote>::seen_a == kFloat32);
+    CHECK(Probe<CastPolicy::promote>::seen_b == kFloat32);
+    CHECK(y.dtype() == kFloat32);
+    sum(y).backward();
+    CHECK(a.grad().dtype() == kFloat32);
+    Tensor h = Probe<CastPolicy::promote>::apply(a.to(kFloat16), b.to(kFloat16));
+    CHECK(Probe<CastPolicy::promote>::seen_a == kFloat16);
+    CHECK(h.dtype() == kFloat16);
+    CHECK_THROWS_WITH(Probe<CastPolicy::promote>::apply(a.to(kFloat16), b.to(kBFloat16)),
+                      Catch::Contains("mix f16 and bf16"));
+    // banned: refused under autocast with the way out, as binary_cross_entropy is.
+    CHECK_THROWS_WITH(Probe<CastPolicy::banned>::apply(a, b),
+                      Catch::Contains("unsafe under autocast") && Catch::Contains("outside the autocast region"));
+  }
+  // Outside autocast neither policy does anything.
+  Tensor n = Probe<CastPolicy::promote>::apply(a.to(kFloat16), b);
+  CHECK(Probe<CastPolicy::promote>::seen_a == kFloat16);
+  Tensor m = Probe<CastPolicy::banned>::apply(a, b);
+  CHECK(m.dtype() == kFloat32);
+}
+
+TEST_CASE("rows that were not consulted before follow their policy: stack and dot promote, prelu lowers", "[amp][autocast]") {
+  Tensor a = randn({3}), b = randn({3});
+  amp::AutocastGuard guard(kBFloat16);
+  CHECK(stack({a.to(kBFloat16), b}).dtype() == kFloat32);
+  CHECK(dot(a.to(kBFloat16), b).dtype() == kFloat32);
+  CHECK(prelu(randn({2, 3, 4}), full({3}, 0.25)).dtype() == kBFloat16);
+  CHECK(argmax(a, 0).dtype() == kInt64);
+}
+
 TEST_CASE("cast cache: one cast per weight per iteration, shared graph", "[amp][autocast][cast_cache]") {
   manual_seed(13);
   Tensor x = randn({2, 4});

@@ -1,0 +1,86 @@
+// Tests for the activations users reach for beyond relu (gelu in both forms, silu, prelu): PyTorch's values and gradients.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gradcheck.h"
+#include "ops/activation.h"
+#include "ops/dispatch.h"
+#include "ops/elementwise.h"
+#include "test_util.h"
+
+using namespace mpx;
+using testing::gradcheck;
+using testing::gradgradcheck;
+
+namespace {
+
+// The points PyTorch's formulas are evaluated at: both signs, the kinks' neighbourhoods and the tails.
+const std::vector<double> kPoints = {-6.0, -3.5, -3.0, -2.5, -1.0, -0.3, 0.0, 0.2, 1.0, 2.9, 3.0, 4.0, 7.5};
+
+// PyTorch's definitions, written out in f64 (torch.nn.functional docs).
+double gelu_ref(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+double gelu_tanh_ref(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+double silu_ref(double x) { return x / (1.0 + std::exp(-x)); }
+
+// Checks op against ref at kPoints in f64 (to 1e-12) and f32 (to 1e-6 relative).
+void check_values(const std::function<Tensor(const Tensor&)>& op, const std::function<double(double)>& ref) {
+  for (DType dt : {kFloat64, kFloat32}) {
+    Tensor y = op(tensor(kPoints, {}, TensorOptions(kFloat64)).to(dt)).to(kFloat64);
+    for (size_t i = 0; i < kPoints.size(); ++i) {
+      const double want = ref(kPoints[i]);
+      INFO(dtype_name(dt) << " x " << kPoints[i]);
+      CHECK(std::abs(y.data_ptr<double>()[i] - want) <= (dt == kFloat64 ? 1e-12 : 1e-6) * (1.0 + std::abs(want)));
+    }
+  }
+}
+
+// First and second derivatives against finite differences, at points away from any kink.
+void check_grads(const std::function<Tensor(const Tensor&)>& op) {
+  Tensor x = tensor(std::vector<double>{-3.7, -2.2, -0.9, -0.1, 0.4, 1.3, 2.6, 4.1}, {}, TensorOptions(kFloat64));
+  x.set_requires_grad(true);
+  testing::Fn f = [op](const tensor_list& in) { return op(in[0]); };
+  CHECK(gradcheck(f, {x}) == "");
+  CHECK(gradgradcheck(f, {x}) == "");
+}
+
+}  // namespace
+
+TEST_CASE("gelu matches PyTorch in both forms, with gradients", "[ops][activation]") {
+  check_values([](const Tensor& x) { return gelu(x); }, gelu_ref);
+  check_values([](const Tensor& x) { return gelu(x, "tanh"); }, gelu_tanh_ref);
+  // torch.nn.functional.gelu(torch.tensor(1.0, dtype=torch.float64)) and approximate="tanh".
+  CHECK(gelu(full({}, 1.0, kFloat64)).item<double>() == Approx(0.8413447460685429).epsilon(1e-14));
+  CHECK(gelu(full({}, 1.0, kFloat64), "tanh").item<double>() == Approx(0.8411919906082768).epsilon(1e-14));
+  check_grads([](const Tensor& x) { return gelu(x); });
+  check_grads([](const Tensor& x) { return gelu(x, "tanh"); });
+  CHECK_THROWS_WITH(gelu(zeros({2}), "fast"), Catch::Contains("approximate"));
+}
+
+TEST_CASE("silu matches PyTorch, with gradients", "[ops][activation]") {
+  check_values([](const Tensor& x) { return silu(x); }, silu_ref);
+  check_grads([](const Tensor& x) { return silu(x); });
+}
+
+TEST_CASE("prelu matches PyTorch for one slope and a slope per channel, with gradients in both", "[ops][activation]") {
+  Tensor x = tensor(std::vector<double>{-2, -0.5, 1, 3, -1, 0.25}, {1, 2, 3}, TensorOptions(kFloat64));
+  CHECK(allclose(prelu(x, full({1}, 0.25, kFloat64)),
+                 tensor(std::vector<double>{-0.5, -0.125, 1, 3, -0.25, 0.25}, {1, 2, 3}, TensorOptions(kFloat64))));
+  Tensor w = tensor(std::vector<double>{0.1, 0.5}, {}, TensorOptions(kFloat64));
+  CHECK(allclose(prelu(x, w), tensor(std::vector<double>{-0.2, -0.05, 1, 3, -0.5, 0.25}, {1, 2, 3}, TensorOptions(kFloat64))));
+  Tensor xl = (x + 0.05).detach().set_requires_grad(true), wl = w.detach().set_requires_grad(true);
+  CHECK(gradcheck([](const tensor_list& in) { return prelu(in[0], in[1]); }, {xl, wl}) == "");
+  CHECK_THROWS_WITH(prelu(x, zeros({3}, kFloat64)), Catch::Contains("prelu"));
+}
+
+TEST_CASE("gelu and silu keep the input dtype under autocast, as PyTorch's CUDA autocast lists do", "[ops][activation]") {
+  // Neither is on PyTorch's fp32 list (exp, log, softplus, pow, ... are): both run as they come.
+  CHECK(op_policy(OpId::gelu) == CastPolicy::none);
+  CHECK(op_policy(OpId::silu) == CastPolicy::none);
+  CHECK(op_policy(OpId::prelu) == CastPolicy::lower);  // on PyTorch's lower-precision list
+}
