@@ -30,7 +30,7 @@
 /// Unary ops whose public function is `Tensor name(const Tensor& x)`, generated in ops/elementwise.h.
 #define MPX_UNARY_OPS(X) \
   X(neg) X(abs) X(sign) X(sqrt) X(rsqrt) X(reciprocal) X(exp) X(log) X(sin) X(cos) X(erf) X(tanh) X(sigmoid) \
-  X(relu) X(silu)
+  X(relu) X(silu) X(hardswish)
 /// Unary ops with parameters (p0, p1); their public functions are written in ops/elementwise.cpp.
 #define MPX_PARAM_UNARY_OPS(X) X(leaky_relu) X(gelu) X(softplus) X(pow_scalar) X(clamp)
 /// Binary ops: arithmetic (result in the compute dtype), threshold_backward, comparisons (bool).
@@ -240,6 +240,20 @@ template <> struct Formula<OpId::silu> {
   template <typename V> MPX_HD static V bwd(const V& g, const V& x, const V&, double, double) {
     const V s = sigmoid(x);
     return g * (s * (1.0 + x * (1.0 - s)));
+  }
+};
+template <> struct Formula<OpId::hardswish> {
+  static constexpr int kArity = 1, kFlags = 0;
+  static constexpr const char* kNode = "HardswishBackward";
+  // x * relu6(x + 3) / 6, with std::min/max's NaN behaviour (PyTorch's CPU kernel).
+  template <typename A> MPX_HD static A fwd(A x, double, double) {
+    const A r = x + A(3);
+    const A lo = r < A(0) ? A(0) : r;
+    return x * (A(6) < lo ? A(6) : lo) / A(6);
+  }
+  // PyTorch's hardswish_backward: 0 below -3, x / 3 + 1/2 up to 3, 1 above.
+  template <typename V> MPX_HD static V bwd(const V& g, const V& x, const V&, double, double) {
+    return where(x < -3.0, zero_of(g), where(x <= 3.0, g * (x / 3.0 + 0.5), g));
   }
 };
 template <> struct Formula<OpId::softplus> {

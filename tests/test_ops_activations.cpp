@@ -1,6 +1,7 @@
-// Tests for the activations users reach for beyond relu (gelu in both forms, silu, prelu): PyTorch's values and gradients.
+// Tests for the activations users reach for beyond relu (gelu in both forms, silu, hardswish, prelu): PyTorch's values and gradients.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -27,6 +28,7 @@ double gelu_tanh_ref(double x) {
   return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
 }
 double silu_ref(double x) { return x / (1.0 + std::exp(-x)); }
+double hardswish_ref(double x) { return x * std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0; }
 
 // Checks op against ref at kPoints in f64 (to 1e-12) and f32 (to 1e-6 relative).
 void check_values(const std::function<Tensor(const Tensor&)>& op, const std::function<double(double)>& ref) {
@@ -67,6 +69,20 @@ TEST_CASE("silu matches PyTorch, with gradients", "[ops][activation]") {
   check_grads([](const Tensor& x) { return silu(x); });
 }
 
+TEST_CASE("hardswish matches PyTorch, with gradients", "[ops][activation]") {
+  check_values([](const Tensor& x) { return hardswish(x); }, hardswish_ref);
+  // torch.nn.functional.hardswish at -1 and 4: -1/3 and 4.
+  CHECK(hardswish(full({}, -1.0, kFloat64)).item<double>() == Approx(-1.0 / 3.0).epsilon(1e-15));
+  CHECK(hardswish(full({}, 4.0, kFloat64)).item<double>() == 4.0);
+  check_grads([](const Tensor& x) { return hardswish(x); });
+  // PyTorch's gradient at the kinks: both take the middle branch, x / 3 + 1/2: -1/2 at -3, 3/2 at 3.
+  Tensor k = tensor(std::vector<double>{-3.0, 3.0}, {}, TensorOptions(kFloat64));
+  k.set_requires_grad(true);
+  sum(hardswish(k)).backward();
+  CHECK(k.grad().data_ptr<double>()[0] == Approx(-0.5));
+  CHECK(k.grad().data_ptr<double>()[1] == Approx(1.5));
+}
+
 TEST_CASE("prelu matches PyTorch for one slope and a slope per channel, with gradients in both", "[ops][activation]") {
   Tensor x = tensor(std::vector<double>{-2, -0.5, 1, 3, -1, 0.25}, {1, 2, 3}, TensorOptions(kFloat64));
   CHECK(allclose(prelu(x, full({1}, 0.25, kFloat64)),
@@ -78,9 +94,10 @@ TEST_CASE("prelu matches PyTorch for one slope and a slope per channel, with gra
   CHECK_THROWS_WITH(prelu(x, zeros({3}, kFloat64)), Catch::Contains("prelu"));
 }
 
-TEST_CASE("gelu and silu keep the input dtype under autocast, as PyTorch's CUDA autocast lists do", "[ops][activation]") {
-  // Neither is on PyTorch's fp32 list (exp, log, softplus, pow, ... are): both run as they come.
+TEST_CASE("gelu, silu and hardswish keep the input dtype under autocast, as PyTorch's CUDA autocast lists do", "[ops][activation]") {
+  // None is on PyTorch's fp32 list (exp, log, softplus, pow, ... are): they run as they come.
   CHECK(op_policy(OpId::gelu) == CastPolicy::none);
   CHECK(op_policy(OpId::silu) == CastPolicy::none);
+  CHECK(op_policy(OpId::hardswish) == CastPolicy::none);
   CHECK(op_policy(OpId::prelu) == CastPolicy::lower);  // on PyTorch's lower-precision list
 }
