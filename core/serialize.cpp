@@ -1,5 +1,7 @@
-// Safetensors reader and writer: a small strict JSON parser for the header, full validation, atomic saves.
+// Safetensors reader and writer: header validation (JSON via core/json.h), atomic saves.
 #include "core/serialize.h"
+
+#include "core/json.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -46,247 +48,6 @@ bool st_dtype(const std::string& code, DType* out) {
 }
 
 // ---------------------------------------------------------------------------------------
-// A minimal strict JSON parser (RFC 8259). Every failure throws a message naming the byte
-// offset; nesting depth is bounded so hostile input cannot exhaust the stack.
-// ---------------------------------------------------------------------------------------
-struct JsonMember;
-struct Json {
-  enum Kind { Null, Bool, Number, String, Array, Object } kind = Null;
-  bool b = false;
-  std::string text;  // String: the decoded value; Number: the literal as written
-  std::vector<Json> items;
-  // A struct, not std::pair<std::string, Json>: a pair of the incomplete Json does not compile
-  // with clang and libstdc++.
-  std::vector<JsonMember> members;  // in file order
-};
-struct JsonMember {
-  std::string first;
-  Json second;
-};
-
-struct JsonError {
-  size_t pos;
-  std::string what;
-};
-
-class JsonParser {
- public:
-  JsonParser(const char* s, size_t n) : s_(s), n_(n) {}
-  Json parse_document() {
-    skip_ws();
-    Json v = parse_value(0);
-    skip_ws();
-    if (i_ != n_) fail("unexpected trailing characters after the JSON value");
-    return v;
-  }
-
- private:
-  static constexpr int kMaxDepth = 64;
-  // Bounds the parse tree's memory for hostile headers (a real header needs ~10 values per tensor).
-  static constexpr size_t kMaxValues = 1'000'000;
-  size_t values_ = 0;
-  const char* s_;
-  size_t n_;
-  size_t i_ = 0;
-
-  [[noreturn]] void fail(const std::string& what) const { throw JsonError{i_, what}; }
-  void skip_ws() {
-    while (i_ < n_ && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
-  }
-  bool literal(const char* word) {
-    const size_t len = std::strlen(word);
-    if (n_ - i_ >= len && std::memcmp(s_ + i_, word, len) == 0) { i_ += len; return true; }
-    return false;
-  }
-  Json parse_value(int depth) {
-    if (depth > kMaxDepth) fail("nesting deeper than 64 levels");
-    if (++values_ > kMaxValues) fail("more than 1000000 JSON values (mpx reads about 100000 tensors per file at most)");
-    if (i_ >= n_) fail("unexpected end of header");
-    Json v;
-    const char c = s_[i_];
-    if (c == '{') {
-      v.kind = Json::Object;
-      ++i_;
-      skip_ws();
-      if (i_ < n_ && s_[i_] == '}') { ++i_; return v; }
-      std::unordered_set<std::string> seen;
-      for (;;) {
-        skip_ws();
-        if (i_ >= n_ || s_[i_] != '"') fail("expected a string key");
-        std::string key = parse_string();
-        skip_ws();
-        if (i_ >= n_ || s_[i_] != ':') fail("expected ':' after key \"" + key + "\"");
-        ++i_;
-        skip_ws();
-        if (!seen.insert(key).second) fail("duplicate name \"" + key + "\" (each tensor name and field may appear only once)");
-        Json child = parse_value(depth + 1);
-        v.members.push_back({std::move(key), std::move(child)});
-        skip_ws();
-        if (i_ < n_ && s_[i_] == ',') { ++i_; continue; }
-        if (i_ < n_ && s_[i_] == '}') { ++i_; return v; }
-        fail("expected ',' or '}' in object");
-      }
-    }
-    if (c == '[') {
-      v.kind = Json::Array;
-      ++i_;
-      skip_ws();
-      if (i_ < n_ && s_[i_] == ']') { ++i_; return v; }
-      for (;;) {
-        skip_ws();
-        v.items.push_back(parse_value(depth + 1));
-        skip_ws();
-        if (i_ < n_ && s_[i_] == ',') { ++i_; continue; }
-        if (i_ < n_ && s_[i_] == ']') { ++i_; return v; }
-        fail("expected ',' or ']' in array");
-      }
-    }
-    if (c == '"') { v.kind = Json::String; v.text = parse_string(); return v; }
-    if (literal("true")) { v.kind = Json::Bool; v.b = true; return v; }
-    if (literal("false")) { v.kind = Json::Bool; return v; }
-    if (literal("null")) return v;
-    if (c == '-' || (c >= '0' && c <= '9')) { v.kind = Json::Number; v.text = parse_number(); return v; }
-    fail(std::string("unexpected character '") + (c >= 0x20 && c < 0x7f ? std::string(1, c) : "\\x" + hex2(c)) + "'");
-  }
-  static std::string hex2(char c) {
-    static const char* d = "0123456789abcdef";
-    const auto u = static_cast<unsigned char>(c);
-    return {d[u >> 4], d[u & 15]};
-  }
-  std::string parse_number() {
-    const size_t start = i_;
-    auto digits = [&] {
-      const size_t b = i_;
-      while (i_ < n_ && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
-      return i_ - b;
-    };
-    if (s_[i_] == '-') ++i_;
-    if (i_ < n_ && s_[i_] == '0') ++i_;
-    else if (digits() == 0) fail("invalid number");
-    if (i_ < n_ && s_[i_] == '.') { ++i_; if (digits() == 0) fail("invalid number: digits expected after '.'"); }
-    if (i_ < n_ && (s_[i_] == 'e' || s_[i_] == 'E')) {
-      ++i_;
-      if (i_ < n_ && (s_[i_] == '+' || s_[i_] == '-')) ++i_;
-      if (digits() == 0) fail("invalid number: digits expected in the exponent");
-    }
-    return std::string(s_ + start, i_ - start);
-  }
-  unsigned hex4() {
-    if (n_ - i_ < 4) fail("truncated \\u escape");
-    unsigned v = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char c = s_[i_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9') v |= c - '0';
-      else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-      else fail("invalid hex digit in \\u escape");
-    }
-    return v;
-  }
-  static void put_utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xc0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xe0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else {
-      out += static_cast<char>(0xf0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    }
-  }
-  std::string parse_string() {
-    ++i_;  // opening quote
-    std::string out;
-    for (;;) {
-      if (i_ >= n_) fail("unterminated string");
-      const char c = s_[i_];
-      if (c == '"') { ++i_; return out; }
-      if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
-      if (c != '\\') { out += c; ++i_; continue; }
-      ++i_;
-      if (i_ >= n_) fail("unterminated escape");
-      const char e = s_[i_++];
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          unsigned cp = hex4();
-          if (cp >= 0xd800 && cp < 0xdc00) {
-            if (n_ - i_ < 6 || s_[i_] != '\\' || s_[i_ + 1] != 'u') fail("unpaired surrogate in \\u escape");
-            i_ += 2;
-            const unsigned lo = hex4();
-            if (lo < 0xdc00 || lo >= 0xe000) fail("invalid low surrogate in \\u escape");
-            cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-          } else if (cp >= 0xdc00 && cp < 0xe000) {
-            fail("unpaired low surrogate in \\u escape");
-          }
-          put_utf8(out, cp);
-          break;
-        }
-        default: --i_; fail(std::string("invalid escape '\\") + (e >= 0x20 && e < 0x7f ? std::string(1, e) : "?") + "'");
-      }
-    }
-  }
-};
-
-/// Returns the offset of the first byte that breaks UTF-8, or npos when the text is valid.
-size_t invalid_utf8_at(const char* s, size_t n) {
-  size_t i = 0;
-  while (i < n) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t len;
-    unsigned cp;
-    if (c < 0x80) { ++i; continue; }
-    if ((c & 0xe0) == 0xc0) { len = 2; cp = c & 0x1f; }
-    else if ((c & 0xf0) == 0xe0) { len = 3; cp = c & 0x0f; }
-    else if ((c & 0xf8) == 0xf0) { len = 4; cp = c & 0x07; }
-    else return i;
-    if (n - i < len) return i;
-    for (size_t k = 1; k < len; ++k) {
-      const auto d = static_cast<unsigned char>(s[i + k]);
-      if ((d & 0xc0) != 0x80) return i;
-      cp = (cp << 6) | (d & 0x3f);
-    }
-    // Overlong forms, surrogates and code points past U+10FFFF are invalid.
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff ||
-        (cp >= 0xd800 && cp < 0xe000))
-      return i;
-    i += len;
-  }
-  return std::string::npos;
-}
-
-void json_escape(std::string& out, const std::string& s) {
-  out += '"';
-  for (const char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"') out += "\\\"";
-    else if (c == '\\') out += "\\\\";
-    else if (u < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", u);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
-}
-
-// ---------------------------------------------------------------------------------------
 // Header validation
 // ---------------------------------------------------------------------------------------
 struct Entry {
@@ -300,46 +61,34 @@ struct Entry {
   MPX_ERROR("load_tensors('", file, "'): ", what);
 }
 
-/// A JSON number as a non-negative integer that fits in int64 (shapes and offsets).
-bool as_u63(const Json& v, uint64_t* out) {
-  if (v.kind != Json::Number || v.text.empty() || v.text[0] == '-') return false;
-  if (v.text.find_first_not_of("0123456789") != std::string::npos) return false;  // fraction / exponent
-  if (v.text.size() > 19) return false;
-  uint64_t r = 0;
-  for (char c : v.text) r = r * 10 + static_cast<uint64_t>(c - '0');
-  if (r > static_cast<uint64_t>(INT64_MAX)) return false;
-  *out = r;
-  return true;
-}
-
 /// Parses and validates the header; `buffer_size` is the number of data bytes after it.
 std::vector<Entry> parse_header(const char* hdr, size_t n, uint64_t buffer_size, const std::string& file,
                                 Metadata* metadata) {
   if (n == 0) bad(file, "the JSON header is empty; the file is not a safetensors file");
-  const size_t u8 = invalid_utf8_at(hdr, n);
+  const size_t u8 = json::invalid_utf8_at(hdr, n);
   if (u8 != std::string::npos) bad(file, "the header is not valid UTF-8 (byte " + std::to_string(u8) + " of the header)");
-  Json root;
+  json::Value root;
   try {
-    root = JsonParser(hdr, n).parse_document();
-  } catch (const JsonError& e) {
+    root = json::parse(hdr, n);
+  } catch (const json::ParseError& e) {
     bad(file, "invalid JSON header at byte " + std::to_string(e.pos) + " of the header: " + e.what);
   }
-  if (root.kind != Json::Object) bad(file, "the JSON header is not an object");
+  if (root.kind != json::Value::Object) bad(file, "the JSON header is not an object");
 
   std::vector<Entry> entries;
   entries.reserve(root.members.size());
   for (const auto& [name, info] : root.members) {
     const std::string who = "tensor '" + name + "'";
     if (name == "__metadata__") {
-      if (info.kind != Json::Object) bad(file, "\"__metadata__\" must be an object of string values");
+      if (info.kind != json::Value::Object) bad(file, "\"__metadata__\" must be an object of string values");
       for (const auto& [k, v] : info.members) {
-        if (v.kind != Json::String) bad(file, "\"__metadata__\" entry '" + k + "' is not a string");
+        if (v.kind != json::Value::String) bad(file, "\"__metadata__\" entry '" + k + "' is not a string");
         if (metadata) (*metadata)[k] = v.text;
       }
       continue;
     }
-    if (info.kind != Json::Object) bad(file, who + ": its header entry is not an object");
-    const Json *dt = nullptr, *shape = nullptr, *offs = nullptr;
+    if (info.kind != json::Value::Object) bad(file, who + ": its header entry is not an object");
+    const json::Value *dt = nullptr, *shape = nullptr, *offs = nullptr;
     for (const auto& [k, v] : info.members) {
       if (k == "dtype") dt = &v;
       else if (k == "shape") shape = &v;
@@ -348,16 +97,16 @@ std::vector<Entry> parse_header(const char* hdr, size_t n, uint64_t buffer_size,
     if (!dt || !shape || !offs) bad(file, who + ": the header entry needs \"dtype\", \"shape\" and \"data_offsets\"");
     Entry e;
     e.name = name;
-    if (dt->kind != Json::String) bad(file, who + ": \"dtype\" is not a string");
+    if (dt->kind != json::Value::String) bad(file, who + ": \"dtype\" is not a string");
     if (!st_dtype(dt->text, &e.dtype))
       bad(file, who + ": unknown or unsupported dtype '" + dt->text + "'; mpx reads F32, F16, BF16, F64, I64, I32, U8 and BOOL");
-    if (shape->kind != Json::Array) bad(file, who + ": \"shape\" is not an array");
+    if (shape->kind != json::Value::Array) bad(file, who + ": \"shape\" is not an array");
     // Even with a zero dim, the strides (products of the other dims) must fit in int64.
     uint64_t count = 1;
     bool overflow = false, has_zero = false;
     for (const auto& d : shape->items) {
       uint64_t v;
-      if (!as_u63(d, &v)) bad(file, who + ": \"shape\" holds a value that is not a non-negative integer");
+      if (!json::as_u63(d, &v)) bad(file, who + ": \"shape\" holds a value that is not a non-negative integer");
       e.shape.push_back(static_cast<int64_t>(v));
       if (v == 0) has_zero = true;
       else if (!overflow && __builtin_mul_overflow(count, v, &count)) overflow = true;
@@ -367,8 +116,8 @@ std::vector<Entry> parse_header(const char* hdr, size_t n, uint64_t buffer_size,
         nbytes > static_cast<uint64_t>(INT64_MAX))
       bad(file, who + ": shape " + shape_str(e.shape) + " is too large");
     if (has_zero) nbytes = 0;
-    if (offs->kind != Json::Array || offs->items.size() != 2 || !as_u63(offs->items[0], &e.begin) ||
-        !as_u63(offs->items[1], &e.end))
+    if (offs->kind != json::Value::Array || offs->items.size() != 2 || !json::as_u63(offs->items[0], &e.begin) ||
+        !json::as_u63(offs->items[1], &e.end))
       bad(file, who + ": \"data_offsets\" must be two non-negative integers [begin, end]");
     const std::string span = "[" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
     if (e.end < e.begin) bad(file, who + ": data_offsets " + span + " end before they begin");
@@ -448,12 +197,12 @@ Layout plan(const TensorDict& tensors, const Metadata& metadata, const char* who
     MPX_CHECK(!name.empty(), who, "('", file, "'): tensor names must not be empty");
     MPX_CHECK(name != "__metadata__", who, "('", file, "'): '__metadata__' is reserved by the format; rename the tensor");
     MPX_CHECK(t.defined(), who, "('", file, "'): tensor '", name, "' is undefined; only defined tensors can be saved");
-    MPX_CHECK(invalid_utf8_at(name.data(), name.size()) == std::string::npos, who, "('", file, "'): tensor name '",
+    MPX_CHECK(json::invalid_utf8_at(name.data(), name.size()) == std::string::npos, who, "('", file, "'): tensor name '",
               name, "' is not valid UTF-8");
   }
   for (const auto& [k, v] : metadata)
-    MPX_CHECK(invalid_utf8_at(k.data(), k.size()) == std::string::npos &&
-                  invalid_utf8_at(v.data(), v.size()) == std::string::npos,
+    MPX_CHECK(json::invalid_utf8_at(k.data(), k.size()) == std::string::npos &&
+                  json::invalid_utf8_at(v.data(), v.size()) == std::string::npos,
               who, "('", file, "'): metadata entry '", k, "' is not valid UTF-8");
   Layout L;
   for (const auto& kv : tensors) L.order.emplace_back(kv.first, kv.second);
@@ -470,9 +219,9 @@ Layout plan(const TensorDict& tensors, const Metadata& metadata, const char* who
     for (const auto& [k, v] : metadata) {
       if (!f2) h += ',';
       f2 = false;
-      json_escape(h, k);
+      json::append_string(h, k);
       h += ':';
-      json_escape(h, v);
+      json::append_string(h, v);
     }
     h += '}';
     first = false;
@@ -481,7 +230,7 @@ Layout plan(const TensorDict& tensors, const Metadata& metadata, const char* who
   for (const auto& [name, t] : L.order) {
     if (!first) h += ',';
     first = false;
-    json_escape(h, name);
+    json::append_string(h, name);
     h += ":{\"dtype\":\"";
     h += st_code(t.dtype());
     h += "\",\"shape\":[";
