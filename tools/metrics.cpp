@@ -1,27 +1,25 @@
-// CSV / JSON-lines metrics logs and the SVG loss/accuracy charts the mpx tool writes to --out.
+// CSV / JSON-lines metrics logs, result tables and records, and the SVG charts the mpx tool writes to --out.
 #include "tools/metrics.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace mpx::cli {
 
 namespace fs = std::filesystem;
 
-std::string format_number(double v, bool json) {
-  if (std::isnan(v)) return json ? "null" : "nan";
-  if (std::isinf(v)) return json ? "null" : (v > 0 ? "inf" : "-inf");
-  char buf[64];
-  if (v == std::floor(v) && std::fabs(v) < 1e15) std::snprintf(buf, sizeof buf, "%.0f", v);
-  else std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
+std::string format_number(double v, bool as_json) {
+  if (as_json || std::isfinite(v)) return json::number(v);
+  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
 }
 
 void write_file_atomic(const std::string& path, const std::string& text) {
@@ -58,10 +56,13 @@ void MetricsLog::write_row(const Row& row, bool header) {
   }
   for (size_t i = 0; i < row.size(); ++i) csv << (i ? "," : "") << format_number(row[i].second, false);
   csv << "\n";
-  js << "{";
-  for (size_t i = 0; i < row.size(); ++i)
-    js << (i ? ", " : "") << "\"" << row[i].first << "\": " << format_number(row[i].second, true);
-  js << "}\n";
+  std::string line = "{";
+  for (size_t i = 0; i < row.size(); ++i) {
+    if (i) line += ", ";
+    json::append_string(line, row[i].first);
+    line += ": " + json::number(row[i].second);
+  }
+  js << line << "}\n";
 }
 
 void MetricsLog::append(const Row& row) {
@@ -112,6 +113,92 @@ std::vector<std::pair<double, double>> MetricsLog::column(const std::string& xna
     if (std::isfinite(x) && std::isfinite(y)) out.emplace_back(x, y);
   }
   return out;
+}
+
+std::string Table::aligned() const {
+  std::vector<size_t> w(head.size());
+  for (size_t i = 0; i < head.size(); ++i) w[i] = head[i].size();
+  for (const auto& r : rows)
+    for (size_t i = 0; i < r.size(); ++i) w[i] = std::max(w[i], r[i].size());
+  std::ostringstream o;
+  auto line = [&](const std::vector<std::string>& r) {
+    for (size_t i = 0; i < r.size(); ++i) {
+      const std::string pad(w[i] - r[i].size(), ' ');
+      o << (i ? "  " : "") << (i < 3 ? r[i] + pad : pad + r[i]);
+    }
+    o << "\n";
+  };
+  line(head);
+  size_t total = 0;
+  for (size_t x : w) total += x + 2;
+  o << std::string(total - 2, '-') << "\n";
+  for (const auto& r : rows) line(r);
+  return o.str();
+}
+
+std::string Table::markdown() const {
+  std::ostringstream o;
+  o << "|";
+  for (const auto& h : head) o << " " << h << " |";
+  o << "\n|";
+  for (size_t i = 0; i < head.size(); ++i) o << (i < 3 ? "---|" : "---:|");
+  o << "\n";
+  for (const auto& r : rows) {
+    o << "|";
+    for (const auto& c : r) o << " " << c << " |";
+    o << "\n";
+  }
+  return o.str();
+}
+
+Cell num_cell(std::string name, double v) { return Cell{std::move(name), v, "", false}; }
+Cell text_cell(std::string name, std::string text) { return Cell{std::move(name), NAN, std::move(text), true}; }
+
+void write_records(const std::string& dir, const std::string& stem, const std::vector<Record>& records,
+                   const std::vector<std::pair<std::string, std::string>>& provenance) {
+  std::string csv, js = "{";
+  for (size_t r = 0; r < records.size(); ++r) {
+    if (r == 0) {
+      for (size_t i = 0; i < records[r].size(); ++i) csv += (i ? "," : "") + records[r][i].name;
+      csv += "\n";
+    }
+    for (size_t i = 0; i < records[r].size(); ++i) {
+      const Cell& c = records[r][i];
+      std::string t = c.is_text ? c.text : format_number(c.num, false);
+      std::replace(t.begin(), t.end(), ',', ';');  // keeps the CSV's columns intact
+      csv += (i ? "," : "") + t;
+    }
+    csv += "\n";
+  }
+  for (const auto& [k, v] : provenance) js += json::quote(k) + ": " + json::quote(v) + ", ";
+  js += "\"rows\": [";
+  for (size_t r = 0; r < records.size(); ++r) {
+    js += r ? ",\n  {" : "\n  {";
+    for (size_t i = 0; i < records[r].size(); ++i) {
+      const Cell& c = records[r][i];
+      js += (i ? ", " : "") + json::quote(c.name) + ": " + (c.is_text ? json::quote(c.text) : json::number(c.num));
+    }
+    js += "}";
+  }
+  js += "\n]}\n";
+  write_file_atomic((fs::path(dir) / (stem + ".csv")).string(), csv);
+  write_file_atomic((fs::path(dir) / (stem + ".json")).string(), js);
+}
+
+std::string fixed(double v, int digits) {
+  if (!std::isfinite(v)) return "n/a";
+  char b[48];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+
+std::string rate(double v) { return !std::isfinite(v) ? "n/a" : fixed(v, v < 100 ? 1 : 0); }
+
+std::string today() {
+  const std::time_t t = std::time(nullptr);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y-%m-%d", std::localtime(&t));
+  return b;
 }
 
 namespace {
@@ -205,6 +292,63 @@ std::string render_svg(const std::string& title, const std::vector<Panel>& panel
     o << "</g>\n";
   }
   o << "</svg>\n";
+  return o.str();
+}
+
+std::string render_bars(const std::string& title, const std::string& ylabel, const std::string& reference_name,
+                        const std::vector<std::string>& groups, const std::vector<Bar>& bars, const std::string& caption) {
+  const double pw = 360, ph = 320, ml = 65, mr = 15, mt = 50, mb = 70;
+  const double W = pw * static_cast<double>(std::max<size_t>(1, groups.size())), H = ph + 40;
+  const char* colors[] = {"#7f7f7f", "#1f77b4", "#2ca02c", "#d62728"};  // O0..O3
+  std::ostringstream o;
+  o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W
+    << "\" height=\"" << H << "\" viewBox=\"0 0 " << W << " " << H
+    << "\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+    << "<text x=\"" << W / 2 << "\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">" << esc(title) << "</text>\n";
+  for (size_t m = 0; m < groups.size(); ++m) {
+    std::vector<const Bar*> mine;
+    double top = 0;
+    for (const Bar& b : bars)
+      if (b.group == groups[m]) {
+        mine.push_back(&b);
+        for (double v : {b.value, b.hi, b.reference})
+          if (std::isfinite(v)) top = std::max(top, v);
+      }
+    if (!(top > 0)) top = 1;
+    const double p10 = std::pow(10.0, std::floor(std::log10(top))), step = top / p10 > 5 ? 2 * p10 : top / p10 > 2 ? p10 : p10 / 2;
+    top = std::ceil(top / step) * step;
+    const double ox = pw * static_cast<double>(m), x0 = ox + ml, x1 = ox + pw - mr, y0 = 30 + ph - mb, y1 = 30 + mt;
+    auto Y = [&](double v) { return y0 - v / top * (y0 - y1); };
+    o << "<g>\n<text x=\"" << (x0 + x1) / 2 << "\" y=\"" << y1 - 14 << "\" text-anchor=\"middle\" font-size=\"13\">"
+      << esc(groups[m]) << "</text>\n";
+    for (double v = 0; v <= top + step * 1e-6; v += step)
+      o << "<line x1=\"" << x0 << "\" y1=\"" << Y(v) << "\" x2=\"" << x1 << "\" y2=\"" << Y(v)
+        << "\" stroke=\"#ddd\"/><text x=\"" << x0 - 5 << "\" y=\"" << Y(v) + 4 << "\" text-anchor=\"end\">" << v
+        << "</text>\n";
+    o << "<line x1=\"" << x0 << "\" y1=\"" << y0 << "\" x2=\"" << x1 << "\" y2=\"" << y0 << "\" stroke=\"black\"/>\n"
+      << "<text transform=\"translate(" << ox + 14 << "," << (y0 + y1) / 2 << ") rotate(-90)\" text-anchor=\"middle\">"
+      << esc(ylabel) << "</text>\n";
+    const double slot = (x1 - x0) / static_cast<double>(std::max<size_t>(1, mine.size())), bw = slot * 0.6;
+    for (size_t k = 0; k < mine.size(); ++k) {
+      const Bar& b = *mine[k];
+      const double cx = x0 + slot * (static_cast<double>(k) + 0.5);
+      const int lvl = std::clamp(b.label.size() > 1 ? b.label[1] - '0' : 0, 0, 3);
+      if (std::isfinite(b.value))
+        o << "<rect class=\"bar\" x=\"" << cx - bw / 2 << "\" y=\"" << Y(b.value) << "\" width=\"" << bw
+          << "\" height=\"" << y0 - Y(b.value) << "\" fill=\"" << colors[lvl] << "\"><title>" << esc(b.label) << ": "
+          << rate(b.value) << " " << esc(ylabel) << "</title></rect>\n";
+      if (std::isfinite(b.lo) && std::isfinite(b.hi))
+        o << "<line x1=\"" << cx << "\" y1=\"" << Y(b.lo) << "\" x2=\"" << cx << "\" y2=\"" << Y(b.hi)
+          << "\" stroke=\"black\"/>\n";
+      if (std::isfinite(b.reference))
+        o << "<line class=\"peer\" x1=\"" << cx - bw / 2 - 3 << "\" y1=\"" << Y(b.reference) << "\" x2=\""
+          << cx + bw / 2 + 3 << "\" y2=\"" << Y(b.reference) << "\" stroke=\"black\" stroke-width=\"2.5\"><title>" << esc(reference_name) << " "
+          << esc(b.label) << ": " << rate(b.reference) << " " << esc(ylabel) << "</title></line>\n";
+      o << "<text transform=\"translate(" << cx + 4 << "," << y0 + 8 << ") rotate(45)\">" << esc(b.label) << "</text>\n";
+    }
+    o << "</g>\n";
+  }
+  o << "<text x=\"10\" y=\"" << H - 8 << "\">" << esc(caption) << "</text>\n</svg>\n";
   return o.str();
 }
 

@@ -1,5 +1,6 @@
-// Metrics output of the mpx tool: CSV and JSON-lines logs and hand-written SVG line charts.
+// Metrics and report output of the mpx tool: CSV/JSON-lines logs, result tables, CSV/JSON records, SVG charts.
 #pragma once
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,5 +57,51 @@ void write_file_atomic(const std::string& path, const std::string& text);
 /// A number as CSV/JSON text: integers without a fraction, others with round-trip precision;
 /// non-finite values as "nan"/"inf" in CSV and null in JSON.
 std::string format_number(double v, bool json);
+
+/// A text table of string cells: the first three columns are labels (left-aligned), the rest
+/// numbers (right-aligned).
+struct Table {
+  std::vector<std::string> head;
+  std::vector<std::vector<std::string>> rows;
+  /// Columns padded to their widest cell, for a terminal.
+  std::string aligned() const;
+  /// A GitHub Markdown table.
+  std::string markdown() const;
+};
+
+/// One named column of a result record: a number or a text.
+struct Cell {
+  std::string name;
+  double num = std::numeric_limits<double>::quiet_NaN();
+  std::string text;
+  bool is_text = false;
+};
+using Record = std::vector<Cell>;
+Cell num_cell(std::string name, double v);
+Cell text_cell(std::string name, std::string text);
+
+/// Writes `dir`/`stem`.csv (the first record's names as header; commas in texts become ';') and
+/// `dir`/`stem`.json ({provenance..., "rows": [records]}), both atomically.
+void write_records(const std::string& dir, const std::string& stem, const std::vector<Record>& records,
+                   const std::vector<std::pair<std::string, std::string>>& provenance);
+
+/// One bar of a bar chart: a group (one panel per group), a label, the value with its min-max
+/// whisker, and a reference value drawn as a tick (NaN: none).
+struct Bar {
+  std::string group, label;
+  double value, lo, hi, reference;
+};
+/// Bars side by side, one panel (with its own axis) per group in `groups` order; a bar's colour
+/// follows the digit after its label's first letter (O0..O3); the reference tick's tooltip names
+/// `reference_name`. `caption` goes under the panels.
+std::string render_bars(const std::string& title, const std::string& ylabel, const std::string& reference_name,
+                        const std::vector<std::string>& groups, const std::vector<Bar>& bars, const std::string& caption);
+
+/// `v` with `digits` decimals, or "n/a" when it is not finite.
+std::string fixed(double v, int digits);
+/// A rate with a sensible number of digits for tiny CPU and huge GPU figures alike.
+std::string rate(double v);
+/// Today's local date as YYYY-MM-DD.
+std::string today();
 
 }  // namespace mpx::cli

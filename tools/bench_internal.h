@@ -1,0 +1,70 @@
+// Declarations shared by the files of `mpx bench`: levels and variants, the PyTorch peer runner, the two modes.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tools/common.h"
+
+namespace mpx::cli::bench {
+
+/// O3 with keep_batchnorm_fp32=True, apex's fastest ImageNet recipe, as a level of its own.
+inline constexpr const char* kO3BnF32 = "O3-bnf32";
+inline const std::vector<std::string> kLevels = {"O0", "O1", "O2", "O3", kO3BnF32};
+
+/// One (level, dtype) pair to run: O0 runs once in f32 whatever --dtype says.
+struct Variant {
+  std::string level, dtype;
+};
+std::vector<Variant> variants(const std::vector<std::string>& levels, const std::vector<std::string>& dtypes);
+
+/// A comma-separated flag value; an empty item is a UsageError.
+std::vector<std::string> split_list(const std::string& flag, const std::string& s);
+/// Every item must be one of `known`; a typo gets a suggestion.
+void check_items(const std::string& flag, const std::vector<std::string>& items, const std::vector<std::string>& known);
+/// The models a flag may name: every architecture, less the DCGAN halves (speed mode adds "dcgan").
+std::vector<std::string> classifier_names();
+int64_t count_params(const nn::Module& m);
+/// The command line as given, for the output files' provenance.
+const std::string& command_line();
+
+/// What one speed row runs: device, batch, timing windows, input side, graph/layout/profile.
+struct SpeedConfig {
+  Device device;
+  int64_t batch = 32, steps = 3, warmup = 1, windows = 3, image_size = 28;
+  bool graph = false, channels_last = false, profile = false;
+  uint64_t seed = 0;
+};
+
+/// What the PyTorch peer reported for one speed row.
+struct PeerRow {
+  double ips = NAN, ips_min = NAN, ips_max = NAN, step_ms = NAN, peak_mib = NAN;
+  int64_t params = 0;
+  std::string status = "not run";
+};
+/// What the PyTorch peer reported for one accuracy row (the same recipe, PyTorch's own random numbers).
+struct PeerAccuracy {
+  double top1 = NAN, best = NAN, train_loss = NAN, test_loss = NAN, wall_s = NAN, ips = NAN;
+  int64_t params = 0;
+  std::string status = "not run";
+};
+
+std::string shell_quote(const std::string& s);
+/// Runs the peer script once for every speed row (eager, or through torch.compile), keyed
+/// model/level/dtype; sets `failure` when the peer could not run or reported nothing.
+std::map<std::string, PeerRow> run_peer(const Args& args, const std::vector<std::string>& models,
+                                        const std::vector<std::string>& levels, const std::vector<std::string>& dtypes,
+                                        const SpeedConfig& c, int threads, bool compiled, std::string& failure);
+/// Runs the peer script's accuracy mode once for all rows with mpx train's hyper-parameters.
+std::map<std::string, PeerAccuracy> run_peer_accuracy(const Args& args, const std::vector<std::string>& models,
+                                                      const std::vector<std::string>& levels,
+                                                      const std::vector<std::string>& dtypes, int64_t epochs,
+                                                      int64_t batch, int threads, std::string& failure);
+
+/// The speed table (images/s, memory, loss scale, ratios to O0 and PyTorch).
+int run_speed(const Args& args);
+/// The accuracy table: each level trained by mpx train from the same seed.
+int run_accuracy(const Args& args);
+
+}  // namespace mpx::cli::bench

@@ -1,0 +1,418 @@
+// `mpx bench`'s speed mode: each (model, level, dtype) row timed in windows, with memory, loss scale and the PyTorch peer.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <sstream>
+
+#include "tools/bench_internal.h"
+#include "tools/metrics.h"
+
+namespace mpx::cli::bench {
+
+namespace fs = std::filesystem;
+namespace F = nn::functional;
+
+namespace {
+
+// Peak bytes in live tensors during a row's timed steps (after warm-up, so setup transients
+// such as amp::initialize's copies do not count), everything the row keeps included: on CUDA
+// the absolute peak (as torch.cuda.max_memory_allocated), on the CPU the peak over what was
+// live before the row began.
+struct MemProbe {
+  Device dev;
+  int64_t base = 0;
+  explicit MemProbe(Device d) : dev(d) {
+    if (!dev.is_cuda()) base = cpu::memory_stats().allocated;
+  }
+  void restart() const {
+    if (dev.is_cuda()) {
+      cuda::synchronize();
+      cuda::reset_peak_memory_stats();
+    } else {
+      cpu::reset_peak_memory_stats();
+    }
+  }
+  double peak_mib() const {
+    const int64_t peak = dev.is_cuda() ? cuda::memory_stats().peak_allocated : cpu::memory_stats().peak_allocated - base;
+    return static_cast<double>(peak) / (1024.0 * 1024.0);
+  }
+};
+
+// Input geometry of the classifiers and the DCGAN at an image side.
+int64_t channels_for(int64_t side) { return side == 28 ? 1 : 3; }
+int64_t classes_for(int64_t side) { return side <= 32 ? 10 : 1000; }
+int64_t dcgan_side(int64_t side) { return side == 28 ? 28 : side <= 32 ? 32 : 64; }
+int64_t dcgan_width(int64_t side) { return side <= 32 ? 32 : 64; }
+
+struct SpeedResult {
+  std::vector<double> window_ips;
+  double step_ms = NAN, peak_mib = NAN, loss_scale = NAN, final_loss = NAN;
+  double skipped = NAN;
+  int64_t params = 0;
+  std::string profile;  // per-op table of one extra window (--profile)
+};
+
+void sync(Device d) {
+  if (d.is_cuda()) cuda::synchronize();
+}
+
+// Warm-up, then `windows` windows of `steps` steps, each timed to the device's completion;
+// the peak memory is that of the timed windows.
+void time_windows(const SpeedConfig& c, const std::function<void()>& step, const MemProbe& mem, SpeedResult& r) {
+  for (int64_t i = 0; i < c.warmup; ++i) step();
+  sync(c.device);
+  mem.restart();
+  std::vector<double> secs;
+  for (int64_t w = 0; w < c.windows; ++w) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < c.steps; ++i) step();
+    sync(c.device);
+    secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  r.peak_mib = mem.peak_mib();
+  for (double s : secs) r.window_ips.push_back(static_cast<double>(c.batch * c.steps) / std::max(1e-12, s));
+  std::sort(secs.begin(), secs.end());
+  r.step_ms = 1000.0 * secs[secs.size() / 2] / static_cast<double>(c.steps);
+  if (c.profile) {
+    // One more window under the profiler, so its overhead never enters the timed ones.
+    profiler::reset();
+    profiler::start();
+    for (int64_t i = 0; i < c.steps; ++i) step();
+    sync(c.device);
+    profiler::stop();
+    r.profile = profiler::report(20);
+    profiler::reset();
+  }
+}
+
+amp::Options level_options(const Variant& v, int num_losses) {
+  auto o = amp::Options()
+               .opt_level(v.level == kO3BnF32 ? "O3" : v.level)
+               .dtype(v.dtype == "bf16" ? kBFloat16 : kFloat16)
+               .num_losses(num_losses)
+               .verbosity(0);
+  if (v.level == kO3BnF32) o.keep_batchnorm_fp32(true);
+  return o;
+}
+
+SpeedResult bench_classifier(const std::string& model, const Variant& v, const SpeedConfig& c) {
+  SpeedResult r;
+  amp::reset();
+  MemProbe mem(c.device);
+  {
+    manual_seed(c.seed);
+    const int64_t side = c.image_size, ch = channels_for(side), classes = classes_for(side);
+    MPX_CHECK(model != "small_cnn" || side == 28, "mpx bench: small_cnn takes 28x28 images; use --small-input or "
+              "--image-size 28, or drop small_cnn from --models");
+    nn::AnyModule net = models::create(
+        model, models::ModelOptions().num_classes(classes).in_channels(ch).small_input(side <= 32));
+    r.params = count_params(*net.ptr());
+    net.ptr()->to(c.device);
+    const MemoryFormat fmt = c.channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+    net.ptr()->to(fmt);
+    const Tensor x = randn({c.batch, ch, side, side}).to(c.device).contiguous(fmt);
+    const Tensor y = randint(0, classes, {c.batch}).to(c.device);
+    Tensor loss;
+    if (!c.graph) {
+      // apex's recipe, as mpx train runs it.
+      optim::SGD opt(net.ptr()->parameters(), optim::SGDOptions(0.01).momentum(0.9).weight_decay(1e-4));
+      amp::initialize(net, opt, level_options(v, 1));
+      auto step = [&] {
+        opt.zero_grad();
+        loss = F::cross_entropy(net(x).to(kFloat32), y);
+        amp::scale_loss(loss, opt).backward();
+        opt.step();
+      };
+      time_windows(c, step, mem, r);
+      r.loss_scale = amp::loss_scale(0);
+      r.skipped = static_cast<double>(amp::skipped_steps(opt));
+    } else {
+      // A captured step must not wait for the host. amp::scale_loss's apex path reports overflows
+      // through host read-backs (event queries), which a capture forbids, so the graph runs
+      // torch.amp's recipe: amp::initialize casts the model (O2/O3, masters in the optimizer),
+      // O1 autocasts in the forward, and a GradScaler scales where the level's loss scale is dynamic.
+      amp::initialize(net, level_options(v, 1));
+      const amp::Properties props = amp::properties();
+      optim::SGD opt(net.ptr()->parameters(), optim::SGDOptions(0.01).momentum(0.9).weight_decay(1e-4));
+      opt.set_master_weights(props.master_weights.value_or(false));
+      amp::GradScaler scaler(amp::GradScalerOptions().enabled(props.dynamic_loss_scale));
+      auto step = [&] {
+        opt.zero_grad();
+        loss = F::cross_entropy(net(x).to(kFloat32), y);
+        scaler.scale(loss).backward();
+        scaler.step(opt);
+        scaler.update();
+      };
+      for (int i = 0; i < 3; ++i) step();  // allocations, cuDNN/cuBLASLt plans and workspaces exist before capture
+      sync(c.device);
+      cuda::Graph g;
+      g.capture_begin();
+      step();
+      g.capture_end();
+      time_windows(c, [&] { g.replay(); }, mem, r);
+      r.loss_scale = scaler.is_enabled() ? scaler.get_scale() : props.loss_scale;
+      r.skipped = static_cast<double>(scaler.skipped_steps());
+    }
+    r.final_loss = loss.item<double>();
+  }
+  amp::reset();
+  return r;
+}
+
+SpeedResult bench_dcgan(const Variant& v, const SpeedConfig& c) {
+  MPX_CHECK(!c.graph, "mpx bench --cuda-graph: dcgan is not captured yet (its three loss scalers go through amp's "
+            "host-reporting path); run dcgan without --cuda-graph or drop it from --models");
+  SpeedResult r;
+  amp::reset();
+  MemProbe mem(c.device);
+  {
+    manual_seed(c.seed);
+    const int64_t side = dcgan_side(c.image_size), ch = channels_for(side), width = dcgan_width(side), nz = 100;
+    const auto mopts = models::ModelOptions().in_channels(ch).nz(nz).ngf(width).ndf(width).image_size(side);
+    nn::AnyModule G = models::create("dcgan_generator", mopts), D = models::create("dcgan_discriminator", mopts);
+    r.params = count_params(*G.ptr()) + count_params(*D.ptr());
+    const MemoryFormat fmt = c.channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+    G.ptr()->to(c.device);
+    D.ptr()->to(c.device);
+    G.ptr()->to(fmt);
+    D.ptr()->to(fmt);
+    const auto adam = optim::AdamOptions(2e-4).betas(optim::Betas(0.5, 0.999));
+    optim::Adam optD(D.ptr()->parameters(), adam), optG(G.ptr()->parameters(), adam);
+    amp::initialize({D, G}, {optD, optG}, level_options(v, 3));
+    const TensorOptions on = TensorOptions().device(c.device);
+    const Tensor real = (rand({c.batch, ch, side, side}) * 2.0 - 1.0).to(c.device).contiguous(fmt);
+    const Tensor ones_t = ones({c.batch}, on), zeros_t = zeros({c.batch}, on);
+    Tensor errG;
+    // One G+D step pair exactly as mpx dcgan (apex's DCGAN example) runs it.
+    auto step = [&] {
+      optD.zero_grad();
+      Tensor errD_real = F::binary_cross_entropy_with_logits(D(real).to(kFloat32), ones_t);
+      amp::scale_loss(errD_real, optD, amp::ScaleLossOptions().loss_id(0)).backward();
+      Tensor fake = G(randn({c.batch, nz}, on));
+      Tensor errD_fake = F::binary_cross_entropy_with_logits(D(fake.detach()).to(kFloat32), zeros_t);
+      amp::scale_loss(errD_fake, optD, amp::ScaleLossOptions().loss_id(1)).backward();
+      optD.step();
+      optG.zero_grad();
+      errG = F::binary_cross_entropy_with_logits(D(fake).to(kFloat32), ones_t);
+      amp::scale_loss(errG, optG, amp::ScaleLossOptions().loss_id(2)).backward();
+      optG.step();
+    };
+    time_windows(c, step, mem, r);
+    // The smallest of the three scales: the one closest to overflow trouble.
+    r.loss_scale = std::min({amp::loss_scale(0), amp::loss_scale(1), amp::loss_scale(2)});
+    r.skipped = static_cast<double>(amp::skipped_steps(optD) + amp::skipped_steps(optG));
+    r.final_loss = errG.item<double>();
+  }
+  amp::reset();
+  return r;
+}
+
+}  // namespace
+
+int run_speed(const Args& args) {
+  const Device device = parse_device(args.str("--device"));
+  const bool cpu = !device.is_cuda();
+  if (args.on("--cuda-graph") && cpu)
+    throw UsageError("--cuda-graph captures a CUDA training step; it needs --device cuda (this run is on the CPU)");
+  const bool small = args.on("--small-input") || cpu;
+  std::vector<std::string> known = classifier_names();
+  known.push_back("dcgan");
+  const auto models =
+      split_list("--models", args.given("--models") ? args.str("--models") : cpu ? "resnet18,dcgan" : "resnet18,resnet50,vgg16,dcgan");
+  check_items("--models", models, known);
+  const auto levels = split_list(
+      "--opt-levels", args.given("--opt-levels") ? args.str("--opt-levels") : cpu ? "O0,O1,O2,O3" : "O0,O1,O2,O3,O3-bnf32");
+  check_items("--opt-levels", levels, kLevels);
+  const auto dtypes = split_list("--dtype", args.str("--dtype"));
+  check_items("--dtype", dtypes, {"f16", "bf16"});
+
+  SpeedConfig c;
+  c.device = device;
+  c.graph = args.on("--cuda-graph");
+  c.profile = args.on("--profile");
+  if (c.profile && c.graph)
+    throw UsageError("--profile times the kernels of eager steps; a CUDA graph replays them as one, drop one of the two");
+  c.channels_last = args.given("--channels-last") ? args.choice("--channels-last", {"on", "off"}) == "on" : !cpu;
+  c.batch = args.given("--batch") ? args.integer("--batch", 1) : cpu ? 32 : 128;
+  c.steps = args.given("--steps") ? args.integer("--steps", 1) : cpu ? 3 : 10;
+  c.warmup = args.given("--warmup") ? args.integer("--warmup", 0) : cpu ? 1 : 5;
+  c.windows = args.integer("--windows", 1);
+  c.image_size = args.given("--image-size") ? args.integer("--image-size", 8) : small ? 28 : 224;
+  c.seed = static_cast<uint64_t>(args.integer("--seed", 0));
+  const int threads = omp_get_max_threads();
+  const std::string mem_kind = cpu ? "CPU tensor bytes, peak of the timed steps" : "CUDA peak allocated in the timed steps";
+  const fs::path out = args.str("--out");
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  MPX_CHECK(fs::is_directory(out), "--out ", out.string(), ": cannot create the folder (", ec.message(), ")");
+
+  std::printf("mpx bench: %s, %s, batch %lld, %lld px (dcgan %lld px), %lld warm-up + %lld windows x %lld steps%s, "
+              "%d thread%s, synthetic data\n",
+              device.str().c_str(), small ? "small-input models" : "full-size models", static_cast<long long>(c.batch),
+              static_cast<long long>(c.image_size), static_cast<long long>(dcgan_side(c.image_size)),
+              static_cast<long long>(c.warmup), static_cast<long long>(c.windows), static_cast<long long>(c.steps),
+              c.graph ? ", CUDA graph replay" : "", threads, threads == 1 ? "" : "s");
+  std::fflush(stdout);
+
+  struct Row {
+    std::string model;
+    Variant v;
+    SpeedResult r;
+    double median = NAN, lo = NAN, hi = NAN, speedup = NAN;
+    PeerRow peer, compiled;  // PyTorch eager, and through torch.compile (--peer-compile)
+  };
+  std::vector<Row> rows;
+  std::ostringstream profile_log;
+  // Rows in which cuDNN refused a fast kernel (same results, slower): said under the table.
+  std::string fallback_notes;
+  const auto vars = variants(levels, dtypes);
+  for (const auto& m : models) {
+    for (const auto& v : vars) {
+      std::printf("  %-10s %s %-4s ... ", m.c_str(), v.level.c_str(), v.dtype.c_str());
+      std::fflush(stdout);
+      Row row{m, v, {}, NAN, NAN, NAN, NAN, {}, {}};
+      const int64_t fallbacks = cuda::cudnn_fallbacks();
+      try {
+        row.r = m == "dcgan" ? bench_dcgan(v, c) : bench_classifier(m, v, c);
+      } catch (const mpx::Error& e) {
+        amp::reset();
+        MPX_ERROR("mpx bench ", m, " ", v.level, " ", v.dtype, ": ", e.what());
+      }
+      auto w = row.r.window_ips;
+      std::sort(w.begin(), w.end());
+      row.median = w[w.size() / 2], row.lo = w.front(), row.hi = w.back();
+      std::printf("%s images/s\n", rate(row.median).c_str());
+      if (const int64_t n = cuda::cudnn_fallbacks() - fallbacks; n > 0)
+        fallback_notes += m + " " + v.level + " " + v.dtype + ": " + std::to_string(n) +
+                          " cuDNN fallbacks to slower kernels; the last: " + cuda::cudnn_last_fallback() + "\n";
+      if (c.profile) {
+        std::printf("\n  kernels of %s %s %s, %lld steps (wall time on the CPU, event time on CUDA):\n%s\n", m.c_str(),
+                    v.level.c_str(), v.dtype.c_str(), static_cast<long long>(c.steps), row.r.profile.c_str());
+        profile_log << "## " << m << " " << v.level << " " << v.dtype << ", " << c.steps << " steps\n\n```\n"
+                    << row.r.profile << "```\n\n";
+      }
+      std::fflush(stdout);
+      rows.push_back(std::move(row));
+    }
+    // Speed-up over O0 of the same model (only when O0 ran).
+    for (auto& r : rows)
+      if (r.model == m)
+        for (const auto& o : rows)
+          if (o.model == m && o.v.level == "O0") r.speedup = r.median / o.median;
+  }
+
+  const bool peer = args.on("--peer"), peer_compile = args.on("--peer-compile");
+  if (peer_compile && !peer) throw UsageError("--peer-compile adds columns to --peer's: pass both");
+  if (peer) {
+    for (bool compiled : {false, true}) {
+      if (compiled && !peer_compile) break;
+      std::string failure;
+      const auto pr = run_peer(args, models, levels, dtypes, c, threads, compiled, failure);
+      for (auto& r : rows) {
+        PeerRow& slot = compiled ? r.compiled : r.peer;
+        auto it = pr.find(r.model + "/" + r.v.level + "/" + r.v.dtype);
+        if (it != pr.end()) slot = it->second;
+        else if (!failure.empty()) slot.status = "peer failed";
+      }
+      if (!failure.empty()) std::fprintf(stderr, "mpx bench: warning: %s\n", failure.c_str());
+    }
+    std::map<std::string, std::pair<int64_t, int64_t>> params;
+    for (const auto& r : rows)
+      if (r.peer.params > 0) params[r.model] = {r.r.params, r.peer.params};
+    for (const auto& [m, pp] : params)
+      std::printf("parameters %s: mpx %lld, PyTorch %lld%s\n", m.c_str(), static_cast<long long>(pp.first),
+                  static_cast<long long>(pp.second), pp.first == pp.second ? " (match)" : " (MISMATCH: the models differ)");
+  }
+
+  Table t;
+  t.head = {"model", "level", "dtype", "batch", "images/s", "min-max", "step ms", "peak MiB", "loss scale", "skipped",
+            "vs O0"};
+  if (peer) t.head.insert(t.head.end(), {"PyTorch img/s", "mpx/PyTorch"});
+  if (peer) t.head.push_back("PyTorch MiB");
+  if (peer_compile) t.head.insert(t.head.end(), {"compiled img/s", "mpx/compiled"});
+  std::vector<Record> recs;
+  std::vector<std::string> peer_notes;
+  std::vector<Bar> bars;
+  // PyTorch's images/s, or n/a with a numbered note underneath (the reasons are long).
+  auto peer_cell = [&](const PeerRow& p) {
+    if (std::isfinite(p.ips)) return rate(p.ips);
+    auto it = std::find(peer_notes.begin(), peer_notes.end(), p.status);
+    if (it == peer_notes.end()) it = peer_notes.insert(peer_notes.end(), p.status);
+    return "n/a [" + std::to_string(it - peer_notes.begin() + 1) + "]";
+  };
+  for (const auto& r : rows) {
+    const double ratio = r.median / r.peer.ips, cratio = r.median / r.compiled.ips;
+    std::vector<std::string> cells = {r.model, r.v.level, r.v.dtype, std::to_string(c.batch), rate(r.median),
+                                      rate(r.lo) + "-" + rate(r.hi), fixed(r.r.step_ms, 1), fixed(r.r.peak_mib, 0),
+                                      fixed(r.r.loss_scale, 0), fixed(r.r.skipped, 0),
+                                      std::isfinite(r.speedup) ? fixed(r.speedup, 2) + "x" : "n/a"};
+    if (peer) {
+      cells.push_back(peer_cell(r.peer));
+      cells.push_back(fixed(ratio, 2));
+      cells.push_back(std::isfinite(r.peer.peak_mib) ? fixed(r.peer.peak_mib, 0) : "n/a");
+    }
+    if (peer_compile) {
+      cells.push_back(peer_cell(r.compiled));
+      cells.push_back(fixed(cratio, 2));
+    }
+    t.rows.push_back(cells);
+    recs.push_back({text_cell("model", r.model), text_cell("level", r.v.level), text_cell("dtype", r.v.dtype),
+                    num_cell("batch", static_cast<double>(c.batch)),
+                    num_cell("image_size", static_cast<double>(r.model == "dcgan" ? dcgan_side(c.image_size) : c.image_size)),
+                    num_cell("images_per_s", r.median), num_cell("images_per_s_min", r.lo),
+                    num_cell("images_per_s_max", r.hi), num_cell("step_ms", r.r.step_ms),
+                    num_cell("peak_mem_mib", r.r.peak_mib), num_cell("loss_scale", r.r.loss_scale),
+                    num_cell("skipped_steps", r.r.skipped), num_cell("speedup_vs_O0", r.speedup),
+                    num_cell("final_loss", r.r.final_loss), num_cell("params", static_cast<double>(r.r.params)),
+                    num_cell("peer_images_per_s", r.peer.ips), num_cell("peer_images_per_s_min", r.peer.ips_min),
+                    num_cell("peer_images_per_s_max", r.peer.ips_max), num_cell("peer_peak_mem_mib", r.peer.peak_mib),
+                    num_cell("peer_params", static_cast<double>(r.peer.params)), num_cell("mpx_over_peer", ratio),
+                    text_cell("peer_status", peer ? r.peer.status : "not run"),
+                    num_cell("peer_compiled_images_per_s", r.compiled.ips),
+                    num_cell("peer_compiled_peak_mem_mib", r.compiled.peak_mib),
+                    num_cell("mpx_over_peer_compiled", cratio), text_cell("peer_compiled_status", r.compiled.status)});
+    bars.push_back({r.model, r.v.level + " " + r.v.dtype, r.median, r.lo, r.hi, r.peer.ips});
+  }
+  const std::string table = t.aligned();
+  std::printf("\n%s", table.c_str());
+  std::string notes;
+  for (size_t i = 0; i < peer_notes.size(); ++i) notes += "[" + std::to_string(i + 1) + "] PyTorch: " + peer_notes[i] + "\n";
+  std::printf("%s%s", notes.c_str(), fallback_notes.c_str());
+  if (peer && cpu)
+    std::printf("PyTorch MiB: what lives between steps plus the step's largest growth in the allocations torch's "
+                "profiler records op by op (a lower bound; torch has no CPU allocator statistics)\n");
+  std::printf("peak MiB: %s; loss scale: amp's at the end (dcgan: the smallest of its three); vs O0: images/s over "
+              "O0's of the same model\n", mem_kind.c_str());
+
+  const std::string& cmdline = command_line();
+  const std::vector<std::pair<std::string, std::string>> info = {
+      {"mpx_version", MPX_VERSION_STRING}, {"date", today()}, {"device", device.str()},
+      {"threads", std::to_string(threads)}, {"memory", mem_kind}, {"command", cmdline}};
+  write_records(out.string(), "bench", recs, info);
+  std::ostringstream md;
+  md << "# mpx bench\n\n" << today() << ", `" << cmdline << "`, " << device.str() << ", " << threads
+     << " thread(s), batch " << c.batch << ", synthetic data, " << c.warmup << " warm-up steps then " << c.windows
+     << " windows of " << c.steps << " steps (images/s: median, min-max over the windows). Peak memory: " << mem_kind
+     << ".\n\n"
+     << t.markdown() << "\n";
+  for (size_t i = 0; i < peer_notes.size(); ++i) md << "[" << i + 1 << "] PyTorch: " << peer_notes[i] << "  \n";
+  if (!fallback_notes.empty()) md << "\n" << fallback_notes;
+  write_file_atomic((out / "bench.md").string(), md.str());
+  write_file_atomic((out / "bench.svg").string(),
+                    render_bars("mpx bench: images/s per opt level (" + device.str() + ", batch " +
+                                    std::to_string(c.batch) + ")", "images/s", "PyTorch", models, bars,
+                                "bars: mpx median images/s (whiskers: min-max over the windows); black ticks: "
+                                "PyTorch's median (--peer)"));
+  if (c.profile) write_file_atomic((out / "profile.md").string(), "# mpx bench --profile\n\n" + profile_log.str());
+  std::printf("wrote bench.csv, bench.json, bench.md%s and bench.svg in %s\n", c.profile ? ", profile.md" : "",
+              out.string().c_str());
+  return 0;
+}
+
+
+}  // namespace mpx::cli::bench
