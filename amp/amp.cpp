@@ -1,4 +1,4 @@
-// amp front end: initialize, scale_loss with per-loss scalers, overflow skips and diagnosis, state dicts.
+// amp front end: initialize, scale_loss with per-loss scalers (GradScaler's state machine), overflow skips, state dicts.
 #include "amp/amp.h"
 
 #include <algorithm>
@@ -25,6 +25,8 @@ namespace {
 using detail::level_brief;
 using detail::num;
 using detail::overrides_str;
+using detail::check_finite;
+using detail::diagnose_overflow;
 
 
 bool is_rank0() {
@@ -33,44 +35,44 @@ bool is_rank0() {
   return true;
 }
 
-// apex's LossScaler: the scale and clean-step count, plus the GradScaler that does the fused unscale.
+// One loss's scaler. Its state machine is GradScaler's, set to apex's LossScaler (growth 2 after
+// 2000 clean steps, backoff 0.5, a min_loss_scale floor that clamps); amp adds the overflow
+// messages and, on a GPU, the flags that carry them to the host a step late.
 struct LossScaler {
   bool dynamic = true;
-  double scale = 65536.0;
-  int64_t unskipped = 0;
+  double static_scale = 1.0;  // a static scaler's value (the GradScaler is kept at it)
   double min_scale = 0.0, max_scale = 16777216.0;
   int64_t messages = 0;
   std::unique_ptr<GradScaler> scaler;
-  // On a GPU the scale lives in `scaler` (updated by a kernel) and `scale`/`unskipped` are host
-  // mirrors refreshed on demand; `pending` carries the last overflow flag and new scale to the
-  // host without stalling the step that produced them, with the number of optimizer steps that
-  // flag skips (one message each, as the host path prints).
-  bool on_device = false;
+  // `pending` carries each device-path iteration's overflow flag and new scale to the host without
+  // stalling the step that produced them, with the number of optimizer steps that flag skips
+  // (one message each, as the host path prints).
   struct Pending {
     std::unique_ptr<cuda::HostReadback> flag_and_scale;
     int steps = 1;
   };
   std::deque<Pending> pending;
 
-  // apex's LossScaler.update_scale is torch.amp's state machine with growth 2, backoff 0.5 and a
-  // 2000-step interval, so the device path runs GradScaler's update kernel with these options.
-  void make_scaler() {
+  void make_scaler(double scale, int64_t unskipped = 0) {
+    if (!dynamic) static_scale = scale;
     scaler = std::make_unique<GradScaler>(GradScalerOptions()
                                               .init_scale(scale)
                                               .growth_factor(2.0)
                                               .backoff_factor(0.5)
                                               .growth_interval(2000)
+                                              .min_scale(dynamic ? min_scale : 0.0)
+                                              .clamp_at_min_scale(true)
                                               .max_scale(std::max(scale, max_scale)));
-    on_device = false;
+    if (unskipped > 0) {
+      auto sd = scaler->state_dict();
+      sd["_growth_tracker"] = static_cast<double>(unskipped);
+      scaler->load_state_dict(sd);
+    }
     pending.clear();
   }
-  // Brings the host mirrors up to date (reads the device).
-  void sync_mirror() {
-    if (!on_device) return;
-    const auto sd = scaler->state_dict();
-    scale = sd.at("scale");
-    unskipped = static_cast<int64_t>(sd.at("_growth_tracker"));
-  }
+  // Reading a dynamic scale synchronizes with the device that holds it.
+  double scale() const { return dynamic ? scaler->get_scale() : static_scale; }
+  int64_t unskipped() const { return static_cast<int64_t>(scaler->state_dict().at("_growth_tracker")); }
 };
 
 // What amp keeps per optimizer; hooks hold it by shared_ptr so a reset() leaves them inert.
@@ -151,11 +153,6 @@ void forward_region_exit() {
   if (autocast_nesting() == 0) clear_cast_cache();
 }
 
-bool finite_all(const Tensor& t) {
-  NoGradGuard ng;
-  // inf * 0 and NaN * 0 are NaN: one reduction tells whether anything is non-finite.
-  return std::isfinite(sum(t.detach().to(kFloat32) * 0.0).item_double());
-}
 
 }  // namespace
 
@@ -297,8 +294,7 @@ void initialize(const std::vector<ModelRef>& models, const std::vector<Optimizer
     s.dynamic = p.dynamic_loss_scale;
     s.min_scale = options.min_loss_scale_;
     s.max_scale = options.max_loss_scale_;
-    s.scale = s.dynamic ? std::min(s.max_scale, 65536.0) : p.loss_scale;
-    s.make_scaler();
+    s.make_scaler(s.dynamic ? std::min(s.max_scale, 65536.0) : p.loss_scale);
     g.scalers.push_back(std::move(s));
   }
   g.initialized = true;
@@ -307,9 +303,7 @@ void initialize(const std::vector<ModelRef>& models, const std::vector<Optimizer
 Tensor ScaledLoss::scaled() const {
   State& g = state();
   if (!g.props.enabled) return loss_;
-  LossScaler& ls = g.scalers.at(options_.loss_id_);
-  if (ls.on_device) return ls.scaler->scale(loss_.to(kFloat32));
-  return loss_.to(kFloat32) * ls.scale;
+  return g.scalers.at(options_.loss_id_).scaler->scale(loss_.to(kFloat32));
 }
 
 ScaledLoss scale_loss(const Tensor& loss, const std::vector<OptimizerRef>& optimizers, const ScaleLossOptions& options) {
@@ -335,75 +329,110 @@ ScaledLoss scale_loss(const Tensor& loss, const std::vector<OptimizerRef>& optim
 
 namespace {
 
-// The inf/NaN flag of an optimizer's gradients without unscaling them (a static unit scale has
-// nothing to unscale): one fused read pass per device, the flag left where the gradients are.
-Tensor check_finite(const optim::Optimizer& opt) {
-  NoGradGuard ng;
-  std::vector<std::pair<Device, tensor_list>> by_device;
-  for (const auto& p : opt.parameters()) {
-    const Tensor g = p.grad();
-    if (!g.defined()) continue;
-    auto it = std::find_if(by_device.begin(), by_device.end(), [&](const auto& d) { return d.first == g.device(); });
-    if (it == by_device.end()) by_device.push_back({g.device(), {g}});
-    else it->second.push_back(g);
-  }
-  if (by_device.empty()) return Tensor();
-  Tensor found;
-  for (auto& [dev, grads] : by_device) {
-    Tensor f = zeros({}, TensorOptions(kFloat32).device(dev));
-    unscale_check_inf_(grads, {}, ones({}, TensorOptions(kFloat32).device(dev)), f);
-    found = found.defined() ? found + f.to(found.device()) : f;
-  }
-  return found;
+// How one scale_loss backward treats overflow, from the opt level and the loss's scaler.
+struct BackwardPlan {
+  // apex: unit static scaling without masters is a plain backward (nothing to unscale). mpx still
+  // reads the gradients once for inf/NaN, so that none reaches the weights...
+  bool unit_static = false;
+  // ...except in pure f32 (O0): that is the baseline, whose non-finite gradients are the model's
+  // own divergence for the caller to see (mpx train stops such a run), as in apex. So an overflow
+  // skips the step always with a dynamic scale, and with a static one below O0.
+  bool may_skip = true;
+  // On a GPU the overflow flag is not read: the scale update is a kernel (dynamic scaling), the
+  // optimizers' step kernels read the flag, and the overflow message comes a step late. A floor
+  // (min_loss_scale) or diagnosis needs the flag on the host: those read it.
+  bool device_path = false;
+};
+
+BackwardPlan plan_backward(const State& g, const LossScaler& ls, bool on_cuda) {
+  BackwardPlan p;
+  const bool pure_f32 = g.props.cast_model_type == kFloat32 && !g.props.patch_functions;
+  p.may_skip = ls.dynamic || !pure_f32;
+  p.unit_static = !g.props.master_weights.value_or(false) && !ls.dynamic && ls.static_scale == 1.0;
+  p.device_path = on_cuda && (!ls.dynamic || ls.min_scale <= 0) && !g.diagnose;
+  return p;
 }
 
-// Where the first non-finite value of an overflowed iteration is: the loss itself, or the first
-// parameter (in model order, then optimizer order) whose gradient is non-finite.
-std::string diagnose_overflow(int loss_id, double scale_at_overflow, double new_scale, bool dynamic,
-                              const Tensor& loss, const std::vector<optim::Optimizer*>& optimizers) {
+// Gradients already unscaled by an earlier loss of this iteration are set aside, so that only
+// the new loss's are unscaled; restore_set_aside adds them back.
+void set_aside_unscaled(optim::Optimizer& opt, OptState& st) {
+  if (st.params_have_scaled_grads) return;
+  st.stash.clear();
+  for (const auto& p : opt.parameters()) {
+    const Tensor& target = opt.master(p);
+    if (target.grad().defined()) st.stash.emplace(p.impl(), target.grad());
+    target.mutable_grad() = Tensor();
+    p.mutable_grad() = Tensor();
+  }
+}
+
+void restore_set_aside(optim::Optimizer& opt, OptState& st) {
+  NoGradGuard ng;
+  for (const auto& p : opt.parameters()) {
+    auto it = st.stash.find(p.impl());
+    if (it == st.stash.end()) continue;
+    const Tensor& target = opt.master(p);
+    if (target.grad().defined()) target.mutable_grad().add_(it->second);
+    else target.set_grad(it->second);
+  }
+  st.stash.clear();
+  st.params_have_scaled_grads = false;
+}
+
+// Unscales the optimizer's gradients (or, at a unit static scale, only checks them) and returns
+// the inf/NaN flag where they live; undefined when the optimizer has no gradient.
+Tensor unscale_and_check(LossScaler& ls, optim::Optimizer& opt, bool unit_static) {
+  if (unit_static) return check_finite(opt);
+  ls.scaler->unscale_(opt);
+  for (const auto& p : opt.parameters())
+    if (p.grad().defined()) return ls.scaler->found_inf(opt);
+  return Tensor();
+}
+
+// The GPU ending: the scale update and the skip stay on the device; the flag and the new scale
+// travel to the host for the message, read a step later.
+void finish_on_device(LossScaler& ls, int loss_id, const BackwardPlan& plan, Tensor found,
+                      const std::vector<std::shared_ptr<OptState>>& sts, Device device) {
+  report_lagging_overflows(ls, loss_id);
+  NoGradGuard ng;
+  if (!found.defined()) found = zeros({}, TensorOptions().device(device));
+  if (ls.dynamic) {
+    if (!sts.empty()) ls.scaler->update();  // the kernel: backoff on overflow, growth after 2000 clean steps
+  } else if (!plan.unit_static) {
+    ls.scaler->update(ls.static_scale);  // the scaler only starts its next iteration
+  }
+  if (plan.may_skip)
+    for (auto& st : sts) st->skip_flag = st->skip_flag.defined() ? st->skip_flag + found : found;
+  const Tensor scale_now = plan.unit_static ? full({}, ls.static_scale, TensorOptions(kFloat32).device(found.device()))
+                                            : ls.scaler->scale_tensor();
+  ls.pending.push_back({std::make_unique<cuda::HostReadback>(tensor_list{found, scale_now}),
+                        static_cast<int>(sts.size())});
+}
+
+// The host ending: apex's LossScaler.update_scale (the scaler's state machine; a static scale
+// skips too but keeps its value), then the skip, message and diagnosis for the next step().
+void finish_on_host(LossScaler& ls, int loss_id, const BackwardPlan& plan, bool overflow, const Tensor& loss,
+                    const std::vector<optim::Optimizer*>& optimizers, const std::vector<std::shared_ptr<OptState>>& sts) {
   State& g = state();
-  std::ostringstream os;
-  os << "amp diagnose: loss scaler " << loss_id << " overflowed at " << (dynamic ? "" : "its static ") << "loss scale "
-     << num(scale_at_overflow) << ": ";
-  if (!finite_all(loss)) {
-    os << "the loss itself is non-finite (" << loss.detach().to(kFloat32).item_double()
-       << "); the forward pass produced inf/NaN, which no loss scale can fix";
-    return os.str();
+  const double scale_at_overflow = overflow && g.diagnose ? ls.scale() : 0.0;
+  if (ls.dynamic) {
+    if (!optimizers.empty()) ls.scaler->update();
+  } else if (!plan.unit_static) {
+    ls.scaler->update(ls.static_scale);
   }
-  auto grad_of = [](optim::Optimizer& o, const Tensor& p) {
-    const Tensor& target = o.master(p);
-    return target.grad().defined() ? target.grad() : p.grad();
-  };
-  std::string where;
-  for (size_t mi = 0; mi < g.models.size() && where.empty(); ++mi)
-    for (const auto& [name, p] : g.models[mi]->named_parameters()) {
-      optim::Optimizer* owner = nullptr;
-      for (auto* o : optimizers)
-        for (const auto& q : o->parameters())
-          if (q.impl() == p.impl()) owner = o;
-      if (!owner) continue;
-      const Tensor gr = grad_of(*owner, p);
-      if (gr.defined() && !finite_all(gr)) {
-        where = "the first non-finite gradient is that of parameter \"" + name + "\" (" + ops::describe(p) +
-                (g.models.size() > 1 ? ", model " + std::to_string(mi) : "") + ")";
-        break;
-      }
-    }
-  for (size_t k = 0; k < optimizers.size() && where.empty(); ++k) {
-    const auto ps = optimizers[k]->parameters();
-    for (size_t i = 0; i < ps.size(); ++i) {
-      const Tensor gr = grad_of(*optimizers[k], ps[i]);
-      if (gr.defined() && !finite_all(gr)) {
-        where = "the first non-finite gradient is that of parameter " + std::to_string(i) + " of optimizer " +
-                std::to_string(k) + " (" + ops::describe(ps[i]) + ")";
-        break;
-      }
-    }
+  if (!overflow) return;
+  const double new_scale = ls.scale();
+  std::string diag;
+  if (g.diagnose) {
+    diag = diagnose_overflow(loss_id, scale_at_overflow, new_scale, ls.dynamic, loss, optimizers, g.models);
+    g.last_diagnosis = diag;
   }
-  os << (where.empty() ? std::string("no non-finite gradient found after the fact") : where);
-  if (dynamic) os << "; the step is skipped and the scale reduced to " << num(new_scale);
-  else os << "; the step is skipped and the static scale kept (lower it, or use a dynamic scale)";
-  return os.str();
+  for (auto& st : sts) {
+    st->skip_next = true;
+    st->skip_loss_id = loss_id;
+    st->skip_scale = new_scale;
+    st->diagnosis = diag;
+  }
 }
 
 }  // namespace
@@ -419,125 +448,42 @@ void ScaledLoss::backward(bool retain_graph) {
   LossScaler& ls = g.scalers[options_.loss_id_];
   std::vector<std::shared_ptr<OptState>> sts;
   for (auto* o : optimizers_) sts.push_back(g.optimizers.at(o));
+  const BackwardPlan plan = plan_backward(g, ls, loss_.is_cuda());
   const bool delay = options_.delay_unscale_;
-  // apex: unit static scaling without masters is a plain backward (nothing to unscale). mpx
-  // still reads the gradients once for inf/NaN, so that none reaches the weights, except in pure
-  // f32 (O0): that is the baseline, whose non-finite gradients are the model's own divergence
-  // for the caller to see (mpx train stops such a run), as in apex.
-  const bool pure_f32 = g.props.cast_model_type == kFloat32 && !g.props.patch_functions;
-  // Whether an overflow skips the step: always with a dynamic scale, with a static one below O0.
-  const bool may_skip = ls.dynamic || !pure_f32;
-  const bool unit_static = !g.props.master_weights.value_or(false) && !ls.dynamic && ls.scale == 1.0;
-  if (unit_static && !may_skip) {
+  if (plan.unit_static && !plan.may_skip) {
     loss_.to(kFloat32).backward({}, retain_graph);
     clear_cache();
     return;
   }
-  Tensor scaled;
-  if (unit_static) {
-    scaled = loss_.to(kFloat32);
-    scaled.backward({}, retain_graph);
-  } else {
-    if (!delay) {
-      // Gradients already unscaled by an earlier loss are set aside, so only the new ones are unscaled.
-      for (size_t k = 0; k < optimizers_.size(); ++k) {
-        if (sts[k]->params_have_scaled_grads) continue;
-        sts[k]->stash.clear();
-        for (const auto& p : optimizers_[k]->parameters()) {
-          const Tensor& target = optimizers_[k]->master(p);
-          if (target.grad().defined()) sts[k]->stash.emplace(p.impl(), target.grad());
-          target.mutable_grad() = Tensor();
-          p.mutable_grad() = Tensor();
-        }
-      }
-    }
-    scaled = ls.scaler->scale(loss_.dtype() == kFloat32 ? loss_ : loss_.to(kFloat32));
-    scaled.backward({}, retain_graph);
-  }
+  // 1. The scaled backward (gradients of earlier losses set aside first).
+  if (!plan.unit_static && !delay)
+    for (size_t k = 0; k < optimizers_.size(); ++k) set_aside_unscaled(*optimizers_[k], *sts[k]);
+  const Tensor loss32 = loss_.dtype() == kFloat32 ? loss_ : loss_.to(kFloat32);
+  (plan.unit_static ? loss32 : ls.scaler->scale(loss32)).backward({}, retain_graph);
   if (delay) {
-    if (!unit_static)
+    if (!plan.unit_static)
       for (auto& st : sts) st->params_have_scaled_grads = true;
     clear_cache();
     return;
   }
-  // On a GPU the overflow flag is not read: the scale update is a kernel (dynamic scaling), the
-  // optimizers' step kernels read the flag, and the overflow message comes a step late. A floor
-  // (min_loss_scale) or diagnosis needs the flag on the host: those read it.
-  const bool device_path = scaled.is_cuda() && (!ls.dynamic || ls.min_scale <= 0) && !g.diagnose;
+  // 2. Unscale and check each optimizer's gradients, then add back what was set aside.
   bool overflow = false;
   Tensor found_any;
   for (size_t k = 0; k < optimizers_.size(); ++k) {
-    optim::Optimizer& opt = *optimizers_[k];
-    Tensor f;
-    if (unit_static) {
-      f = check_finite(opt);
-    } else {
-      ls.scaler->unscale_(opt);
-      bool any_grad = false;
-      for (const auto& p : opt.parameters()) any_grad |= p.grad().defined();
-      if (any_grad) f = ls.scaler->found_inf(opt);
-    }
-    if (f.defined() && may_skip) {
-      if (device_path) {
+    const Tensor f = unscale_and_check(ls, *optimizers_[k], plan.unit_static);
+    if (f.defined() && plan.may_skip) {
+      if (plan.device_path) {
         NoGradGuard ng;
         found_any = found_any.defined() ? found_any + f : f;
       } else {
         overflow |= f.item_double() != 0.0;
       }
     }
-    NoGradGuard ng;
-    for (const auto& p : opt.parameters()) {
-      auto it = sts[k]->stash.find(p.impl());
-      if (it == sts[k]->stash.end()) continue;
-      const Tensor& target = opt.master(p);
-      if (target.grad().defined()) target.mutable_grad().add_(it->second);
-      else target.set_grad(it->second);
-    }
-    sts[k]->stash.clear();
-    sts[k]->params_have_scaled_grads = false;
+    restore_set_aside(*optimizers_[k], *sts[k]);
   }
-  if (device_path) {
-    report_lagging_overflows(ls, options_.loss_id_);
-    NoGradGuard ng;
-    if (!found_any.defined()) found_any = zeros({}, TensorOptions().device(scaled.device()));
-    if (ls.dynamic) ls.scaler->update();  // the kernel: backoff on overflow, growth after 2000 clean steps
-    else if (!unit_static) ls.scaler->update(ls.scale);  // a static scale stays; the scaler only starts its next iteration
-    ls.on_device = ls.dynamic;
-    if (may_skip)
-      for (auto& st : sts) st->skip_flag = st->skip_flag.defined() ? st->skip_flag + found_any : found_any;
-    const Tensor scale_now = unit_static ? full({}, ls.scale, TensorOptions(kFloat32).device(found_any.device()))
-                                         : ls.scaler->scale_tensor();
-    ls.pending.push_back({std::make_unique<cuda::HostReadback>(tensor_list{found_any, scale_now}),
-                          static_cast<int>(optimizers_.size())});
-    clear_cache();
-    return;
-  }
-  const double scale_at_overflow = ls.scale;
-  // apex's LossScaler.update_scale; a static scale skips too but keeps its value.
-  if (overflow && ls.dynamic) {
-    ls.scale = ls.min_scale > 0 ? std::max(ls.min_scale, ls.scale / 2.0) : ls.scale / 2.0;
-    ls.unskipped = 0;
-  } else if (!overflow) {
-    ++ls.unskipped;
-  }
-  if (ls.unskipped == 2000 && ls.dynamic) {
-    ls.scale = std::min(ls.max_scale, ls.scale * 2.0);
-    ls.unskipped = 0;
-  }
-  if (!unit_static) ls.scaler->update(ls.scale);
-  if (overflow) {
-    std::string diag;
-    if (g.diagnose) {
-      diag = diagnose_overflow(options_.loss_id_, scale_at_overflow, ls.scale, ls.dynamic, loss_, optimizers_);
-      g.last_diagnosis = diag;
-    }
-    for (auto& st : sts) {
-      st->skip_next = true;
-      st->skip_loss_id = options_.loss_id_;
-      st->skip_scale = ls.scale;
-      st->diagnosis = diag;
-    }
-  }
+  // 3. The scale update and the skip decision, where the flag is.
+  if (plan.device_path) finish_on_device(ls, options_.loss_id_, plan, found_any, sts, loss_.device());
+  else finish_on_host(ls, options_.loss_id_, plan, overflow, loss_, optimizers_, sts);
   clear_cache();
 }
 
@@ -548,12 +494,11 @@ std::vector<Tensor> master_params(optim::Optimizer& optimizer) {
 
 std::map<std::string, double> state_dict() {
   std::map<std::string, double> r;
-  auto& sc = state().scalers;
-  for (auto& ls : sc) ls.sync_mirror();
+  const auto& sc = state().scalers;
   for (size_t i = 0; i < sc.size(); ++i) {
     const std::string k = "loss_scaler" + std::to_string(i);
-    r[k + ".loss_scale"] = sc[i].scale;
-    r[k + ".unskipped"] = static_cast<double>(sc[i].unskipped);
+    r[k + ".loss_scale"] = sc[i].scale();
+    r[k + ".unskipped"] = static_cast<double>(sc[i].unskipped());
   }
   return r;
 }
@@ -574,10 +519,8 @@ void load_state_dict(const std::map<std::string, double>& st) {
     const double u = it->second;
     MPX_CHECK(std::isfinite(u) && u >= 0 && u <= 9007199254740992.0 && u == std::floor(u), "amp::load_state_dict: ", k,
               ".unskipped must be a non-negative integer, got ", u);
-    g.scalers[i].scale = s;
-    g.scalers[i].unskipped = static_cast<int64_t>(u);
     report_lagging_overflows(g.scalers[i], static_cast<int>(i), true);
-    g.scalers[i].make_scaler();
+    g.scalers[i].make_scaler(s, static_cast<int64_t>(u));
   }
 }
 
@@ -585,8 +528,7 @@ double loss_scale(int loss_id) {
   auto& sc = state().scalers;
   MPX_CHECK(loss_id >= 0 && loss_id < static_cast<int>(sc.size()), "amp::loss_scale: no loss scaler ", loss_id,
             " (num_losses is ", sc.size(), ")");
-  sc[loss_id].sync_mirror();
-  return sc[loss_id].scale;
+  return sc[loss_id].scale();
 }
 
 int64_t skipped_steps(const optim::Optimizer& optimizer) {

@@ -175,7 +175,8 @@ inline ScaledLoss scale_loss(const Tensor& loss, optim::Optimizer& optimizer,
 std::vector<Tensor> master_params(optim::Optimizer& optimizer);
 
 /// Every loss scaler's state: "loss_scaler<i>.loss_scale" and "loss_scaler<i>.unskipped"
-/// (apex's amp.state_dict(), flattened so mpx::save can store it).
+/// (apex's amp.state_dict(), flattened so mpx::save can store it; unskipped counts the clean
+/// steps towards the next growth, 0 for a static scale).
 std::map<std::string, double> state_dict();
 /// Restores state_dict(); the number of scalers must match num_losses.
 void load_state_dict(const std::map<std::string, double>& state);

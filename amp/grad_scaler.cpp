@@ -40,8 +40,9 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(std::move(options))
             "GradScaler: backoff_factor must be in (0, 1) (the scale shrinks on overflow), got ", o.backoff_factor());
   MPX_CHECK(o.growth_interval() > 0, "GradScaler: growth_interval must be a positive number of steps, got ",
             o.growth_interval());
-  MPX_CHECK(o.min_scale() >= 0 && o.min_scale() <= o.init_scale(), "GradScaler: min_scale (", o.min_scale(),
-            ") must be in [0, init_scale = ", o.init_scale(), "]; 0 means no floor");
+  // A clamping floor may sit above the scale (apex's min_loss_scale applies only on a backoff).
+  MPX_CHECK(o.min_scale() >= 0 && (o.clamp_at_min_scale() || o.min_scale() <= o.init_scale()), "GradScaler: min_scale (",
+            o.min_scale(), ") must be in [0, init_scale = ", o.init_scale(), "]; 0 means no floor");
   MPX_CHECK(o.max_scale() >= o.init_scale(), "GradScaler: max_scale (", o.max_scale(), ") is below init_scale (",
             o.init_scale(), "); raise max_scale or lower init_scale");
   scale_ = scalar_tensor(o.init_scale(), TensorOptions(kFloat32));
@@ -174,7 +175,8 @@ void GradScaler::update(std::optional<double> new_scale) {
   if (new_scale) {
     MPX_CHECK(std::isfinite(*new_scale) && *new_scale > 0, "GradScaler::update: new_scale must be positive and finite, got ",
               *new_scale);
-    MPX_CHECK(*new_scale >= options_.min_scale(), "GradScaler::update: new_scale ", *new_scale, " is below min_scale ",
+    MPX_CHECK(options_.clamp_at_min_scale() || *new_scale >= options_.min_scale(), "GradScaler::update: new_scale ",
+              *new_scale, " is below min_scale ",
               options_.min_scale(), "; pass a larger scale or lower min_scale");
     scale_ = scalar_tensor(*new_scale, TensorOptions(kFloat32).device(scale_.device()));
     for (auto& [opt, st] : per_opt_) st.stage = Stage::kReady;
@@ -191,11 +193,17 @@ void GradScaler::update(std::optional<double> new_scale) {
                              "unscale_(optimizer) or step(optimizer) for at least one optimizer first");
   // The iteration is over whatever follows: the next one starts clean even if this update throws.
   for (auto& [opt, st] : per_opt_) st.stage = Stage::kReady;
-  // torch.amp's _amp_update_scale_ as a kernel where the scale lives. Only the min_scale floor
-  // needs the new value on the host, so only a scaler with a floor synchronizes here.
-  const Tensor before = options_.min_scale() > 0 ? scale_.clone() : Tensor();
+  // torch.amp's _amp_update_scale_ as a kernel where the scale lives. Only the erroring min_scale
+  // floor needs the new value on the host, so only such a scaler synchronizes here.
+  const bool floor = options_.min_scale() > 0;
+  const Tensor before = floor && !options_.clamp_at_min_scale() ? scale_.clone() : Tensor();
   update_scale_(scale_, growth_tracker_, Tensor(), found, options_.growth_factor(), options_.backoff_factor(),
                 options_.growth_interval(), options_.max_scale());
+  if (floor && options_.clamp_at_min_scale()) {
+    // apex: on overflow the scale becomes max(min_scale, scale * backoff); a clean step leaves it
+    // (the floor times a 0/1 flag is 0 then, below any positive scale).
+    scale_.copy_(maximum(scale_, found.clamp(0.0, 1.0) * options_.min_scale()));
+  }
   if (before.defined()) {
     const double next = scale_.item_double();
     if (next < options_.min_scale()) {

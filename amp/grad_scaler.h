@@ -12,6 +12,8 @@
 namespace mpx::amp {
 
 /// torch.amp's defaults; min_scale 0 means no floor, max_scale is apex's 2^24 ceiling.
+/// Falling below min_scale is an error (a collapsing scale means divergence) unless
+/// clamp_at_min_scale is set: then a backoff stops at min_scale, as apex's min_loss_scale does.
 struct GradScalerOptions {
   MPX_ARG(double, init_scale) = 65536.0;
   MPX_ARG(double, growth_factor) = 2.0;
@@ -20,6 +22,7 @@ struct GradScalerOptions {
   MPX_ARG(double, min_scale) = 0.0;
   MPX_ARG(double, max_scale) = 16777216.0;
   MPX_ARG(bool, enabled) = true;
+  MPX_ARG(bool, clamp_at_min_scale) = false;
 };
 
 /// What GradScaler::step returns: whether the optimizer stepped. The decision is made where the
@@ -55,7 +58,8 @@ class GradScaler {
   StepResult step(optim::Optimizer& optimizer);
   /// Backs off on overflow (any optimizer stepped this iteration found inf/NaN), grows after
   /// growth_interval clean steps (only to a finite value, at most max_scale). With
-  /// `new_scale`, sets the scale instead. Throws when the scale would fall below min_scale.
+  /// `new_scale`, sets the scale instead. A backoff below min_scale throws, or stops at
+  /// min_scale with clamp_at_min_scale.
   void update(std::optional<double> new_scale = std::nullopt);
 
   double get_scale() const;

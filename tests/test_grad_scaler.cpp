@@ -128,6 +128,28 @@ TEST_CASE("GradScaler min_scale floor raises a clear error instead of collapsing
   CHECK_THROWS_WITH(GradScaler(GradScalerOptions().min_scale(1e9)), Catch::Contains("min_scale"));
 }
 
+TEST_CASE("GradScaler clamp_at_min_scale stops a backoff at the floor, as apex's min_loss_scale", "[amp][grad_scaler]") {
+  Tensor w = leaf(zeros({2}));
+  SGD opt({w}, SGDOptions(0.1));
+  GradScaler s(GradScalerOptions().init_scale(65536).min_scale(20000).clamp_at_min_scale(true).growth_interval(2));
+  CHECK_FALSE(iterate(s, opt, kInf));
+  CHECK(s.get_scale() == 32768);
+  CHECK_FALSE(iterate(s, opt, kInf));
+  CHECK(s.get_scale() == 20000);  // max(min_scale, 32768 / 2)
+  CHECK_FALSE(iterate(s, opt, kInf));
+  CHECK(s.get_scale() == 20000);  // stays at the floor, no error
+  CHECK(s.skipped_steps() == 3);
+  CHECK(iterate(s, opt, 1.0));
+  CHECK(iterate(s, opt, 1.0));
+  CHECK(s.get_scale() == 40000);  // growth after the interval is unaffected
+  // The floor applies to backoffs only: a scale loaded below it is kept by clean steps.
+  GradScaler low(GradScalerOptions().init_scale(1024).min_scale(4096).clamp_at_min_scale(true));
+  CHECK(iterate(low, opt, 1.0));
+  CHECK(low.get_scale() == 1024);
+  CHECK_FALSE(iterate(low, opt, kInf));
+  CHECK(low.get_scale() == 4096);
+}
+
 TEST_CASE("unscale_check_inf_ divides in f32 and flags inf/NaN in one pass", "[amp][grad_scaler]") {
   manual_seed(3);
   Tensor a = randn({5, 7}) * 1000.0;
