@@ -251,106 +251,135 @@ Tensor Optimizer::step(const LossClosure& closure) {
   return loss;
 }
 
+namespace {
+
+// One parameter's part of a fused step: what the kernels update (`work`: the master or the
+// parameter, or a dense copy of a strided one) and the low-precision copy they round it into.
+struct StepItem {
+  Tensor param, work, model;
+  bool copy_work = false, copy_model = false;
+};
+// The parameters of one (device, compute dtype): a single fused kernel call.
+struct StepBatch {
+  Device device;
+  DType dtype;
+  kernels::StepTensors ts;
+  std::vector<StepItem> items;
+};
+
+// The tensors the kernels update for `p`, dense and in the layout of the tensor they stand for.
+StepItem plan_item(const Tensor& p, const ParamState& st) {
+  const bool reduced = st.master.defined();  // the step writes the master, then rounds it into p
+  StepItem it;
+  it.param = p;
+  const Tensor target = reduced ? st.master : p;
+  it.work = target;
+  if (layout_kind(target) < 0) {  // a strided view: update a dense copy, write it back after
+    it.work = copy_like(target, target, target.dtype());
+    it.copy_work = true;
+  }
+  if (reduced) {
+    if (same_layout(p, it.work)) {
+      it.model = p;
+    } else {
+      it.model = empty_like_layout(it.work, p.dtype());
+      it.copy_model = true;
+    }
+  }
+  return it;
+}
+
+// The optimizer's state buffers of one parameter in `work`'s layout and dtype `sdt`, made (zeroed)
+// on first use; `fresh` is set when one was made.
+tensor_list state_buffers(ParamState& st, const std::vector<std::string>& names, const Tensor& work, DType sdt,
+                          bool& fresh) {
+  tensor_list bufs;
+  for (const auto& n : names) {
+    Tensor& b = st.buffers[n];
+    const bool fits = b.defined() && same_layout(b, work) && b.dtype() == sdt && b.device() == work.device();
+    if (!fits) MPX_CHECK(!cuda::is_capturing(), capture_hint);
+    if (!b.defined()) {
+      b = empty_like_layout(work, sdt);
+      b.zero_();
+      fresh = true;
+    } else if (!fits) {
+      b = copy_like(b, work, sdt);
+    }
+    bufs.push_back(b);
+  }
+  return bufs;
+}
+
+// Advances the parameter's step number: counted on the host, or where the kernels run (CUDA,
+// where a graph may replay this step, or when amp's flag may skip it there), which then count
+// it themselves. Switching back reads the count. Returns whether the count is on the device.
+bool advance_step(ParamState& st, const Tensor& work, bool amp_flag, bool& fresh) {
+  const bool device_count = work.is_cuda() || amp_flag;
+  if (device_count && (!st.count.defined() || st.count.device() != work.device())) {
+    MPX_CHECK(!cuda::is_capturing(), capture_hint);
+    st.count = st.count.defined()
+                   ? st.count.to(work.device())
+                   : full({}, static_cast<double>(st.step), TensorOptions(kFloat64).device(work.device()));
+  } else if (!device_count && st.count.defined()) {
+    st.step = static_cast<int64_t>(st.count.item_double());
+    st.count = Tensor();
+    if (st.step == 0) fresh = true;  // its buffers were made in steps that were all skipped
+  }
+  if (!device_count) st.step += 1;
+  return device_count;
+}
+
+StepBatch& batch_for(std::vector<StepBatch>& batches, Device d, DType dt, size_t num_buffers) {
+  for (auto& b : batches)
+    if (b.device == d && b.dtype == dt) return b;
+  batches.push_back(StepBatch{d, dt, {}, {}});
+  batches.back().ts.states.resize(num_buffers);
+  return batches.back();
+}
+
+}  // namespace
+
+Tensor Optimizer::step_gradient(const Tensor& p) const {
+  // Master gradients (written by the amp layer's unscale) take precedence, except in a step
+  // that unscales as it reads (inv_scale): its overflow check read the parameters' gradients.
+  auto it = state_.find(p.impl());
+  Tensor grad;
+  if (it != state_.end() && it->second.master.defined() && !amp_inv_scale_.defined()) grad = it->second.master.grad();
+  if (!grad.defined()) grad = p.grad();
+  if (!grad.defined()) return grad;
+  MPX_CHECK(grad.sizes() == p.sizes(), name(), ": gradient of shape ", shape_str(grad.sizes()),
+            " does not match its parameter ", ops::describe(p));
+  MPX_CHECK(grad.device() == p.device(), name(), ": gradient on ", grad.device().str(), " but its parameter is on ",
+            p.device().str());
+  MPX_CHECK(grad.is_floating_point(), name(), ": gradient of ", ops::describe(p), " is ", ops::describe(grad));
+  return grad;
+}
+
 void Optimizer::step_group(ParamGroup& group) {
   const OptimizerOptions& opts = group.options();
   const std::vector<std::string> names = buffer_names(opts);
-
-  struct Pending {
-    Tensor param, work, model;
-    bool copy_work = false, copy_model = false;
-  };
-  struct Batch {
-    Device device;
-    DType dtype;
-    kernels::StepTensors ts;
-    std::vector<Pending> pending;
-  };
-  std::vector<Batch> batches;
-
+  // Gather every parameter with a gradient into its (device, dtype) batch...
+  std::vector<StepBatch> batches;
   for (const Tensor& p : group.params()) {
-    // Master gradients (written by the amp layer's unscale) take precedence, except in a step
-    // that unscales as it reads (inv_scale): its overflow check read the parameters' gradients.
-    auto it = state_.find(p.impl());
-    Tensor grad;
-    if (it != state_.end() && it->second.master.defined() && !amp_inv_scale_.defined())
-      grad = it->second.master.grad();
-    if (!grad.defined()) grad = p.grad();
+    Tensor grad = step_gradient(p);
     if (!grad.defined()) continue;
-    MPX_CHECK(grad.sizes() == p.sizes(), name(), ": gradient of shape ", shape_str(grad.sizes()),
-              " does not match its parameter ", ops::describe(p));
-    MPX_CHECK(grad.device() == p.device(), name(), ": gradient on ", grad.device().str(), " but its parameter is on ",
-              p.device().str());
-    MPX_CHECK(grad.is_floating_point(), name(), ": gradient of ", ops::describe(p), " is ", ops::describe(grad));
-
     ParamState& st = state_for(p);
-    const bool reduced = st.master.defined();  // the step writes the master, then rounds it into p
-    Pending pd;
-    pd.param = p;
-    const Tensor target = reduced ? st.master : p;
-    pd.work = target;
-    if (layout_kind(target) < 0) {  // a strided view: update a dense copy, write it back after
-      pd.work = copy_like(target, target, target.dtype());
-      pd.copy_work = true;
-    }
-    if (reduced) {
-      if (same_layout(p, pd.work)) {
-        pd.model = p;
-      } else {
-        pd.model = empty_like_layout(pd.work, p.dtype());
-        pd.copy_model = true;
-      }
-    }
-    if (!same_layout(grad, pd.work)) grad = copy_like(grad, pd.work, grad.dtype());
-
-    const DType cdt = compute_dtype_for(pd.work), sdt = state_dtype(p);
+    StepItem item = plan_item(p, st);
+    if (!same_layout(grad, item.work)) grad = copy_like(grad, item.work, grad.dtype());
     bool fresh = false;
-    tensor_list bufs;
-    for (const auto& n : names) {
-      Tensor& b = st.buffers[n];
-      if (!b.defined() || !same_layout(b, pd.work) || b.dtype() != sdt || b.device() != pd.work.device())
-        MPX_CHECK(!cuda::is_capturing(), capture_hint);
-      if (!b.defined()) {
-        b = empty_like_layout(pd.work, sdt);
-        b.zero_();
-        fresh = true;
-      } else if (!same_layout(b, pd.work) || b.dtype() != sdt || b.device() != pd.work.device()) {
-        b = copy_like(b, pd.work, sdt);
-      }
-      bufs.push_back(b);
-    }
-    // The step number: counted on the host, or where the kernels run (CUDA, where a graph may
-    // replay this step, or when amp's flag may skip it there). Switching back reads the count.
-    const bool device_count = pd.work.is_cuda() || amp_found_inf_.defined();
-    if (device_count && (!st.count.defined() || st.count.device() != pd.work.device())) {
-      MPX_CHECK(!cuda::is_capturing(), capture_hint);
-      st.count = st.count.defined() ? st.count.to(pd.work.device())
-                                    : full({}, static_cast<double>(st.step),
-                                           TensorOptions(kFloat64).device(pd.work.device()));
-    } else if (!device_count && st.count.defined()) {
-      st.step = static_cast<int64_t>(st.count.item_double());
-      st.count = Tensor();
-      if (st.step == 0) fresh = true;  // its buffers were made in steps that were all skipped
-    }
-    if (!device_count) st.step += 1;
-
-    Batch* batch = nullptr;
-    for (auto& b : batches)
-      if (b.device == pd.work.device() && b.dtype == cdt) batch = &b;
-    if (!batch) {
-      batches.push_back(Batch{pd.work.device(), cdt, {}, {}});
-      batch = &batches.back();
-      batch->ts.states.resize(names.size());
-    }
-    batch->ts.params.push_back(pd.work);
-    batch->ts.grads.push_back(grad);
-    batch->ts.models.push_back(pd.model);
-    for (size_t k = 0; k < names.size(); ++k) batch->ts.states[k].push_back(bufs[k]);
-    batch->ts.steps.push_back(st.step);
-    batch->ts.fresh.push_back(fresh ? 1 : 0);
-    if (device_count) batch->ts.counts.push_back(st.count);
-    batch->pending.push_back(std::move(pd));
+    const tensor_list bufs = state_buffers(st, names, item.work, state_dtype(p), fresh);
+    const bool device_count = advance_step(st, item.work, amp_found_inf_.defined(), fresh);
+    StepBatch& b = batch_for(batches, item.work.device(), compute_dtype_for(item.work), names.size());
+    b.ts.params.push_back(item.work);
+    b.ts.grads.push_back(grad);
+    b.ts.models.push_back(item.model);
+    for (size_t k = 0; k < names.size(); ++k) b.ts.states[k].push_back(bufs[k]);
+    b.ts.steps.push_back(st.step);
+    b.ts.fresh.push_back(fresh ? 1 : 0);
+    if (device_count) b.ts.counts.push_back(st.count);
+    b.items.push_back(std::move(item));
   }
-
+  // ...then one fused step per batch, with amp's skip flag and unscale where they are set.
   for (auto& b : batches) {
     if (amp_found_inf_.defined()) {
       b.ts.found_inf = amp_found_inf_.device() == b.device ? amp_found_inf_ : amp_found_inf_.to(b.device);
@@ -358,14 +387,14 @@ void Optimizer::step_group(ParamGroup& group) {
         b.ts.inv_scale = amp_inv_scale_.device() == b.device ? amp_inv_scale_ : amp_inv_scale_.to(b.device);
     }
     apply(opts, b.ts, b.device, b.dtype);
-    for (auto& pd : b.pending) {
-      const Tensor& master = state_for(pd.param).master;
-      if (pd.copy_work) {
-        Tensor target = master.defined() ? master : pd.param;
-        target.copy_(pd.work);
+    for (auto& item : b.items) {
+      const Tensor& master = state_for(item.param).master;
+      if (item.copy_work) {
+        Tensor target = master.defined() ? master : item.param;
+        target.copy_(item.work);
       }
-      if (pd.copy_model) pd.param.copy_(pd.model);
-      else pd.param.bump_version();
+      if (item.copy_model) item.param.copy_(item.model);
+      else item.param.bump_version();
       if (master.defined()) master.bump_version();
     }
   }

@@ -183,6 +183,8 @@ class Optimizer {
 
  private:
   void step_group(ParamGroup& group);
+  // The gradient the step uses for `p` (its master's where amp wrote one), checked; undefined if none.
+  Tensor step_gradient(const Tensor& p) const;
   ParamState& state_for(const Tensor& param);
   /// The dtype of a parameter's state buffers (see ParamState::buffers).
   DType state_dtype(const Tensor& param) const;
