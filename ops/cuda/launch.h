@@ -1,10 +1,11 @@
 // What host code (.cpp, C++20) and kernel files (.cu, C++17) share: tensor descriptors passed
-// to kernels by value, the error check for CUDA calls, and launch-size helpers.
+// to kernels by value, the error check for CUDA calls (core/cuda_check.h), and launch-size helpers.
 #pragma once
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
+#include "core/cuda_check.h"
 #include "core/dtype.h"
 
 #if defined(__CUDACC__)
@@ -43,9 +44,6 @@ struct TensorDesc {
   }
 };
 
-/// Throws mpx::Error naming the op, the failing call and CUDA's message.
-[[noreturn]] void throw_error(int code, const char* what, const char* call);
-
 /// Blocks of `threads` covering n elements, capped so grid-stride loops take over.
 inline unsigned blocks_for(int64_t n, int threads = 256, int64_t cap = 65535LL * 8) {
   int64_t b = (n + threads - 1) / threads;
@@ -54,13 +52,3 @@ inline unsigned blocks_for(int64_t n, int threads = 256, int64_t cap = 65535LL *
 }
 
 }  // namespace mpx::cuda
-
-/// Checks a CUDA runtime call; `what` names the op ("matmul", "cuda allocator", ...).
-#define MPX_CUDA_CHECK(call, what)                                               \
-  do {                                                                           \
-    const cudaError_t mpx_e_ = (call);                                           \
-    if (mpx_e_ != cudaSuccess) ::mpx::cuda::throw_error(static_cast<int>(mpx_e_), what, #call); \
-  } while (0)
-
-/// Checks the launch just issued (bad configuration, missing kernel image for this GPU).
-#define MPX_CUDA_LAUNCH_CHECK(what) MPX_CUDA_CHECK(cudaGetLastError(), what)

@@ -1,0 +1,25 @@
+// Internal to the CUDA runtime (core/cuda_runtime.cpp, core/cuda_memory.cpp): devices, streams and capture bookkeeping they share.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include "core/cuda.h"
+#include "core/cuda_check.h"
+
+namespace mpx::cuda {
+
+/// Most devices mpx addresses (per-device tables are this long).
+inline constexpr int kMaxDevices = 64;
+
+/// Visible devices; 0 without a driver or a device (not an error for a CPU-only run).
+int device_count_raw();
+/// A device index checked against the visible devices; negative means the current device.
+int resolve(int device);
+/// The current stream of a device as a cudaStream_t (a negative index: the current device).
+cudaStream_t stream_of(int device);
+
+/// Capture bookkeeping of the stream-ordered allocator: a capture that begins makes frees of
+/// older memory wait; its end issues them (see core/cuda_memory.cpp).
+void capture_started();
+void end_capture_and_flush();
+
+}  // namespace mpx::cuda
