@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/dtype.h"
+
 namespace mpx::cuda {
 
 template <typename T> struct AccOf { using type = T; };
@@ -26,6 +28,18 @@ template <typename T, typename A> __device__ __forceinline__ T from_acc(A v) {
   if constexpr (std::is_same_v<T, __half>) return __float2half_rn(static_cast<float>(v));
   else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(static_cast<float>(v));
   else return static_cast<T>(v);
+}
+
+/// Calls f(T{}) with the device type of a floating dtype (others: nothing; callers register floating dtypes only).
+template <typename F>
+void float_switch(DType dt, F&& f) {
+  switch (dt) {
+    case DType::kFloat32: f(float{}); break;
+    case DType::kFloat64: f(double{}); break;
+    case DType::kFloat16: f(__half{}); break;
+    case DType::kBFloat16: f(__nv_bfloat16{}); break;
+    default: break;  // the .cpp registers floating dtypes only
+  }
 }
 
 }  // namespace mpx::cuda
