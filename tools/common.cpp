@@ -184,17 +184,19 @@ DataSplits open_data(const std::string& name, const std::string& root_in, DataPu
     const std::vector<double> sd = gen ? std::vector<double>{0.5, 0.5, 0.5} : std::vector<double>{0.229, 0.224, 0.225};
     const int64_t resize = gen ? image_size : image_size * 256 / 224;
     s.mean = mean, s.std = sd;
-    T::Transform test_t = T::Compose({T::Resize(resize), T::CenterCrop(image_size), T::PILToTensor()});
-    T::Transform train_t = gen ? test_t
-                               : T::Compose({T::RandomResizedCrop(image_size), T::RandomHorizontalFlip(), T::PILToTensor()});
+    // torchvision's ImageNet transforms (Resize + CenterCrop; RandomResizedCrop + flip) as one pass
+    // from the decoded crop to the u8 image the prefetcher normalizes; JPEGs are decoded only as
+    // large and as far as the crop needs (data::ImagePipeline).
+    const data::ImagePipeline test_p = data::ImagePipeline::eval(resize, image_size).dtype(kUInt8);
+    const data::ImagePipeline train_p = gen ? test_p : data::ImagePipeline::train(image_size).dtype(kUInt8);
     const std::string train_dir = split ? (r / "train").string() : s.root;
     const std::string val_dir = split && fs::is_directory(r / "val", ec) ? (r / "val").string() : train_dir;
     const auto opts = data::ImageFolderOptions().verify(!synthetic).skip_corrupt(skip_bad);
     std::shared_ptr<data::ImageFolder> tr, te;
     try {
-      tr = std::make_shared<data::ImageFolder>(train_dir, train_t, opts);
-      te = val_dir == train_dir ? std::make_shared<data::ImageFolder>(val_dir, test_t, data::ImageFolderOptions(opts).verify(false))
-                                : std::make_shared<data::ImageFolder>(val_dir, test_t, opts);
+      tr = std::make_shared<data::ImageFolder>(train_dir, data::ImageFolderOptions(opts).pipeline(train_p));
+      te = std::make_shared<data::ImageFolder>(
+          val_dir, data::ImageFolderOptions(opts).verify(opts.verify_ && val_dir != train_dir).pipeline(test_p));
     } catch (const Error& e) {
       // The library names its option; the user's way out is the flag.
       std::string m = e.what();

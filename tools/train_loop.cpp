@@ -186,6 +186,7 @@ std::optional<int> TrainRun::train_epoch(int64_t epoch) {
         data_failed(e);
       }
     }
+    st.loader = (ep.rest ? *ep.rest : *train_loader_).stats();
   }
   bar.finish();
   if (summary_)
@@ -230,10 +231,13 @@ std::optional<int> TrainRun::end_epoch(EpochState& st, double train_seconds) {
   const std::vector<double> s = sum_over_ranks({st.loss_sum.item<double>(), st.hits.item<double>(), st.seen});
   const double train_loss = s[0] / std::max(1.0, s[2]);
   const double train_top1 = 100.0 * s[1] / std::max(1.0, s[2]);
+  // The loader's part: how long the steps waited for data, and what one loading thread sustains
+  // (with several workers the loader can deliver that many times over).
+  const data::LoaderStats& ld = st.loader;
   std::printf("epoch %lld/%lld: train loss %.4f top-1 %.2f%% | test loss %.4f top-1 %.2f%% top-5 %.2f%% | %.0f img/s, "
-              "%.1f s + eval %.1f s\n",
+              "%.1f s + eval %.1f s | data stall %.1f s (%.0f%%), %.0f img/s per loading thread\n",
               static_cast<long long>(epoch + 1), static_cast<long long>(epochs_), train_loss, train_top1, r.loss, r.top1,
-              r.top5, ips, train_seconds, r.seconds);
+              r.top5, ips, train_seconds, r.seconds, ld.wait_s, 100.0 * ld.wait_fraction(), ld.images_per_load_s());
   std::fflush(stdout);
   const bool is_best = r.top1 > best_top1_;
   if (is_best) best_top1_ = r.top1, best_epoch_ = epoch + 1;

@@ -49,6 +49,7 @@ class TrainRun {
     Tensor loss_sum, hits, nonfinite;
     double seen = 0, prior_seconds = 0;
     std::vector<std::pair<double, Tensor>> step_losses;  // (epoch position, loss) for the summary
+    data::LoaderStats loader;  // how the training loader kept up (this rank's)
   };
   DataSplits open_data_splits();
   void restore();
