@@ -51,9 +51,14 @@ int run_info(int argc, char** argv) {
               std::string(MPX_BUILD_CUDNN) == "ON" ? "on" : "off", std::string(MPX_BUILD_ONEDNN) == "ON" ? "on" : "off",
               cpu_conv_backend().c_str(), cpu_conv_native(kBFloat16) ? "native" : "on f32 copies");
   std::printf("distributed: %s\n", distributed::backend_info().c_str());
-  std::printf("JPEG decoding: %s\n", data::have_libjpeg_turbo()
-                                          ? "libjpeg-turbo"
-                                          : "stb_image (install libturbojpeg0-dev and rebuild for libjpeg-turbo)");
+  std::printf("JPEG decoding: %s%s\n",
+              data::have_libjpeg_turbo() ? "libjpeg-turbo"
+                                         : "stb_image (install libturbojpeg0-dev and rebuild for libjpeg-turbo)",
+              data::have_jpeg_region_decode()
+                  ? ", reduced-size region decode for imagefolder"
+                  : "; no reduced-size region decode (install libjpeg62-turbo-dev and rebuild)");
+  std::printf("GPU JPEG decoding: %s\n", data::have_nvjpeg() ? "nvJPEG linked (no decode path uses it yet)"
+                                                              : "off (nvJPEG not found at build time)");
   std::printf("ops in the registry: %d\n", kNumOps);
   std::printf("CPU: %u hardware threads, OpenMP threads %d\n", std::thread::hardware_concurrency(), omp_get_max_threads());
   std::printf("CPU features: %s\n", cpu_features().c_str());
