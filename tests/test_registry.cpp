@@ -34,7 +34,7 @@ TEST_CASE("policies can be overridden at run time and reset", "[registry]") {
 TEST_CASE("a missing kernel is a clear error naming op, dtype and device", "[registry]") {
   CHECK_THROWS_WITH(dispatch::find_kernel(OpId::mm, DeviceType::kCPU, kInt64),
                     Catch::Contains("mm") && Catch::Contains("i64") && Catch::Contains("cpu"));
-  // An op no backend registers for CUDA (prelu has a row but no kernels yet).
+  // An op with no kernels on any device (prelu is composite: built from where and mul).
   CHECK_THROWS_WITH(dispatch::find_kernel(OpId::prelu, DeviceType::kCUDA, kFloat32), Catch::Contains("cuda"));
   CHECK_THROWS_WITH(mm(ones({2, 2}, kInt64), ones({2, 2}, kInt64)), Catch::Contains("floating dtype"));
   CHECK(dispatch::has_kernel(OpId::mm, DeviceType::kCPU, kBFloat16));
