@@ -24,11 +24,8 @@ struct CliRun {
   std::string out;  // stdout and stderr together, unless the command redirects
 };
 
-/// Runs `mpx <args>` through the shell (plain progress lines) and captures output and exit code.
-/// `prefix` goes before the command (e.g. "cd DIR &&", "timeout -s TERM 3").
-inline CliRun run_mpx(const std::string& args, const std::string& redirect = "2>&1", const std::string& prefix = "") {
-  const std::string cmd =
-      prefix + " env MPX_PROGRESS=plain '" + MPX_CLI_PATH + "' " + args + " " + redirect;
+/// Runs a whole shell command line and captures what it prints to stdout and its exit code.
+inline CliRun run_shell(const std::string& cmd) {
   CliRun r;
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
@@ -38,6 +35,12 @@ inline CliRun run_mpx(const std::string& args, const std::string& redirect = "2>
   const int status = pclose(p);
   r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+/// Runs `mpx <args>` through the shell (plain progress lines) and captures output and exit code.
+/// `prefix` goes before the command (e.g. "cd DIR &&", "timeout -s TERM 3").
+inline CliRun run_mpx(const std::string& args, const std::string& redirect = "2>&1", const std::string& prefix = "") {
+  return run_shell(prefix + " env MPX_PROGRESS=plain '" + MPX_CLI_PATH + "' " + args + " " + redirect);
 }
 
 /// Only stderr (stdout discarded): what a user sees when something is wrong.

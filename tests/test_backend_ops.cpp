@@ -380,6 +380,24 @@ TEST_CASE("every formula's backward is the derivative of its forward (f64, centr
 #undef MPX_CHECK_FORMULA
 }
 
+
+namespace {
+
+// Each output against its reference within `scale` times its dtype's tolerance; integer and bool
+// outputs exactly (the reference converted to their dtype).
+void check_outputs(const tensor_list& got, const tensor_list& ref, double scale) {
+  REQUIRE(got.size() == ref.size());
+  for (size_t k = 0; k < got.size(); ++k) {
+    std::string why;
+    INFO("output " << k);
+    const Tensor r = is_floating(got[k].dtype()) ? ref[k] : ref[k].to(got[k].dtype());
+    CHECK(close_to(got[k], r, scale * tolerance(got[k].dtype()), &why));
+    INFO(why);
+  }
+}
+
+}  // namespace
+
 TEST_CASE("every CPU kernel agrees with the f64 kernel on the same inputs", "[backend]") {
   const auto runs = formula_runs();
   const auto cases = kernel_cases();
@@ -403,14 +421,7 @@ TEST_CASE("every CPU kernel agrees with the f64 kernel on the same inputs", "[ba
       } else {
         continue;
       }
-      REQUIRE(got.size() == ref.size());
-      for (size_t k = 0; k < got.size(); ++k) {
-        std::string why;
-        INFO("output " << k);
-        const Tensor r = is_floating(got[k].dtype()) ? ref[k] : ref[k].to(got[k].dtype());
-        CHECK(close_to(got[k], r, tolerance(got[k].dtype()), &why));
-        INFO(why);
-      }
+      check_outputs(got, ref, 1.0);
     }
   }
 }
@@ -438,14 +449,8 @@ TEST_CASE("every CUDA kernel agrees with the CPU kernel", "[backend][cuda]") {
       } else {
         continue;
       }
-      REQUIRE(got.size() == ref.size());
-      for (size_t k = 0; k < got.size(); ++k) {
-        std::string why;
-        INFO("output " << k);
-        CHECK(got[k].device().is_cuda());
-        CHECK(close_to(got[k], ref[k], 2 * tolerance(got[k].dtype()), &why));
-        INFO(why);
-      }
+      for (const Tensor& g : got) CHECK(g.device().is_cuda());
+      check_outputs(got, ref, 2.0);
     }
   }
 }

@@ -35,18 +35,8 @@ bool have_mpi() {
 #endif
 }
 
-// Runs a whole shell command line, output and exit code.
-CliRun shell(const std::string& cmd) {
-  CliRun r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+// Runs a whole shell command line, output (stderr too) and exit code.
+CliRun shell(const std::string& cmd) { return mpx::testing::run_shell(cmd + " 2>&1"); }
 
 #ifdef MPX_MPIRUN
 // `mpirun -np N mpx <args>`.
