@@ -12,6 +12,7 @@
 #include <string>
 
 #include "data/datasets.h"
+#include "tests/skip.h"
 
 #ifndef MPX_CLI_PATH
 #error "tests/CMakeLists.txt defines MPX_CLI_PATH (the built mpx binary) for this test"
@@ -65,10 +66,10 @@ inline std::string q(const std::filesystem::path& p) { return "'" + p.string() +
 /// Whether `s` contains `part`.
 inline bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-/// Whether Fashion-MNIST is installed; otherwise WARNs that the test is skipped (it then returns).
+/// Whether Fashion-MNIST is installed; otherwise the test is skipped (skip_test; it then returns).
 inline bool have_fashion() {
   if (std::filesystem::exists(mpx::data::kFashionMnistDir)) return true;
-  WARN("Fashion-MNIST not installed (Debian package dataset-fashion-mnist); skipping");
+  skip_test("Fashion-MNIST not installed (Debian package dataset-fashion-mnist)");
   return false;
 }
 

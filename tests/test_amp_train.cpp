@@ -9,6 +9,7 @@
 #include <mpx/mpx.h>
 
 #include "models/small_cnn.h"
+#include "tests/skip.h"
 
 using namespace mpx;
 namespace F = mpx::nn::functional;
@@ -61,7 +62,7 @@ Result train_once(const std::string& level, DType low, const Tensor& xs, const T
 
 TEST_CASE("amp O0-O3 train the Fashion-MNIST SmallCnn within 1 point of O0 (f16 and bf16)", "[amp][train][slow]") {
   if (!std::filesystem::exists(data::kFashionMnistDir)) {
-    WARN("Fashion-MNIST not installed (Debian package dataset-fashion-mnist); skipping");
+    testing::skip_test("Fashion-MNIST not installed (Debian package dataset-fashion-mnist)");
     return;
   }
   auto train = data::read_mnist(data::kFashionMnistDir, true);

@@ -5,6 +5,8 @@
 
 #include <mpx/mpx.h>
 
+#include "tests/skip.h"
+
 namespace F = mpx::nn::functional;
 
 namespace {
@@ -25,7 +27,7 @@ MPX_MODULE(Net);
 
 TEST_CASE("the API.md example compiles and trains at O2", "[api][train]") {
   if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) {
-    WARN("Fashion-MNIST not installed; skipping");
+    mpx::testing::skip_test("Fashion-MNIST not installed (Debian package dataset-fashion-mnist)");
     return;
   }
   mpx::amp::reset();

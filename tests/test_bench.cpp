@@ -177,7 +177,7 @@ TEST_CASE("mpx bench: bad flags give one line and exit code 2; --cuda-graph on t
 
 TEST_CASE("mpx bench --peer --peer-compile: PyTorch's eager and compiled columns join the speed table", "[bench][cli]") {
   if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
-    WARN("skipped: /usr/bin/python3 has no torch (install python3-torch)");
+    mpx::testing::skip_test("/usr/bin/python3 has no torch (install python3-torch)");
     return;
   }
   const bool has_compile = std::system("/usr/bin/python3 -c 'import torch; torch.compile' >/dev/null 2>&1") == 0;
@@ -211,11 +211,11 @@ TEST_CASE("mpx bench --peer --peer-compile: PyTorch's eager and compiled columns
 TEST_CASE("mpx bench --accuracy --peer: PyTorch's top-1 and loss with the same recipe join the table", "[bench][cli]") {
   // The peer needs Debian's python3-torch and the real IDX files (it does not read synthetic data).
   if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
-    WARN("skipped: /usr/bin/python3 has no torch (install python3-torch)");
+    mpx::testing::skip_test("/usr/bin/python3 has no torch (install python3-torch)");
     return;
   }
   if (!fs::exists(mpx::data::kFashionMnistDir)) {
-    WARN("skipped: no Fashion-MNIST in " << mpx::data::kFashionMnistDir << " (install dataset-fashion-mnist)");
+    mpx::testing::skip_test(std::string("no Fashion-MNIST in ") + mpx::data::kFashionMnistDir + " (install dataset-fashion-mnist)");
     return;
   }
   const fs::path out = temp_dir("accuracy_peer");

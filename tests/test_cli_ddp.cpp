@@ -30,7 +30,7 @@ bool have_mpi() {
 #ifdef MPX_MPIRUN
   return true;
 #else
-  WARN("mpx was built without MPI (or mpirun is missing); skipping the multi-rank CLI tests");
+  mpx::testing::skip_test("mpx was built without MPI (or mpirun is missing): no multi-rank CLI test");
   return false;
 #endif
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "data/data.h"
+#include "tests/skip.h"
 
 #if __has_include(<stb/stb_image_write.h>)
 #define STB_IMAGE_WRITE_IMPLEMENTATION
@@ -224,7 +225,7 @@ TEST_CASE("DataLoader stops and joins its workers when left mid-epoch", "[data][
 
 TEST_CASE("FashionMNIST loads the Debian package's files", "[data][mnist]") {
   if (!fs::exists(fs::path(kFashionMnistDir) / "train-images-idx3-ubyte.gz")) {
-    WARN("skipped: " << kFashionMnistDir << " is missing (install dataset-fashion-mnist)");
+    mpx::testing::skip_test(std::string(kFashionMnistDir) + " is missing (install dataset-fashion-mnist)");
     return;
   }
   FashionMNIST train(kFashionMnistDir, true), test(kFashionMnistDir, false);
