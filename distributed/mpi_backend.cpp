@@ -1,4 +1,5 @@
 // MPI transport: one worker thread owns every MPI call; nonblocking collectives polled against a deadline.
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -137,7 +138,8 @@ class Worker {
   // Polls `req` until it completes; returns "" or why it failed (an MPI error, the timeout).
   // Open MPI progresses nonblocking collectives only inside MPI calls, so poll: tightly at
   // first (small collectives finish in microseconds), then with growing sleeps so a long wait
-  // does not take a core away from the computation it is meant to overlap.
+  // does not take a core away from the computation it is meant to overlap. (Spinning while the
+  // caller waits was tried: a rank done with backward then stole the core of a rank still in it.)
   std::string await(MPI_Request& req, Clock::time_point deadline, double limit, const std::string& where) {
     int flag = 0;
     int polls = 0;
@@ -212,17 +214,30 @@ class Worker {
         return;
       }
     }
-    MPI_Request req = MPI_REQUEST_NULL;
-    int rc = MPI_SUCCESS;
-    try {
-      rc = post(t.op, &req);
-    } catch (const std::exception& e) {
-      t.state->complete(e.what(), 0);
-      return;
-    }
-    if (rc != MPI_SUCCESS) return fail(t, "mpx distributed: " + where + " failed to start: " + mpi_error_string(rc));
-    std::string err = await(req, deadline, limit, where);
-    if (!err.empty()) return fail(t, err);
+    // A large all-reduce goes as consecutive pieces of chunk_bytes_: each piece's temporaries stay
+    // in cache, which made a 47 MB f32 all-reduce 3x faster on a 2-rank, shared-memory run
+    // (bench/RESULTS.md). Every rank cuts the same pieces, since the agreement check passed.
+    const int64_t elem = static_cast<int64_t>(element_size(t.op.dtype));
+    const bool cut = t.op.kind == RawOp::Kind::AllReduce && t.op.count * elem > chunk_bytes_;
+    const int64_t piece = cut ? std::max<int64_t>(1, chunk_bytes_ / elem) : t.op.count;
+    int64_t off = 0;
+    do {
+      RawOp part = t.op;
+      part.count = std::min(piece, t.op.count - off);
+      part.buffer = static_cast<char*>(t.op.buffer) + off * elem;
+      MPI_Request req = MPI_REQUEST_NULL;
+      int rc = MPI_SUCCESS;
+      try {
+        rc = post(part, &req);
+      } catch (const std::exception& e) {
+        t.state->complete(e.what(), 0);
+        return;
+      }
+      if (rc != MPI_SUCCESS) return fail(t, "mpx distributed: " + where + " failed to start: " + mpi_error_string(rc));
+      std::string err = await(req, deadline, limit, where);
+      if (!err.empty()) return fail(t, err);
+      off += piece;
+    } while (off < t.op.count);
     t.state->complete("", std::chrono::duration<double>(Clock::now() - start).count());
   }
 
@@ -243,6 +258,12 @@ class Worker {
   bool check_calls_ = [] {
     const char* e = std::getenv("MPX_DISTRIBUTED_CHECK");
     return !(e && std::string(e) == "0");
+  }();
+  // MPX_DISTRIBUTED_CHUNK_KB: the size of the pieces a large all-reduce is cut into (default 1 MiB).
+  int64_t chunk_bytes_ = [] {
+    const char* e = std::getenv("MPX_DISTRIBUTED_CHUNK_KB");
+    const long kb = e ? std::atol(e) : 1024;
+    return static_cast<int64_t>(kb > 0 ? kb : 1024) * 1024;
   }();
   std::thread thread_;  // last: starts after the members it uses
 };
@@ -268,6 +289,9 @@ Topology mpi_init(double timeout_seconds) {
   int inited = 0;
   MPI_Initialized(&inited);
   if (!inited) {
+    // Open MPI's nonblocking all-reduce picks recursive doubling or binomial by default; its ring
+    // was 2-5x faster for gradient-sized buffers here (bench/RESULTS.md). A value the user set wins.
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", /*overwrite=*/0);
     int provided = 0;
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
     MPX_CHECK(provided >= MPI_THREAD_SERIALIZED, "distributed::init: the MPI library offers thread level ", provided,

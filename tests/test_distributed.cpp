@@ -53,6 +53,27 @@ TEST_CASE("all_reduce sum/avg/max in every floating dtype", "[distributed]") {
   }
 }
 
+TEST_CASE("a large all_reduce goes in pieces and every element is reduced", "[distributed]") {
+  // Above 1 MiB (MPX_DISTRIBUTED_CHUNK_KB) MPI all-reduces go in consecutive pieces: 1.3 pieces
+  // of f32, 2.6 of f64 and i64, so piece boundaries and an uneven last piece are covered.
+  const int w = dist::world_size(), r = dist::rank();
+  const int64_t n = 340000;
+  for (DType dt : {kFloat32, kFloat64}) {
+    INFO(dtype_name(dt));
+    Tensor s = rank_tensor(n, dt, r);
+    dist::all_reduce(s, dist::ReduceOp::Avg);
+    Tensor expect = zeros({n}, kFloat64);
+    for (int k = 0; k < w; ++k) expect = expect + rank_tensor(n, dt, k).to(kFloat64);
+    REQUIRE(allclose(s.to(kFloat64), (expect / w).to(dt).to(kFloat64), 0, 0));
+    Tensor m = rank_tensor(n, dt, r);
+    dist::all_reduce(m, dist::ReduceOp::Max);
+    REQUIRE(allclose(m.to(kFloat64), rank_tensor(n, dt, w - 1).to(kFloat64), 0, 0));
+  }
+  Tensor i = arange(0.0, static_cast<double>(n), 1.0, kInt64) + r;
+  dist::all_reduce(i);
+  REQUIRE(equal(i, arange(0.0, static_cast<double>(n), 1.0, kInt64) * w + static_cast<int64_t>(world_sum_factor(w) - w)));
+}
+
 TEST_CASE("16-bit sums on the CPU are exact sums rounded once", "[distributed]") {
   // Summed in f32 and rounded once: 2048 + 1 + 1 + ... keeps the ones that an f16 running sum
   // (spacing 2 above 2048) would drop from the third rank on.
