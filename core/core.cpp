@@ -1,12 +1,14 @@
 // Core implementations: dtype names and promotion, devices, the CPU allocator, tensor metadata.
 #include <malloc.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
 
 #include "core/allocator.h"
+#include "core/cuda.h"
 #include "core/random.h"
 #include "core/tensor.h"
 
@@ -226,7 +228,13 @@ Tensor empty_strided(const IntList& shape, const IntList& strides, const TensorO
   if (numel_of(shape) == 0) span = 0;
   st->nbytes = static_cast<size_t>(span) * mpx::element_size(o.dtype_);
   st->device = o.device_;
-  st->data = allocator_for(o.device_.type).allocate(st->nbytes, o.device_);
+  if (o.pinned_memory_) {
+    MPX_CHECK(o.device_.is_cpu(), "empty: pinned_memory is for CPU tensors (page-locked host memory), but the "
+              "options ask for ", o.device_.str(), "; drop pinned_memory or the device");
+    st->data = cuda::allocate_pinned(std::max<size_t>(1, st->nbytes));
+  } else {
+    st->data = allocator_for(o.device_.type).allocate(st->nbytes, o.device_);
+  }
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::move(st);
   impl->sizes = shape;

@@ -123,6 +123,9 @@ class Event {
 
 /// A page-locked copy of a CPU tensor (fast, asynchronous host-to-device copies).
 Tensor pin_memory(const Tensor& t);
+/// `nbytes` of page-locked host memory, from a cache of freed blocks of that size; what
+/// `TensorOptions::pinned_memory` allocates. Throws without a CUDA device.
+std::shared_ptr<void> allocate_pinned(size_t nbytes);
 /// True when a CPU tensor's memory is page-locked.
 bool is_pinned(const Tensor& t);
 

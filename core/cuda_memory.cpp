@@ -292,23 +292,18 @@ void empty_cache(int device) {
 
 void poison_allocations(bool on) { g_poison.store(on); }
 
+std::shared_ptr<void> allocate_pinned(size_t nbytes) {
+  MPX_CHECK(device_count_raw() > 0, "pinned memory: no CUDA device is visible; page-locked host memory needs the "
+            "CUDA driver (drop pin_memory / pinned_memory on a machine without a GPU)");
+  void* p = pinned_cache().get(nbytes);
+  return std::shared_ptr<void>(p, [nbytes](void* q) { pinned_cache().put(q, nbytes); });
+}
+
 Tensor pin_memory(const Tensor& t) {
   MPX_CHECK(t.device().is_cpu(), "pin_memory: tensor ", shape_str(t.sizes()), " is on ", t.device().str(),
             "; only CPU tensors can be pinned");
-  MPX_CHECK(device_count_raw() > 0, "pin_memory: no CUDA device is visible; pinned memory needs the CUDA driver");
   const Tensor src = t.contiguous();
-  const size_t nbytes = std::max<size_t>(1, static_cast<size_t>(src.numel()) * src.element_size());
-  void* p = pinned_cache().get(nbytes);
-  auto storage = std::make_shared<StorageImpl>();
-  storage->data = std::shared_ptr<void>(p, [nbytes](void* q) { pinned_cache().put(q, nbytes); });
-  storage->nbytes = nbytes;
-  storage->device = Device::cpu();
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::move(storage);
-  impl->sizes = src.sizes();
-  impl->strides = contiguous_strides(src.sizes());
-  impl->dtype = src.dtype();
-  Tensor out(std::move(impl));
+  Tensor out = empty(src.sizes(), TensorOptions(src.dtype()).pinned_memory());
   if (src.numel()) std::memcpy(out.raw_data(), src.raw_data(), static_cast<size_t>(src.numel()) * src.element_size());
   return out;
 }

@@ -44,6 +44,7 @@ void Event::synchronize() const { no_cuda("cuda::Event"); }
 bool Event::query() const { no_cuda("cuda::Event"); }
 float Event::elapsed_ms(const Event&) const { no_cuda("cuda::Event"); }
 Tensor pin_memory(const Tensor&) { no_cuda("pin_memory"); }
+std::shared_ptr<void> allocate_pinned(size_t) { no_cuda("pinned memory (TensorOptions::pinned_memory)"); }
 bool is_pinned(const Tensor&) { return false; }
 struct Graph::Impl {};
 Graph::Graph() { no_cuda("cuda::Graph"); }

@@ -50,6 +50,7 @@ struct TensorOptions {
   Device device_ = Device::cpu();
   bool requires_grad_ = false;
   MemoryFormat memory_format_ = MemoryFormat::Contiguous;
+  bool pinned_memory_ = false;
   TensorOptions() = default;
   TensorOptions(DType t) : dtype_(t) {}      // NOLINT: lets `zeros({2}, kFloat16)` read naturally
   TensorOptions(Device d) : device_(d) {}    // NOLINT
@@ -57,6 +58,10 @@ struct TensorOptions {
   TensorOptions& device(Device d) { device_ = d; return *this; }
   TensorOptions& requires_grad(bool r = true) { requires_grad_ = r; return *this; }
   TensorOptions& memory_format(MemoryFormat m) { memory_format_ = m; return *this; }
+  /// Page-locked host memory (CPU tensors; needs a CUDA device), as LibTorch's
+  /// `pinned_memory(true)`: host-to-device copies from it are asynchronous DMAs. Freed blocks are
+  /// kept by size and reused, so a loader filling same-sized batches pins pages only once.
+  TensorOptions& pinned_memory(bool p = true) { pinned_memory_ = p; return *this; }
 };
 
 /// The shared state behind a Tensor handle. Views share `storage`.

@@ -62,18 +62,22 @@ class EpochRun {
     std::vector<uint64_t> seeds;
     seeds.reserve(idx.size());
     for (int64_t i : idx) seeds.push_back(sample_seed(seed_, epoch_, i));
+    // Pinned on the loading thread, so the training thread's .to(cuda, true) is an async DMA;
+    // filled there directly where the dataset allows, from blocks the pinned cache reuses.
     Batch out;
+    out.pinned = pin_;
     if (!ds_.get_batch(idx, seeds, out)) {
       std::vector<Example> ex;
       ex.reserve(idx.size());
       for (size_t k = 0; k < idx.size(); ++k) ex.push_back(ds_.get_seeded(idx[k], seeds[k]));
-      out = collate(ex);
+      out = collate(ex, pin_);
     }
     out.indices = idx;
     if (pin_) {
-      // Pinned on the loading thread, so the training thread's .to(cuda, true) is an async DMA.
-      out.data = cuda::pin_memory(out.data);
-      out.target = cuda::pin_memory(out.target);
+      // A custom get_batch may have ignored the request: copy, as before.
+      for (Tensor* t : {&out.data, &out.target})
+        if (t->defined() && t->device().is_cpu() && !cuda::is_pinned(*t)) *t = cuda::pin_memory(*t);
+      out.pinned = true;
     }
     return out;
   }

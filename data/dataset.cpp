@@ -16,14 +16,14 @@ uint64_t sample_seed(uint64_t loader_seed, int64_t epoch, int64_t index) {
 }
 
 namespace {
-Tensor stack_contiguous(const std::vector<const Tensor*>& parts, bool flatten_scalars, const char* what) {
+Tensor stack_contiguous(const std::vector<const Tensor*>& parts, bool flatten_scalars, bool pinned, const char* what) {
   const Tensor& first = *parts[0];
   MPX_CHECK(first.defined(), "collate: example 0 has no ", what);
   IntList shape = first.sizes();
   const bool scalar = flatten_scalars && first.numel() == 1;
   IntList out_shape{static_cast<int64_t>(parts.size())};
   if (!scalar) out_shape.insert(out_shape.end(), shape.begin(), shape.end());
-  Tensor out = empty(out_shape, first.dtype());
+  Tensor out = empty(out_shape, TensorOptions(first.dtype()).pinned_memory(pinned));
   const size_t bytes = static_cast<size_t>(first.numel()) * first.element_size();
   auto* dst = static_cast<unsigned char*>(out.raw_data());
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -40,7 +40,7 @@ Tensor stack_contiguous(const std::vector<const Tensor*>& parts, bool flatten_sc
 }
 }  // namespace
 
-Batch collate(const std::vector<Example>& examples) {
+Batch collate(const std::vector<Example>& examples, bool pinned) {
   MPX_CHECK(!examples.empty(), "collate: no examples");
   std::vector<const Tensor*> d, t;
   for (auto& e : examples) {
@@ -48,8 +48,9 @@ Batch collate(const std::vector<Example>& examples) {
     t.push_back(&e.target);
   }
   Batch b;
-  b.data = stack_contiguous(d, false, "data");
-  b.target = stack_contiguous(t, true, "target");
+  b.data = stack_contiguous(d, false, pinned, "data");
+  b.target = stack_contiguous(t, true, pinned, "target");
+  b.pinned = pinned;
   return b;
 }
 

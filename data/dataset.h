@@ -20,6 +20,11 @@ struct Batch {
   Tensor target;
   /// The dataset indices of the samples, in batch order.
   std::vector<int64_t> indices;
+  /// Page-locked memory wanted: the loader sets it (pin_memory with a GPU present) before it asks
+  /// Dataset::get_batch for the batch, and a get_batch that allocates the batch allocates with
+  /// `TensorOptions::pinned_memory(pinned)`, so the batch is filled once, in pinned memory,
+  /// instead of filled and then copied there.
+  bool pinned = false;
 };
 
 /// Random-access data set. `get` is called concurrently from loader worker threads, so
@@ -52,7 +57,8 @@ uint64_t sample_seed(uint64_t loader_seed, int64_t epoch, int64_t index);
 
 /// Stacks examples into a batch (data [B, ...], targets [B] when each target has one element).
 /// All examples must share data shape and dtype; the error names the first mismatch.
-Batch collate(const std::vector<Example>& examples);
+/// `pinned`: into page-locked memory (needs a CUDA device; see Batch::pinned).
+Batch collate(const std::vector<Example>& examples, bool pinned = false);
 
 /// Prints "mpx: warning: <msg>" to stderr (serialised across threads).
 void warn(const std::string& msg);

@@ -339,8 +339,8 @@ bool ImageFolder::get_batch(const std::vector<int64_t>& indices, const std::vect
   const ImagePipeline& p = *options_.pipeline_;
   IntList shape = p.output_shape();
   shape.insert(shape.begin(), static_cast<int64_t>(indices.size()));
-  out.data = empty(shape, p.dtype());
-  out.target = empty({static_cast<int64_t>(indices.size())}, kInt64);
+  out.data = empty(shape, TensorOptions(p.dtype()).pinned_memory(out.pinned));
+  out.target = empty({static_cast<int64_t>(indices.size())}, TensorOptions(kInt64).pinned_memory(out.pinned));
   auto* d = static_cast<uint8_t*>(out.data.raw_data());
   const size_t each = static_cast<size_t>(out.data.numel() / shape[0]) * element_size(p.dtype());
   int64_t* t = out.target.data_ptr<int64_t>();

@@ -159,6 +159,51 @@ TEST_CASE("DataLoader partial last batch and drop_last", "[data][loader]") {
   CHECK(targets_of(drop) == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
 }
 
+namespace {
+// Fills batches itself (Dataset::get_batch) and records the pinned request each call received.
+class BatchFiller : public ProbeDataset {
+ public:
+  using ProbeDataset::ProbeDataset;
+  bool get_batch(const std::vector<int64_t>& idx, const std::vector<uint64_t>& seeds, Batch& out) const override {
+    (void)seeds;
+    asked_pinned += out.pinned ? 1 : 0;
+    ++batches;
+    out.data = empty({static_cast<int64_t>(idx.size()), 2}, TensorOptions(kFloat32).pinned_memory(out.pinned));
+    out.target = tensor(idx, {static_cast<int64_t>(idx.size())});
+    for (size_t k = 0; k < idx.size(); ++k) {
+      out.data.data_ptr<float>()[2 * k] = static_cast<float>(idx[k]);
+      out.data.data_ptr<float>()[2 * k + 1] = 0;
+    }
+    return true;
+  }
+  mutable std::atomic<int64_t> asked_pinned{0}, batches{0};
+};
+}  // namespace
+
+TEST_CASE("pin_memory asks get_batch for pinned batches only where a GPU can use them", "[data][loader]") {
+  // Without a GPU pin_memory is a no-op (as in PyTorch), so no dataset is asked to pin.
+  BatchFiller ds(10);
+  DataLoader plain(ds, DataLoaderOptions(4).workers(1));
+  CHECK(targets_of(plain) == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+  CHECK(ds.asked_pinned == 0);
+  DataLoader pin(ds, DataLoaderOptions(4).pin_memory(true));
+  for (auto& b : pin) CHECK(b.pinned == cuda_is_available());
+  CHECK(ds.asked_pinned == (cuda_is_available() ? 3 : 0));
+  CHECK(ds.batches == 6);
+  // collate honours the request too, and says what it did.
+  std::vector<Example> ex{ds.get(0), ds.get(1)};
+  CHECK_FALSE(collate(ex).pinned);
+}
+
+TEST_CASE("pinned_memory is for CPU tensors and needs a CUDA device", "[data][loader]") {
+  CHECK_THROWS_WITH(empty({2}, TensorOptions(Device::cuda()).pinned_memory()),
+                    Catch::Contains("pinned_memory is for CPU tensors"));
+  if (!cuda_is_available()) {
+    CHECK_THROWS_WITH(empty({2}, TensorOptions().pinned_memory()), Catch::Contains("pinned memory"));
+    CHECK_THROWS_WITH(collate({Example{ones({2}), ones({})}}, true), Catch::Contains("pinned memory"));
+  }
+}
+
 TEST_CASE("Distributed shards are disjoint, equal and covering", "[data][loader][distributed]") {
   for (int64_t n : {12, 10}) {
     const int64_t world = 3;
