@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/random.h"
+#include "data/resample.h"
 
 namespace mpx::data::transforms {
 
@@ -137,6 +138,40 @@ Img resize(const Img& im, int64_t oh, int64_t ow) {
   return o;
 }
 
+// Antialiased bilinear (torchvision's default, antialias=True): the weights are the fused
+// pipeline's (data/resample.h), applied rows first, then columns.
+Img resize_aa(const Img& im, int64_t oh, int64_t ow) {
+  if (oh == im.h && ow == im.w) return im;
+  const AxisWeights wy = aa_bilinear_weights(0, static_cast<double>(im.h), oh, 0, oh, 0, im.h);
+  const AxisWeights wx = aa_bilinear_weights(0, static_cast<double>(im.w), ow, 0, ow, 0, im.w);
+  std::vector<float> rows(static_cast<size_t>(im.h * ow));
+  Img o = like(im, oh, ow);
+  for (int64_t ch = 0; ch < im.c; ++ch) {
+    for (int64_t y = wy.lo; y < wy.hi; ++y)
+      for (int64_t x = 0; x < ow; ++x) {
+        const float* w = &wx.weights[static_cast<size_t>(x * wx.taps)];
+        const int64_t f = wx.first[static_cast<size_t>(x)];
+        float acc = 0;
+        for (int64_t k = 0; k < wx.count[static_cast<size_t>(x)]; ++k) acc += w[k] * im.at(ch, y, f + k);
+        rows[static_cast<size_t>(y * ow + x)] = acc;
+      }
+    for (int64_t y = 0; y < oh; ++y) {
+      const float* w = &wy.weights[static_cast<size_t>(y * wy.taps)];
+      const int64_t f = wy.first[static_cast<size_t>(y)];
+      for (int64_t x = 0; x < ow; ++x) {
+        float acc = 0;
+        for (int64_t k = 0; k < wy.count[static_cast<size_t>(y)]; ++k) acc += w[k] * rows[static_cast<size_t>((f + k) * ow + x)];
+        o.at(ch, y, x) = acc;
+      }
+    }
+  }
+  return o;
+}
+
+Img resize_any(const Img& im, int64_t oh, int64_t ow, Antialias antialias) {
+  return antialias == Antialias::on ? resize_aa(im, oh, ow) : resize(im, oh, ow);
+}
+
 void check_size(const char* who, int64_t h, int64_t w) {
   MPX_CHECK(h > 0 && w > 0, who, ": size must be positive, got (", h, ", ", w, ")");
 }
@@ -204,9 +239,9 @@ Normalize::Normalize(std::vector<double> mean, std::vector<double> std)
   for (double s : std) MPX_CHECK(s != 0, "Normalize: std must be non-zero");
 }
 
-Resize::Resize(int64_t size)
+Resize::Resize(int64_t size, Antialias antialias)
     : Transform(
-          [size](const Tensor& img, Rng&) {
+          [size, antialias](const Tensor& img, Rng&) {
             Img im = unpack(img, "Resize");
             int64_t oh, ow;
             if (im.h <= im.w) {
@@ -216,13 +251,14 @@ Resize::Resize(int64_t size)
               ow = size;
               oh = static_cast<int64_t>(static_cast<double>(size) * static_cast<double>(im.h) / static_cast<double>(im.w));
             }
-            return pack(resize(im, std::max<int64_t>(oh, 1), std::max<int64_t>(ow, 1)));
+            return pack(resize_any(im, std::max<int64_t>(oh, 1), std::max<int64_t>(ow, 1), antialias));
           },
           "Resize") {
   check_size("Resize", size, size);
 }
-Resize::Resize(int64_t height, int64_t width)
-    : Transform([height, width](const Tensor& img, Rng&) { return pack(resize(unpack(img, "Resize"), height, width)); },
+Resize::Resize(int64_t height, int64_t width, Antialias antialias)
+    : Transform([height, width, antialias](
+                    const Tensor& img, Rng&) { return pack(resize_any(unpack(img, "Resize"), height, width, antialias)); },
                 "Resize") {
   check_size("Resize", height, width);
 }
@@ -296,12 +332,12 @@ std::vector<int64_t> random_resized_crop_params(int64_t height, int64_t width, s
 }
 
 RandomResizedCrop::RandomResizedCrop(int64_t height, int64_t width, std::pair<double, double> scale,
-                                     std::pair<double, double> ratio)
+                                     std::pair<double, double> ratio, Antialias antialias)
     : Transform(
-          [height, width, scale, ratio](const Tensor& img, Rng& rng) {
+          [height, width, scale, ratio, antialias](const Tensor& img, Rng& rng) {
             Img im = unpack(img, "RandomResizedCrop");
             const auto p = random_resized_crop_params(im.h, im.w, scale, ratio, rng);
-            return pack(resize(crop(im, p[0], p[1], p[2], p[3]), height, width));
+            return pack(resize_any(crop(im, p[0], p[1], p[2], p[3]), height, width, antialias));
           },
           "RandomResizedCrop") {
   check_size("RandomResizedCrop", height, width);

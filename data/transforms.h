@@ -69,11 +69,17 @@ struct PILToTensor : Transform {
 struct Normalize : Transform {
   Normalize(std::vector<double> mean, std::vector<double> std);
 };
-/// Bilinear resize (half-pixel centres, no antialiasing). One size: the shorter side becomes
-/// `size` and the longer keeps the aspect ratio (truncated, as torchvision).
+/// Whether a bilinear resize filters when it shrinks (torchvision's `antialias`; an enum, so
+/// `Resize(h, w)` never reads a width as a flag).
+enum class Antialias : bool { off = false, on = true };
+
+/// Bilinear resize with half-pixel centres. One size: the shorter side becomes `size` and the
+/// longer keeps the aspect ratio (truncated, as torchvision). `antialias` (torchvision's default):
+/// when shrinking, the triangle filter widens with the factor so every input pixel counts (PIL's
+/// BILINEAR, the fused ImagePipeline's weights); Antialias::off samples the 2x2 nearest pixels.
 struct Resize : Transform {
-  explicit Resize(int64_t size);
-  Resize(int64_t height, int64_t width);
+  explicit Resize(int64_t size, Antialias antialias = Antialias::on);
+  Resize(int64_t height, int64_t width, Antialias antialias = Antialias::on);
 };
 /// The centred (h, w) window (torchvision's rounding); zero-padded when the image is smaller.
 struct CenterCrop : Transform {
@@ -91,13 +97,13 @@ struct RandomHorizontalFlip : Transform {
 };
 /// torchvision's RandomResizedCrop: up to 10 tries for a window with area fraction in `scale`
 /// and log-uniform aspect ratio in `ratio`, else a centre crop clamped to the ratio range;
-/// the window is resized bilinearly to (h, w).
+/// the window is resized bilinearly to (h, w), antialiased as Resize.
 struct RandomResizedCrop : Transform {
   explicit RandomResizedCrop(int64_t size, std::pair<double, double> scale = {0.08, 1.0},
-                             std::pair<double, double> ratio = {3.0 / 4.0, 4.0 / 3.0})
-      : RandomResizedCrop(size, size, scale, ratio) {}
+                             std::pair<double, double> ratio = {3.0 / 4.0, 4.0 / 3.0}, Antialias antialias = Antialias::on)
+      : RandomResizedCrop(size, size, scale, ratio, antialias) {}
   RandomResizedCrop(int64_t height, int64_t width, std::pair<double, double> scale = {0.08, 1.0},
-                    std::pair<double, double> ratio = {3.0 / 4.0, 4.0 / 3.0});
+                    std::pair<double, double> ratio = {3.0 / 4.0, 4.0 / 3.0}, Antialias antialias = Antialias::on);
 };
 
 /// The window RandomResizedCrop picks for an (height, width) image: {top, left, h, w}.

@@ -416,13 +416,22 @@ TEST_CASE("ToTensor and Normalize on known values", "[data][transforms]") {
 
 TEST_CASE("Resize and CenterCrop on known images", "[data][transforms]") {
   Tensor x = arange(16.0, TensorOptions(kFloat32)).reshape({1, 4, 4});
-  Tensor r = T::Resize(2, 2)(x, uint64_t{0});  // 2x down, half-pixel: means of 2x2 blocks
+  Tensor r = T::Resize(2, 2, T::Antialias::off)(x, uint64_t{0});  // 2x down, half-pixel: means of 2x2 blocks
   REQUIRE(r.sizes() == IntList{1, 2, 2});
   CHECK(r.data_ptr<float>()[0] == Approx(2.5));
   CHECK(r.data_ptr<float>()[3] == Approx(12.5));
-  Tensor up = T::Resize(8, 8)(x, uint64_t{0});
-  CHECK(up.data_ptr<float>()[0] == Approx(0.0));     // clamped border
-  CHECK(up.data_ptr<float>()[1] == Approx(0.25));    // src 0.25
+  // Antialiased (the default): torch.nn.functional.interpolate(x, (2, 2), mode="bilinear",
+  // antialias=True) gives [[3.5714, 5.1429], [9.8571, 11.4286]] (PyTorch 1.13).
+  Tensor aa = T::Resize(2, 2)(x, uint64_t{0});
+  const float torch_aa[4] = {3.5714f, 5.1429f, 9.8571f, 11.4286f};
+  for (int i = 0; i < 4; ++i) CHECK(aa.data_ptr<float>()[i] == Approx(torch_aa[i]).margin(1e-4));
+  // Growing, both modes are plain bilinear.
+  for (auto mode : {T::Antialias::on, T::Antialias::off}) {
+    Tensor up = T::Resize(8, 8, mode)(x, uint64_t{0});
+    CHECK(up.data_ptr<float>()[0] == Approx(0.0));     // clamped border
+    CHECK(up.data_ptr<float>()[1] == Approx(0.25));    // src 0.25
+    CHECK(up.data_ptr<float>()[2] == Approx(0.75));
+  }
   CHECK(T::Resize(2)(zeros({3, 4, 8}), uint64_t{0}).sizes() == IntList{3, 2, 4});
   CHECK(T::Resize(3)(u8_image(10, 5, 3), uint64_t{0}).sizes() == IntList{6, 3, 3});
   Tensor y = arange(25.0, TensorOptions(kFloat32)).reshape({1, 5, 5});
