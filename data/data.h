@@ -4,6 +4,7 @@
 #include "data/dataloader.h"
 #include "data/dataset.h"
 #include "data/datasets.h"
+#include "data/gpu_decode.h"
 #include "data/idx.h"
 #include "data/image_pipeline.h"
 #include "data/jpeg.h"

@@ -62,6 +62,14 @@ class ImagePipeline {
   /// smallest whose scaled box still has at least the resize's resolution on both axes.
   int decode_scale(const Plan& p) const;
 
+  /// The resampling weights (rows, columns) of `p` for the image decoded at `scale`/8, whose
+  /// size is then scaled_h x scaled_w; at scale 8 the full-size path's, which GPU decoding
+  /// (data/gpu_decode.h) uses too, so both resample with one set of weights.
+  std::pair<AxisWeights, AxisWeights> weights(const Plan& p, int scale, int64_t scaled_h, int64_t scaled_w) const;
+  /// How resampled values are stored: dtype, layout, the mirror, and ToTensor + Normalize
+  /// folded into one multiply-add per channel.
+  ResampleOutput output(bool flip) const;
+
   /// Reads and transforms the image file at `path` (JPEG through the reduced-size region decode
   /// when the build has it, PNG/BMP through read_image). Errors name the file, as read_image's.
   Tensor load(const std::string& path, uint64_t seed) const;
@@ -74,8 +82,6 @@ class ImagePipeline {
 
  private:
   ImagePipeline() = default;
-  std::pair<AxisWeights, AxisWeights> weights(const Plan& p, int scale, int64_t scaled_h, int64_t scaled_w) const;
-  ResampleOutput output(bool flip) const;
   void apply_into(const Tensor& image, const Plan& p, void* out) const;
 
   bool train_ = true;

@@ -53,8 +53,8 @@ struct JpegRegion {
 JpegRegion decode_jpeg_region(const std::vector<uint8_t>& bytes, const std::string& path, int64_t max_pixels,
                               const std::function<JpegPlan(int, int)>& plan, std::vector<uint8_t>& pixels);
 
-/// True when this build links nvJPEG (CUDA toolkit; cmake/nvjpeg.cmake) and the library answers.
-/// Nothing decodes through it yet: GPU decoding is a planned option.
+/// True when this build links nvJPEG (cmake/nvjpeg.cmake) and the library answers: GPU JPEG
+/// decoding (data/gpu_decode.h, ImageFolderOptions::gpu_decode) is available.
 bool have_nvjpeg();
 
 }  // namespace mpx::data
