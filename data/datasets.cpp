@@ -220,6 +220,14 @@ ImageFolder::ImageFolder(const std::string& root, transforms::Transform transfor
     : transform_(std::move(transform)), options_(std::move(options)) {
   MPX_CHECK(!(options_.pipeline_ && transform_.defined()), "ImageFolder: give either a transform or a pipeline "
             "(ImageFolderOptions::pipeline), not both: the pipeline already resizes, crops and normalizes");
+  if (options_.gpu_decode_) {
+    // Checked before the folder is scanned: a build or machine that cannot do it fails at once.
+    MPX_CHECK(options_.pipeline_, "ImageFolder: gpu_decode needs a pipeline (ImageFolderOptions::pipeline): the "
+              "crops are planned from each JPEG's header and resampled on the device");
+    const std::string why = gpu_decode_problem(*options_.gpu_decode_);
+    MPX_CHECK(why.empty(), "ImageFolder: cannot decode JPEGs on ", options_.gpu_decode_->str(), ": ", why);
+    cpu_full_ = ImagePipeline(*options_.pipeline_).reduced_decode(false);
+  }
   std::error_code ec;
   MPX_CHECK(fs::is_directory(root, ec), "ImageFolder: ", root, " is not a folder",
             ec ? " (" + ec.message() + ")" : std::string(), "; expected root/<class>/<image> files");
@@ -315,13 +323,13 @@ std::vector<std::pair<std::string, std::string>> ImageFolder::unreadable() const
 
 Example ImageFolder::get(int64_t index) const { return get_seeded(index, sample_seed(0, 0, index)); }
 
-int64_t ImageFolder::load_pipeline(int64_t index, uint64_t seed, void* out) const {
+int64_t ImageFolder::load_pipeline(const ImagePipeline& p, int64_t index, uint64_t seed, void* out) const {
   check_index("ImageFolder", index, size());
   const int64_t n = size();
   for (int64_t k = 0; k < n; ++k) {
     const auto& [path, cls] = samples_[static_cast<size_t>((index + k) % n)];
     try {
-      options_.pipeline_->load_into(path, seed, out);
+      p.load_into(path, seed, out);
       return cls;
     } catch (const Error& e) {
       if (!options_.skip_corrupt_) throw;
@@ -336,6 +344,7 @@ bool ImageFolder::get_batch(const std::vector<int64_t>& indices, const std::vect
   if (!options_.pipeline_ || indices.empty()) return false;
   MPX_CHECK(seeds.size() == indices.size(), "ImageFolder::get_batch: ", indices.size(), " indices but ", seeds.size(),
             " seeds");
+  if (options_.gpu_decode_) return get_batch_gpu(indices, seeds, out);
   const ImagePipeline& p = *options_.pipeline_;
   IntList shape = p.output_shape();
   shape.insert(shape.begin(), static_cast<int64_t>(indices.size()));
@@ -344,7 +353,49 @@ bool ImageFolder::get_batch(const std::vector<int64_t>& indices, const std::vect
   auto* d = static_cast<uint8_t*>(out.data.raw_data());
   const size_t each = static_cast<size_t>(out.data.numel() / shape[0]) * element_size(p.dtype());
   int64_t* t = out.target.data_ptr<int64_t>();
-  for (size_t k = 0; k < indices.size(); ++k) t[k] = load_pipeline(indices[k], seeds[k], d + k * each);
+  for (size_t k = 0; k < indices.size(); ++k) t[k] = load_pipeline(p, indices[k], seeds[k], d + k * each);
+  return true;
+}
+
+bool ImageFolder::get_batch_gpu(const std::vector<int64_t>& indices, const std::vector<uint64_t>& seeds,
+                                Batch& out) const {
+  std::unique_ptr<GpuJpegDecoder> dec;
+  {
+    std::lock_guard<std::mutex> lock(decoders_mu_);
+    if (!decoders_.empty()) {
+      dec = std::move(decoders_.back());
+      decoders_.pop_back();
+    }
+  }
+  if (!dec) dec = std::make_unique<GpuJpegDecoder>(*cpu_full_, *options_.gpu_decode_);
+  // Back to the pool however this batch ends (a failed batch leaves the decoder usable).
+  struct Return {
+    const ImageFolder* self;
+    std::unique_ptr<GpuJpegDecoder>& d;
+    ~Return() {
+      std::lock_guard<std::mutex> lock(self->decoders_mu_);
+      self->decoders_.push_back(std::move(d));
+    }
+  } give_back{this, dec};
+  const size_t n = indices.size();
+  // The data comes back on the device; only the targets take the loader's pinned memory.
+  out.target = empty({static_cast<int64_t>(n)}, TensorOptions(kInt64).pinned_memory(out.pinned));
+  int64_t* t = out.target.data_ptr<int64_t>();
+  std::vector<std::vector<uint8_t>> files(n);
+  for (size_t k = 0; k < n; ++k) {
+    check_index("ImageFolder", indices[k], size());
+    const auto& [path, cls] = samples_[static_cast<size_t>(indices[k])];
+    t[k] = cls;
+    // A file that cannot be read stays empty: the CPU fallback reads it again and reports (or,
+    // with skip_corrupt, replaces) it exactly as the CPU path does.
+    if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
+      uint8_t buf[65536];
+      for (size_t r; (r = std::fread(buf, 1, sizeof buf, f)) > 0;) files[k].insert(files[k].end(), buf, buf + r);
+      if (std::ferror(f)) files[k].clear();
+      std::fclose(f);
+    }
+  }
+  out.data = dec->decode(files, seeds, [&](size_t k, void* o) { t[k] = load_pipeline(*cpu_full_, indices[k], seeds[k], o); });
   return true;
 }
 
@@ -352,7 +403,7 @@ Example ImageFolder::get_seeded(int64_t index, uint64_t seed) const {
   check_index("ImageFolder", index, size());
   if (options_.pipeline_) {
     Tensor x = empty(options_.pipeline_->output_shape(), options_.pipeline_->dtype());
-    const int64_t cls = load_pipeline(index, seed, x.raw_data());
+    const int64_t cls = load_pipeline(cpu_full_ ? *cpu_full_ : *options_.pipeline_, index, seed, x.raw_data());
     return {x, label(cls)};
   }
   const int64_t n = size();

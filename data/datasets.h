@@ -2,6 +2,7 @@
 // and Synthetic (generated per index, for benchmarks).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/gpu_decode.h"
 #include "data/idx.h"
 #include "data/image_pipeline.h"
 #include "data/transforms.h"
@@ -78,11 +80,19 @@ struct ImageFolderOptions {
   /// Load each image through `p` (decode planned from the crop, one resample pass) instead of
   /// read_image + transform; the ImageFolder's transform must then be empty.
   ImageFolderOptions& pipeline(ImagePipeline p) { pipeline_ = std::move(p); return *this; }
+  /// Decode JPEGs on this CUDA device with nvJPEG (GpuJpegDecoder) in get_batch, which then
+  /// returns the batch's data on the device: the pipeline's crops, resampled there, as the
+  /// pipeline with reduced_decode(false) gives them on the CPU (other files, PNG and BMP among
+  /// them, take that CPU path and are copied in). Needs a pipeline; the constructor throws,
+  /// saying what is missing, when the build has no nvJPEG or the device is not a visible GPU.
+  /// get() and get_seeded() stay on the CPU (the same full-size decode).
+  ImageFolderOptions& gpu_decode(Device d) { gpu_decode_ = d; return *this; }
   bool skip_corrupt_ = false;
   bool verify_ = false;
   int channels_ = 3;
   std::vector<std::string> extensions_{".jpg", ".jpeg", ".png", ".bmp"};
   std::optional<ImagePipeline> pipeline_;
+  std::optional<Device> gpu_decode_;
 };
 
 /// torchvision.datasets.ImageFolder: root/<class>/**/<image>; classes are the sub-folders
@@ -96,7 +106,8 @@ class ImageFolder : public Dataset {
   int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
   Example get(int64_t index) const override;
   Example get_seeded(int64_t index, uint64_t sample_seed) const override;
-  /// With a pipeline, each image is transformed straight into its slot of the batch.
+  /// With a pipeline, each image is transformed straight into its slot of the batch (on the
+  /// device with ImageFolderOptions::gpu_decode). Safe to call from several loader threads.
   bool get_batch(const std::vector<int64_t>& indices, const std::vector<uint64_t>& sample_seeds,
                  Batch& out) const override;
   const std::vector<std::string>& classes() const { return classes_; }
@@ -112,7 +123,8 @@ class ImageFolder : public Dataset {
   void note_unreadable(const std::string& path, const std::string& reason) const;
   /// Loads sample `index` (or, with skip_corrupt, the next readable one) through the pipeline
   /// into `out`; returns its class.
-  int64_t load_pipeline(int64_t index, uint64_t seed, void* out) const;
+  int64_t load_pipeline(const ImagePipeline& p, int64_t index, uint64_t seed, void* out) const;
+  bool get_batch_gpu(const std::vector<int64_t>& indices, const std::vector<uint64_t>& seeds, Batch& out) const;
   std::vector<std::string> classes_;
   std::vector<std::pair<std::string, int64_t>> samples_;
   transforms::Transform transform_;
@@ -120,6 +132,13 @@ class ImageFolder : public Dataset {
   int64_t ignored_ = 0;
   mutable std::mutex mu_;
   mutable std::vector<std::pair<std::string, std::string>> unreadable_;
+  // With gpu_decode: the CPU pipeline that loads what nvJPEG does not (full-size decodes, as on
+  // the device), and idle decoders. Each loading thread takes one for a batch and puts it back:
+  // decoders hold per-thread nvJPEG state and a stream, and a lock around one shared decoder
+  // would serialize the host half of nvJPEG's decode (Huffman), the part that takes the time.
+  std::optional<ImagePipeline> cpu_full_;
+  mutable std::mutex decoders_mu_;
+  mutable std::vector<std::unique_ptr<GpuJpegDecoder>> decoders_;
 };
 
 /// The most pixels an image may declare (width x height) for read_image to decode it: PIL's
