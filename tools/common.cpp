@@ -112,6 +112,10 @@ class Subset : public data::Dataset {
   int64_t size() const override { return n_; }
   data::Example get(int64_t i) const override { return base_->get(i); }
   data::Example get_seeded(int64_t i, uint64_t s) const override { return base_->get_seeded(i, s); }
+  // The base's batch loading (ImageFolder's in-place and GPU paths): the indices are the base's.
+  bool get_batch(const std::vector<int64_t>& idx, const std::vector<uint64_t>& seeds, data::Batch& out) const override {
+    return base_->get_batch(idx, seeds, out);
+  }
 
  private:
   std::shared_ptr<const data::Dataset> base_;
@@ -126,7 +130,7 @@ std::shared_ptr<const data::Dataset> limit(std::shared_ptr<const data::Dataset> 
 }
 
 DataSplits open_data(const std::string& name, const std::string& root_in, DataPurpose purpose, bool synthetic,
-                     int64_t image_size, uint64_t seed, bool skip_bad) {
+                     int64_t image_size, uint64_t seed, bool skip_bad, std::optional<Device> gpu_decode) {
   namespace T = data::transforms;
   DataSplits s;
   s.name = name;
@@ -191,7 +195,8 @@ DataSplits open_data(const std::string& name, const std::string& root_in, DataPu
     const data::ImagePipeline train_p = gen ? test_p : data::ImagePipeline::train(image_size).dtype(kUInt8);
     const std::string train_dir = split ? (r / "train").string() : s.root;
     const std::string val_dir = split && fs::is_directory(r / "val", ec) ? (r / "val").string() : train_dir;
-    const auto opts = data::ImageFolderOptions().verify(!synthetic).skip_corrupt(skip_bad);
+    auto opts = data::ImageFolderOptions().verify(!synthetic).skip_corrupt(skip_bad);
+    if (gpu_decode) opts.gpu_decode(*gpu_decode);
     std::shared_ptr<data::ImageFolder> tr, te;
     try {
       tr = std::make_shared<data::ImageFolder>(train_dir, data::ImageFolderOptions(opts).pipeline(train_p));

@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,8 +59,10 @@ enum class DataPurpose {
 /// A missing folder or file is an mpx::Error naming it and saying how to get the data.
 /// Image folders are checked up front (every image's header, in parallel); unreadable images are an
 /// error naming them unless `skip_bad`, which drops them (and images failing later) with a warning.
+/// `gpu_decode`: image folders decode their JPEGs on that CUDA device (nvJPEG), batches arriving there.
 DataSplits open_data(const std::string& name, const std::string& root, DataPurpose purpose, bool synthetic,
-                     int64_t image_size, uint64_t seed, bool skip_bad = false);
+                     int64_t image_size, uint64_t seed, bool skip_bad = false,
+                     std::optional<Device> gpu_decode = std::nullopt);
 
 /// The data set a folder holds, for `mpx train DIR` without --dataset: "imagefolder" for apex's
 /// DIR/train + DIR/val class folders, "cifar10" for the binary batches, "mnist"/"fashion-mnist"

@@ -57,8 +57,10 @@ int run_info(int argc, char** argv) {
               data::have_jpeg_region_decode()
                   ? ", reduced-size region decode for imagefolder"
                   : "; no reduced-size region decode (install libjpeg62-turbo-dev and rebuild)");
-  std::printf("GPU JPEG decoding: %s\n", data::have_nvjpeg() ? "nvJPEG linked (no decode path uses it yet)"
-                                                              : "off (nvJPEG not found at build time)");
+  std::printf("GPU JPEG decoding: %s\n",
+              data::have_nvjpeg() ? "nvJPEG (mpx train --gpu-decode)"
+                                  : "off (no nvJPEG at build time: tools/install-deps.sh fetches it for CUDA builds, "
+                                    "then reconfigure with -DMPX_NVJPEG=ON)");
   std::printf("ops in the registry: %d\n", kNumOps);
   std::printf("CPU: %u hardware threads, OpenMP threads %d\n", std::thread::hardware_concurrency(), omp_get_max_threads());
   std::printf("CPU features: %s\n", cpu_features().c_str());

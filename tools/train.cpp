@@ -84,7 +84,10 @@ Args make_args() {
               "start N ranks on this machine by re-running this command under mpirun (as torchrun's flag)")
       .option({"--limit-train"}, "N", "use only the first N training images (quick runs, tests); 0 = all", "0")
       .option({"--limit-test"}, "N", "use only the first N test images; 0 = all", "0")
-      .option({"--image-size"}, "N", "image side for imagefolder and synthetic data", "224");
+      .option({"--image-size"}, "N", "image side for imagefolder and synthetic data", "224")
+      .flag({"--gpu-decode", "--gpu_decode"},
+            "imagefolder on --device cuda: decode the JPEGs on the GPU (nvJPEG) and resample the crops there, for "
+            "when the CPU cannot decode fast enough; other images are loaded on the CPU");
   return a;
 }
 
@@ -165,6 +168,7 @@ bool TrainRun::parse(int argc, char** argv) {
                      std::to_string(epochs_) + "; raise --epochs");
   layout_ = args_.on("--channels-last") ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
   amp_opts_ = amp_options(args_, 1);
+  check_gpu_decode();  // before parse_device: these are flag errors whatever this machine has
   device_ = parse_device(args_.str("--device"));
   if (ranks_.distributed() && device_.is_cuda() && args_.str("--device") == "cuda")
     device_ = Device::cuda(ranks_.local_rank);  // one GPU per rank on a machine
@@ -244,8 +248,32 @@ void TrainRun::open_data() {
   base_lr_ = base_lr_flag_ * static_cast<double>(batch_ * ranks_.world) / 256.0;
 }
 
+void TrainRun::check_gpu_decode() {
+  gpu_decode_ = args_.on("--gpu-decode");
+  if (!gpu_decode_) return;
+  Device d;
+  try {
+    d = Device(args_.str("--device"));
+  } catch (const std::exception&) {
+    return;  // parse_device names the malformed --device
+  }
+  if (!d.is_cuda())
+    throw UsageError("mpx train: --gpu-decode decodes on the GPU the run trains on; add --device cuda (this run "
+                     "trains on " + d.str() + ")");
+  if (dataset_ != "imagefolder")
+    throw UsageError("mpx train: --gpu-decode decodes JPEG files, so it needs --dataset imagefolder (this run has " +
+                     dataset_ + ", which has no files to decode)");
+  if (synthetic_)
+    throw UsageError("mpx train: --gpu-decode has nothing to decode with --synthetic (random images); drop one of them");
+  if (!data::have_nvjpeg())
+    throw UsageError("mpx train: --gpu-decode needs nvJPEG, which this build lacks (see mpx info); run "
+                     "tools/install-deps.sh, which fetches it where the CUDA toolkit has none, reconfigure with "
+                     "-DMPX_NVJPEG=ON and rebuild, or drop --gpu-decode");
+}
+
 DataSplits TrainRun::open_data_splits() {
-  DataSplits d = cli::open_data(dataset_, args_.str("--data"), DataPurpose::Classify, synthetic_, image_size_, seed_, skip_bad_);
+  DataSplits d = cli::open_data(dataset_, args_.str("--data"), DataPurpose::Classify, synthetic_, image_size_, seed_,
+                                skip_bad_, gpu_decode_ ? std::optional<Device>(device_) : std::nullopt);
   d.train = limit(d.train, limit_train_);
   d.test = limit(d.test, limit_test_);
   return d;
@@ -350,6 +378,8 @@ void TrainRun::announce() {
               threads_ == 1 ? "" : "s", ranks_.distributed() ? " per rank" : "", tuner_->enabled() ? " (auto)" : "",
               deterministic_ ? ", deterministic" : "");
   if (sync_bn_) std::printf("synchronized batch norm (--sync-bn): statistics over the global batch\n");
+  if (gpu_decode_)
+    std::printf("JPEGs decoded on %s with nvJPEG (--gpu-decode); other images on the CPU\n", device_.str().c_str());
   const std::string classes = class_summary(d_, limit_train_, limit_test_);
   if (!classes.empty()) std::printf("%s\n", classes.c_str());
   if (d_.ignored_files > 0)

@@ -51,6 +51,8 @@ class TrainRun {
     std::vector<std::pair<double, Tensor>> step_losses;  // (epoch position, loss) for the summary
     data::LoaderStats loader;  // how the training loader kept up (this rank's)
   };
+  /// --gpu-decode's requirements (--device cuda, imagefolder, nvJPEG in the build); UsageError otherwise.
+  void check_gpu_decode();
   DataSplits open_data_splits();
   void restore();
   void resume_other_world(int64_t ck_world, int64_t ck_batch, int64_t ck_spe);
@@ -84,6 +86,7 @@ class TrainRun {
   double base_lr_flag_ = 0, momentum_ = 0, wd_ = 0, base_lr_ = 0;
   uint64_t seed_ = 0;
   bool evaluate_only_ = false, deterministic_ = false, synthetic_ = false, skip_bad_ = false, sync_bn_ = false;
+  bool gpu_decode_ = false;
   MemoryFormat layout_ = MemoryFormat::Contiguous;
   amp::Options amp_opts_;
   Device device_ = Device::cpu();
