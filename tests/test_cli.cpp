@@ -207,6 +207,37 @@ TEST_CASE("mpx: wrong flags and missing data and bad checkpoints give one line a
 #endif
 }
 
+TEST_CASE("mpx train --gpu-decode: needs --device cuda, an image folder and nvJPEG, each said in one line", "[cli]") {
+  const auto has = mpx::testing::has;
+  Run r = run_mpx("info");
+  CHECK(has(r.out, mpx::data::have_nvjpeg() ? "GPU JPEG decoding: nvJPEG (mpx train --gpu-decode)"
+                                            : "GPU JPEG decoding: off (no nvJPEG at build time"));
+  r = mpx_err("train --gpu-decode");
+  CHECK(r.rc == 2);
+  CHECK(lines(r.out) == 1);
+  CHECK(has(r.out, "mpx train: --gpu-decode decodes on the GPU the run trains on; add --device cuda (this run "
+                   "trains on cpu)"));
+  // apex-style spelling too; the data set is checked before the machine's GPUs.
+  r = mpx_err("train --gpu_decode --device cuda --dataset fashion-mnist");
+  CHECK(r.rc == 2);
+  CHECK(lines(r.out) == 1);
+  CHECK(has(r.out, "--gpu-decode decodes JPEG files, so it needs --dataset imagefolder (this run has fashion-mnist"));
+  r = mpx_err("train --gpu-decode --device cuda --dataset imagefolder --synthetic");
+  CHECK(r.rc == 2);
+  CHECK(has(r.out, "--gpu-decode has nothing to decode with --synthetic"));
+  r = mpx_err("train --gpu-decode --device cuda --dataset imagefolder --data /nonexistent/images");
+  CHECK(lines(r.out) == 1);
+  if (!mpx::data::have_nvjpeg()) {
+    CHECK(r.rc == 2);
+    CHECK(has(r.out, "--gpu-decode needs nvJPEG, which this build lacks"));
+    CHECK(has(r.out, "tools/install-deps.sh"));
+    CHECK(has(r.out, "-DMPX_NVJPEG=ON"));
+  } else if (!mpx::cuda_is_available()) {
+    CHECK(r.rc == 1);
+    CHECK(has(r.out, "no CUDA device is visible"));
+  }
+}
+
 TEST_CASE("mpx dcgan --prof 3 writes a valid PNG sample grid and loss curves", "[cli]") {
   if (!have_fashion()) return;
   const fs::path out = temp_dir("dcgan");
