@@ -32,11 +32,21 @@ else
     echo "cuDNN: not found (conv and batch norm get no CUDA kernels)"
   fi
 fi
+# nvJPEG (--gpu-decode, test_gpu_decode): the toolkit's when it has one (CMake takes it first), else
+# a staged copy in .gpu-deps/nvjpeg (tools/install-deps.sh's /opt/nvjpeg, copied over), else the
+# nvidia-nvjpeg wheel of the machine's Python (nvidia/cu13 or nvidia/nvjpeg).
+nvjpeg=()
+if [ -f "$PWD/.gpu-deps/nvjpeg/include/nvjpeg.h" ]; then
+  nvjpeg=(-DMPX_NVJPEG_ROOT="$PWD/.gpu-deps/nvjpeg")
+else
+  nvidia_dir=$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null)
+  [ -n "$nvidia_dir" ] && nvjpeg=(-DMPX_NVJPEG_ROOT="$nvidia_dir")
+fi
 rm -f build-gpu/CMakeCache.txt
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DCMAKE_PREFIX_PATH="$prefix" -DZLIB_INCLUDE_DIR="$prefix/include" ${zlib:+-DZLIB_LIBRARY_RELEASE="$zlib"} \
-  "${cudnn[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-grep "mpx: cuDNN" "$out/configure.log"
+  "${cudnn[@]}" "${nvjpeg[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+grep "mpx: cuDNN\|mpx: nvJPEG" "$out/configure.log"
 start=$(date +%s)
 # Only what this script runs: the library, the test files with [cuda] cases, the GPU benchmarks
 # and the CLI. MPX_CUDA_TESTS="test_cuda_conv ..." narrows the tests (and skips the rest's build).
