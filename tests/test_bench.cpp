@@ -150,7 +150,7 @@ TEST_CASE("mpx bench --accuracy: each level trains from the same seed and gets a
   CHECK(fs::exists(out / "small_cnn_O3_f16" / "metrics.csv"));
 }
 
-TEST_CASE("mpx bench: bad flags give one line and exit code 2; --cuda-graph on the CPU is a clear error", "[bench][cli]") {
+TEST_CASE("mpx bench: bad flags give one line and exit code 2, --cuda-graph on the CPU is a clear error", "[bench][cli]") {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"bench --modles resnet18", "--models"},
       {"bench --models resnt18", "resnet18"},

@@ -178,7 +178,7 @@ TEST_CASE("cli 4: attached short values, --start-epoch and --version", "[cli][cl
 
 // ---------------------------------------------------------------- 5. messages
 
-TEST_CASE("cli 5: bad flag values exit 2 with one mpx train: prefix; --loss-scale has one message", "[cli][cli_habits]") {
+TEST_CASE("cli 5: bad flag values exit 2 with one mpx train: prefix, --loss-scale has one message", "[cli][cli_habits]") {
   Run r = mpx_err("train -a resnet999");
   CHECK(r.rc == 2);
   CHECK(lines(r.out) == 1);
@@ -256,7 +256,7 @@ TEST_CASE("cli 5: another model's checkpoint gets a short summary without librar
 
 // ---------------------------------------------------------------- 6. a shared machine
 
-TEST_CASE("cli 6: without a thread count the run picks its own and says so; an explicit one stays fixed", "[cli][cli_habits]") {
+TEST_CASE("cli 6: without a thread count the run picks its own and says so, an explicit one stays fixed", "[cli][cli_habits]") {
   if (!have_fashion()) return;
   const fs::path out = temp_dir("threads");
   // More steps than one probe round (4 steps at each candidate count), so the tuner switches counts mid-epoch.

@@ -245,7 +245,7 @@ TEST_CASE("cli 3: a read-only --out fails before training, with the permission p
   fs::permissions(ro, fs::perms::owner_all);
 }
 
-TEST_CASE("cli 3: SIGTERM checkpoints like Ctrl-C and exits 143; leftovers of a killed writer are removed", "[cli][cli_runs]") {
+TEST_CASE("cli 3: SIGTERM checkpoints like Ctrl-C and exits 143, leftovers of a killed writer are removed", "[cli][cli_runs]") {
   if (!have_fashion()) return;
   const fs::path out = temp_dir("sigterm");
   // A full epoch takes several seconds on two cores; the signal lands in the middle of it.
@@ -265,7 +265,7 @@ TEST_CASE("cli 3: SIGTERM checkpoints like Ctrl-C and exits 143; leftovers of a 
 }
 
 #ifdef MPX_TEST_HAVE_STB_WRITE
-TEST_CASE("cli 3: a corrupt image is found before training; --skip-bad-images trains without it and lists it", "[cli][cli_runs]") {
+TEST_CASE("cli 3: a corrupt image is found before training, --skip-bad-images trains without it and lists it", "[cli][cli_runs]") {
   const fs::path data = temp_dir("bad_header"), out = temp_dir("bad_header_out");
   make_image_folder(data, 2, 8, 2);
   std::ofstream(data / "train" / "class1" / "garbage.png") << "not an image at all";

@@ -140,7 +140,7 @@ TEST_CASE("DDP buckets start during backward, last layers first", "[distributed]
   REQUIRE(one->bucket_layout().size() == 1);
 }
 
-TEST_CASE("no_sync accumulates locally; the next backward reduces the sum", "[distributed][ddp]") {
+TEST_CASE("no_sync accumulates locally, the next backward reduces the sum", "[distributed][ddp]") {
   manual_seed(5);
   Mlp ref;
   manual_seed(5);

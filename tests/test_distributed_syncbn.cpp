@@ -69,7 +69,7 @@ TEST_CASE("SyncBatchNorm equals BatchNorm over the global batch", "[distributed]
   REQUIRE(allclose(sync(my_rows(x)), my_rows(ref(x)), 1e-5, 1e-6));
 }
 
-TEST_CASE("convert_sync_batchnorm reaches typed members; works under autocast", "[distributed][syncbn]") {
+TEST_CASE("convert_sync_batchnorm reaches typed members, works under autocast", "[distributed][syncbn]") {
   manual_seed(22);
   Tensor x = randn({kBatch, 3, 2, 2});
   Net net, plain;

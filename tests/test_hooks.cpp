@@ -65,7 +65,7 @@ TEST_CASE("post-accumulate-grad hooks run once per backward, after .grad is upda
   REQUIRE(std::count(order.begin(), order.end(), "w1") == 1);
 }
 
-TEST_CASE("hooks are removed by id; registering where no gradient can come is an error", "[hooks]") {
+TEST_CASE("hooks are removed by id, registering where no gradient can come is an error", "[hooks]") {
   Tensor x = tensor<float>({1}).set_requires_grad();
   int calls = 0;
   uint64_t id = x.register_post_accumulate_grad_hook([&](const Tensor&) { ++calls; });

@@ -295,7 +295,7 @@ TEST_CASE("models::create builds by name and lists the known names on an unknown
                         Contains("alexnet") && Contains("dcgan_discriminator"));
 }
 
-TEST_CASE("resnet blocks end in the fused batch_norm_add_relu; hooks on the BN still see its output", "[models]") {
+TEST_CASE("resnet blocks end in the fused batch_norm_add_relu, hooks on the BN still see its output", "[models]") {
   // The same block twice from one seed: forward/backward through the fused op vs the same
   // submodules composed by hand (batch norm, add, ReLU as separate ops).
   for (bool bottleneck : {false, true}) {

@@ -219,6 +219,8 @@ int run_speed(const Args& args) {
   const bool cpu = !device.is_cuda();
   if (args.on("--cuda-graph") && cpu)
     throw UsageError("--cuda-graph captures a CUDA training step; it needs --device cuda (this run is on the CPU)");
+  const bool peer = args.on("--peer"), peer_compile = args.on("--peer-compile");
+  if (peer_compile && !peer) throw UsageError("--peer-compile adds columns to --peer's: pass both");
   const bool small = args.on("--small-input") || cpu;
   std::vector<std::string> known = classifier_names();
   known.push_back("dcgan");
@@ -306,8 +308,6 @@ int run_speed(const Args& args) {
           if (o.model == m && o.v.level == "O0") r.speedup = r.median / o.median;
   }
 
-  const bool peer = args.on("--peer"), peer_compile = args.on("--peer-compile");
-  if (peer_compile && !peer) throw UsageError("--peer-compile adds columns to --peer's: pass both");
   if (peer) {
     for (bool compiled : {false, true}) {
       if (compiled && !peer_compile) break;
