@@ -6,15 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/hd.h"
 #include "data/resample.h"
-
-#ifndef MPX_HD  // as ops/cuda/launch.h defines it
-#if defined(__CUDACC__)
-#define MPX_HD __host__ __device__
-#else
-#define MPX_HD
-#endif
-#endif
 
 namespace mpx::data {
 

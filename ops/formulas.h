@@ -17,15 +17,8 @@
 
 #include <type_traits>
 
+#include "core/hd.h"
 #include "ops/op_id.h"
-
-#ifndef MPX_HD
-#if defined(__CUDACC__)
-#define MPX_HD __host__ __device__
-#else
-#define MPX_HD
-#endif
-#endif
 
 /// Unary ops whose public function is `Tensor name(const Tensor& x)`, generated in ops/elementwise.h.
 #define MPX_UNARY_OPS(X) \

@@ -19,6 +19,14 @@ using namespace mpx::data;
 using mpx_test::TempDir;
 
 namespace {
+// A GPU and a build with nvJPEG; otherwise the case reports itself skipped, saying which is missing.
+bool nvjpeg_ready() {
+  if (!testing::cuda_ready()) return false;
+  if (have_nvjpeg()) return true;
+  testing::skip_test("this build has no nvJPEG (tools/install-deps.sh, -DMPX_NVJPEG=ON)");
+  return false;
+}
+
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -215,11 +223,7 @@ TEST_CASE("gpu decode: ImageFolder's gpu_decode names what is missing: a pipelin
 // bench/RESULTS.md, when the case runs on a GPU.
 TEST_CASE("gpu decode: nvJPEG batches equal the CPU pipeline without reduced decoding, and a PNG takes the CPU path",
           "[cuda][data][gpu_decode]") {
-  if (!testing::cuda_ready()) return;
-  if (!have_nvjpeg()) {
-    testing::skip_test("this build has no nvJPEG (tools/install-deps.sh, -DMPX_NVJPEG=ON)");
-    return;
-  }
+  if (!nvjpeg_ready()) return;
   TempDir tmp;
   const auto images = write_images(tmp.path / "a");
   // A grey JPEG and a PNG in a second class.
@@ -286,11 +290,7 @@ TEST_CASE("gpu decode: nvJPEG batches equal the CPU pipeline without reduced dec
 
 TEST_CASE("gpu decode: a loader with workers and pinned memory feeds the prefetcher device batches it normalizes",
           "[cuda][data][gpu_decode]") {
-  if (!testing::cuda_ready()) return;
-  if (!have_nvjpeg()) {
-    testing::skip_test("this build has no nvJPEG (tools/install-deps.sh, -DMPX_NVJPEG=ON)");
-    return;
-  }
+  if (!nvjpeg_ready()) return;
   TempDir tmp;
   for (int i = 0; i < 10; ++i)
     REQUIRE(!mpx_test::write_photo_jpeg(tmp.path / (i % 2 ? "x" : "y") / (std::to_string(i) + ".jpg"), 160 + 9 * i,

@@ -7,12 +7,7 @@
 
 #include "core/cuda_check.h"
 #include "core/dtype.h"
-
-#if defined(__CUDACC__)
-#define MPX_HD __host__ __device__
-#else
-#define MPX_HD
-#endif
+#include "core/hd.h"
 
 namespace mpx::cuda {
 
