@@ -166,6 +166,19 @@ File open_image(const std::string& path, std::string& why) {
   if (!f) why = std::string("cannot open the file: ") + std::strerror(errno);
   return f;
 }
+}  // namespace
+
+std::string read_file_bytes(const std::string& path, std::vector<uint8_t>& bytes) {
+  bytes.clear();
+  std::string why;
+  File f = open_image(path, why);
+  if (!f) return why;
+  uint8_t buf[65536];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f.get())) > 0;) bytes.insert(bytes.end(), buf, buf + n);
+  return std::ferror(f.get()) ? std::string("cannot read the file: ") + std::strerror(errno) : "";
+}
+
+namespace {
 std::string stb_reason() { return stbi_failure_reason() ? stbi_failure_reason() : "unknown error"; }
 std::atomic<int64_t> g_max_image_pixels{kMaxImagePixels};
 std::string too_big(int w, int h) {
@@ -388,12 +401,7 @@ bool ImageFolder::get_batch_gpu(const std::vector<int64_t>& indices, const std::
     t[k] = cls;
     // A file that cannot be read stays empty: the CPU fallback reads it again and reports (or,
     // with skip_corrupt, replaces) it exactly as the CPU path does.
-    if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
-      uint8_t buf[65536];
-      for (size_t r; (r = std::fread(buf, 1, sizeof buf, f)) > 0;) files[k].insert(files[k].end(), buf, buf + r);
-      if (std::ferror(f)) files[k].clear();
-      std::fclose(f);
-    }
+    if (!read_file_bytes(path, files[k]).empty()) files[k].clear();
   }
   out.data = dec->decode(files, seeds, [&](size_t k, void* o) { t[k] = load_pipeline(*cpu_full_, indices[k], seeds[k], o); });
   return true;

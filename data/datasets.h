@@ -155,6 +155,9 @@ void set_max_image_pixels(int64_t pixels);
 /// the reason: the system's when the file cannot be opened (e.g. permission denied), the size
 /// when the header declares more than max_image_pixels(), stb_image's when it cannot be decoded.
 Tensor read_image(const std::string& path, int channels = 3);
+/// Reads the whole file at `path` into `bytes` (cleared first, so a caller's buffer is reused);
+/// returns "" or why it could not ("cannot open the file: ...", "cannot read the file: ...").
+std::string read_file_bytes(const std::string& path, std::vector<uint8_t>& bytes);
 
 /// Why `path`'s header cannot be read as an image ("" when it can): opening it, stb_image's
 /// reason, or a size above max_image_pixels().

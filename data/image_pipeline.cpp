@@ -26,16 +26,6 @@ Scratch& scratch() {
   return s;
 }
 
-void read_file(const std::string& path, std::vector<uint8_t>& bytes) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
-  MPX_CHECK(f, "read_image: ", path, ": cannot open the file: ", std::strerror(errno));
-  bytes.clear();
-  uint8_t buf[65536];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f.get())) > 0) bytes.insert(bytes.end(), buf, buf + n);
-  MPX_CHECK(!std::ferror(f.get()), "read_image: cannot read ", path, ": ", std::strerror(errno));
-}
-
 // The clamp range of a box mapped into an image `size` pixels long: the pixels it mostly covers.
 std::pair<int64_t, int64_t> covered(double start, double length, int64_t size) {
   const int64_t lo = std::clamp<int64_t>(static_cast<int64_t>(std::floor(start + 0.5)), 0, size - 1);
@@ -171,7 +161,8 @@ ResampleOutput ImagePipeline::output(bool flip) const {
 
 void ImagePipeline::load_into(const std::string& path, uint64_t seed, void* out) const {
   Scratch& s = scratch();
-  read_file(path, s.bytes);
+  const std::string why = read_file_bytes(path, s.bytes);
+  MPX_CHECK(why.empty(), "read_image: ", path, ": ", why);
   const bool jpeg = s.bytes.size() >= 2 && s.bytes[0] == 0xFF && s.bytes[1] == 0xD8;
   if (!jpeg || !have_jpeg_region_decode()) {
     const Tensor img = read_image(path, 3);
