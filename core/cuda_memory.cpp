@@ -23,19 +23,15 @@ namespace {
 cudaMemPool_t pool_of(int device) {
   static std::array<std::atomic<cudaMemPool_t>, kMaxDevices> pools{};
   static std::mutex m;
-  cudaMemPool_t p = pools[device].load();
-  if (p) return p;
-  std::lock_guard<std::mutex> l(m);
-  if (!pools[device].load()) {
+  return lazy_per_device(pools, m, device, [](int d) {
     cudaMemPool_t np = nullptr;
-    MPX_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&np, device), "cuda allocator");
+    MPX_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&np, d), "cuda allocator");
     // Keep freed memory in the pool instead of returning it to the driver at every
     // synchronization: that is what makes the pool a cache.
     uint64_t threshold = UINT64_MAX;
     MPX_CUDA_CHECK(cudaMemPoolSetAttribute(np, cudaMemPoolAttrReleaseThreshold, &threshold), "cuda allocator");
-    pools[device].store(np);
-  }
-  return pools[device].load();
+    return np;
+  });
 }
 
 uint64_t pool_attr(int device, cudaMemPoolAttr a) {

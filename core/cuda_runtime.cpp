@@ -35,16 +35,12 @@ namespace {
 cudaStream_t default_stream(int device) {
   static std::array<std::atomic<cudaStream_t>, kMaxDevices> streams{};
   static std::mutex m;
-  cudaStream_t s = streams[device].load();
-  if (s) return s;
-  std::lock_guard<std::mutex> l(m);
-  if (!streams[device].load()) {
-    DeviceGuard g(device);
+  return lazy_per_device(streams, m, device, [](int d) {
+    DeviceGuard g(d);
     cudaStream_t ns = nullptr;
     MPX_CUDA_CHECK(cudaStreamCreateWithFlags(&ns, cudaStreamNonBlocking), "cuda stream");
-    streams[device].store(ns);
-  }
-  return streams[device].load();
+    return ns;
+  });
 }
 
 // The current stream is per thread (as in PyTorch); null means the device's default stream.

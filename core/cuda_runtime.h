@@ -2,6 +2,10 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <array>
+#include <atomic>
+#include <mutex>
+
 #include "core/cuda.h"
 #include "core/cuda_check.h"
 
@@ -9,6 +13,16 @@ namespace mpx::cuda {
 
 /// Most devices mpx addresses (per-device tables are this long).
 inline constexpr int kMaxDevices = 64;
+
+/// A per-device handle made by `make(device)` on first use: thread-safe, and lock-free once made.
+/// Each caller keeps its own static table and mutex.
+template <typename T, typename Make>
+T lazy_per_device(std::array<std::atomic<T>, kMaxDevices>& table, std::mutex& m, int device, Make make) {
+  if (T v = table[device].load()) return v;
+  std::lock_guard<std::mutex> l(m);
+  if (!table[device].load()) table[device].store(make(device));
+  return table[device].load();
+}
 
 /// Visible devices; 0 without a driver or a device (not an error for a CPU-only run).
 int device_count_raw();
