@@ -92,9 +92,12 @@ TEST_CASE("batch_norm_add_relu on channels-last f16 runs on cuDNN's fused NHWC k
   Tensor x = cl(randn({16, 64, 14, 14}).to(kFloat16)), z = cl(randn({16, 64, 14, 14}).to(kFloat16));
   Tensor w = ones({64}, TensorOptions().device(Device::cuda())).set_requires_grad(true);
   Tensor b = zeros({64}, TensorOptions().device(Device::cuda())).set_requires_grad(true);
+  // The incoming gradient in the output's layout, as a channels-last model's next layer gives it.
+  const Tensor gy = ones({16, 64, 14, 14}, TensorOptions().dtype(kFloat16).device(Device::cuda()).memory_format(
+                                               MemoryFormat::ChannelsLast));
   const int64_t before = cuda::layout_conversions(), fallbacks = cuda::cudnn_fallbacks();
   Tensor y = batch_norm_add_relu(x, z, {}, {}, w, b, true);
-  y.backward(ones_like(y));
+  y.backward(gy);
   cuda::synchronize();
   INFO("a layout conversion here means cuDNN refused its fused kernels and the NCHW fallback ran");
   CHECK(cuda::layout_conversions() - before == 0);
