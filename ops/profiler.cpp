@@ -21,20 +21,24 @@ namespace {
 using Key = std::tuple<OpId, DeviceType, DType>;
 using Clock = std::chrono::steady_clock;
 
-// A call in flight or recorded: host start time, or the two events of a CUDA call.
+// A call in flight or recorded: host start time, and the two events of a CUDA call.
 struct Call {
   Key key;
   Clock::time_point t0;
   std::unique_ptr<cuda::Event> start, end;
-  double host_ms = -1;  // set when the CPU call ends
+  double host_ms = -1;  // set when the call returns
   bool ended = false;   // the CUDA call's end event was recorded
+};
+struct Total {
+  int64_t calls = 0;
+  double ms = 0, host_ms = 0;
 };
 
 struct State {
   std::mutex m;
   std::vector<Call> calls;  // slots; resolved into `totals` by results()
   uint64_t generation = 0;  // bumped whenever `calls` is cleared: slot indices from before are stale
-  std::map<Key, std::pair<int64_t, double>> totals;
+  std::map<Key, Total> totals;
 };
 State& state() {
   static State s;
@@ -55,13 +59,15 @@ void resolve(State& s) {
             "capture; call it after capture_end()");
   for (auto& c : s.calls) {
     if (c.start && !c.ended) continue;  // still running on another thread: its end is not recorded
-    auto& [n, ms] = s.totals[c.key];
-    ++n;
+    Total& t = s.totals[c.key];
+    ++t.calls;
+    const double host_ms = std::max(0.0, c.host_ms);
+    t.host_ms += host_ms;
     if (c.start) {
       c.end->synchronize();  // elapsed time is only defined once the end event has completed
-      ms += c.start->elapsed_ms(*c.end);
+      t.ms += c.start->elapsed_ms(*c.end);
     } else {
-      ms += std::max(0.0, c.host_ms);
+      t.ms += host_ms;
     }
   }
   s.calls.clear();
@@ -76,6 +82,7 @@ ProfileScope::ProfileScope(OpId op, Device dev, DType dt) {
     const bool gpu = dev.type == DeviceType::kCUDA;
     Call c;
     c.key = Key{op, dev.type, dt};
+    c.t0 = Clock::now();
     if (gpu) {
       // The events (and the capture check) belong to the kernel's device, whose current stream
       // the kernel runs on, not to whatever device is current.
@@ -84,8 +91,6 @@ ProfileScope::ProfileScope(OpId op, Device dev, DType dt) {
       c.start = std::make_unique<cuda::Event>(true);
       c.end = std::make_unique<cuda::Event>(true);
       c.start->record();
-    } else {
-      c.t0 = Clock::now();
     }
     State& s = state();
     std::lock_guard<std::mutex> l(s.m);
@@ -106,14 +111,13 @@ ProfileScope::~ProfileScope() {
   // results() or reset() while the kernel ran: the slot is gone (or now another call's).
   if (t_generation != s.generation || static_cast<size_t>(slot_) >= s.calls.size()) return;
   Call& c = s.calls[static_cast<size_t>(slot_)];
+  c.host_ms = std::chrono::duration<double, std::milli>(Clock::now() - c.t0).count();
   if (c.end) {
     try {
       c.end->record();
       c.ended = true;
     } catch (...) {  // a destructor cannot report it; the call stays unresolved
     }
-  } else {
-    c.host_ms = std::chrono::duration<double, std::milli>(Clock::now() - c.t0).count();
   }
 }
 }  // namespace dispatch::detail
@@ -138,7 +142,8 @@ std::vector<OpStat> results() {
   std::vector<OpStat> out;
   for (const auto& [k, v] : s.totals) {
     const auto& [op, dev, dt] = k;
-    out.push_back(OpStat{op_name(op), dev == DeviceType::kCUDA ? "cuda" : "cpu", dtype_name(dt), v.first, v.second});
+    out.push_back(
+        OpStat{op_name(op), dev == DeviceType::kCUDA ? "cuda" : "cpu", dtype_name(dt), v.calls, v.ms, v.host_ms});
   }
   std::stable_sort(out.begin(), out.end(), [](const OpStat& a, const OpStat& b) { return a.ms > b.ms; });
   return out;
@@ -146,31 +151,36 @@ std::vector<OpStat> results() {
 
 std::string report(size_t top) {
   const auto rows = results();
-  double total = 0;
-  for (const auto& r : rows) total += r.ms;
+  double total = 0, host_total = 0;
+  for (const auto& r : rows) total += r.ms, host_total += r.host_ms;
   std::string out;
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%-28s %-6s %-5s %9s %11s %10s %7s\n", "op", "device", "dtype", "calls", "total ms",
-                "ms/call", "share");
+  std::snprintf(buf, sizeof buf, "%-28s %-6s %-5s %9s %11s %10s %7s %11s %12s\n", "op", "device", "dtype", "calls",
+                "total ms", "ms/call", "share", "host ms", "host ms/call");
   out += buf;
-  OpStat rest{"(the rest)", "", "", 0, 0};
+  OpStat rest{"(the rest)", "", "", 0, 0, 0};
+  auto line = [&](const OpStat& r, bool per_call) {
+    char ms_call[32] = "", host_call[32] = "";
+    if (per_call) {
+      const double n = static_cast<double>(std::max<int64_t>(r.calls, 1));
+      std::snprintf(ms_call, sizeof ms_call, "%.4f", r.ms / n);
+      std::snprintf(host_call, sizeof host_call, "%.4f", r.host_ms / n);
+    }
+    std::snprintf(buf, sizeof buf, "%-28s %-6s %-5s %9lld %11.3f %10s %6.1f%% %11.3f %12s\n", r.op.c_str(),
+                  r.device.c_str(), r.dtype.c_str(), static_cast<long long>(r.calls), r.ms, ms_call,
+                  total > 0 ? 100.0 * r.ms / total : 0.0, r.host_ms, host_call);
+    out += buf;
+  };
   for (size_t i = 0; i < rows.size(); ++i) {
-    const auto& r = rows[i];
     if (top > 0 && i >= top) {
-      rest.calls += r.calls, rest.ms += r.ms;
+      rest.calls += rows[i].calls, rest.ms += rows[i].ms, rest.host_ms += rows[i].host_ms;
       continue;
     }
-    std::snprintf(buf, sizeof buf, "%-28s %-6s %-5s %9lld %11.3f %10.4f %6.1f%%\n", r.op.c_str(), r.device.c_str(),
-                  r.dtype.c_str(), static_cast<long long>(r.calls), r.ms, r.ms / static_cast<double>(r.calls),
-                  total > 0 ? 100.0 * r.ms / total : 0.0);
-    out += buf;
+    line(rows[i], true);
   }
-  if (rest.calls > 0) {
-    std::snprintf(buf, sizeof buf, "%-28s %-6s %-5s %9lld %11.3f %10s %6.1f%%\n", rest.op.c_str(), "", "",
-                  static_cast<long long>(rest.calls), rest.ms, "", total > 0 ? 100.0 * rest.ms / total : 0.0);
-    out += buf;
-  }
-  std::snprintf(buf, sizeof buf, "%-28s %-6s %-5s %9s %11.3f\n", "total", "", "", "", total);
+  if (rest.calls > 0) line(rest, false);
+  std::snprintf(buf, sizeof buf, "%-28s %-6s %-5s %9s %11.3f %10s %7s %11.3f\n", "total", "", "", "", total, "", "",
+                host_total);
   out += buf;
   return out;
 }

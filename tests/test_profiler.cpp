@@ -51,6 +51,7 @@ void check_profile(Device dev, const std::string& name) {
     CHECK(r->calls == 3);
     CHECK(r->dtype == "f32");
     CHECK(r->ms >= 0);
+    CHECK(r->host_ms > 0);  // every call takes some host time, on a GPU too (its launch)
   }
   double total = 0;
   for (const auto& r : rows) total += r.ms;
@@ -58,6 +59,7 @@ void check_profile(Device dev, const std::string& name) {
   CHECK(std::is_sorted(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.ms > b.ms; }));
   const std::string rep = profiler::report(3);
   CHECK(rep.find("ms/call") != std::string::npos);
+  CHECK(rep.find("host ms/call") != std::string::npos);
   CHECK(rep.find("(the rest)") != std::string::npos);
   CHECK(rep.find("total") != std::string::npos);
   profiler::reset();

@@ -82,10 +82,18 @@ void time_windows(const SpeedConfig& c, const std::function<void()>& step, const
     // One more window under the profiler, so its overhead never enters the timed ones.
     profiler::reset();
     profiler::start();
+    const auto t0 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < c.steps; ++i) step();
+    const auto issued = std::chrono::steady_clock::now();
     sync(c.device);
+    const auto done = std::chrono::steady_clock::now();
     profiler::stop();
-    r.profile = profiler::report(20);
+    // A host that issues the steps barely ahead of the device's finish is what limits speed.
+    const auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+    char head[160];
+    std::snprintf(head, sizeof head, "host issued %lld steps in %.1f ms, the device finished %.1f ms later\n",
+                  static_cast<long long>(c.steps), ms(t0, issued), ms(issued, done));
+    r.profile = head + profiler::report(20);
     profiler::reset();
   }
 }
@@ -260,6 +268,9 @@ int run_speed(const Args& args) {
               static_cast<long long>(c.warmup), static_cast<long long>(c.windows), static_cast<long long>(c.steps),
               c.graph ? ", CUDA graph replay" : "", threads, threads == 1 ? "" : "s");
   std::fflush(stdout);
+  // Convolution algorithms timed once per shape, as the peer (torch.backends.cudnn.benchmark)
+  // and apex's main_amp.py run them.
+  if (device.is_cuda()) cuda::cudnn_benchmark(true);
 
   struct Row {
     std::string model;
