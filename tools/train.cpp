@@ -209,6 +209,8 @@ bool TrainRun::parse(int argc, char** argv) {
     // is left is the thread count (fixed above) and cuDNN's algorithm choice.
     cuda::cudnn_deterministic(true);
     cuda::cudnn_benchmark(false);
+  } else if (device_.is_cuda()) {
+    cuda::cudnn_benchmark(true);  // apex's main_amp.py: cudnn.benchmark = True
   }
   return true;
 }

@@ -12,6 +12,7 @@
 #include "ops/conv.h"
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cudnn_common.h"
+#include "ops/cuda/cudnn_plan.h"
 #include "ops/dispatch.h"
 
 namespace mpx::cuda {
@@ -23,9 +24,8 @@ using cudnn::Scale;
 using cudnn::TensorDescriptor;
 using kernels::Conv2dParams;
 
-// Which of the three cuDNN convolution routines a call runs; in every case x is the conv2d input
-// activation, w the weight and y the conv2d output activation (so gy for the gradients).
-enum class Dir { kForward, kBackwardData, kBackwardFilter };
+// Which of the three cuDNN convolution routines a call runs (x, w, y as in cudnn::ConvProblem).
+using Dir = cudnn::ConvDir;
 
 // The largest workspace an algorithm may ask for. Workspaces come from the stream-ordered pool
 // and return to it right after the call, so a generous bound costs nothing between convolutions.
@@ -319,8 +319,13 @@ cudnnStatus_t run_algo(Call& c, cudnnHandle_t h, const Choice& ch, const Tensor&
 // families) is counted as a fallback and replaced by the next acceptable one; other failures throw.
 bool execute(Call& c, const Tensor& out) {
   c.deterministic = cudnn_deterministic_enabled();
-  c.describe();
   cudnnHandle_t h = cudnn::handle(out);
+  // A cached graph-API plan costs the host a few microseconds; the legacy API below plans
+  // every call again (a quarter of a millisecond on cuDNN 9) and runs what the graph API cannot.
+  if (cudnn::run_conv_plan(h, cudnn::ConvProblem{c.dir, c.dt, c.layout, c.p, c.x, c.w, c.y, c.deterministic}, out,
+                           cudnn_benchmark_enabled()))
+    return true;
+  c.describe();
   Refused refused;
   std::string oom;
   for (;;) {
