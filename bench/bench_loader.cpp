@@ -94,9 +94,10 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: %s --data DIR [--generate N] [--workers N] [--batch N] [--epochs N]\n"
-                   "          [--transform train|eval] [--path fused|fused-full|composed] [--json]\n"
+                   "          [--transform train|eval] [--path fused|fused-full|composed|gpu] [--json]\n"
                    "  fused: ImagePipeline (reduced-size region decode + one resample pass)\n"
-                   "  fused-full: the same at full decode size; composed: read_image + separate transforms\n",
+                   "  fused-full: the same at full decode size; composed: read_image + separate transforms\n"
+                   "  gpu: the pipeline's crops decoded by nvJPEG on CUDA device 0 (--gpu-decode)\n",
                    argv[0]);
       return 2;
     }
@@ -116,12 +117,20 @@ int main(int argc, char** argv) {
                            : T::Compose({T::Resize(256), T::CenterCrop(224), T::ToTensor(),
                                          T::Normalize({0.485, 0.456, 0.406}, {0.229, 0.224, 0.225})});
     ds = std::make_shared<data::ImageFolder>(dir, t);
-  } else if (path == "fused" || path == "fused-full") {
+  } else if (path == "fused" || path == "fused-full" || path == "gpu") {
     auto p = train ? data::ImagePipeline::train(224) : data::ImagePipeline::eval(256, 224);
     p.reduced_decode(path == "fused");
-    ds = std::make_shared<data::ImageFolder>(dir, data::ImageFolderOptions().pipeline(p));
+    auto o = data::ImageFolderOptions().pipeline(p);
+    if (path == "gpu") {
+      if (const std::string why = data::gpu_decode_problem(Device::cuda()); !why.empty()) {
+        std::fprintf(stderr, "bench_loader: --path gpu: %s\n", why.c_str());
+        return 1;
+      }
+      o.gpu_decode(Device::cuda());
+    }
+    ds = std::make_shared<data::ImageFolder>(dir, o);
   } else {
-    std::fprintf(stderr, "--path is fused, fused-full or composed\n");
+    std::fprintf(stderr, "--path is fused, fused-full, composed or gpu\n");
     return 2;
   }
   data::DataLoader loader(ds, data::DataLoaderOptions(batch).workers(workers).shuffle().seed(0));
@@ -146,6 +155,7 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     const double c0 = cpu_now();
     for (auto& b : loader) images += b.data.size(0);
+    if (path == "gpu") cuda::synchronize();  // the last batch's decode may still be running
     cpu += cpu_now() - c0;
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     wait += loader.stats().wait_s;

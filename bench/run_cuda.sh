@@ -3,9 +3,15 @@
 # kernels, an MLP step and ResNet-50 training at O0-O3 next to PyTorch on the same device. Usage:
 #   bench/run_cuda.sh [out-dir] [parts]    parts: any of "tests gemm amp resnet50" (default: all),
 #   and, not in the default: "profile" (per-op kernel times of a ResNet-50 O1 step, mpx bench
-#   --profile) and "table" (mpx bench's GPU table: ResNet-50, VGG-16, DCGAN at O0-O3 and O3-bnf32,
-#   f16 and bf16, eager and CUDA graphs, with the PyTorch peer).
+#   --profile), "peer-profile" (PyTorch's, torch.profiler) and "table" (mpx bench's GPU table: ResNet-50, VGG-16, DCGAN at O0-O3 and O3-bnf32,
+#   f16 and bf16, eager and CUDA graphs, with the PyTorch peer) and "loader" (nvJPEG decode
+#   throughput, bench_loader --path gpu, beside the CPU pipeline) and "train" (one epoch of
+#   ResNet-18 on generated JPEGs with and without --gpu-decode) and "headline" (ResNet-50 O1/O2,
+#   f16/bf16, eager with PyTorch's eager AMP beside, then as CUDA graphs).
 # (configure needs Eigen/Catch2/stb/zlib: see README, GPU section)
+# MPX_PREBUILT=.gpu-bin (bench/pack_gpu_build.sh) runs binaries built elsewhere when they load
+# here, which saves the build's minutes; otherwise it builds as usual.
+# Only the [cuda] cases run, each test program within MPX_TEST_TIMEOUT seconds (default 150).
 set -uo pipefail
 out=${1:-bench-out}
 parts=${2:-tests gemm amp resnet50}
@@ -42,43 +48,109 @@ else
   nvidia_dir=$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null)
   [ -n "$nvidia_dir" ] && nvjpeg=(-DMPX_NVJPEG_ROOT="$nvidia_dir")
 fi
+# NCCL (the [cuda] cases of test_distributed*): the toolkit's, else PyTorch's nvidia-nccl wheel.
+nccl=()
+if ! ls /usr/local/cuda/lib*/libnccl.so* >/dev/null 2>&1; then
+  nccl_h=$(find "$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null)" -name nccl.h 2>/dev/null | head -1)
+  if [ -n "$nccl_h" ]; then
+    nccl_root=$(dirname "$(dirname "$nccl_h")")
+    nccl=(-DNCCL_INCLUDE_DIR="$nccl_root/include" -DNCCL_LIBRARY="$(ls "$nccl_root"/lib/libnccl.so* | head -1)")
+    export LD_LIBRARY_PATH="$nccl_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+fi
+cuda_tests=$(grep -l '\[cuda\]' tests/test_*.cpp | xargs -n1 basename | sed 's/\.cpp$//')
+bin=build-gpu
+pre=${MPX_PREBUILT:-}
+if [ -n "$pre" ] && [ -d "$pre" ]; then
+  export LD_LIBRARY_PATH="$PWD/$pre/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # Tests find their data through the source path compiled into them.
+  src=$(cat "$pre/source-dir" 2>/dev/null || true)
+  [ -z "$src" ] || [ -e "$src" ] || { mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; }
+  if "$pre/tools/mpx" info >"$out/prebuilt.log" 2>&1; then
+    bin=$pre
+    echo "prebuilt binaries from commit $(cat "$pre/commit" | tr '\n' ' ')"
+  else
+    echo "prebuilt binaries do not run here, building:"; head -5 "$out/prebuilt.log"
+  fi
+fi
+if [ "$bin" = build-gpu ]; then
 rm -f build-gpu/CMakeCache.txt
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DCMAKE_PREFIX_PATH="$prefix" -DZLIB_INCLUDE_DIR="$prefix/include" ${zlib:+-DZLIB_LIBRARY_RELEASE="$zlib"} \
-  "${cudnn[@]}" "${nvjpeg[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-grep "mpx: cuDNN\|mpx: nvJPEG" "$out/configure.log"
+  "${cudnn[@]}" "${nvjpeg[@]}" "${nccl[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+grep "mpx: cuDNN\|mpx: nvJPEG\|NCCL" "$out/configure.log"
 start=$(date +%s)
 # Only what this script runs: the library, the test files with [cuda] cases, the GPU benchmarks
 # and the CLI. MPX_CUDA_TESTS="test_cuda_conv ..." narrows the tests (and skips the rest's build).
-cuda_tests=$(grep -l '\[cuda\]' tests/test_*.cpp | xargs -n1 basename | sed 's/\.cpp$//')
 if [ -n "${MPX_CUDA_TESTS:-}" ]; then
   targets=(mpx $MPX_CUDA_TESTS)
 else
-  targets=(mpx mpx_cli $cuda_tests $(ls bench/bench_*_cuda.cpp | xargs -n1 basename | sed 's/\.cpp$//'))
+  targets=(mpx mpx_cli bench_loader $cuda_tests $(ls bench/bench_*_cuda.cpp | xargs -n1 basename | sed 's/\.cpp$//'))
 fi
 cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1 ||
   { grep -E "error|Error" -A3 "$out/build.log" | head -60; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 fail=0
-: >"$out/tests.log"
-has tests && for t in $cuda_tests; do
-  t=build-gpu/tests/$t
-  [ -x "$t" ] || continue
-  [ -z "${MPX_CUDA_TESTS:-}" ] || [[ " $MPX_CUDA_TESTS " == *" $(basename "$t") "* ]] || continue
-  "$t" >"$out/one.log" 2>&1 || fail=1
-  echo "$(basename "$t"): $(tail -2 "$out/one.log" | head -1)"
-  cat "$out/one.log" >>"$out/tests.log"
-done
-rm -f "$out/one.log"
+# Test programs run MPX_TEST_JOBS at a time (default 4): each is small next to the GPU, and the
+# lease is short. A program's log is kept whole in tests.log.
+run_one() {
+  local t=$1 log=$2 t0 rc
+  t0=$(date +%s)
+  timeout "${MPX_TEST_TIMEOUT:-150}" "$t" "[cuda]" >"$log" 2>&1; rc=$?
+  [ $rc != 124 ] || echo "TIMED OUT after ${MPX_TEST_TIMEOUT:-150} s" >>"$log"
+  echo "$(basename "$t") ($(( $(date +%s) - t0 )) s, rc $rc): $(grep -E "^(All tests|test cases|TIMED)" "$log" | tail -1)" \
+    >"$log.rc$rc"
+}
+if has tests; then
+  logs=$(mktemp -d)
+  for t in $cuda_tests; do
+    [ -x "$bin/tests/$t" ] || continue
+    [ -z "${MPX_CUDA_TESTS:-}" ] || [[ " $MPX_CUDA_TESTS " == *" $t "* ]] || continue
+    while [ "$(jobs -rp | wc -l)" -ge "${MPX_TEST_JOBS:-4}" ]; do wait -n; done
+    run_one "$bin/tests/$t" "$logs/$t.log" &
+  done
+  wait
+  cat "$logs"/*.log.rc*
+  ls "$logs" | grep -qv '\.rc0$\|\.log$' && fail=1
+  cat "$logs"/*.log >"$out/tests.log" 2>/dev/null
+  rm -rf "$logs"
+fi
 [ "$fail" = 0 ] || grep -B3 -A12 "FAILED" "$out/tests.log" | head -80
+# What the programs write beside their output goes here: only a few files come back from a lease.
+scratch=$(mktemp -d)
 {
-  if has gemm; then build-gpu/bench/bench_gemm_cuda; python3 bench/peer_gemm_cuda.py; fi
-  if has amp; then build-gpu/bench/bench_amp_cuda; python3 bench/peer_mlp_cuda.py; fi
-  if has resnet50; then build-gpu/bench/bench_resnet50_cuda; python3 bench/peer_resnet50_cuda.py; fi
+  if has gemm; then $bin/bench/bench_gemm_cuda; python3 bench/peer_gemm_cuda.py; fi
+  if has amp; then $bin/bench/bench_amp_cuda; python3 bench/peer_mlp_cuda.py; fi
+  if has resnet50; then $bin/bench/bench_resnet50_cuda; python3 bench/peer_resnet50_cuda.py; fi
   if has profile; then
-    build-gpu/tools/mpx bench --device cuda --models resnet50 --opt-levels O1 --dtype f16 --batch 256 --profile \
-      --out "$out/profile"
+    $bin/tools/mpx bench --device cuda --models resnet50 --opt-levels O1 --dtype f16 --batch 256 --profile \
+      --out "$scratch/profile"
+  fi
+  if has peer-profile; then python3 bench/peer_profile_resnet50_cuda.py 256 f16; fi
+  # mpx train's imagefolder layout (DIR/train/<class>/...; val/ falls back to train/)
+  if has loader || has train; then $bin/bench/bench_loader --data "$scratch/jpegs/train" --generate 512 >/dev/null; fi
+  if has loader; then
+    for p in "gpu 1" "gpu 2" "fused 1" "fused 2"; do
+      set -- $p
+      $bin/bench/bench_loader --data "$scratch/jpegs/train" --path "$1" --workers "$2" --batch 64 --epochs 2
+    done
+  fi
+  if has train; then  # one epoch of ResNet-18 on those JPEGs, decoded on the CPU, then by nvJPEG
+    for g in "" --gpu-decode; do
+      echo "mpx train --device cuda${g:+ $g}:"
+      $bin/tools/mpx train --device cuda --dataset imagefolder --data "$scratch/jpegs" -a resnet18 --channels-last \
+        -b 64 --epochs 1 --print-freq 4 $g --out "$scratch/train$g"
+    done
+  fi
+  if has headline; then  # issue 16's target rows: ResNet-50 O1/O2 eager beside PyTorch's eager AMP, then replayed
+    $bin/tools/mpx bench --device cuda --models resnet50 --opt-levels O1,O2 --dtype f16,bf16 --batch 256 --peer \
+      --out "$scratch/headline"
+    cp "$scratch/headline/bench.md" "$out/headline.md"
+    $bin/tools/mpx bench --device cuda --models resnet50 --opt-levels O1,O2 --dtype f16,bf16 --batch 256 --cuda-graph \
+      --out "$scratch/headline-graph"
+    cp "$scratch/headline-graph/bench.md" "$out/headline-graph.md"
   fi
   if has table; then
     for graph in "" --cuda-graph; do
@@ -86,8 +158,9 @@ rm -f "$out/one.log"
       [ -z "$graph" ] || models=resnet50,vgg16  # dcgan is not captured yet
       compiled=--peer-compile
       [ -z "$graph" ] || compiled=""  # torch.compile's columns once, beside the eager rows
-      build-gpu/tools/mpx bench --device cuda --models $models --dtype f16,bf16 --batch 256 $graph --peer $compiled \
-        --out "$out/table${graph:+-graph}"
+      $bin/tools/mpx bench --device cuda --models $models --dtype f16,bf16 --batch 256 $graph --peer $compiled \
+        --out "$scratch/table${graph:+-graph}"
+      cp "$scratch/table${graph:+-graph}/bench.md" "$out/table${graph:+-graph}.md"
     done
   fi
 } 2>&1 | tee "$out/bench.log" | grep -v "^csv,"
