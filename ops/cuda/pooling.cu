@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -24,14 +25,18 @@ __device__ __forceinline__ int64_t grid_step() { return static_cast<int64_t>(gri
 // Element i (memory order) of a dense [N, C, Hd, Wd] tensor in g's layout: its pixel (h, w), and
 // where pixel (0, 0) of the same (n, c) lies in a dense tensor of `other_hw` pixels per plane
 // (the other side of the pooling), with `ps` elements between neighbouring pixels there.
-struct Loc {
-  int64_t h, w, base, ps;
+// I is the index type: int32_t where every index fits (32-bit division is several times
+// cheaper than 64-bit, which dominates these memory-bound kernels), else int64_t.
+template <typename I> struct LocT {
+  I h, w, base, ps;
 };
-__device__ __forceinline__ Loc locate(int64_t i, const PoolGeom& g, int64_t Hd, int64_t Wd, int64_t other_hw) {
-  Loc l;
+using Loc = LocT<int64_t>;
+template <typename I, typename G>
+__device__ __forceinline__ LocT<I> locate(I i, const G& g, I Hd, I Wd, I other_hw) {
+  LocT<I> l;
   if (g.nhwc) {
-    const int64_t c = i % g.C;
-    int64_t t = i / g.C;
+    const I c = i % g.C;
+    I t = i / g.C;
     l.w = t % Wd;
     t /= Wd;
     l.h = t % Hd;
@@ -39,7 +44,7 @@ __device__ __forceinline__ Loc locate(int64_t i, const PoolGeom& g, int64_t Hd, 
     l.ps = g.C;
   } else {
     l.w = i % Wd;
-    const int64_t t = i / Wd;
+    const I t = i / Wd;
     l.h = t % Hd;
     l.base = (t / Hd) * other_hw;
     l.ps = 1;
@@ -48,27 +53,39 @@ __device__ __forceinline__ Loc locate(int64_t i, const PoolGeom& g, int64_t Hd, 
 }
 
 // First output whose window [o * s, o * s + span) (in padded coordinates) reaches pos.
-__device__ __forceinline__ int64_t first_window(int64_t pos, int64_t span, int64_t s) {
+template <typename I> __device__ __forceinline__ I first_window(I pos, I span, I s) {
   return pos < span ? 0 : (pos - span) / s + 1;
+}
+
+// Max pooling's geometry in the kernels' index type.
+template <typename I> struct MaxGeom {
+  I C, H, W, Ho, Wo, kh, kw, sh, sw, ph, pw, dh, dw;
+  bool nhwc;
+};
+template <typename I> MaxGeom<I> max_geom(const PoolGeom& g) {
+  auto c = [](int64_t v) { return static_cast<I>(v); };
+  return MaxGeom<I>{c(g.C),  c(g.H),  c(g.W),  c(g.Ho), c(g.Wo), c(g.kh), c(g.kw),
+                    c(g.sh), c(g.sw), c(g.ph), c(g.pw), c(g.dh), c(g.dw), g.nhwc};
 }
 
 // ---- max pooling ----
 
-template <typename T> __global__ void max_pool_kernel(PoolGeom g, T* y, int64_t* idx, const T* x, int64_t total) {
+template <typename T, typename I>
+__global__ void max_pool_kernel(MaxGeom<I> g, T* y, int64_t* idx, const T* x, I total) {
   using A = acc_t<T>;
-  for (int64_t o = grid_start(); o < total; o += grid_step()) {
-    const Loc l = locate(o, g, g.Ho, g.Wo, g.H * g.W);
-    const int64_t h0 = l.h * g.sh - g.ph, w0 = l.w * g.sw - g.pw;
+  for (I o = static_cast<I>(grid_start()); o < total; o += static_cast<I>(grid_step())) {
+    const LocT<I> l = locate(o, g, g.Ho, g.Wo, g.H * g.W);
+    const I h0 = l.h * g.sh - g.ph, w0 = l.w * g.sw - g.pw;
     A best = static_cast<A>(-INFINITY);
-    int64_t bi = -1;
+    I bi = -1;
     bool nan = false;
     // Same scan and tests as the CPU kernel: the first NaN wins and stops the scan, else the
     // first strict maximum.
-    for (int64_t i = 0; i < g.kh && !nan; ++i) {
-      const int64_t h = h0 + i * g.dh;
+    for (I i = 0; i < g.kh && !nan; ++i) {
+      const I h = h0 + i * g.dh;
       if (h < 0 || h >= g.H) continue;
-      for (int64_t j = 0; j < g.kw; ++j) {
-        const int64_t w = w0 + j * g.dw;
+      for (I j = 0; j < g.kw; ++j) {
+        const I w = w0 + j * g.dw;
         if (w < 0 || w >= g.W) continue;
         const A v = load_as<A>(x, l.base + (h * g.W + w) * l.ps);
         if (bi < 0 || v > best || isnan(v)) {
@@ -82,26 +99,26 @@ template <typename T> __global__ void max_pool_kernel(PoolGeom g, T* y, int64_t*
       }
     }
     y[o] = from_acc<T>(best);
-    idx[o] = bi;
+    idx[o] = static_cast<int64_t>(bi);
   }
 }
 
 // Each input element sums gy over the outputs whose window holds it and whose argmax it is, in
 // output order (the CPU kernel's order of accumulation, so the sums agree bit for bit).
-template <typename T>
-__global__ void max_pool_backward_kernel(PoolGeom g, T* gx, const T* gy, const int64_t* idx, int64_t total) {
+template <typename T, typename I>
+__global__ void max_pool_backward_kernel(MaxGeom<I> g, T* gx, const T* gy, const int64_t* idx, I total) {
   using A = acc_t<T>;
-  const int64_t span_h = (g.kh - 1) * g.dh + 1, span_w = (g.kw - 1) * g.dw + 1;
-  for (int64_t i = grid_start(); i < total; i += grid_step()) {
-    const Loc l = locate(i, g, g.H, g.W, g.Ho * g.Wo);
+  const I span_h = (g.kh - 1) * g.dh + 1, span_w = (g.kw - 1) * g.dw + 1;
+  for (I i = static_cast<I>(grid_start()); i < total; i += static_cast<I>(grid_step())) {
+    const LocT<I> l = locate(i, g, g.H, g.W, g.Ho * g.Wo);
     const int64_t target = l.h * g.W + l.w;
-    const int64_t ph = l.h + g.ph, pw = l.w + g.pw;
-    const int64_t oh0 = first_window(ph, span_h, g.sh), oh1 = min(g.Ho, ph / g.sh + 1);
-    const int64_t ow0 = first_window(pw, span_w, g.sw), ow1 = min(g.Wo, pw / g.sw + 1);
+    const I ph = l.h + g.ph, pw = l.w + g.pw;
+    const I oh0 = first_window(ph, span_h, g.sh), oh1 = min(g.Ho, ph / g.sh + 1);
+    const I ow0 = first_window(pw, span_w, g.sw), ow1 = min(g.Wo, pw / g.sw + 1);
     A acc = A(0);
-    for (int64_t oh = oh0; oh < oh1; ++oh)
-      for (int64_t ow = ow0; ow < ow1; ++ow) {
-        const int64_t o = l.base + (oh * g.Wo + ow) * l.ps;
+    for (I oh = oh0; oh < oh1; ++oh)
+      for (I ow = ow0; ow < ow1; ++ow) {
+        const I o = l.base + (oh * g.Wo + ow) * l.ps;
         if (idx[o] == target) acc += load_as<A>(gy, o);
       }
     gx[i] = from_acc<T>(acc);
@@ -257,6 +274,8 @@ template <typename F> void by_dtype(DType dt, const char* op, F&& f) {
 
 int64_t in_numel(const PoolGeom& g) { return g.N * g.C * g.H * g.W; }
 int64_t out_numel(const PoolGeom& g) { return g.N * g.C * g.Ho * g.Wo; }
+// Whether 32-bit indices reach every element (with room for a grid-stride step past the end).
+bool fits_i32(const PoolGeom& g) { return std::max(in_numel(g), out_numel(g)) <= (int64_t{1} << 30); }
 
 }  // namespace
 
@@ -265,8 +284,12 @@ void launch_max_pool2d(DType dt, const PoolGeom& g, void* y, int64_t* idx, const
   if (n == 0) return;
   by_dtype(dt, "max_pool2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    max_pool_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, s>>>(g, static_cast<T*>(y), idx,
-                                                                      static_cast<const T*>(x), n);
+    if (fits_i32(g))
+      max_pool_kernel<T, int32_t><<<blocks_for(n, kThreads), kThreads, 0, s>>>(
+          max_geom<int32_t>(g), static_cast<T*>(y), idx, static_cast<const T*>(x), static_cast<int32_t>(n));
+    else
+      max_pool_kernel<T, int64_t><<<blocks_for(n, kThreads), kThreads, 0, s>>>(
+          max_geom<int64_t>(g), static_cast<T*>(y), idx, static_cast<const T*>(x), n);
     MPX_CUDA_LAUNCH_CHECK("max_pool2d");
   });
 }
@@ -277,8 +300,12 @@ void launch_max_pool2d_backward(DType dt, const PoolGeom& g, void* gx, const voi
   if (n == 0) return;
   by_dtype(dt, "max_pool2d backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    max_pool_backward_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, s>>>(g, static_cast<T*>(gx),
-                                                                               static_cast<const T*>(gy), idx, n);
+    if (fits_i32(g))
+      max_pool_backward_kernel<T, int32_t><<<blocks_for(n, kThreads), kThreads, 0, s>>>(
+          max_geom<int32_t>(g), static_cast<T*>(gx), static_cast<const T*>(gy), idx, static_cast<int32_t>(n));
+    else
+      max_pool_backward_kernel<T, int64_t><<<blocks_for(n, kThreads), kThreads, 0, s>>>(
+          max_geom<int64_t>(g), static_cast<T*>(gx), static_cast<const T*>(gy), idx, n);
     MPX_CUDA_LAUNCH_CHECK("max_pool2d backward");
   });
 }
