@@ -128,8 +128,10 @@ void update_running(const BnArgs& a, const Tensor& running_mean, const Tensor& r
   NoGradGuard ng;
   const double unbias = static_cast<double>(a.M) / static_cast<double>(a.M - 1);
   Tensor rm = running_mean, rv = running_var;
-  rm.copy_(running_mean * (1.0 - momentum) + mean * momentum);
-  rv.copy_(running_var * (1.0 - momentum) + var * (momentum * unbias));
+  // r + m (s - r) as two adds with host-side factors: a scalar operand would cost a device
+  // fill per use, and small kernels per layer are what a GPU step is short of.
+  rm.copy_(add(add(running_mean, mean, momentum), running_mean, -momentum));
+  rv.copy_(add(add(running_var, var, momentum * unbias), running_var, -momentum));
 }
 
 // The backward's results: weight and bias gradients (the last two) in the parameters' dtypes,
