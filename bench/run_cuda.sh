@@ -74,22 +74,22 @@ if [ -n "$pre" ] && [ -d "$pre" ]; then
   fi
 fi
 if [ "$bin" = build-gpu ]; then
-rm -f build-gpu/CMakeCache.txt
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DCMAKE_PREFIX_PATH="$prefix" -DZLIB_INCLUDE_DIR="$prefix/include" ${zlib:+-DZLIB_LIBRARY_RELEASE="$zlib"} \
-  "${cudnn[@]}" "${nvjpeg[@]}" "${nccl[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-grep "mpx: cuDNN\|mpx: nvJPEG\|NCCL" "$out/configure.log"
-start=$(date +%s)
-# Only what this script runs: the library, the test files with [cuda] cases, the GPU benchmarks
-# and the CLI. MPX_CUDA_TESTS="test_cuda_conv ..." narrows the tests (and skips the rest's build).
-if [ -n "${MPX_CUDA_TESTS:-}" ]; then
-  targets=(mpx $MPX_CUDA_TESTS)
-else
-  targets=(mpx mpx_cli bench_loader $cuda_tests $(ls bench/bench_*_cuda.cpp | xargs -n1 basename | sed 's/\.cpp$//'))
-fi
-cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1 ||
-  { grep -E "error|Error" -A3 "$out/build.log" | head -60; exit 1; }
-echo "build: $(( $(date +%s) - start )) s"
+  rm -f build-gpu/CMakeCache.txt
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DCMAKE_PREFIX_PATH="$prefix" -DZLIB_INCLUDE_DIR="$prefix/include" ${zlib:+-DZLIB_LIBRARY_RELEASE="$zlib"} \
+    "${cudnn[@]}" "${nvjpeg[@]}" "${nccl[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+  grep "mpx: cuDNN\|mpx: nvJPEG\|NCCL" "$out/configure.log"
+  start=$(date +%s)
+  # Only what this script runs: the library, the test files with [cuda] cases, the GPU benchmarks
+  # and the CLI. MPX_CUDA_TESTS="test_cuda_conv ..." narrows the tests (and skips the rest's build).
+  if [ -n "${MPX_CUDA_TESTS:-}" ]; then
+    targets=(mpx $MPX_CUDA_TESTS)
+  else
+    targets=(mpx mpx_cli bench_loader $cuda_tests $(ls bench/bench_*_cuda.cpp | xargs -n1 basename | sed 's/\.cpp$//'))
+  fi
+  cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1 ||
+    { grep -E "error|Error" -A3 "$out/build.log" | head -60; exit 1; }
+  echo "build: $(( $(date +%s) - start )) s"
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 fail=0
