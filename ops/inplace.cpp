@@ -1,4 +1,6 @@
 // In-place Tensor methods (add_, mul_, copy_, fill_, ...) and PyTorch's rule for them under autograd.
+#include <cmath>
+
 #include "autograd/engine.h"
 #include "core/random.h"
 #include "ops/elementwise.h"
@@ -164,19 +166,51 @@ Tensor& Tensor::fill_(double v) {
   return write_into(*this, full({}, v, options()), "fill_");
 }
 Tensor& Tensor::zero_() { return fill_(0.0); }
+namespace {
+// The kernel straight into self's memory when nothing records and self takes the result as it is
+// (same dtype as the other operand, which broadcasts to self's shape and is on its device, and
+// shares no memory with it unless it is self): one pass, and on a GPU one launch, where the
+// out-of-place form and the copy back take two. False when that does not apply.
+bool binary_into(Tensor& self, OpId op, const Tensor& other, double alpha) {
+  if (!self.defined() || !other.defined() || recording(self, {other})) return false;
+  if (self.dtype() == kBool || other.dtype() != self.dtype() || other.device() != self.device()) return false;
+  if (op == OpId::div && !is_floating(self.dtype())) return false;  // true division makes floats
+  if (!self.is_contiguous() || self.numel() == 0) return false;
+  if (!dispatch::has_kernel(op, self.device().type, self.dtype())) return false;
+  if (overlaps(self, other) && !same_elements(self, other)) return false;
+  if (broadcast_shapes(self.sizes(), other.sizes(), op_name(op)) != self.sizes()) return false;
+  NoGradGuard ng;
+  const Tensor b = other.sizes() == self.sizes() ? other : other.expand(self.sizes());
+  dispatch::kernel<kernels::BinaryFn>(op, self.device(), self.dtype())(self, self, b, alpha);
+  self.bump_version();
+  return true;
+}
+// The same with a number, which keeps self's dtype (a fraction would make an integer tensor's
+// result a float: that goes the general way, which says so).
+bool binary_into_scalar(Tensor& self, OpId op, double v) {
+  if (!self.defined() || (!is_floating(self.dtype()) && v != std::floor(v))) return false;
+  return binary_into(self, op, full({}, v, TensorOptions().dtype(self.dtype()).device(self.device())), 1.0);
+}
+}  // namespace
+
 Tensor& Tensor::add_(const Tensor& o, double alpha) {
+  if (binary_into(*this, OpId::add, o, alpha)) return *this;
   return apply_inplace(*this, "add_", {o}, false, [&](const Tensor& s) { return add(s, o, alpha); });
 }
 Tensor& Tensor::add_(double v) {
+  if (binary_into_scalar(*this, OpId::add, v)) return *this;
   return apply_inplace(*this, "add_", {}, false, [&](const Tensor& s) { return add(s, v); });
 }
 Tensor& Tensor::mul_(const Tensor& o) {
+  if (binary_into(*this, OpId::mul, o, 1.0)) return *this;
   return apply_inplace(*this, "mul_", {o}, true, [&](const Tensor& s) { return mul(s, o); });
 }
 Tensor& Tensor::mul_(double v) {
+  if (binary_into_scalar(*this, OpId::mul, v)) return *this;
   return apply_inplace(*this, "mul_", {}, true, [&](const Tensor& s) { return mul(s, v); });
 }
 Tensor& Tensor::div_(const Tensor& o) {
+  if (binary_into(*this, OpId::div, o, 1.0)) return *this;
   return apply_inplace(*this, "div_", {o}, true, [&](const Tensor& s) { return div(s, o); });
 }
 Tensor& Tensor::clamp_(double lo, double hi) {

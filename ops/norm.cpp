@@ -128,10 +128,11 @@ void update_running(const BnArgs& a, const Tensor& running_mean, const Tensor& r
   NoGradGuard ng;
   const double unbias = static_cast<double>(a.M) / static_cast<double>(a.M - 1);
   Tensor rm = running_mean, rv = running_var;
-  // r + m (s - r) as two adds with host-side factors: a scalar operand would cost a device
-  // fill per use, and small kernels per layer are what a GPU step is short of.
-  rm.copy_(add(add(running_mean, mean, momentum), running_mean, -momentum));
-  rv.copy_(add(add(running_var, var, momentum * unbias), running_var, -momentum));
+  // r += m (s - r) as two adds with host-side factors, the second straight into r: a scalar
+  // operand would cost a device fill per use, and small kernels per layer are what a GPU step
+  // is short of. The variance: r += (m u) (var - r / u), u the unbiasing factor.
+  rm.add_(add(mean, running_mean, -1.0), momentum);
+  rv.add_(add(var, running_var, -1.0 / unbias), momentum * unbias);
 }
 
 // The backward's results: weight and bias gradients (the last two) in the parameters' dtypes,
