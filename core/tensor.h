@@ -285,6 +285,8 @@ Tensor scalar_tensor(double value, const TensorOptions& opts = {});
 /// Copies `values` into a new tensor of the given shape (1-d when shape is empty).
 template <typename T>
 Tensor tensor(const std::vector<T>& values, const IntList& shape = {}, TensorOptions opts = TensorOptions(dtype_v<T>));
+/// Factories shaped like t, on its device, in its dtype unless given, and in its layout when it
+/// is channels-last (PyTorch's preserve_format; other tensors give row-major results).
 Tensor zeros_like(const Tensor& t, std::optional<DType> dtype = std::nullopt);
 Tensor ones_like(const Tensor& t, std::optional<DType> dtype = std::nullopt);
 Tensor empty_like(const Tensor& t, std::optional<DType> dtype = std::nullopt);

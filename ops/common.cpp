@@ -161,12 +161,19 @@ Tensor arange(double start, double end, double step, const TensorOptions& o) {
   for (int64_t i = 0; i < n; ++i) v[i] = start + step * static_cast<double>(i);
   return tensor(v, {n}, TensorOptions(o).dtype(kFloat64).device(Device::cpu())).to(o.device_, o.dtype_);
 }
-Tensor zeros_like(const Tensor& t, std::optional<DType> d) { return zeros(t.sizes(), t.options().dtype(d.value_or(t.dtype()))); }
-Tensor ones_like(const Tensor& t, std::optional<DType> d) { return ones(t.sizes(), t.options().dtype(d.value_or(t.dtype()))); }
-Tensor empty_like(const Tensor& t, std::optional<DType> d) { return empty(t.sizes(), t.options().dtype(d.value_or(t.dtype()))); }
-Tensor full_like(const Tensor& t, double v, std::optional<DType> d) { return full(t.sizes(), v, t.options().dtype(d.value_or(t.dtype()))); }
-Tensor rand_like(const Tensor& t) { return rand(t.sizes(), t.options()); }
-Tensor randn_like(const Tensor& t) { return randn(t.sizes(), t.options()); }
+namespace {
+// PyTorch's preserve_format: the *_like of a channels-last tensor is channels-last (so a
+// gradient made with ones_like(y) needs no layout copy on its way back), of others row-major.
+TensorOptions like(const Tensor& t, std::optional<DType> d = std::nullopt) {
+  return t.options().dtype(d.value_or(t.dtype())).memory_format(t.suggest_memory_format());
+}
+}  // namespace
+Tensor zeros_like(const Tensor& t, std::optional<DType> d) { return zeros(t.sizes(), like(t, d)); }
+Tensor ones_like(const Tensor& t, std::optional<DType> d) { return ones(t.sizes(), like(t, d)); }
+Tensor empty_like(const Tensor& t, std::optional<DType> d) { return empty(t.sizes(), like(t, d)); }
+Tensor full_like(const Tensor& t, double v, std::optional<DType> d) { return full(t.sizes(), v, like(t, d)); }
+Tensor rand_like(const Tensor& t) { return rand(t.sizes(), like(t)); }
+Tensor randn_like(const Tensor& t) { return randn(t.sizes(), like(t)); }
 
 template <typename T>
 Tensor tensor(const std::vector<T>& values, const IntList& shape, TensorOptions o) {

@@ -181,6 +181,14 @@ TEST_CASE("channels-last layout keeps values and logical shape", "[core][layout]
   // Elementwise ops on channels-last inputs are correct.
   CHECK(allclose(relu(cl) * 2.0, relu(x) * 2.0));
   CHECK(x.to(MemoryFormat::ChannelsLast).is_contiguous(MemoryFormat::ChannelsLast));
+  // *_like keeps the layout, as PyTorch's preserve_format does; other tensors stay row-major.
+  for (const Tensor& t : {zeros_like(cl), ones_like(cl, kFloat16), empty_like(cl), full_like(cl, 2.0), randn_like(cl)}) {
+    CHECK(t.is_contiguous(MemoryFormat::ChannelsLast));
+    CHECK(t.sizes() == x.sizes());
+  }
+  CHECK(equal(ones_like(cl), ones({2, 3, 4, 5})));
+  CHECK(ones_like(x).is_contiguous());
+  CHECK(zeros_like(x.transpose(0, 1)).is_contiguous());
 }
 
 TEST_CASE("dtype conversion goes through every pair", "[core]") {
