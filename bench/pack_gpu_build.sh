@@ -27,5 +27,4 @@ strip --strip-unneeded $out/lib/libmpx.so.0 $out/tests/* $out/bench/* $out/tools
 echo "$root" >$out/source-dir
 git rev-parse --short HEAD >$out/commit
 git diff --quiet HEAD || echo "(with uncommitted changes)" >>$out/commit
-grep -qx '/.gpu-bin/' .git/info/exclude 2>/dev/null || echo '/.gpu-bin/' >>.git/info/exclude
 du -sh $out
