@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "core/cuda.h"
@@ -20,9 +21,10 @@
 namespace mpx::cuda::cudnn {
 namespace {
 
-// A backend descriptor owned for its scope (or released into a Plan).
+// An owned backend descriptor (none when default-constructed).
 class Desc {
  public:
+  Desc() = default;
   explicit Desc(cudnnBackendDescriptorType_t type) { status_ = cudnnBackendCreateDescriptor(type, &d_); }
   ~Desc() {
     if (d_) cudnnBackendDestroyDescriptor(d_);
@@ -30,6 +32,11 @@ class Desc {
   Desc(const Desc&) = delete;
   Desc& operator=(const Desc&) = delete;
   Desc(Desc&& o) noexcept : d_(o.d_), status_(o.status_) { o.d_ = nullptr; }
+  Desc& operator=(Desc&& o) noexcept {
+    std::swap(d_, o.d_);
+    status_ = o.status_;
+    return *this;
+  }
   cudnnBackendDescriptor_t get() const { return d_; }
   cudnnBackendDescriptor_t* addr() { return &d_; }
   cudnnStatus_t status() const { return status_; }
@@ -56,14 +63,9 @@ struct Builder {
 };
 
 struct Plan {
-  Plan() = default;
-  Plan(const Plan&) = delete;
-  Plan& operator=(const Plan&) = delete;
-  ~Plan() {
-    if (plan) cudnnBackendDestroyDescriptor(plan);
-  }
-  cudnnBackendDescriptor_t plan = nullptr;  // null: the graph API has none for this problem
+  Desc plan;  // none: the graph API has no plan for this problem
   int64_t workspace = 0;
+  bool usable() const { return plan.get() != nullptr; }
 };
 
 constexpr int64_t kUidX = 'x', kUidW = 'w', kUidY = 'y';
@@ -155,23 +157,29 @@ cudnnStatus_t execute(cudnnHandle_t h, cudnnBackendDescriptor_t plan, const Conv
   return b.st;
 }
 
+// A plan's workspace from the pool into *ws (left undefined for none); false when the pool
+// cannot give that much now.
+bool workspace_for(const Plan& p, const Tensor& out, Tensor* ws) {
+  if (p.workspace == 0) return true;
+  try {
+    *ws = workspace(out, static_cast<size_t>(p.workspace));
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 // Milliseconds of three runs of a plan after one untimed run (the output is overwritten, as
 // the real call then writes it again); negative when it cannot run now.
 double time_plan(cudnnHandle_t h, const Plan& p, const ConvProblem& c, const Tensor& out) {
   Tensor ws;
-  if (p.workspace > 0) {
-    try {
-      ws = workspace(out, static_cast<size_t>(p.workspace));
-    } catch (const Error&) {
-      return -1;
-    }
-  }
+  if (!workspace_for(p, out, &ws)) return -1;
   void* wsp = ws.defined() ? ws.raw_data() : nullptr;
-  if (execute(h, p.plan, c, wsp) != CUDNN_STATUS_SUCCESS) return -1;
+  if (execute(h, p.plan.get(), c, wsp) != CUDNN_STATUS_SUCCESS) return -1;
   Event start(true), end(true);
   start.record();
   for (int i = 0; i < 3; ++i)
-    if (execute(h, p.plan, c, wsp) != CUDNN_STATUS_SUCCESS) return -1;
+    if (execute(h, p.plan.get(), c, wsp) != CUDNN_STATUS_SUCCESS) return -1;
   end.record();
   end.synchronize();
   return start.elapsed_ms(end);
@@ -290,8 +298,7 @@ std::unique_ptr<Plan> build(cudnnHandle_t h, const ConvProblem& c, bool measure,
         if (!pb.ok() || ws < 0 || ws > kMaxWorkspace) continue;
         auto f = std::make_unique<Plan>();
         f->workspace = ws;
-        f->plan = p.get();
-        *p.addr() = nullptr;  // now owned by the Plan
+        f->plan = std::move(p);
         if (!measure) return f;
         found.push_back(std::move(f));
         if (found.size() == kMeasured) break;
@@ -364,7 +371,7 @@ bool run_conv_plan(cudnnHandle_t h, const ConvProblem& c, const Tensor& out, boo
     std::lock_guard<std::mutex> l(cc.mu);
     if (benchmark && capturing) {
       auto it = cc.map.find(key_of(h, c, device, true));
-      if (it != cc.map.end() && it->second->plan) plan = it->second;
+      if (it != cc.map.end() && it->second->usable()) plan = it->second;
     }
     if (!plan) {
       auto it = cc.map.find(key);
@@ -373,7 +380,7 @@ bool run_conv_plan(cudnnHandle_t h, const ConvProblem& c, const Tensor& out, boo
   }
   if (!plan) {
     plan = build(h, c, measure, out);
-    if (!plan->plan)
+    if (!plan->usable())
       count_fallback(std::string("conv2d: cuDNN's graph API has no plan for ") + dtype_name(c.dt) + " " +
                          shape_str(c.x.sizes()) + " * " + shape_str(c.w.sizes()) + " (" +
                          (c.layout == Layout::kNHWC ? "channels-last" : "NCHW") + "); the legacy API runs it",
@@ -381,16 +388,10 @@ bool run_conv_plan(cudnnHandle_t h, const ConvProblem& c, const Tensor& out, boo
     std::lock_guard<std::mutex> l(cc.mu);
     cc.map.emplace(key, plan);
   }
-  if (!plan->plan) return false;
+  if (!plan->usable()) return false;
   Tensor ws;
-  if (plan->workspace > 0) {
-    try {
-      ws = workspace(out, static_cast<size_t>(plan->workspace));
-    } catch (const Error&) {
-      return false;  // not that much free now: the legacy path finds a leaner algorithm
-    }
-  }
-  const cudnnStatus_t st = execute(h, plan->plan, c, ws.defined() ? ws.raw_data() : nullptr);
+  if (!workspace_for(*plan, out, &ws)) return false;  // not that much free now: the legacy path finds a leaner one
+  const cudnnStatus_t st = execute(h, plan->plan.get(), c, ws.defined() ? ws.raw_data() : nullptr);
   if (st == CUDNN_STATUS_SUCCESS) return true;
   if (!refused(st)) throw_error(st, "conv2d", "cudnnBackendExecute");
   // Refused at run time: this shape goes to the legacy API from now on.
