@@ -6,7 +6,7 @@
 #   --profile), "peer-profile" (PyTorch's, torch.profiler) and "table" (mpx bench's GPU table: ResNet-50, VGG-16, DCGAN at O0-O3 and O3-bnf32,
 #   f16 and bf16, eager and CUDA graphs, with the PyTorch peer) and "loader" (nvJPEG decode
 #   throughput, bench_loader --path gpu, beside the CPU pipeline) and "train" (one epoch of
-#   ResNet-18 on generated JPEGs with and without --gpu-decode) and "headline" (ResNet-50 O1/O2,
+#   ResNet-18 on generated JPEGs with and without --gpu-decode, then through DDP on NCCL with one rank) and "headline" (ResNet-50 O1/O2,
 #   f16/bf16, eager with PyTorch's eager AMP beside, then as CUDA graphs).
 # (configure needs Eigen/Catch2/stb/zlib: see README, GPU section)
 # MPX_PREBUILT=.gpu-bin (bench/pack_gpu_build.sh) runs binaries built elsewhere when they load
@@ -143,6 +143,10 @@ scratch=$(mktemp -d)
       $bin/tools/mpx train --device cuda --dataset imagefolder --data "$scratch/jpegs" -a resnet18 --channels-last \
         -b 64 --epochs 1 --print-freq 4 $g --out "$scratch/train$g"
     done
+    # DDP's path with one rank: WORLD_SIZE=1 wraps the model, its all-reduces go to NCCL (no MPI needed)
+    echo "WORLD_SIZE=1 RANK=0 mpx train --device cuda (DistributedDataParallel, NCCL, one rank):"
+    WORLD_SIZE=1 RANK=0 $bin/tools/mpx train --device cuda --dataset imagefolder --data "$scratch/jpegs" -a resnet18 \
+      --channels-last -b 64 --epochs 1 --print-freq 4 --out "$scratch/train-ddp"
   fi
   if has headline; then  # issue 16's target rows: ResNet-50 O1/O2 eager beside PyTorch's eager AMP, then replayed
     $bin/tools/mpx bench --device cuda --models resnet50 --opt-levels O1,O2 --dtype f16,bf16 --batch 256 --peer \

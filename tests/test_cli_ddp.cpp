@@ -139,6 +139,31 @@ TEST_CASE("mpirun -np 2 mpx train: the accuracy of one process with the global b
 #endif
 }
 
+TEST_CASE("mpx train started by a launcher with one rank trains through DDP and ends bit for bit as without it",
+          "[cli][ddp]") {
+  // WORLD_SIZE=1 needs no MPI: it is how a GPU machine without MPI runs DDP's NCCL path.
+  if (!have_fashion()) return;
+  const fs::path plain = tmp("plain1"), env = tmp("env1");
+  const std::string flags = "train " + kSmall + " --limit-train 1280 --batch-size 64";
+  const CliRun a = run_mpx(flags + " --out " + q(plain));
+  INFO(a.out);
+  REQUIRE(a.rc == 0);
+  CHECK(has(a.out, "batch 64, lr"));
+  const CliRun b = run_mpx(flags + " --out " + q(env), "2>&1", "env WORLD_SIZE=1 RANK=0");
+  INFO(b.out);
+  REQUIRE(b.rc == 0);
+  CHECK(has(b.out, "batch 64 per rank x 1 rank, lr"));
+  require_same_model(plain / "checkpoint.safetensors", env / "checkpoint.safetensors");
+#ifdef MPX_MPIRUN
+  const fs::path one = tmp("np1");
+  const CliRun c = mpirun(1, flags + " --out " + q(one));
+  INFO(c.out);
+  REQUIRE(c.rc == 0);
+  CHECK(has(c.out, "batch 64 per rank x 1 rank, lr"));
+  require_same_model(plain / "checkpoint.safetensors", one / "checkpoint.safetensors");
+#endif
+}
+
 TEST_CASE("mpirun -np 2 mpx train: a run stopped by --prof and resumed ends bit for bit where an unbroken run does",
           "[cli][ddp]") {
   if (!have_mpi() || !have_fashion()) return;

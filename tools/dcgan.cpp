@@ -181,13 +181,13 @@ int run_dcgan(int argc, char** argv) {
                      static_cast<long long>(batch * rk.world));
     }
   }
-  // Several ranks: each network is wrapped (after amp, as apex does). Each D loss is averaged in
+  // Data-parallel: each network is wrapped (after amp, as apex does). Each D loss is averaged in
   // its own backward, so each loss scaler checks gradients that are identical on every rank and
   // all ranks skip together; the gradients G's loss leaves in D are kept local (no_sync), since
   // optD.zero_grad() drops them unused.
   std::shared_ptr<nn::DistributedDataParallelImpl> ddp_g, ddp_d;
   nn::AnyModule Gm = G, Dm = D;
-  if (rk.distributed()) {
+  if (rk.data_parallel()) {
     ddp_g = std::make_shared<nn::DistributedDataParallelImpl>(G);
     ddp_d = std::make_shared<nn::DistributedDataParallelImpl>(D);
     Gm = nn::AnyModule(ddp_g), Dm = nn::AnyModule(ddp_d);
@@ -196,8 +196,7 @@ int run_dcgan(int argc, char** argv) {
     return ddp_d ? std::optional<nn::DistributedDataParallelImpl::NoSyncGuard>(std::in_place, *ddp_d) : std::nullopt;
   };
   const int threads = omp_get_max_threads();
-  const std::string batch_text =
-      std::to_string(batch) + (rk.distributed() ? " per rank x " + std::to_string(rk.world) + " ranks" : "");
+  const std::string batch_text = batch_per_rank_text(batch, rk);
   std::printf("mpx dcgan: %s (%lld images, %lld px, %lld channel%s), batch %s, nz %lld ngf %lld ndf %lld, Adam lr %g, "
               "%s, 3 loss scalers, %s, %d thread%s%s\n",
               dataset.c_str(), static_cast<long long>(d.train->size()), static_cast<long long>(image_size),

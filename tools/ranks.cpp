@@ -46,8 +46,9 @@ bool under_launcher() {
 }  // namespace
 
 Ranks join_ranks() {
-  dist::init();
   Ranks r;
+  r.launched = under_launcher() || std::getenv("WORLD_SIZE") != nullptr;  // before init() sets WORLD_SIZE
+  dist::init();
   r.rank = dist::rank();
   r.world = dist::world_size();
   r.local_rank = dist::local_rank();
@@ -63,6 +64,12 @@ Ranks join_ranks() {
 }
 
 const Ranks& ranks() { return g_ranks; }
+
+std::string batch_per_rank_text(int64_t batch, const Ranks& r) {
+  std::string s = std::to_string(batch);
+  if (r.data_parallel()) s += " per rank x " + std::to_string(r.world) + (r.world == 1 ? " rank" : " ranks");
+  return s;
+}
 
 std::vector<double> sum_over_ranks(std::vector<double> values) {
   if (g_ranks.world <= 1 || values.empty()) return values;

@@ -12,11 +12,20 @@ namespace mpx::cli {
 /// This process's place in a run started by `mpirun -np N mpx train|dcgan ...` (world 1 without a launcher).
 struct Ranks {
   int rank = 0, world = 1, local_rank = 0, local_world = 1;
-  /// More than one process: the model is wrapped in DistributedDataParallel.
+  /// Started by a launcher (mpirun) or with WORLD_SIZE set, even to 1.
+  bool launched = false;
+  /// More than one process: data sharded, lr scaled, rank 0 alone writes, sums over ranks.
   bool distributed() const { return world > 1; }
+  /// The model is wrapped in DistributedDataParallel: with several ranks, and with one that a
+  /// launcher started, so `mpirun -np 1` or `WORLD_SIZE=1` runs DDP's path (its all-reduces on
+  /// NCCL for a GPU) with a single process and changes no number.
+  bool data_parallel() const { return world > 1 || launched; }
   /// Rank 0 alone prints progress and writes metrics, plots and checkpoints.
   bool leader() const { return rank == 0; }
 };
+
+/// How a run's announcement shows `batch`: "64", or "64 per rank x 2 ranks" when data-parallel.
+std::string batch_per_rank_text(int64_t batch, const Ranks& r);
 
 /// Joins the process group when a launcher started this process, and sends the standard output
 /// of every rank but 0 to /dev/null, so one progress line and one summary are printed (errors and

@@ -299,8 +299,8 @@ void TrainRun::build_model() {
   amp::initialize(net_, *opt_, amp_opts_);
   restore();
   model_ = net_;
-  // One process trains the model itself: the wrapper would only add hooks and copies.
-  if (ranks_.distributed()) model_ = nn::AnyModule(nn::DistributedDataParallel(net_));
+  // A process that no launcher started trains the model itself: the wrapper would only add hooks and copies.
+  if (ranks_.data_parallel()) model_ = nn::AnyModule(nn::DistributedDataParallel(net_));
 }
 
 void TrainRun::restore() {
@@ -364,12 +364,9 @@ void TrainRun::resume_other_world(int64_t ck_world, int64_t ck_batch, int64_t ck
 
 void TrainRun::announce() {
   const std::string dtype = args_.str("--dtype");
-  std::string batch_text = std::to_string(batch_);
+  const std::string batch_text = batch_per_rank_text(batch_, ranks_);
   std::string lr_batch = std::to_string(batch_);
-  if (ranks_.distributed()) {
-    batch_text += " per rank x " + std::to_string(ranks_.world) + " ranks";
-    lr_batch += " x " + std::to_string(ranks_.world);
-  }
+  if (ranks_.distributed()) lr_batch += " x " + std::to_string(ranks_.world);
   std::printf("mpx train: %s on %s%s (%lld train / %lld test images%s), batch %s, lr %g (%g x %s/256, %s), %s%s, "
               "%s, %d thread%s%s%s%s\n",
               arch_.c_str(), dataset_.c_str(), detected_.empty() ? "" : " (detected)",
