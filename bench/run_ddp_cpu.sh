@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Data-parallel scaling on the CPU: bench_ddp_cpu at 1 rank, 2 independent ranks and 2 DDP ranks,
-# one thread each, repeated in turns (the best of each is reported: other load only slows runs down).
+# one thread each, repeated in turns. The best of each is reported (other load only slows runs down),
+# and the median over turns beside it (one lucky turn can make the best of one setting).
 # usage: bench/run_ddp_cpu.sh BUILD_DIR [REPEATS] [extra bench_ddp_cpu flags]
 set -euo pipefail
 build=${1:?usage: $0 BUILD_DIR [REPEATS] [flags]}
@@ -10,7 +11,7 @@ extra=("$@")
 bin=$build/bench/bench_ddp_cpu
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 run() { mpirun -np "$1" --oversubscribe --bind-to none "$bin" "${@:2}" | tail -1; }
-declare -A best
+declare -A best all
 for ((i = 0; i < reps; ++i)); do
   for cfg in "1" "2 --no-ddp" "2"; do
     set -- $cfg
@@ -18,6 +19,7 @@ for ((i = 0; i < reps; ++i)); do
     echo "$line"
     ips=$(sed -n 's/.*: \([0-9.]*\) images\/s.*/\1/p' <<<"$line")
     key=$cfg
+    [[ -n $ips ]] && all[$key]+="$ips "
     if [[ -n $ips ]] && awk -v a="$ips" -v b="${best[$key]:-0}" 'BEGIN { exit !(a > b) }'; then best[$key]=$ips; fi
   done
 done
@@ -26,5 +28,12 @@ echo "best images/s: 1 rank $one, 2 independent ranks $indep, 2 DDP ranks $ddp"
 awk -v o="$one" -v i="$indep" -v d="$ddp" 'BEGIN {
   if (o > 0) printf "scaling efficiency at 2 ranks: %.0f %% of 2 x one rank", 100 * d / (2 * o);
   if (i > 0) printf "; %.0f %% of 2 independent ranks (communication cost alone)", 100 * d / i;
+  print "" }'
+median() { tr ' ' '\n' <<<"$1" | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2); else print 0 }'; }
+one=$(median "${all[1]:-}"); indep=$(median "${all[2 --no-ddp]:-}"); ddp=$(median "${all[2]:-}")
+echo "median images/s over turns: 1 rank $one, 2 independent ranks $indep, 2 DDP ranks $ddp"
+awk -v o="$one" -v i="$indep" -v d="$ddp" 'BEGIN {
+  if (o > 0) printf "median scaling efficiency: %.0f %% of 2 x one rank", 100 * d / (2 * o);
+  if (i > 0) printf "; %.0f %% of 2 independent ranks", 100 * d / i;
   print "" }'
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
