@@ -122,17 +122,23 @@ std::array<Tensor, 3> bn_stats(const BnArgs& a, const Tensor& running_mean, cons
   return st;
 }
 
-// PyTorch's update: the running variance uses the unbiased batch variance.
-void update_running(const BnArgs& a, const Tensor& running_mean, const Tensor& running_var, const Tensor& mean,
-                    const Tensor& var, double momentum) {
+// The running statistics as the kernels take them ([C], contiguous, statistics dtype): the
+// buffers themselves, or scratch copies that finish_running writes back (running stats kept in
+// another dtype, e.g. f16 at O3 without keep_batchnorm_fp32, or strided views).
+kernels::BnRunning running_for_kernel(const BnArgs& a, const Tensor& running_mean, const Tensor& running_var,
+                                      bool training, double momentum) {
+  if (!training || !running_mean.defined()) return {};
   NoGradGuard ng;
-  const double unbias = static_cast<double>(a.M) / static_cast<double>(a.M - 1);
-  Tensor rm = running_mean, rv = running_var;
-  // r += m (s - r) as two adds with host-side factors, the second straight into r: a scalar
-  // operand would cost a device fill per use, and small kernels per layer are what a GPU step
-  // is short of. The variance: r += (m u) (var - r / u), u the unbiasing factor.
-  rm.add_(add(mean, running_mean, -1.0), momentum);
-  rv.add_(add(var, running_var, -1.0 / unbias), momentum * unbias);
+  auto as_kernel = [&](const Tensor& t) { return t.dtype() == a.sd && t.is_contiguous() ? t : t.to(a.sd).contiguous(); };
+  return {as_kernel(running_mean), as_kernel(running_var), momentum};
+}
+void finish_running(const kernels::BnRunning& r, const Tensor& running_mean, const Tensor& running_var) {
+  if (!r.mean.defined()) return;
+  NoGradGuard ng;
+  for (auto [kernel, buffer] : {std::pair{r.mean, running_mean}, std::pair{r.var, running_var}}) {
+    if (kernel.is_same(buffer)) buffer.bump_version();  // the kernel wrote it in place
+    else buffer.copy_(kernel);
+  }
 }
 
 // The backward's results: weight and bias gradients (the last two) in the parameters' dtypes,
@@ -162,11 +168,12 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
   {
     NoGradGuard ng;
     Tensor xc = nhwc ? x : x.contiguous();
+    const kernels::BnRunning run = running_for_kernel(a, running_mean, running_var, training, momentum);
     if (x.numel() > 0)
       reserve = dispatch::kernel<OpId::batch_norm>(x.device(), x.dtype())(
           nhwc ? y : y.view(a.s3), mean, var, invstd, nhwc ? xc : xc.view(a.s3), stat_copy(w, a.sd),
-          stat_copy(b, a.sd), training, eps);
-    if (training && running_mean.defined()) update_running(a, running_mean, running_var, mean, var, momentum);
+          stat_copy(b, a.sd), training, eps, run);
+    finish_running(run, running_mean, running_var);
   }
   auto backward = [training, eps, s3 = a.s3, nhwc](FunctionNode& self, const tensor_list& g) -> tensor_list {
     Tensor x = self.saved(0), w = self.saved(1), b = self.saved(2);
@@ -219,10 +226,11 @@ Tensor batch_norm_add_relu(const Tensor& x0, const Tensor& z, const Tensor& runn
   Tensor y = empty(x.sizes(), kernel_layout(x, nhwc)), reserve;
   {
     NoGradGuard ng;
+    const kernels::BnRunning run = running_for_kernel(a, running_mean, running_var, training, momentum);
     reserve = dispatch::kernel<OpId::batch_norm_add_relu>(x.device(), x.dtype())(
         as_kernel(y), mean, var, invstd, as_kernel(x), as_kernel(z), stat_copy(w, a.sd), stat_copy(b, a.sd), training,
-        eps);
-    if (training && running_mean.defined()) update_running(a, running_mean, running_var, mean, var, momentum);
+        eps, run);
+    finish_running(run, running_mean, running_var);
   }
   auto backward = [training, eps, s3 = a.s3, nhwc](FunctionNode& self, const tensor_list& g) -> tensor_list {
     Tensor x = self.saved(0), y = self.saved(1), w = self.saved(2), b = self.saved(3);

@@ -27,15 +27,24 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = {}
 }  // namespace mpx
 
 namespace mpx::kernels {
+/// The running statistics a training forward updates in place, PyTorch's rule with the unbiased
+/// batch variance: r = (1 - momentum) r + momentum s. [C], contiguous, in the statistics dtype;
+/// undefined (both): nothing to update.
+struct BnRunning {
+  Tensor mean, var;
+  double momentum = 0.1;
+};
 /// Batch norm forward over x contiguous [N, C, S] -> y (x's dtype); x and y may instead both
 /// be channels-last [N, C, H, W] (NHWC-dense). mean/var/invstd are [C]
 /// in the statistics dtype (f32, f64 for f64 input); weight/bias are [C] in that dtype or
-/// undefined. training: computes mean and the biased var from x and writes them;
-/// eval: reads mean/var (the running statistics). invstd = 1/sqrt(var + eps) is written in both.
-/// Returns what the backward needs beyond the statistics (cuDNN's reserve space for its
-/// persistent NHWC kernels), or an undefined tensor.
+/// undefined. training: computes the batch mean from x and writes it (var is scratch the kernel
+/// may leave unwritten), and updates `running` in place when it is given, as cuDNN does in the
+/// same call; eval: reads mean/var (the running statistics). invstd = 1/sqrt(var + eps) is
+/// written in both. Returns what the backward needs beyond the statistics (cuDNN's reserve space
+/// for its persistent NHWC kernels), or an undefined tensor.
 using BatchNormFn = Tensor (*)(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd,
-                               const Tensor& x, const Tensor& weight, const Tensor& bias, bool training, double eps);
+                               const Tensor& x, const Tensor& weight, const Tensor& bias, bool training, double eps,
+                               const BnRunning& running);
 /// Batch norm backward: any of gx (x's dtype, [N, C, S]), gweight, gbias ([C], statistics
 /// dtype) may be undefined when not needed. gy and x contiguous [N, C, S] (or channels-last
 /// [N, C, H, W], as in the forward); `reserve` is what the forward returned.
@@ -46,7 +55,7 @@ using BatchNormBackwardFn = void (*)(const Tensor& gx, const Tensor& gweight, co
 /// as BatchNormFn, including the returned reserve.
 using BatchNormAddReluFn = Tensor (*)(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd,
                                       const Tensor& x, const Tensor& z, const Tensor& weight, const Tensor& bias,
-                                      bool training, double eps);
+                                      bool training, double eps, const BnRunning& running);
 /// Its backward: gr = gy where y > 0, else 0; gz = gr; gx, gweight, gbias are batch norm's
 /// backward of gr. Any of gx, gz, gweight, gbias may be undefined; `reserve` is the forward's
 /// (cuDNN's fused backward also takes the bias).

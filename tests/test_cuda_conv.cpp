@@ -305,6 +305,16 @@ TEST_CASE("cuda batch_norm forward, running stats and backward match the CPU", "
   check_bn({4, 6, 9, 7}, kFloat16, kFloat16, true, true, true);
   // A larger batch (f32 statistics over 128k values per channel).
   check_bn({32, 4, 64, 64}, kFloat32, kFloat32, true, true, false);
+  // Training without running statistics (track_running_stats=false): cuDNN is given none to update,
+  // on its classic kernels (f32, row-major) and its persistent NHWC ones (f16, channels-last).
+  for (DType dt : {kFloat32, kFloat16}) {
+    manual_seed(22);
+    Tensor x = randn({4, 6, 9, 7}).to(dt);
+    if (dt == kFloat16) x = x.contiguous(MemoryFormat::ChannelsLast);
+    const Tensor yc = batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5);
+    const Tensor yd = batch_norm(x.to(Device::cuda()), Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5);
+    expect_close(yd, yc, bn_tol(dt), "batch_norm output without running statistics");
+  }
 }
 
 namespace {

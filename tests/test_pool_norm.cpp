@@ -72,6 +72,33 @@ TEST_CASE("batch_norm training golden, running statistics included", "[norm][gol
   CHECK(close(b.grad(), golden("bn_train.gbias"), 1e-10));
 }
 
+TEST_CASE("batch norm updates running statistics kept in another dtype or strided, through scratch copies",
+          "[norm]") {
+  manual_seed(3);
+  const Tensor x = randn({4, 3, 5, 5}) * 2.0 + 1.0;
+  const Tensor mean = x.mean({0, 2, 3}), var = x.var({0, 2, 3}, /*unbiased=*/true);
+  for (const bool fused : {false, true}) {
+    INFO((fused ? "batch_norm_add_relu" : "batch_norm"));
+    // f64 buffers beside f32 statistics, and every other element of a [6] buffer.
+    Tensor rm64 = zeros({3}, TensorOptions(kFloat64)), rv64 = ones({3}, TensorOptions(kFloat64));
+    Tensor rm_all = full({6}, 7.0), rv_all = full({6}, 7.0);
+    Tensor rm_s = rm_all.slice(0, 0, 6, 2), rv_s = rv_all.slice(0, 0, 6, 2);
+    REQUIRE(!rm_s.is_contiguous());
+    rv_s.fill_(1.0);
+    rm_s.zero_();
+    for (auto [rm, rv] : {std::pair{rm64, rv64}, std::pair{rm_s, rv_s}}) {
+      if (fused) (void)batch_norm_add_relu(x, zeros_like(x), rm, rv, Tensor(), Tensor(), true, 0.25, 1e-5);
+      else (void)batch_norm(x, rm, rv, Tensor(), Tensor(), true, 0.25, 1e-5);
+      CHECK(mpx::testing::rel_err(rm.to(kFloat32), mean * 0.25) < 1e-6);
+      CHECK(mpx::testing::rel_err(rv.to(kFloat32), var * 0.25 + 0.75) < 1e-6);
+    }
+    CHECK(rm64.dtype() == kFloat64);
+    // The elements between the strided view's are untouched.
+    CHECK(equal(rm_all.slice(0, 1, 6, 2), full({3}, 7.0)));
+    CHECK(equal(rv_all.slice(0, 1, 6, 2), full({3}, 7.0)));
+  }
+}
+
 TEST_CASE("batch_norm eval golden", "[norm][golden]") {
   Tensor x = golden_leaf("bn_eval.x"), w = golden_leaf("bn_eval.weight"), b = golden_leaf("bn_eval.bias");
   Tensor rm = golden("bn_eval.running_mean").clone(), rv = golden("bn_eval.running_var").clone();

@@ -289,11 +289,37 @@ void backward_any(const Tensor& gx, const Tensor& gweight, const Tensor& gbias, 
   else backward<T>(gx, gweight, gbias, gy, x, mean, invstd, weight, training);
 }
 
+// PyTorch's running update from the batch statistics just written, in the statistics dtype S:
+// r += m (s - r), the variance unbiased by M / (M - 1), M the values per channel.
+template <typename S>
+void update_running(const kernels::BnRunning& r, const Tensor& mean, const Tensor& var, int64_t M) {
+  const int64_t C = mean.numel();
+  const S *bm = static_cast<const S*>(mean.raw_data()), *bv = static_cast<const S*>(var.raw_data());
+  S *rm = static_cast<S*>(r.mean.raw_data()), *rv = static_cast<S*>(r.var.raw_data());
+  const double m = r.momentum, unbias = static_cast<double>(M) / static_cast<double>(M - 1);
+  for (int64_t c = 0; c < C; ++c) {
+    rm[c] = static_cast<S>(rm[c] + m * (static_cast<double>(bm[c]) - rm[c]));
+    rv[c] = static_cast<S>(rv[c] + m * (static_cast<double>(bv[c]) * unbias - rv[c]));
+  }
+}
+template <typename T, bool Fused>
+Tensor forward_kernel(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd, const Tensor& x,
+                      const Tensor& z, const Tensor& weight, const Tensor& bias, bool training, double eps,
+                      const kernels::BnRunning& running) {
+  forward_any<T, Fused>(y, mean, var, invstd, x, z, weight, bias, training, eps);
+  if (training && running.mean.defined()) {
+    const int64_t M = x.numel() / x.size(1);
+    if (mean.dtype() == kFloat64) update_running<double>(running, mean, var, M);
+    else update_running<float>(running, mean, var, M);
+  }
+  return Tensor();
+}
+
 template <typename T> struct BatchNorm {
   static Tensor run(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd, const Tensor& x,
-                    const Tensor& weight, const Tensor& bias, bool training, double eps) {
-    forward_any<T, false>(y, mean, var, invstd, x, Tensor(), weight, bias, training, eps);
-    return Tensor();
+                    const Tensor& weight, const Tensor& bias, bool training, double eps,
+                    const kernels::BnRunning& running) {
+    return forward_kernel<T, false>(y, mean, var, invstd, x, Tensor(), weight, bias, training, eps, running);
   }
 };
 template <typename T> struct BatchNormBackward {
@@ -304,9 +330,9 @@ template <typename T> struct BatchNormBackward {
 };
 template <typename T> struct BatchNormAddRelu {
   static Tensor run(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd, const Tensor& x,
-                    const Tensor& z, const Tensor& weight, const Tensor& bias, bool training, double eps) {
-    forward_any<T, true>(y, mean, var, invstd, x, z, weight, bias, training, eps);
-    return Tensor();
+                    const Tensor& z, const Tensor& weight, const Tensor& bias, bool training, double eps,
+                    const kernels::BnRunning& running) {
+    return forward_kernel<T, true>(y, mean, var, invstd, x, z, weight, bias, training, eps, running);
   }
 };
 template <typename T> struct BatchNormAddReluBackward {

@@ -69,10 +69,14 @@ Tensor stat_or(const Tensor& t, double fill, const Tensor& like_stats) {
   return full({like_stats.size(0)}, fill, like_stats.options());
 }
 
+// The running statistics as cuDNN takes them: both null when there are none to update.
+void* running_ptr(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
+
 // One forward attempt on cuDNN; returns cuDNN's status instead of throwing, so that a dtype
 // cuDNN refuses can be retried in f32.
 cudnnStatus_t forward_cudnn(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd,
-                            const Tensor& x, const Tensor& w, const Tensor& b, bool training, double eps) {
+                            const Tensor& x, const Tensor& w, const Tensor& b, bool training, double eps,
+                            const kernels::BnRunning& run) {
   TensorDescriptor xd, yd, sd;
   describe(xd, x);
   describe(yd, y);
@@ -84,30 +88,24 @@ cudnnStatus_t forward_cudnn(const Tensor& y, const Tensor& mean, const Tensor& v
     return cudnnBatchNormalizationForwardInference(h, kMode, one.of(x.dtype()), zero.of(x.dtype()), xd.get(),
                                                    x.raw_data(), yd.get(), y.raw_data(), sd.get(), ws.raw_data(),
                                                    bs.raw_data(), mean.raw_data(), var.raw_data(), eps);
-  // cuDNN writes the batch mean and invstd as its "saved" results, and the batch variance only
-  // into a running average. With factor 1 and zeroed buffers (0 * NaN would poison them) that
-  // average is the unbiased batch variance; the CPU contract wants the biased one.
-  Tensor running_mean = zeros({mean.size(0)}, mean.options());
-  Tensor(var).zero_();
-  const cudnnStatus_t st = cudnnBatchNormalizationForwardTraining(
+  // cuDNN writes the batch mean and invstd as its "saved" results and updates the running
+  // statistics itself, PyTorch's rule (unbiased variance): no kernels of ours around it.
+  return cudnnBatchNormalizationForwardTraining(
       h, kMode, one.of(x.dtype()), zero.of(x.dtype()), xd.get(), x.raw_data(), yd.get(), y.raw_data(), sd.get(),
-      ws.raw_data(), bs.raw_data(), 1.0, running_mean.raw_data(), var.raw_data(), eps, mean.raw_data(),
+      ws.raw_data(), bs.raw_data(), run.momentum, running_ptr(run.mean), running_ptr(run.var), eps, mean.raw_data(),
       invstd.raw_data());
-  if (st != CUDNN_STATUS_SUCCESS) return st;
-  const int64_t M = x.numel() / x.size(1);
-  if (M > 1) Tensor(var).mul_(static_cast<double>(M - 1) / static_cast<double>(M));
-  return st;
 }
 
 // Forward through cuDNN's classic (spatial) kernels in x's layout, widening refused dtypes.
 void forward_spatial(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd, const Tensor& x0,
-                     const Tensor& weight, const Tensor& bias, bool training, double eps) {
+                     const Tensor& weight, const Tensor& bias, bool training, double eps,
+                     const kernels::BnRunning& run) {
   const Tensor x = cudnn::dense_in(x0, cudnn::layout_of(x0));
   MPX_CHECK(cudnn::layout_of(y) == cudnn::layout_of(x), "batch_norm: output and input layouts differ");
   const bool widen = low_precision(x.dtype()) && widen_flag(x.dtype()).load();
   cudnnStatus_t st = CUDNN_STATUS_NOT_SUPPORTED;
   if (!widen) {
-    st = forward_cudnn(y, mean, var, invstd, x, weight, bias, training, eps);
+    st = forward_cudnn(y, mean, var, invstd, x, weight, bias, training, eps, run);
     if (st != CUDNN_STATUS_SUCCESS && !low_precision(x.dtype())) MPX_CUDNN_CHECK(st, "batch_norm");
     if (st != CUDNN_STATUS_SUCCESS) {
       fall_back(st, "batch_norm", "this dtype (computing in f32 from now on)", x);
@@ -117,7 +115,7 @@ void forward_spatial(const Tensor& y, const Tensor& mean, const Tensor& var, con
   if (st != CUDNN_STATUS_SUCCESS) {
     const Tensor xf = x.to(kFloat32);
     Tensor yf = empty_as(x, kFloat32);
-    MPX_CUDNN_CHECK(forward_cudnn(yf, mean, var, invstd, xf, weight, bias, training, eps), "batch_norm");
+    MPX_CUDNN_CHECK(forward_cudnn(yf, mean, var, invstd, xf, weight, bias, training, eps, run), "batch_norm");
     Tensor(y).copy_(yf);
   }
   if (!training) Tensor(invstd).copy_(rsqrt(var + eps));
@@ -240,7 +238,7 @@ class ReluDescriptor {
 // status, and fills `reserve`, instead of throwing.
 cudnnStatus_t persistent_forward(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd,
                                  const Tensor& x, const Tensor& z, const Tensor& w, const Tensor& b, double eps,
-                                 Tensor& reserve) {
+                                 const kernels::BnRunning& run, Tensor& reserve) {
   const bool fused = z.defined();
   const cudnnBatchNormOps_t ops = fused ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
   TensorDescriptor xd, zd, yd, sd;
@@ -263,18 +261,12 @@ cudnnStatus_t persistent_forward(const Tensor& y, const Tensor& mean, const Tens
                   TensorOptions().dtype(kUInt8).device(y.device()));
   const Scale one(1.0), zero(0.0);
   const Tensor wv = stat_or(w, 1.0, invstd), bv = stat_or(b, 0.0, invstd);
-  // As in forward_cudnn: the batch variance arrives through a zeroed running average.
-  Tensor running_mean = zeros({mean.size(0)}, mean.options());
-  Tensor(var).zero_();
-  st = cudnnBatchNormalizationForwardTrainingEx(
+  // As in forward_cudnn: cuDNN updates the running statistics in the same call.
+  return cudnnBatchNormalizationForwardTrainingEx(
       h, kPersistent, ops, one.of(x.dtype()), zero.of(x.dtype()), xd.get(), x.raw_data(), fused ? zd.get() : nullptr,
-      fused ? z.raw_data() : nullptr, yd.get(), y.raw_data(), sd.get(), wv.raw_data(), bv.raw_data(), 1.0,
-      running_mean.raw_data(), var.raw_data(), eps, mean.raw_data(), invstd.raw_data(), ad,
+      fused ? z.raw_data() : nullptr, yd.get(), y.raw_data(), sd.get(), wv.raw_data(), bv.raw_data(), run.momentum,
+      running_ptr(run.mean), running_ptr(run.var), eps, mean.raw_data(), invstd.raw_data(), ad,
       ws.defined() ? ws.raw_data() : nullptr, ws_bytes, reserve.raw_data(), rs_bytes);
-  if (st != CUDNN_STATUS_SUCCESS) return st;
-  const int64_t M = x.numel() / x.size(1);
-  if (M > 1) Tensor(var).mul_(static_cast<double>(M - 1) / static_cast<double>(M));
-  return st;
 }
 
 // The persistent backward of a forward that filled `reserve`: gx, gw, gb (and gz when fused,
@@ -325,7 +317,8 @@ void copy_back(const Tensor& dst, const Tensor& src) {
 }
 
 Tensor batch_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd,
-                          const Tensor& x0, const Tensor& weight, const Tensor& bias, bool training, double eps) {
+                          const Tensor& x0, const Tensor& weight, const Tensor& bias, bool training, double eps,
+                          const kernels::BnRunning& run) {
   if (x0.numel() == 0) return Tensor();
   TensorDeviceGuard g(y);
   NoGradGuard ng;
@@ -333,7 +326,7 @@ Tensor batch_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& var
   if (try_persistent(x0, CUDNN_BATCHNORM_OPS_BN, training)) {
     Tensor reserve;
     const Tensor x = cudnn::dense_in(x0, L), yd = cudnn::dense_in(y, L);
-    const cudnnStatus_t st = persistent_forward(yd, mean, var, invstd, x, Tensor(), weight, bias, eps, reserve);
+    const cudnnStatus_t st = persistent_forward(yd, mean, var, invstd, x, Tensor(), weight, bias, eps, run, reserve);
     if (st == CUDNN_STATUS_SUCCESS) {
       copy_back(y, yd);
       return reserve;
@@ -343,10 +336,10 @@ Tensor batch_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& var
   }
   if (L == Layout::kNHWC) {
     Tensor yn = empty(y.sizes(), y.options().memory_format(MemoryFormat::Contiguous));
-    forward_spatial(yn, mean, var, invstd, x0.contiguous(), weight, bias, training, eps);
+    forward_spatial(yn, mean, var, invstd, x0.contiguous(), weight, bias, training, eps, run);
     Tensor(y).copy_(yn);
   } else {
-    forward_spatial(y, mean, var, invstd, x0, weight, bias, training, eps);
+    forward_spatial(y, mean, var, invstd, x0, weight, bias, training, eps, run);
   }
   return Tensor();
 }
@@ -383,7 +376,7 @@ void batch_norm_backward(const Tensor& gx, const Tensor& gweight, const Tensor& 
 
 Tensor batch_norm_add_relu_forward(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd,
                                    const Tensor& x0, const Tensor& z0, const Tensor& weight, const Tensor& bias,
-                                   bool training, double eps) {
+                                   bool training, double eps, const kernels::BnRunning& run) {
   TensorDeviceGuard g(y);
   NoGradGuard ng;
   const Layout L = cudnn::layout_of(x0);
@@ -391,7 +384,7 @@ Tensor batch_norm_add_relu_forward(const Tensor& y, const Tensor& mean, const Te
   if (try_persistent(x0, ops, training)) {
     Tensor reserve;
     const Tensor x = cudnn::dense_in(x0, L), z = cudnn::dense_in(z0, L), yd = cudnn::dense_in(y, L);
-    const cudnnStatus_t st = persistent_forward(yd, mean, var, invstd, x, z, weight, bias, eps, reserve);
+    const cudnnStatus_t st = persistent_forward(yd, mean, var, invstd, x, z, weight, bias, eps, run, reserve);
     if (st == CUDNN_STATUS_SUCCESS) {
       copy_back(y, yd);
       return reserve;
@@ -401,7 +394,7 @@ Tensor batch_norm_add_relu_forward(const Tensor& y, const Tensor& mean, const Te
   }
   // Batch norm (persistent or spatial, as batch_norm would run), then the add and ReLU.
   Tensor bn = empty_as(x0, x0.dtype());
-  const Tensor bn_reserve = batch_norm_forward(bn, mean, var, invstd, x0, weight, bias, training, eps);
+  const Tensor bn_reserve = batch_norm_forward(bn, mean, var, invstd, x0, weight, bias, training, eps, run);
   Tensor(y).copy_(relu(bn + z0));
   // The backward then runs batch norm's own backward, which needs this reserve: handed over as
   // a [1, n] view, where the fused forward's is [n].
