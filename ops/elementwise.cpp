@@ -125,6 +125,13 @@ Tensor clamp(const Tensor& x, double lo, double hi) {
 }
 Tensor clamp_min(const Tensor& x, double lo) { return clamp(x, lo, INFINITY); }
 Tensor clamp_max(const Tensor& x, double hi) { return clamp(x, -INFINITY, hi); }
+Tensor affine(const Tensor& x, double scale, double shift) {
+  MPX_CHECK(x.defined(), "affine: the input is undefined");
+  MPX_CHECK(is_floating(x.dtype()) || (scale == std::floor(scale) && shift == std::floor(shift)),
+            "affine: ", ops::describe(x), " is an integer tensor, so scale (", scale, ") and shift (", shift,
+            ") must be integers; convert it to a floating dtype first");
+  return unary<OpId::affine>(x, scale, shift);
+}
 
 Tensor threshold_backward(const Tensor& g0, const Tensor& x0, double thr) {
   auto in = ops::autocast(OpId::threshold_backward, {g0, x0});

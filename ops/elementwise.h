@@ -24,6 +24,9 @@ Tensor square(const Tensor& x);
 Tensor clamp(const Tensor& x, double lo, double hi);
 Tensor clamp_min(const Tensor& x, double lo);
 Tensor clamp_max(const Tensor& x, double hi);
+/// x * scale + shift in one kernel, rounded once, in x's dtype (the numbers in its compute type,
+/// as PyTorch's scalars); integer x takes integral numbers only.
+Tensor affine(const Tensor& x, double scale, double shift);
 /// grad where x > threshold, else 0 (relu's backward, itself differentiable in grad).
 Tensor threshold_backward(const Tensor& grad, const Tensor& x, double threshold);
 

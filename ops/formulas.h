@@ -25,7 +25,7 @@
   X(neg) X(abs) X(sign) X(sqrt) X(rsqrt) X(reciprocal) X(exp) X(log) X(sin) X(cos) X(erf) X(tanh) X(sigmoid) \
   X(relu) X(silu) X(hardswish)
 /// Unary ops with parameters (p0, p1); their public functions are written in ops/elementwise.cpp.
-#define MPX_PARAM_UNARY_OPS(X) X(leaky_relu) X(gelu) X(softplus) X(pow_scalar) X(clamp)
+#define MPX_PARAM_UNARY_OPS(X) X(leaky_relu) X(gelu) X(softplus) X(pow_scalar) X(clamp) X(affine)
 /// Binary ops: arithmetic (result in the compute dtype), threshold_backward, comparisons (bool).
 #define MPX_BINARY_OPS(X) \
   X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(minimum) X(threshold_backward) X(eq) X(ne) X(lt) X(le) X(gt) X(ge)
@@ -289,6 +289,18 @@ template <> struct Formula<OpId::clamp> {
   template <typename V> MPX_HD static V bwd(const V& g, const V& x, const V&, double p0, double p1) {
     return where(x >= p0, where(x <= p1, g, zero_of(g)), zero_of(g));
   }
+};
+
+template <> struct Formula<OpId::affine> {
+  static constexpr int kArity = 1, kFlags = kKeepsInts;
+  static constexpr const char* kNode = "AffineBackward";
+  static constexpr double kP0 = 2.0, kP1 = 3.0;  // integral and positive: integer (and uint8) tensors sample it too
+  // p0: scale, p1: shift, both in the compute type (PyTorch's scalar in opmath): x + v is
+  // affine(x, 1, v) and x * v is affine(x, v, -0.0), each exact before its one rounding.
+  template <typename A> MPX_HD static A fwd(A x, double p0, double p1) {
+    return static_cast<A>(x * from_double<A>(p0) + from_double<A>(p1));
+  }
+  template <typename V> MPX_HD static V bwd(const V& g, const V&, const V&, double p0, double) { return g * p0; }
 };
 
 // ---- binary: fwd(a, b, alpha) -> A; bwd(g, a, b, alpha) -> {dL/da, dL/db} before broadcasting is undone ----

@@ -102,6 +102,17 @@ Tensor& rebase_onto(Tensor& self, Tensor value, const char* op) {
   return self;
 }
 
+// PyTorch's rule for an in-place arithmetic op's result: it may be narrowed (f32 into f16) but not change
+// kind (a floating result into an integer tensor, anything but bool into a bool one), which
+// would silently truncate.
+const Tensor& castable_result(const Tensor& self, const Tensor& r, const char* op) {
+  const bool to_int = is_floating(r.dtype()) && !is_floating(self.dtype());
+  const bool to_bool = self.dtype() == kBool && r.dtype() != kBool;
+  MPX_CHECK(!to_int && !to_bool, op, ": the result is ", dtype_name(r.dtype()), " and cannot be written into ",
+            ops::describe(self), " without truncating it; convert the tensor to a floating dtype first, or use the "
+            "out-of-place form");
+  return r;
+}
 // An in-place op given by its out-of-place form. `reads_self`: the recorded op keeps self for its
 // backward (all but add/sub), so it runs on a copy of self, which the write cannot change.
 template <typename F>
@@ -112,6 +123,11 @@ Tensor& apply_inplace(Tensor& self, const char* op, std::initializer_list<Tensor
   }
   check_recordable(self, op);
   return rebase_onto(self, fn(reads_self ? self.clone() : self), op);
+}
+// The same for arithmetic (add_, mul_, div_), whose result must keep self's kind.
+template <typename F>
+Tensor& arith_inplace(Tensor& self, const char* op, std::initializer_list<Tensor> others, bool reads_self, F&& fn) {
+  return apply_inplace(self, op, others, reads_self, [&](const Tensor& s) { return castable_result(self, fn(s), op); });
 }
 
 // fill_, zero_, copy_, normal_, uniform_ while recording: self's old values get no gradient, the
@@ -185,33 +201,40 @@ bool binary_into(Tensor& self, OpId op, const Tensor& other, double alpha) {
   self.bump_version();
   return true;
 }
-// The same with a number, which keeps self's dtype (a fraction would make an integer tensor's
-// result a float: that goes the general way, which says so).
-bool binary_into_scalar(Tensor& self, OpId op, double v) {
-  if (!self.defined() || (!is_floating(self.dtype()) && v != std::floor(v))) return false;
-  return binary_into(self, op, full({}, v, TensorOptions().dtype(self.dtype()).device(self.device())), 1.0);
+// The same with a number: self * scale + shift by the affine kernel, which takes the number as
+// it is (no 0-d operand to fill first) and keeps self's dtype (a fraction would make an integer
+// tensor's result a float: that goes the general way, which refuses it).
+bool affine_into(Tensor& self, double scale, double shift) {
+  if (!self.defined() || recording(self) || self.dtype() == kBool || !self.is_contiguous() || self.numel() == 0)
+    return false;
+  if (!is_floating(self.dtype()) && (scale != std::floor(scale) || shift != std::floor(shift))) return false;
+  if (!dispatch::has_kernel(OpId::affine, self.device().type, self.dtype())) return false;
+  NoGradGuard ng;
+  dispatch::kernel<kernels::UnaryFn>(OpId::affine, self.device(), self.dtype())(self, self, scale, shift);
+  self.bump_version();
+  return true;
 }
 }  // namespace
 
 Tensor& Tensor::add_(const Tensor& o, double alpha) {
   if (binary_into(*this, OpId::add, o, alpha)) return *this;
-  return apply_inplace(*this, "add_", {o}, false, [&](const Tensor& s) { return add(s, o, alpha); });
+  return arith_inplace(*this, "add_", {o}, false, [&](const Tensor& s) { return add(s, o, alpha); });
 }
 Tensor& Tensor::add_(double v) {
-  if (binary_into_scalar(*this, OpId::add, v)) return *this;
-  return apply_inplace(*this, "add_", {}, false, [&](const Tensor& s) { return add(s, v); });
+  if (affine_into(*this, 1.0, v)) return *this;
+  return arith_inplace(*this, "add_", {}, false, [&](const Tensor& s) { return add(s, v); });
 }
 Tensor& Tensor::mul_(const Tensor& o) {
   if (binary_into(*this, OpId::mul, o, 1.0)) return *this;
-  return apply_inplace(*this, "mul_", {o}, true, [&](const Tensor& s) { return mul(s, o); });
+  return arith_inplace(*this, "mul_", {o}, true, [&](const Tensor& s) { return mul(s, o); });
 }
 Tensor& Tensor::mul_(double v) {
-  if (binary_into_scalar(*this, OpId::mul, v)) return *this;
-  return apply_inplace(*this, "mul_", {}, true, [&](const Tensor& s) { return mul(s, v); });
+  if (affine_into(*this, v, -0.0)) return *this;  // + (-0) keeps x * v's sign of zero
+  return arith_inplace(*this, "mul_", {}, true, [&](const Tensor& s) { return mul(s, v); });
 }
 Tensor& Tensor::div_(const Tensor& o) {
   if (binary_into(*this, OpId::div, o, 1.0)) return *this;
-  return apply_inplace(*this, "div_", {o}, true, [&](const Tensor& s) { return div(s, o); });
+  return arith_inplace(*this, "div_", {o}, true, [&](const Tensor& s) { return div(s, o); });
 }
 Tensor& Tensor::clamp_(double lo, double hi) {
   return apply_inplace(*this, "clamp_", {}, true, [&](const Tensor& s) { return mpx::clamp(s, lo, hi); });

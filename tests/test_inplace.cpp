@@ -1,7 +1,11 @@
 // In-place ops under autograd, PyTorch's rule: recorded on non-leaves (history rebased), refused on
 // leaves that require grad and on views, saved tensors modified afterwards caught at backward;
-// apex's promotion cases for in-place ops under autocast (tests/L0/run_amp/test_promotion.py).
+// apex's promotion cases for in-place ops under autocast (tests/L0/run_amp/test_promotion.py);
+// in-place arithmetic with a number: its values and dtype rules.
 #include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
 
 #include "amp/autocast.h"
 #include "gradcheck.h"
@@ -152,4 +156,45 @@ TEST_CASE("apex promotion: in-place add_ keeps self's dtype, mul matches the wid
         }
       }
   }
+}
+
+TEST_CASE("in-place arithmetic with a number: PyTorch's values, rounded once, in every dtype", "[inplace]") {
+  // f16 and bf16 take the number in f32 (PyTorch's opmath), not rounded to 16 bits first: 1 + 0.1
+  // rounds once to f16's 1.0996, where 1 + f16(0.1) would round 0.0999755859375 first.
+  for (DType dt : {kFloat16, kBFloat16, kFloat32, kFloat64}) {
+    INFO(dtype_name(dt));
+    Tensor h = tensor(std::vector<double>{1.0, -2.5, 1000.0}, {3}).to(dt);
+    const Tensor ref = (h.to(kFloat64) + (dt == kFloat64 ? 0.1 : static_cast<double>(0.1f))).to(dt);
+    h.add_(0.1);
+    CHECK(equal(h, ref));
+    h.mul_(-3.0);
+    CHECK(equal(h, (ref.to(kFloat64) * -3.0).to(dt)));
+  }
+  // x * v keeps the sign of zero: -0 * 2 is -0, 0 * -2 is -0, -0 * -2 is +0.
+  Tensor z = tensor(std::vector<float>{-0.0f, 0.0f, -0.0f}, {3});
+  Tensor v = tensor(std::vector<float>{2.0f, -2.0f, -2.0f}, {3});
+  const float* zp = z.data_ptr<float>();
+  for (int i = 0; i < 3; ++i) {
+    Tensor one = z.narrow(0, i, 1).clone();
+    one.mul_(static_cast<double>(v.data_ptr<float>()[i]));
+    CHECK(std::signbit(one.item<float>()) == std::signbit(zp[i] * v.data_ptr<float>()[i]));
+  }
+  // Integers stay integers and exact; a fraction makes PyTorch's error, not a truncation.
+  Tensor c = tensor(std::vector<int64_t>{(int64_t{1} << 53) + 1, -7}, {2});
+  c.add_(2.0);
+  CHECK(c.data_ptr<int64_t>()[0] == (int64_t{1} << 53) + 3);
+  CHECK(c.data_ptr<int64_t>()[1] == -5);
+  c.mul_(3.0);
+  CHECK(c.data_ptr<int64_t>()[1] == -15);
+  CHECK_THROWS_WITH(c.add_(0.5), Catch::Contains("cannot be written into"));
+  CHECK_THROWS_WITH(c.mul_(full({2}, 1.5)), Catch::Contains("cannot be written into"));
+  CHECK(c.data_ptr<int64_t>()[1] == -15);  // untouched by the refused writes
+  CHECK_THROWS_WITH(affine(c, 0.5, 0.0), Catch::Contains("integer tensor"));
+  // Inf and NaN as multiplication and addition give them.
+  Tensor f = tensor(std::vector<float>{0.0f, 1.0f, INFINITY}, {3});
+  f.mul_(INFINITY);
+  CHECK(std::isnan(f.data_ptr<float>()[0]));
+  CHECK(f.data_ptr<float>()[1] == INFINITY);
+  f.add_(-INFINITY);
+  CHECK(std::isnan(f.data_ptr<float>()[2]));
 }
