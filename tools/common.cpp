@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <atomic>
 #include <csignal>
+#include <ctime>
 #include <filesystem>
 
 namespace mpx::cli {
@@ -477,11 +478,20 @@ void check_finite(const TensorDict& tensors, const std::string& prefix, const st
 
 namespace {
 std::atomic<int> g_signal{0};
+std::atomic<int64_t> g_signal_ns{0};  // when the first one came (CLOCK_MONOTONIC)
 std::atomic<bool> g_verbose{false};
 extern "C" void on_signal(int sig) {
-  // A second signal ends the process the usual way, in case the step in flight hangs.
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+  const int64_t now = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  int64_t unset = 0;
+  g_signal_ns.compare_exchange_strong(unset, now);
   int none = 0;
-  if (!g_signal.compare_exchange_strong(none, sig)) std::_Exit(128 + sig);
+  if (g_signal.compare_exchange_strong(none, sig)) return;
+  // A second signal ends the process the usual way, in case the step in flight hangs; but one
+  // that follows within half a second is the same request delivered twice (timeout(1) and
+  // process managers signal the process and then its whole group), not a second Ctrl-C.
+  if (now - g_signal_ns.load() > 500000000) std::_Exit(128 + sig);
 }
 }  // namespace
 
