@@ -100,6 +100,8 @@ void init(const InitOptions& options) {
   const int env_world = env_int("WORLD_SIZE", -1);
   const int env_rank = env_int("RANK", -1);
   const int env_local = env_int("LOCAL_RANK", -1);
+  MPX_CHECK(env_world != 0, "distributed::init: WORLD_SIZE=0, but a job has at least one process; set it to the "
+            "number of ranks, or unset it");
   if (detail::launched_by_mpi()) {
     MPX_CHECK(detail::mpi_compiled(), "distributed::init: this process was started by an MPI launcher, but mpx "
               "was built without MPI (", backend_info(), "); install Open MPI (libopenmpi-dev) and rebuild "
