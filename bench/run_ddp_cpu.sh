@@ -23,17 +23,15 @@ for ((i = 0; i < reps; ++i)); do
     if [[ -n $ips ]] && awk -v a="$ips" -v b="${best[$key]:-0}" 'BEGIN { exit !(a > b) }'; then best[$key]=$ips; fi
   done
 done
-one=${best[1]:-0}; indep=${best[2 --no-ddp]:-0}; ddp=${best[2]:-0}
-echo "best images/s: 1 rank $one, 2 independent ranks $indep, 2 DDP ranks $ddp"
-awk -v o="$one" -v i="$indep" -v d="$ddp" 'BEGIN {
-  if (o > 0) printf "scaling efficiency at 2 ranks: %.0f %% of 2 x one rank", 100 * d / (2 * o);
-  if (i > 0) printf "; %.0f %% of 2 independent ranks (communication cost alone)", 100 * d / i;
-  print "" }'
+# report WHAT ONE INDEP DDP: the three figures and the scaling they give.
+report() {
+  echo "$1 images/s: 1 rank $2, 2 independent ranks $3, 2 DDP ranks $4"
+  awk -v w="$1" -v o="$2" -v i="$3" -v d="$4" 'BEGIN {
+    if (o > 0) printf "%s scaling efficiency at 2 ranks: %.0f %% of 2 x one rank", w, 100 * d / (2 * o);
+    if (i > 0) printf "; %.0f %% of 2 independent ranks (communication cost alone)", 100 * d / i;
+    print "" }'
+}
 median() { tr ' ' '\n' <<<"$1" | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2); else print 0 }'; }
-one=$(median "${all[1]:-}"); indep=$(median "${all[2 --no-ddp]:-}"); ddp=$(median "${all[2]:-}")
-echo "median images/s over turns: 1 rank $one, 2 independent ranks $indep, 2 DDP ranks $ddp"
-awk -v o="$one" -v i="$indep" -v d="$ddp" 'BEGIN {
-  if (o > 0) printf "median scaling efficiency: %.0f %% of 2 x one rank", 100 * d / (2 * o);
-  if (i > 0) printf "; %.0f %% of 2 independent ranks", 100 * d / i;
-  print "" }'
+report best "${best[1]:-0}" "${best[2 --no-ddp]:-0}" "${best[2]:-0}"
+report median "$(median "${all[1]:-}")" "$(median "${all[2 --no-ddp]:-}")" "$(median "${all[2]:-}")"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
