@@ -236,8 +236,8 @@ class ReluDescriptor {
 
 // The persistent training forward, y = bn(x) or relu(bn(x) + z) (z defined); returns cuDNN's
 // status, and fills `reserve`, instead of throwing.
-cudnnStatus_t persistent_forward(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd,
-                                 const Tensor& x, const Tensor& z, const Tensor& w, const Tensor& b, double eps,
+cudnnStatus_t persistent_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x,
+                                 const Tensor& z, const Tensor& w, const Tensor& b, double eps,
                                  const kernels::BnRunning& run, Tensor& reserve) {
   const bool fused = z.defined();
   const cudnnBatchNormOps_t ops = fused ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
@@ -326,7 +326,7 @@ Tensor batch_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& var
   if (try_persistent(x0, CUDNN_BATCHNORM_OPS_BN, training)) {
     Tensor reserve;
     const Tensor x = cudnn::dense_in(x0, L), yd = cudnn::dense_in(y, L);
-    const cudnnStatus_t st = persistent_forward(yd, mean, var, invstd, x, Tensor(), weight, bias, eps, run, reserve);
+    const cudnnStatus_t st = persistent_forward(yd, mean, invstd, x, Tensor(), weight, bias, eps, run, reserve);
     if (st == CUDNN_STATUS_SUCCESS) {
       copy_back(y, yd);
       return reserve;
@@ -384,7 +384,7 @@ Tensor batch_norm_add_relu_forward(const Tensor& y, const Tensor& mean, const Te
   if (try_persistent(x0, ops, training)) {
     Tensor reserve;
     const Tensor x = cudnn::dense_in(x0, L), z = cudnn::dense_in(z0, L), yd = cudnn::dense_in(y, L);
-    const cudnnStatus_t st = persistent_forward(yd, mean, var, invstd, x, z, weight, bias, eps, run, reserve);
+    const cudnnStatus_t st = persistent_forward(yd, mean, invstd, x, z, weight, bias, eps, run, reserve);
     if (st == CUDNN_STATUS_SUCCESS) {
       copy_back(y, yd);
       return reserve;
