@@ -183,16 +183,19 @@ Tensor& Tensor::fill_(double v) {
 }
 Tensor& Tensor::zero_() { return fill_(0.0); }
 namespace {
-// The kernel straight into self's memory when nothing records and self takes the result as it is
-// (same dtype as the other operand, which broadcasts to self's shape and is on its device, and
-// shares no memory with it unless it is self): one pass, and on a GPU one launch, where the
-// out-of-place form and the copy back take two. False when that does not apply.
+// Whether op's kernel may write straight into self's memory: nothing records, self is a dense,
+// non-empty, non-bool tensor, and the op has a kernel for its dtype. One pass, and on a GPU one
+// launch, where the out-of-place form and the copy back take two.
+bool writes_in_place(const Tensor& self, OpId op, std::initializer_list<Tensor> others) {
+  return self.defined() && !recording(self, others) && self.dtype() != kBool && self.is_contiguous() &&
+         self.numel() > 0 && dispatch::has_kernel(op, self.device().type, self.dtype());
+}
+// That for a tensor operand of self's dtype, which broadcasts to self's shape, is on its device
+// and shares no memory with it unless it is self. False when that does not apply.
 bool binary_into(Tensor& self, OpId op, const Tensor& other, double alpha) {
-  if (!self.defined() || !other.defined() || recording(self, {other})) return false;
-  if (self.dtype() == kBool || other.dtype() != self.dtype() || other.device() != self.device()) return false;
+  if (!other.defined() || !writes_in_place(self, op, {other})) return false;
+  if (other.dtype() != self.dtype() || other.device() != self.device()) return false;
   if (op == OpId::div && !is_floating(self.dtype())) return false;  // true division makes floats
-  if (!self.is_contiguous() || self.numel() == 0) return false;
-  if (!dispatch::has_kernel(op, self.device().type, self.dtype())) return false;
   if (overlaps(self, other) && !same_elements(self, other)) return false;
   if (broadcast_shapes(self.sizes(), other.sizes(), op_name(op)) != self.sizes()) return false;
   NoGradGuard ng;
@@ -205,10 +208,8 @@ bool binary_into(Tensor& self, OpId op, const Tensor& other, double alpha) {
 // it is (no 0-d operand to fill first) and keeps self's dtype (a fraction would make an integer
 // tensor's result a float: that goes the general way, which refuses it).
 bool affine_into(Tensor& self, double scale, double shift) {
-  if (!self.defined() || recording(self) || self.dtype() == kBool || !self.is_contiguous() || self.numel() == 0)
-    return false;
+  if (!writes_in_place(self, OpId::affine, {})) return false;
   if (!is_floating(self.dtype()) && (scale != std::floor(scale) || shift != std::floor(shift))) return false;
-  if (!dispatch::has_kernel(OpId::affine, self.device().type, self.dtype())) return false;
   NoGradGuard ng;
   dispatch::kernel<kernels::UnaryFn>(OpId::affine, self.device(), self.dtype())(self, self, scale, shift);
   self.bump_version();
