@@ -1,5 +1,6 @@
 // CUDA vs CPU: max, average and adaptive average pooling, forward and backward, in every floating
-// dtype, NCHW and channels-last (layout kept on the device), NaN inputs, odd and empty shapes.
+// dtype, NCHW and channels-last (layout kept on the device), NaN inputs, odd and empty shapes; and,
+// on any machine, the multiply-and-shift division the kernels index with.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "core/random.h"
+#include "ops/cuda/fast_divmod.h"
 #include "ops/elementwise.h"
 #include "ops/pooling.h"
 #include "test_util.h"
@@ -104,9 +106,53 @@ const std::vector<MaxCase> kMaxCases = {
     {{2, 3, 10, 11}, {2, 2}, {2, 2}, {0, 0}, {1, 1}, true, "k2 s2 ceil (odd width)"},
     {{1, 37, 9, 9}, {3, 3}, {1, 1}, {0, 0}, {1, 1}, false, "k3 s1 overlapping, batch 1"},
     {{3, 2, 7, 7}, {5, 5}, {3, 3}, {2, 2}, {1, 1}, true, "k5 s3 p2 ceil"},
+    // Channels-last kernels take up to 16 bytes of channels per thread when C allows: 16 and 24
+    // give 8 (f16, bf16), 4 (f32) and 2 (f64) channels a thread; 12 gives 4, 4 and 2; 6 gives 2.
+    {{2, 16, 13, 11}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, false, "k3 s2 p1, 16 channels"},
+    {{1, 24, 9, 8}, {3, 2}, {2, 1}, {1, 1}, {1, 2}, true, "k3x2 s2x1 d1x2 ceil, 24 channels"},
+    {{2, 12, 10, 11}, {2, 2}, {2, 2}, {0, 0}, {1, 1}, true, "k2 s2 ceil, 12 channels"},
+    {{3, 6, 7, 7}, {5, 5}, {3, 3}, {2, 2}, {1, 1}, true, "k5 s3 p2 ceil, 6 channels"},
 };
 
 }  // namespace
+
+TEST_CASE("FastDivmod divides every index like the / operator", "[pool]") {
+  // Every divisor up to 2^12 and the extremes above, against numerators at and around each
+  // multiple's boundary, the ends of the range and a pseudo-random spread (the host computes
+  // exactly what the device does: a 32-bit high multiply, an add and a shift).
+  std::vector<uint32_t> divisors;
+  for (uint32_t d = 1; d <= 4096; ++d) divisors.push_back(d);
+  for (uint32_t d : {65535u, 65536u, 65537u, 1000003u, (1u << 30) - 1, 1u << 30, (1u << 30) + 1,
+                     (1u << 31) - 1})
+    divisors.push_back(d);
+  const uint32_t top = (1u << 31) - 1;
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  size_t wrong = 0, checked = 0;
+  for (uint32_t d : divisors) {
+    const mpx::cuda::FastDivmod f(d);
+    std::vector<uint32_t> ns = {0, 1, d - 1, d, top, top - 1, top - d + 1};
+    for (uint32_t k : {1u, 2u, 3u, 1000u, top / d}) {
+      const uint64_t m = uint64_t{k} * d;
+      for (int64_t delta : {-1, 0, 1})
+        if (m + delta <= top && static_cast<int64_t>(m) + delta >= 0) ns.push_back(static_cast<uint32_t>(m + delta));
+    }
+    for (int r = 0; r < 64; ++r) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      ns.push_back(static_cast<uint32_t>(state >> 33) & top);
+    }
+    for (uint32_t n : ns) {
+      uint32_t q = 0, rem = 0;
+      f.divmod(n, q, rem);
+      ++checked;
+      if (q != n / d || rem != n % d || f.div(n) != n / d || f.mod(n) != n % d) {
+        if (++wrong <= 5) UNSCOPED_INFO("n " << n << " / d " << d << ": got " << q << " r " << rem);
+      }
+    }
+  }
+  INFO(checked << " divisions checked");
+  CHECK(wrong == 0);
+  CHECK(checked > 300000);
+}
 
 TEST_CASE("cuda max_pool2d forward and backward match the CPU", "[cuda][pool]") {
   if (!testing::cuda_ready()) return;
@@ -126,6 +172,8 @@ TEST_CASE("cuda max_pool2d propagates NaN like the CPU", "[cuda][pool]") {
                  "max_pool2d NaN k3 s2 p1", 3, Fill::kNaN);
       check_pool([](const Tensor& x) { return max_pool2d(x, {2, 2}, {1, 1}); }, {1, 4, 6, 7}, dt, cl, true,
                  "max_pool2d NaN k2 s1", 5, Fill::kNaN);
+      check_pool([](const Tensor& x) { return max_pool2d(x, {3, 3}, {2, 2}, {1, 1}); }, {2, 16, 9, 10}, dt, cl, true,
+                 "max_pool2d NaN k3 s2 p1, 16 channels", 4, Fill::kNaN);
     }
 }
 
@@ -135,6 +183,7 @@ TEST_CASE("cuda max_pool2d ties pick the first maximum like the CPU", "[cuda][po
     for (bool cl : {false, true}) {
       const auto f = [](const Tensor& x) { return max_pool2d(x, {3, 3}, {1, 1}, {1, 1}); };
       check_pool(f, {2, 3, 8, 9}, dt, cl, true, "max_pool2d ties", 6, Fill::kTies);
+      check_pool(f, {2, 8, 8, 9}, dt, cl, true, "max_pool2d ties, 8 channels", 9, Fill::kTies);
       const auto g = [](const Tensor& x) { return max_pool2d(x, {2, 3}, {1, 2}, {1, 1}, {2, 1}, true); };
       check_pool(g, {1, 5, 7, 9}, dt, cl, true, "max_pool2d ties, dilation, ceil", 8, Fill::kTies);
     }

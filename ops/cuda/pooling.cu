@@ -12,6 +12,7 @@
 #include "ops/cuda/launch.h"
 #include "ops/cuda/pooling_launch.h"
 #include "ops/cuda/convert.cuh"
+#include "ops/cuda/fast_divmod.h"
 
 namespace mpx::cuda {
 namespace {
@@ -22,21 +23,47 @@ constexpr int kThreads = 256;
 __device__ __forceinline__ int64_t grid_start() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
 __device__ __forceinline__ int64_t grid_step() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
+// Division by a divisor fixed at launch, in the kernels' index type: a multiply and a shift for
+// 32-bit indices (index arithmetic, not memory, bounds these kernels), the operator for 64-bit.
+template <typename I> struct Divisor;
+template <> struct Divisor<int32_t> {
+  FastDivmod f;
+  Divisor() = default;
+  explicit Divisor(int64_t d) : f(static_cast<uint32_t>(d < 1 ? 1 : d)) {}
+  __device__ __forceinline__ int32_t div(int32_t n) const { return static_cast<int32_t>(f.div(static_cast<uint32_t>(n))); }
+  __device__ __forceinline__ void divmod(int32_t n, int32_t& q, int32_t& r) const {
+    uint32_t uq, ur;
+    f.divmod(static_cast<uint32_t>(n), uq, ur);
+    q = static_cast<int32_t>(uq);
+    r = static_cast<int32_t>(ur);
+  }
+};
+template <> struct Divisor<int64_t> {
+  int64_t d = 1;
+  Divisor() = default;
+  explicit Divisor(int64_t v) : d(v < 1 ? 1 : v) {}
+  __device__ __forceinline__ int64_t div(int64_t n) const { return n / d; }
+  __device__ __forceinline__ void divmod(int64_t n, int64_t& q, int64_t& r) const {
+    q = n / d;
+    r = n - q * d;
+  }
+};
+
 // Element i (memory order) of a dense [N, C, Hd, Wd] tensor in g's layout: its pixel (h, w), and
 // where pixel (0, 0) of the same (n, c) lies in a dense tensor of `other_hw` pixels per plane
 // (the other side of the pooling), with `ps` elements between neighbouring pixels there.
-// I is the index type: int32_t where every index fits (32-bit division is several times
-// cheaper than 64-bit, which dominates these memory-bound kernels), else int64_t.
+// (locate_max below does the same for max pooling in its index type I: int32_t where every
+// index fits, else int64_t.)
 template <typename I> struct LocT {
   I h, w, base, ps;
 };
 using Loc = LocT<int64_t>;
-template <typename I, typename G>
-__device__ __forceinline__ LocT<I> locate(I i, const G& g, I Hd, I Wd, I other_hw) {
-  LocT<I> l;
+template <typename G>
+__device__ __forceinline__ Loc locate(int64_t i, const G& g, int64_t Hd, int64_t Wd, int64_t other_hw) {
+  Loc l;
   if (g.nhwc) {
-    const I c = i % g.C;
-    I t = i / g.C;
+    const int64_t c = i % g.C;
+    int64_t t = i / g.C;
     l.w = t % Wd;
     t /= Wd;
     l.h = t % Hd;
@@ -44,7 +71,7 @@ __device__ __forceinline__ LocT<I> locate(I i, const G& g, I Hd, I Wd, I other_h
     l.ps = g.C;
   } else {
     l.w = i % Wd;
-    const I t = i / Wd;
+    const int64_t t = i / Wd;
     l.h = t % Hd;
     l.base = (t / Hd) * other_hw;
     l.ps = 1;
@@ -53,75 +80,122 @@ __device__ __forceinline__ LocT<I> locate(I i, const G& g, I Hd, I Wd, I other_h
 }
 
 // First output whose window [o * s, o * s + span) (in padded coordinates) reaches pos.
-template <typename I> __device__ __forceinline__ I first_window(I pos, I span, I s) {
+__device__ __forceinline__ int64_t first_window(int64_t pos, int64_t span, int64_t s) {
   return pos < span ? 0 : (pos - span) / s + 1;
 }
 
-// Max pooling's geometry in the kernels' index type.
+// Max pooling's geometry in the kernels' index type, with the divisors its kernels use: the
+// channel groups of V (channels-last), both sides' heights and widths, and the strides.
 template <typename I> struct MaxGeom {
   I C, H, W, Ho, Wo, kh, kw, sh, sw, ph, pw, dh, dw;
+  Divisor<I> groups, dH, dW, dHo, dWo, dsh, dsw;
   bool nhwc;
 };
-template <typename I> MaxGeom<I> max_geom(const PoolGeom& g) {
-  auto c = [](int64_t v) { return static_cast<I>(v); };
+template <typename I> MaxGeom<I> max_geom(const PoolGeom& g, int v) {
+  auto c = [](int64_t x) { return static_cast<I>(x); };
   return MaxGeom<I>{c(g.C),  c(g.H),  c(g.W),  c(g.Ho), c(g.Wo), c(g.kh), c(g.kw),
-                    c(g.sh), c(g.sw), c(g.ph), c(g.pw), c(g.dh), c(g.dw), g.nhwc};
+                    c(g.sh), c(g.sw), c(g.ph), c(g.pw), c(g.dh), c(g.dw),
+                    Divisor<I>(g.C / v), Divisor<I>(g.H), Divisor<I>(g.W), Divisor<I>(g.Ho),
+                    Divisor<I>(g.Wo), Divisor<I>(g.sh), Divisor<I>(g.sw), g.nhwc};
+}
+
+// locate() for max pooling: group i of V channels (V = 1 for NCHW) on a side of hd x wd pixels.
+template <typename I>
+__device__ __forceinline__ LocT<I> locate_max(I i, const MaxGeom<I>& g, int v, const Divisor<I>& hd,
+                                              const Divisor<I>& wd, I other_hw) {
+  LocT<I> l;
+  I t, r;
+  if (g.nhwc) {
+    g.groups.divmod(i, t, r);
+    wd.divmod(t, t, l.w);
+    I n;
+    hd.divmod(t, n, l.h);
+    l.base = n * other_hw * g.C + r * v;
+    l.ps = g.C;
+  } else {
+    wd.divmod(i, t, l.w);
+    I n;
+    hd.divmod(t, n, l.h);
+    l.base = n * other_hw;
+    l.ps = 1;
+  }
+  return l;
 }
 
 // ---- max pooling ----
 
-template <typename T, typename I>
-__global__ void max_pool_kernel(MaxGeom<I> g, T* y, int64_t* idx, const T* x, I total) {
+// V consecutive channels per thread (channels-last; 1 for NCHW): the index arithmetic is done
+// once per pixel and group instead of once per element.
+template <typename T, typename I, int V>
+__global__ void max_pool_kernel(MaxGeom<I> g, T* y, int64_t* idx, const T* x, I groups) {
   using A = acc_t<T>;
-  for (I o = static_cast<I>(grid_start()); o < total; o += static_cast<I>(grid_step())) {
-    const LocT<I> l = locate(o, g, g.Ho, g.Wo, g.H * g.W);
+  for (I o = static_cast<I>(grid_start()); o < groups; o += static_cast<I>(grid_step())) {
+    const LocT<I> l = locate_max(o, g, V, g.dHo, g.dWo, g.H * g.W);
     const I h0 = l.h * g.sh - g.ph, w0 = l.w * g.sw - g.pw;
-    A best = static_cast<A>(-INFINITY);
-    I bi = -1;
-    bool nan = false;
-    // Same scan and tests as the CPU kernel: the first NaN wins and stops the scan, else the
-    // first strict maximum.
-    for (I i = 0; i < g.kh && !nan; ++i) {
+    A best[V];
+    I bi[V];
+    bool nan[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      best[v] = static_cast<A>(-INFINITY);
+      bi[v] = -1;
+      nan[v] = false;
+    }
+    // Same scan and tests as the CPU kernel: the first NaN wins and ends the channel's scan, else
+    // the first strict maximum.
+    for (I i = 0; i < g.kh; ++i) {
       const I h = h0 + i * g.dh;
       if (h < 0 || h >= g.H) continue;
       for (I j = 0; j < g.kw; ++j) {
         const I w = w0 + j * g.dw;
         if (w < 0 || w >= g.W) continue;
-        const A v = load_as<A>(x, l.base + (h * g.W + w) * l.ps);
-        if (bi < 0 || v > best || isnan(v)) {
-          best = v;
-          bi = h * g.W + w;
-          if (isnan(v)) {
-            nan = true;
-            break;
+        const I at = l.base + (h * g.W + w) * l.ps;
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          if (nan[v]) continue;
+          const A val = load_as<A>(x, at + v);
+          if (bi[v] < 0 || val > best[v] || isnan(val)) {
+            best[v] = val;
+            bi[v] = h * g.W + w;
+            nan[v] = isnan(val);
           }
         }
       }
     }
-    y[o] = from_acc<T>(best);
-    idx[o] = static_cast<int64_t>(bi);
+    const I out = o * V;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      y[out + v] = from_acc<T>(best[v]);
+      idx[out + v] = static_cast<int64_t>(bi[v]);
+    }
   }
 }
 
 // Each input element sums gy over the outputs whose window holds it and whose argmax it is, in
 // output order (the CPU kernel's order of accumulation, so the sums agree bit for bit).
-template <typename T, typename I>
-__global__ void max_pool_backward_kernel(MaxGeom<I> g, T* gx, const T* gy, const int64_t* idx, I total) {
+template <typename T, typename I, int V>
+__global__ void max_pool_backward_kernel(MaxGeom<I> g, T* gx, const T* gy, const int64_t* idx, I groups) {
   using A = acc_t<T>;
   const I span_h = (g.kh - 1) * g.dh + 1, span_w = (g.kw - 1) * g.dw + 1;
-  for (I i = static_cast<I>(grid_start()); i < total; i += static_cast<I>(grid_step())) {
-    const LocT<I> l = locate(i, g, g.H, g.W, g.Ho * g.Wo);
+  for (I i = static_cast<I>(grid_start()); i < groups; i += static_cast<I>(grid_step())) {
+    const LocT<I> l = locate_max(i, g, V, g.dH, g.dW, g.Ho * g.Wo);
     const int64_t target = l.h * g.W + l.w;
     const I ph = l.h + g.ph, pw = l.w + g.pw;
-    const I oh0 = first_window(ph, span_h, g.sh), oh1 = min(g.Ho, ph / g.sh + 1);
-    const I ow0 = first_window(pw, span_w, g.sw), ow1 = min(g.Wo, pw / g.sw + 1);
-    A acc = A(0);
+    const I oh0 = ph < span_h ? 0 : g.dsh.div(ph - span_h) + 1, oh1 = min(g.Ho, g.dsh.div(ph) + 1);
+    const I ow0 = pw < span_w ? 0 : g.dsw.div(pw - span_w) + 1, ow1 = min(g.Wo, g.dsw.div(pw) + 1);
+    A acc[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) acc[v] = A(0);
     for (I oh = oh0; oh < oh1; ++oh)
       for (I ow = ow0; ow < ow1; ++ow) {
         const I o = l.base + (oh * g.Wo + ow) * l.ps;
-        if (idx[o] == target) acc += load_as<A>(gy, o);
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+          if (idx[o + v] == target) acc[v] += load_as<A>(gy, o + v);
       }
-    gx[i] = from_acc<T>(acc);
+    const I at = i * V;
+#pragma unroll
+    for (int v = 0; v < V; ++v) gx[at + v] = from_acc<T>(acc[v]);
   }
 }
 
@@ -277,6 +351,25 @@ int64_t out_numel(const PoolGeom& g) { return g.N * g.C * g.Ho * g.Wo; }
 // Whether 32-bit indices reach every element (with room for a grid-stride step past the end).
 bool fits_i32(const PoolGeom& g) { return std::max(in_numel(g), out_numel(g)) <= (int64_t{1} << 30); }
 
+// Channels per thread of the max-pooling kernels: up to 16 bytes of consecutive channels on
+// channels-last tensors whose channel count they divide, 1 otherwise.
+template <typename T> int max_pool_width(const PoolGeom& g) {
+  if (!g.nhwc) return 1;
+  for (int v = static_cast<int>(16 / sizeof(T)); v > 1; v /= 2)
+    if (g.C % v == 0) return v;
+  return 1;
+}
+
+// Calls f with the width as a compile-time constant (1, 2, 4 or 8).
+template <typename F> void with_width(int v, F&& f) {
+  switch (v) {
+    case 8: f(std::integral_constant<int, 8>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    default: f(std::integral_constant<int, 1>{}); break;
+  }
+}
+
 }  // namespace
 
 void launch_max_pool2d(DType dt, const PoolGeom& g, void* y, int64_t* idx, const void* x, cudaStream_t s) {
@@ -284,12 +377,21 @@ void launch_max_pool2d(DType dt, const PoolGeom& g, void* y, int64_t* idx, const
   if (n == 0) return;
   by_dtype(dt, "max_pool2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (fits_i32(g))
-      max_pool_kernel<T, int32_t><<<blocks_for(n, kThreads), kThreads, 0, s>>>(
-          max_geom<int32_t>(g), static_cast<T*>(y), idx, static_cast<const T*>(x), static_cast<int32_t>(n));
-    else
-      max_pool_kernel<T, int64_t><<<blocks_for(n, kThreads), kThreads, 0, s>>>(
-          max_geom<int64_t>(g), static_cast<T*>(y), idx, static_cast<const T*>(x), n);
+    T* yp = static_cast<T*>(y);
+    const T* xp = static_cast<const T*>(x);
+    if (fits_i32(g)) {
+      with_width(max_pool_width<T>(g), [&](auto width) {
+        constexpr int V = decltype(width)::value;
+        if constexpr (V * sizeof(T) <= 16) {
+          const int64_t groups = n / V;
+          max_pool_kernel<T, int32_t, V><<<blocks_for(groups, kThreads), kThreads, 0, s>>>(
+              max_geom<int32_t>(g, V), yp, idx, xp, static_cast<int32_t>(groups));
+        }
+      });
+    } else {
+      max_pool_kernel<T, int64_t, 1><<<blocks_for(n, kThreads), kThreads, 0, s>>>(max_geom<int64_t>(g, 1), yp, idx,
+                                                                                   xp, n);
+    }
     MPX_CUDA_LAUNCH_CHECK("max_pool2d");
   });
 }
@@ -300,12 +402,21 @@ void launch_max_pool2d_backward(DType dt, const PoolGeom& g, void* gx, const voi
   if (n == 0) return;
   by_dtype(dt, "max_pool2d backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (fits_i32(g))
-      max_pool_backward_kernel<T, int32_t><<<blocks_for(n, kThreads), kThreads, 0, s>>>(
-          max_geom<int32_t>(g), static_cast<T*>(gx), static_cast<const T*>(gy), idx, static_cast<int32_t>(n));
-    else
-      max_pool_backward_kernel<T, int64_t><<<blocks_for(n, kThreads), kThreads, 0, s>>>(
-          max_geom<int64_t>(g), static_cast<T*>(gx), static_cast<const T*>(gy), idx, n);
+    T* gxp = static_cast<T*>(gx);
+    const T* gyp = static_cast<const T*>(gy);
+    if (fits_i32(g)) {
+      with_width(max_pool_width<T>(g), [&](auto width) {
+        constexpr int V = decltype(width)::value;
+        if constexpr (V * sizeof(T) <= 16) {
+          const int64_t groups = n / V;
+          max_pool_backward_kernel<T, int32_t, V><<<blocks_for(groups, kThreads), kThreads, 0, s>>>(
+              max_geom<int32_t>(g, V), gxp, gyp, idx, static_cast<int32_t>(groups));
+        }
+      });
+    } else {
+      max_pool_backward_kernel<T, int64_t, 1><<<blocks_for(n, kThreads), kThreads, 0, s>>>(
+          max_geom<int64_t>(g, 1), gxp, gyp, idx, n);
+    }
     MPX_CUDA_LAUNCH_CHECK("max_pool2d backward");
   });
 }
