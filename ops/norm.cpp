@@ -207,17 +207,23 @@ Tensor batch_norm(const Tensor& x0, const Tensor& running_mean, const Tensor& ru
   return y;
 }
 
-Tensor batch_norm_add_relu(const Tensor& x0, const Tensor& z, const Tensor& running_mean, const Tensor& running_var,
-                           const Tensor& weight0, const Tensor& bias0, bool training, double momentum, double eps) {
-  MPX_CHECK(z.defined(), "batch_norm_add_relu: the residual z is undefined");
-  const BnArgs a = check_bn("batch_norm_add_relu", x0, running_mean, running_var, weight0, bias0, training,
-                            OpId::batch_norm_add_relu);
+namespace {
+// relu(batch_norm(x) + z), or relu(batch_norm(x)) when z is undefined, on the fused kernels
+// (batch_norm_add_relu's or batch_norm_relu's); the composite where they do not apply.
+Tensor bn_relu(const Tensor& x0, const Tensor& z, const Tensor& running_mean, const Tensor& running_var,
+               const Tensor& weight0, const Tensor& bias0, bool training, double momentum, double eps) {
+  const bool add = z.defined();
+  const char* op = add ? "batch_norm_add_relu" : "batch_norm_relu";
+  const OpId fwd = add ? OpId::batch_norm_add_relu : OpId::batch_norm_relu;
+  const BnArgs a = check_bn(op, x0, running_mean, running_var, weight0, bias0, training, fwd);
   const Tensor &x = a.x, &w = a.w, &b = a.b;
   // The kernels take z exactly like x; a broadcast z or one of another dtype (the add would
   // promote) goes through the composite, which defines the result.
-  if (z.sizes() != x.sizes() || z.dtype() != x.dtype() || z.device() != x.device() || x.numel() == 0 ||
-      !dispatch::has_kernel(OpId::batch_norm_add_relu, x.device().type, x.dtype()))
-    return relu(batch_norm(x, running_mean, running_var, w, b, training, momentum, eps) + z);
+  if ((add && (z.sizes() != x.sizes() || z.dtype() != x.dtype() || z.device() != x.device())) || x.numel() == 0 ||
+      !dispatch::has_kernel(fwd, x.device().type, x.dtype())) {
+    const Tensor y = batch_norm(x, running_mean, running_var, w, b, training, momentum, eps);
+    return relu(add ? y + z : y);
+  }
 
   const bool nhwc = a.nhwc;
   const MemoryFormat kf = nhwc ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
@@ -227,12 +233,14 @@ Tensor batch_norm_add_relu(const Tensor& x0, const Tensor& z, const Tensor& runn
   {
     NoGradGuard ng;
     const kernels::BnRunning run = running_for_kernel(a, running_mean, running_var, training, momentum);
-    reserve = dispatch::kernel<OpId::batch_norm_add_relu>(x.device(), x.dtype())(
-        as_kernel(y), mean, var, invstd, as_kernel(x), as_kernel(z), stat_copy(w, a.sd), stat_copy(b, a.sd), training,
-        eps, run);
+    const Tensor ws = stat_copy(w, a.sd), bs = stat_copy(b, a.sd);
+    reserve = add ? dispatch::kernel<OpId::batch_norm_add_relu>(x.device(), x.dtype())(
+                        as_kernel(y), mean, var, invstd, as_kernel(x), as_kernel(z), ws, bs, training, eps, run)
+                  : dispatch::kernel<OpId::batch_norm_relu>(x.device(), x.dtype())(
+                        as_kernel(y), mean, var, invstd, as_kernel(x), ws, bs, training, eps, run);
     finish_running(run, running_mean, running_var);
   }
-  auto backward = [training, eps, s3 = a.s3, nhwc](FunctionNode& self, const tensor_list& g) -> tensor_list {
+  auto backward = [add, training, eps, s3 = a.s3, nhwc](FunctionNode& self, const tensor_list& g) -> tensor_list {
     Tensor x = self.saved(0), y = self.saved(1), w = self.saved(2), b = self.saved(3);
     Tensor mean = self.saved(4), invstd = self.saved(5), reserve = self.saved(6);
     Tensor gy = g[0].dtype() == x.dtype() ? g[0] : g[0].to(x.dtype());
@@ -241,32 +249,52 @@ Tensor batch_norm_add_relu(const Tensor& x0, const Tensor& z, const Tensor& runn
       // Recorded backward (create_graph): the composite's, from differentiable ops.
       Tensor gr = threshold_backward(gy, y, 0.0);
       r = batch_norm_backward_composite(gr, x, w, mean, invstd, training, eps);
-      r.insert(r.begin() + 1, gr);
+      if (add) r.insert(r.begin() + 1, gr);
     } else {
       const int64_t C = x.size(1);
+      const size_t k = add ? 1 : 0;  // inputs: x, z (add only), weight, bias
       const TensorOptions so = mean.options(), xo = kernel_layout(x, nhwc);
       auto as_kernel = [&](const Tensor& t) {
         return !t.defined() ? t : nhwc ? t.contiguous(MemoryFormat::ChannelsLast) : t.contiguous().view(s3);
       };
       Tensor gx = self.next_edges[0].valid() ? empty(x.sizes(), xo) : Tensor();
-      Tensor gz = self.next_edges[1].valid() ? empty(x.sizes(), xo) : Tensor();
-      Tensor gw = self.next_edges[2].valid() ? empty({C}, so) : Tensor();
-      Tensor gb = self.next_edges[3].valid() ? empty({C}, so) : Tensor();
+      Tensor gz = add && self.next_edges[1].valid() ? empty(x.sizes(), xo) : Tensor();
+      Tensor gw = self.next_edges[k + 1].valid() ? empty({C}, so) : Tensor();
+      Tensor gb = self.next_edges[k + 2].valid() ? empty({C}, so) : Tensor();
       if (!nhwc) gy = gy.contiguous();
-      dispatch::kernel<OpId::batch_norm_add_relu_backward>(x.device(),
-                                                            x.dtype())(
-          as_kernel(gx), as_kernel(gz), gw, gb, as_kernel(gy), as_kernel(x), as_kernel(y), mean, invstd,
-          stat_copy(w, mean.dtype()), stat_copy(b, mean.dtype()), reserve, training);
-      r = {gx, gz, gw, gb};
+      const Tensor ws = stat_copy(w, mean.dtype()), bs = stat_copy(b, mean.dtype());
+      if (add)
+        dispatch::kernel<OpId::batch_norm_add_relu_backward>(x.device(), x.dtype())(
+            as_kernel(gx), as_kernel(gz), gw, gb, as_kernel(gy), as_kernel(x), as_kernel(y), mean, invstd, ws, bs,
+            reserve, training);
+      else
+        dispatch::kernel<OpId::batch_norm_relu_backward>(x.device(), x.dtype())(
+            as_kernel(gx), gw, gb, as_kernel(gy), as_kernel(x), as_kernel(y), mean, invstd, ws, bs, reserve,
+            training);
+      r = add ? tensor_list{gx, gz, gw, gb} : tensor_list{gx, gw, gb};
     }
     return finish_grads(self, std::move(r), w, b);
   };
-  if (auto n = autograd::record("BatchNormAddReluBackward", {x, z, w, b}, {y}, backward)) {
+  const tensor_list inputs = add ? tensor_list{x, z, w, b} : tensor_list{x, w, b};
+  if (auto n = autograd::record(add ? "BatchNormAddReluBackward" : "BatchNormReluBackward", inputs, {y}, backward)) {
     n->save(x);
     n->save(y, true);
     for (const Tensor& t : {w, b, mean, invstd, reserve}) n->save(t);
   }
   return y;
+}
+}  // namespace
+
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& z, const Tensor& running_mean, const Tensor& running_var,
+                           const Tensor& weight, const Tensor& bias, bool training, double momentum, double eps) {
+  MPX_CHECK(z.defined(), "batch_norm_add_relu: the residual z is undefined (batch_norm_relu is the fused op "
+                         "without one)");
+  return bn_relu(x, z, running_mean, running_var, weight, bias, training, momentum, eps);
+}
+
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, bool training, double momentum, double eps) {
+  return bn_relu(x, Tensor(), running_mean, running_var, weight, bias, training, momentum, eps);
 }
 
 Tensor layer_norm(const Tensor& x0, const IntList& normalized_shape, const Tensor& weight0, const Tensor& bias0,

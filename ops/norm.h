@@ -17,6 +17,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 Tensor batch_norm_add_relu(const Tensor& x, const Tensor& z, const Tensor& running_mean, const Tensor& running_var,
                            const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
                            double eps = 1e-5);
+/// relu(batch_norm(x)) in one pass, the conv, batch norm, ReLU of every ResNet block and stem
+/// (cuDNN's fused batch-norm + activation on NHWC activations; one rounding of the result on
+/// every device). Statistics, running updates and errors are batch_norm's.
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
 /// Layer norm over the trailing dims given by normalized_shape.
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},
                   double eps = 1e-5);
@@ -63,4 +68,12 @@ using BatchNormAddReluBackwardFn = void (*)(const Tensor& gx, const Tensor& gz, 
                                             const Tensor& gbias, const Tensor& gy, const Tensor& x, const Tensor& y,
                                             const Tensor& mean, const Tensor& invstd, const Tensor& weight,
                                             const Tensor& bias, const Tensor& reserve, bool training);
+/// Fused y = max(bn(x), 0) (one rounding): the arguments and the returned reserve as BatchNormFn.
+using BatchNormReluFn = BatchNormFn;
+/// Its backward: gx, gweight, gbias are batch norm's backward of gy where y > 0 (else 0); any
+/// may be undefined. y, bias and reserve as in BatchNormAddReluBackwardFn.
+using BatchNormReluBackwardFn = void (*)(const Tensor& gx, const Tensor& gweight, const Tensor& gbias, const Tensor& gy,
+                                         const Tensor& x, const Tensor& y, const Tensor& mean, const Tensor& invstd,
+                                         const Tensor& weight, const Tensor& bias, const Tensor& reserve,
+                                         bool training);
 }  // namespace mpx::kernels

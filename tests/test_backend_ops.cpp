@@ -244,6 +244,10 @@ std::map<std::string, Case> kernel_cases() {
     Tensor x = s.leaf({4, 3, 5, 5}), z = s.leaf({4, 3, 5, 5}), w = s.param({3}, true), b = s.param({3}, true);
     return with_grads(s, batch_norm_add_relu(x, z, Tensor(), Tensor(), w, b, true), {x, z, w, b});
   };
+  m["batch_norm_relu"] = m["batch_norm_relu_backward"] = [](Sample& s) {
+    Tensor x = s.leaf({4, 3, 5, 5}), w = s.param({3}, true), b = s.param({3}, true);
+    return with_grads(s, batch_norm_relu(x, Tensor(), Tensor(), w, b, true), {x, w, b});
+  };
   m["dropout"] = [](Sample& s) {
     Tensor x = s.randn({8, 16});
     manual_seed(9);

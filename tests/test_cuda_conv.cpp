@@ -318,11 +318,12 @@ TEST_CASE("cuda batch_norm forward, running stats and backward match the CPU", "
 }
 
 namespace {
-// batch_norm_add_relu on both devices: y, running statistics and the x, z, weight, bias grads.
-// The ReLU's kink makes elements near 0 flip between devices; gy is zeroed there.
-void check_fused_bn(DType dt, bool training, bool channels_last) {
-  INFO("batch_norm_add_relu " << dtype_name(dt) << (training ? " training" : " eval")
-                              << (channels_last ? ", channels-last" : ""));
+// batch_norm_add_relu (add) or batch_norm_relu on both devices: y, running statistics and the
+// x, z, weight, bias grads. The ReLU's kink makes elements near 0 flip between devices; gy is
+// zeroed there.
+void check_fused_bn(bool add, DType dt, bool training, bool channels_last) {
+  INFO((add ? "batch_norm_add_relu " : "batch_norm_relu ")
+       << dtype_name(dt) << (training ? " training" : " eval") << (channels_last ? ", channels-last" : ""));
   manual_seed(22);
   const DType wdt = dt == kFloat64 ? kFloat64 : kFloat32;
   const IntList shape{8, 16, 7, 9};  // C % 8 == 0: what cuDNN's fused NHWC kernels want
@@ -331,8 +332,10 @@ void check_fused_bn(DType dt, bool training, bool channels_last) {
   Pair2 w = leaves({16}, wdt), b = leaves({16}, wdt);
   Tensor rm = randn({16}).to(wdt), rv = (rand({16}) + 0.5).to(wdt);
   Tensor rmd = rm.to(Device::cuda()), rvd = rv.to(Device::cuda());
-  Tensor yc = batch_norm_add_relu(x.cpu, z.cpu, rm, rv, w.cpu, b.cpu, training, 0.1, 1e-5);
-  Tensor yd = batch_norm_add_relu(x.dev, z.dev, rmd, rvd, w.dev, b.dev, training, 0.1, 1e-5);
+  Tensor yc = add ? batch_norm_add_relu(x.cpu, z.cpu, rm, rv, w.cpu, b.cpu, training, 0.1, 1e-5)
+                  : batch_norm_relu(x.cpu, rm, rv, w.cpu, b.cpu, training, 0.1, 1e-5);
+  Tensor yd = add ? batch_norm_add_relu(x.dev, z.dev, rmd, rvd, w.dev, b.dev, training, 0.1, 1e-5)
+                  : batch_norm_relu(x.dev, rmd, rvd, w.dev, b.dev, training, 0.1, 1e-5);
   const double tol = bn_tol(dt), stol = bn_tol(wdt);
   CHECK(yd.is_contiguous(channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous));
   expect_close(yd, yc, tol, "output");
@@ -342,17 +345,18 @@ void check_fused_bn(DType dt, bool training, bool channels_last) {
   yc.backward(gy);
   yd.backward(gy.to(Device::cuda()));
   expect_close(x.dev.grad(), x.cpu.grad(), tol, "input grad");
-  expect_close(z.dev.grad(), z.cpu.grad(), tol, "residual grad");
+  if (add) expect_close(z.dev.grad(), z.cpu.grad(), tol, "residual grad");
   expect_close(w.dev.grad(), w.cpu.grad(), stol, "weight grad");
   expect_close(b.dev.grad(), b.cpu.grad(), stol, "bias grad");
 }
 }  // namespace
 
-TEST_CASE("cuda batch_norm_add_relu matches the CPU in every dtype and layout", "[cuda][norm]") {
+TEST_CASE("cuda batch_norm_add_relu and batch_norm_relu match the CPU in every dtype and layout", "[cuda][norm]") {
   if (!cuda_ready() || !has_cudnn_kernels()) return;
-  for (DType dt : kTypes)
-    for (bool training : {true, false})
-      for (bool cl : {false, true}) check_fused_bn(dt, training, cl);
+  for (bool add : {true, false})
+    for (DType dt : kTypes)
+      for (bool training : {true, false})
+        for (bool cl : {false, true}) check_fused_bn(add, dt, training, cl);
 }
 
 TEST_CASE("a ResNet-18 SGD step on the GPU matches the CPU", "[cuda][conv][models]") {

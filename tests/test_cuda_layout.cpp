@@ -79,7 +79,8 @@ TEST_CASE("a channels-last conv net trains on the GPU without layout round trips
   CHECK(cuda::layout_conversions() - before == 0);
 }
 
-TEST_CASE("batch_norm_add_relu on channels-last f16 runs on cuDNN's fused NHWC kernels", "[cuda][layout]") {
+TEST_CASE("batch_norm_add_relu and batch_norm_relu on channels-last f16 run on cuDNN's fused NHWC kernels",
+          "[cuda][layout]") {
   if (!testing::cuda_ready()) return;
   if (!dispatch::has_kernel(OpId::batch_norm_add_relu, DeviceType::kCUDA, kFloat16)) {
     WARN("skipped: this build has no cuDNN batch norm");
@@ -89,23 +90,26 @@ TEST_CASE("batch_norm_add_relu on channels-last f16 runs on cuDNN's fused NHWC k
   auto cl = [](const Tensor& t) {
     return t.to(Device::cuda()).contiguous(MemoryFormat::ChannelsLast).detach().set_requires_grad(true);
   };
-  Tensor x = cl(randn({16, 64, 14, 14}).to(kFloat16)), z = cl(randn({16, 64, 14, 14}).to(kFloat16));
-  Tensor w = ones({64}, TensorOptions().device(Device::cuda())).set_requires_grad(true);
-  Tensor b = zeros({64}, TensorOptions().device(Device::cuda())).set_requires_grad(true);
-  // The incoming gradient in the output's layout, as a channels-last model's next layer gives it.
-  const Tensor gy = ones({16, 64, 14, 14}, TensorOptions().dtype(kFloat16).device(Device::cuda()).memory_format(
-                                               MemoryFormat::ChannelsLast));
-  const int64_t before = cuda::layout_conversions(), fallbacks = cuda::cudnn_fallbacks();
-  Tensor y = batch_norm_add_relu(x, z, {}, {}, w, b, true);
-  y.backward(gy);
-  cuda::synchronize();
-  INFO("a layout conversion here means cuDNN refused its fused kernels and the NCHW fallback ran");
-  CHECK(cuda::layout_conversions() - before == 0);
-  INFO("last cuDNN fallback: " << cuda::cudnn_last_fallback());
-  CHECK(cuda::cudnn_fallbacks() - fallbacks == 0);
-  CHECK(y.is_contiguous(MemoryFormat::ChannelsLast));
-  CHECK(x.grad().is_contiguous(MemoryFormat::ChannelsLast));
-  CHECK(z.grad().is_contiguous(MemoryFormat::ChannelsLast));
+  for (bool add : {true, false}) {
+    INFO((add ? "batch_norm_add_relu" : "batch_norm_relu"));
+    Tensor x = cl(randn({16, 64, 14, 14}).to(kFloat16)), z = cl(randn({16, 64, 14, 14}).to(kFloat16));
+    Tensor w = ones({64}, TensorOptions().device(Device::cuda())).set_requires_grad(true);
+    Tensor b = zeros({64}, TensorOptions().device(Device::cuda())).set_requires_grad(true);
+    // The incoming gradient in the output's layout, as a channels-last model's next layer gives it.
+    const Tensor gy = ones({16, 64, 14, 14}, TensorOptions().dtype(kFloat16).device(Device::cuda()).memory_format(
+                                                 MemoryFormat::ChannelsLast));
+    const int64_t before = cuda::layout_conversions(), fallbacks = cuda::cudnn_fallbacks();
+    Tensor y = add ? batch_norm_add_relu(x, z, {}, {}, w, b, true) : batch_norm_relu(x, {}, {}, w, b, true);
+    y.backward(gy);
+    cuda::synchronize();
+    INFO("a layout conversion here means cuDNN refused its fused kernels and the NCHW fallback ran");
+    CHECK(cuda::layout_conversions() - before == 0);
+    INFO("last cuDNN fallback: " << cuda::cudnn_last_fallback());
+    CHECK(cuda::cudnn_fallbacks() - fallbacks == 0);
+    CHECK(y.is_contiguous(MemoryFormat::ChannelsLast));
+    CHECK(x.grad().is_contiguous(MemoryFormat::ChannelsLast));
+    if (add) CHECK(z.grad().is_contiguous(MemoryFormat::ChannelsLast));
+  }
 }
 
 TEST_CASE("a channels-last ResNet-18 step on the GPU converts no layouts", "[cuda][layout]") {

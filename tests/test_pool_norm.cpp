@@ -77,8 +77,8 @@ TEST_CASE("batch norm updates running statistics kept in another dtype or stride
   manual_seed(3);
   const Tensor x = randn({4, 3, 5, 5}) * 2.0 + 1.0;
   const Tensor mean = x.mean({0, 2, 3}), var = x.var({0, 2, 3}, /*unbiased=*/true);
-  for (const bool fused : {false, true}) {
-    INFO((fused ? "batch_norm_add_relu" : "batch_norm"));
+  for (const int fused : {0, 1, 2}) {
+    INFO((fused == 2 ? "batch_norm_relu" : fused == 1 ? "batch_norm_add_relu" : "batch_norm"));
     // f64 buffers beside f32 statistics, and every other element of a [6] buffer.
     Tensor rm64 = zeros({3}, TensorOptions(kFloat64)), rv64 = ones({3}, TensorOptions(kFloat64));
     Tensor rm_all = full({6}, 7.0), rv_all = full({6}, 7.0);
@@ -87,7 +87,8 @@ TEST_CASE("batch norm updates running statistics kept in another dtype or stride
     rv_s.fill_(1.0);
     rm_s.zero_();
     for (auto [rm, rv] : {std::pair{rm64, rv64}, std::pair{rm_s, rv_s}}) {
-      if (fused) (void)batch_norm_add_relu(x, zeros_like(x), rm, rv, Tensor(), Tensor(), true, 0.25, 1e-5);
+      if (fused == 2) (void)batch_norm_relu(x, rm, rv, Tensor(), Tensor(), true, 0.25, 1e-5);
+      else if (fused == 1) (void)batch_norm_add_relu(x, zeros_like(x), rm, rv, Tensor(), Tensor(), true, 0.25, 1e-5);
       else (void)batch_norm(x, rm, rv, Tensor(), Tensor(), true, 0.25, 1e-5);
       CHECK(mpx::testing::rel_err(rm.to(kFloat32), mean * 0.25) < 1e-6);
       CHECK(mpx::testing::rel_err(rv.to(kFloat32), var * 0.25 + 0.75) < 1e-6);
@@ -305,11 +306,12 @@ TEST_CASE("batch_norm validation errors", "[norm][errors]") {
 }
 
 namespace {
-// batch_norm_add_relu against relu(batch_norm(x) + z): output, running statistics and the
-// gradients of x, z, weight and bias.
-void check_fused_bn(DType dt, DType wdt, bool training, bool channels_last, double tol) {
-  INFO(dtype_name(dt) << " (stats " << dtype_name(wdt) << ") " << (training ? "training" : "eval")
-                      << (channels_last ? ", channels-last" : ""));
+// batch_norm_add_relu against relu(batch_norm(x) + z) (add), or batch_norm_relu against
+// relu(batch_norm(x)): output, running statistics and the gradients of x, z, weight and bias.
+void check_fused_bn(bool add, DType dt, DType wdt, bool training, bool channels_last, double tol) {
+  INFO((add ? "batch_norm_add_relu " : "batch_norm_relu ")
+       << dtype_name(dt) << " (stats " << dtype_name(wdt) << ") " << (training ? "training" : "eval")
+       << (channels_last ? ", channels-last" : ""));
   manual_seed(24);
   auto make = [&](const Tensor& t) {
     Tensor v = t.to(dt);
@@ -322,8 +324,10 @@ void check_fused_bn(DType dt, DType wdt, bool training, bool channels_last, doub
   Tensor b = randn({3}).to(wdt).detach().set_requires_grad(true), br = b.detach().clone().set_requires_grad(true);
   Tensor rm = randn({3}).to(wdt), rv = (rand({3}) + 0.5).to(wdt), rmr = rm.clone(), rvr = rv.clone();
 
-  Tensor y = batch_norm_add_relu(x, z, rm, rv, w, b, training, 0.1, 1e-5);
-  Tensor yr = relu(batch_norm(xr, rmr, rvr, wr, br, training, 0.1, 1e-5) + zr);
+  Tensor y = add ? batch_norm_add_relu(x, z, rm, rv, w, b, training, 0.1, 1e-5)
+                 : batch_norm_relu(x, rm, rv, w, b, training, 0.1, 1e-5);
+  Tensor bn = batch_norm(xr, rmr, rvr, wr, br, training, 0.1, 1e-5);
+  Tensor yr = relu(add ? bn + zr : bn);
   CHECK(y.dtype() == dt);
   CHECK(y.is_contiguous(channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous));
   CHECK(close(y, yr, tol, tol));
@@ -336,34 +340,41 @@ void check_fused_bn(DType dt, DType wdt, bool training, bool channels_last, doub
   (y * gy * away).sum().backward();
   (yr * gy * away).sum().backward();
   CHECK(close(x.grad(), xr.grad(), 10 * tol, 10 * tol));
-  CHECK(close(z.grad(), zr.grad(), tol, tol));
+  if (add) CHECK(close(z.grad(), zr.grad(), tol, tol));
   CHECK(close(w.grad(), wr.grad(), 10 * tol, 10 * tol));
   CHECK(close(b.grad(), br.grad(), 10 * tol, 10 * tol));
   CHECK(w.grad().dtype() == wdt);
 }
 }  // namespace
 
-TEST_CASE("batch_norm_add_relu equals relu(batch_norm(x) + z) in every dtype and layout", "[norm]") {
-  for (bool training : {true, false})
-    for (bool cl : {false, true}) {
-      check_fused_bn(kFloat64, kFloat64, training, cl, 1e-12);
-      check_fused_bn(kFloat32, kFloat32, training, cl, 1e-5);
-      check_fused_bn(kFloat16, kFloat32, training, cl, 2e-3);
-      check_fused_bn(kBFloat16, kFloat32, training, cl, 1.6e-2);
-    }
+TEST_CASE("batch_norm_add_relu and batch_norm_relu equal their composites in every dtype and layout", "[norm]") {
+  for (bool add : {true, false})
+    for (bool training : {true, false})
+      for (bool cl : {false, true}) {
+        check_fused_bn(add, kFloat64, kFloat64, training, cl, 1e-12);
+        check_fused_bn(add, kFloat32, kFloat32, training, cl, 1e-5);
+        check_fused_bn(add, kFloat16, kFloat32, training, cl, 2e-3);
+        check_fused_bn(add, kBFloat16, kFloat32, training, cl, 1.6e-2);
+      }
 }
 
-TEST_CASE("batch_norm_add_relu gradcheck, composite fallbacks and errors", "[norm][gradcheck]") {
+TEST_CASE("batch_norm_add_relu and batch_norm_relu gradcheck, composite fallbacks and errors", "[norm][gradcheck]") {
   manual_seed(25);
   // Shifted so that no value sits within the finite difference's step of the ReLU's kink.
   Tensor x = leaf({3, 2, 4, 3}, 2.0, 1.0), z = leaf({3, 2, 4, 3}), w = leaf({2}, 0.5, 1.0), b = leaf({2});
   Tensor rm = randn({2}, kFloat64), rv = rand({2}, kFloat64) + 0.5;
   for (bool training : {true, false}) {
+    INFO((training ? "training" : "eval"));
     auto f = [&](const tensor_list& t) {
       return batch_norm_add_relu(t[0], t[1], training ? Tensor() : rm, training ? Tensor() : rv, t[2], t[3], training);
     };
     CHECK(gradcheck(f, {x, z, w, b}) == "");
     CHECK(gradgradcheck(f, {x, z, w, b}) == "");
+    auto g = [&](const tensor_list& t) {
+      return batch_norm_relu(t[0], training ? Tensor() : rm, training ? Tensor() : rv, t[1], t[2], training);
+    };
+    CHECK(gradcheck(g, {x, w, b}) == "");
+    CHECK(gradgradcheck(g, {x, w, b}) == "");
   }
   // A broadcast residual or one of another dtype: the composite, with the add's promotion.
   Tensor xf = randn({2, 3, 4, 4}), zb = randn({1, 3, 1, 1});
@@ -374,6 +385,13 @@ TEST_CASE("batch_norm_add_relu gradcheck, composite fallbacks and errors", "[nor
   REQUIRE_THROWS_WITH(batch_norm_add_relu(xf, xf, {}, {}, ones({4}), {}, true),
                       Catch::Contains("batch_norm_add_relu") && Catch::Contains("3 elements"));
   REQUIRE_THROWS_WITH(batch_norm_add_relu(xf, randn({2, 3, 4, 5}), {}, {}, {}, {}, true), Catch::Contains("4, 5"));
+  // batch_norm_relu checks as batch_norm does, under its own name; empty input: the composite.
+  REQUIRE_THROWS_WITH(batch_norm_relu(xf, {}, {}, ones({4}), {}, true),
+                      Catch::Contains("batch_norm_relu") && Catch::Contains("3 elements"));
+  REQUIRE_THROWS_WITH(batch_norm_relu(xf, {}, {}, {}, {}, false), Catch::Contains("running_mean"));
+  REQUIRE_THROWS_WITH(batch_norm_relu(randn({1, 3}), {}, {}, {}, {}, true),
+                      Catch::Contains("more than 1 value per channel"));
+  CHECK(batch_norm_relu(zeros({0, 3, 2, 2}), zeros({3}), ones({3}), {}, {}, false).sizes() == IntList{0, 3, 2, 2});
 }
 
 TEST_CASE("layer_norm and group_norm", "[norm][gradcheck]") {

@@ -76,18 +76,32 @@ GradCoef<A> grad_coef(int64_t c, double sg, double sgx, int64_t M, const St* mp,
           t ? static_cast<A>(sgx * is * is / static_cast<double>(M)) : A(0), static_cast<A>(mp[c])};
 }
 
+// What follows the normalization in a forward kernel: nothing, a ReLU, or the add of z and a
+// ReLU (each rounded once, at the end).
+enum class Epi { kNone, kRelu, kAddRelu };
+
+// The epilogue of one value v = bn(x) (z: the residual's value, used by kAddRelu only).
+template <Epi E, typename T, typename A> T epilogue(A v, const T* z, int64_t i) {
+  if constexpr (E == Epi::kNone) {
+    return T(v);
+  } else {
+    if constexpr (E == Epi::kAddRelu) v = static_cast<A>(v + static_cast<A>(z[i]));
+    return v > A(0) ? T(v) : T(A(0));  // NaN -> 0, as relu
+  }
+}
+
 // Rows of C channels per chunk of the channels-last loops.
 int64_t rows_per_chunk(int64_t C) { return std::max<int64_t>(1, kGrain / std::max<int64_t>(C, 1)); }
 
-// Batch norm forward; Fused: y = max(bn(x) + z, 0), rounded once.
-template <typename T, bool Fused>
+// Batch norm forward, then the epilogue E.
+template <typename T, Epi E>
 void forward(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd, const Tensor& x,
              const Tensor& z, const Tensor& weight, const Tensor& bias, bool training, double eps) {
   using St = stat_t<T>;
   using A = acc_t<T>;
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2), M = N * S;
   const T* xp = static_cast<const T*>(x.raw_data());
-  const T* zp = Fused ? static_cast<const T*>(z.raw_data()) : nullptr;
+  const T* zp = E == Epi::kAddRelu ? static_cast<const T*>(z.raw_data()) : nullptr;
   T* yp = static_cast<T*>(y.raw_data());
   St *mp = mut<St>(mean), *vp = mut<St>(var), *ip = mut<St>(invstd);
   const St *wp = mut<St>(weight), *bp = mut<St>(bias);
@@ -115,15 +129,8 @@ void forward(const Tensor& y, const Tensor& mean, const Tensor& var, const Tenso
     for (int64_t n = 0; n < N; ++n) {
       const T* r = xp + (n * C + c) * S;
       T* o = yp + (n * C + c) * S;
-      if constexpr (Fused) {
-        const T* zr = zp + (n * C + c) * S;
-        for (int64_t i = 0; i < S; ++i) {
-          const A v = static_cast<A>(static_cast<A>(r[i]) * scale + shift) + static_cast<A>(zr[i]);
-          o[i] = v > A(0) ? T(v) : T(A(0));  // NaN -> 0, as relu
-        }
-      } else {
-        for (int64_t i = 0; i < S; ++i) o[i] = T(static_cast<A>(static_cast<A>(r[i]) * scale + shift));
-      }
+      const T* zr = zp ? zp + (n * C + c) * S : nullptr;
+      for (int64_t i = 0; i < S; ++i) o[i] = epilogue<E>(static_cast<A>(static_cast<A>(r[i]) * scale + shift), zr, i);
     }
   });
 }
@@ -187,14 +194,14 @@ double chunk_total(const std::vector<double>& partial, int64_t C, int k, int64_t
   return t;
 }
 
-template <typename T, bool Fused>
+template <typename T, Epi E>
 void forward_nhwc(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd, const Tensor& x,
                   const Tensor& z, const Tensor& weight, const Tensor& bias, bool training, double eps) {
   using St = stat_t<T>;
   using A = acc_t<T>;
   const int64_t C = x.size(1), R = x.numel() / C;
   const T* xp = static_cast<const T*>(x.raw_data());
-  const T* zp = Fused ? static_cast<const T*>(z.raw_data()) : nullptr;
+  const T* zp = E == Epi::kAddRelu ? static_cast<const T*>(z.raw_data()) : nullptr;
   T* yp = static_cast<T*>(y.raw_data());
   St *mp = mut<St>(mean), *vp = mut<St>(var), *ip = mut<St>(invstd);
   const St *wp = mut<St>(weight), *bp = mut<St>(bias);
@@ -223,15 +230,9 @@ void forward_nhwc(const Tensor& y, const Tensor& mean, const Tensor& var, const 
     for (int64_t r = b; r < e; ++r) {
       const T* row = xp + r * C;
       T* o = yp + r * C;
-      if constexpr (Fused) {
-        const T* zr = zp + r * C;
-        for (int64_t c = 0; c < C; ++c) {
-          const A v = static_cast<A>(static_cast<A>(row[c]) * scale[c] + shift[c]) + static_cast<A>(zr[c]);
-          o[c] = v > A(0) ? T(v) : T(A(0));  // NaN -> 0, as relu
-        }
-      } else {
-        for (int64_t c = 0; c < C; ++c) o[c] = T(static_cast<A>(static_cast<A>(row[c]) * scale[c] + shift[c]));
-      }
+      const T* zr = zp ? zp + r * C : nullptr;
+      for (int64_t c = 0; c < C; ++c)
+        o[c] = epilogue<E>(static_cast<A>(static_cast<A>(row[c]) * scale[c] + shift[c]), zr, c);
     }
   });
 }
@@ -276,11 +277,11 @@ void backward_nhwc(const Tensor& gx, const Tensor& gweight, const Tensor& gbias,
 }
 
 // The kernels' two layouts: [N, C, S] views (row-major) and 4-d channels-last tensors.
-template <typename T, bool Fused>
+template <typename T, Epi E>
 void forward_any(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd, const Tensor& x,
                  const Tensor& z, const Tensor& weight, const Tensor& bias, bool training, double eps) {
-  if (x.dim() == 4) forward_nhwc<T, Fused>(y, mean, var, invstd, x, z, weight, bias, training, eps);
-  else forward<T, Fused>(y, mean, var, invstd, x, z, weight, bias, training, eps);
+  if (x.dim() == 4) forward_nhwc<T, E>(y, mean, var, invstd, x, z, weight, bias, training, eps);
+  else forward<T, E>(y, mean, var, invstd, x, z, weight, bias, training, eps);
 }
 template <typename T>
 void backward_any(const Tensor& gx, const Tensor& gweight, const Tensor& gbias, const Tensor& gy, const Tensor& x,
@@ -302,11 +303,11 @@ void update_running(const kernels::BnRunning& r, const Tensor& mean, const Tenso
     rv[c] = static_cast<S>(rv[c] + m * (static_cast<double>(bv[c]) * unbias - rv[c]));
   }
 }
-template <typename T, bool Fused>
+template <typename T, Epi E>
 Tensor forward_kernel(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd, const Tensor& x,
                       const Tensor& z, const Tensor& weight, const Tensor& bias, bool training, double eps,
                       const kernels::BnRunning& running) {
-  forward_any<T, Fused>(y, mean, var, invstd, x, z, weight, bias, training, eps);
+  forward_any<T, E>(y, mean, var, invstd, x, z, weight, bias, training, eps);
   if (training && running.mean.defined()) {
     const int64_t M = x.numel() / x.size(1);
     if (mean.dtype() == kFloat64) update_running<double>(running, mean, var, M);
@@ -319,7 +320,7 @@ template <typename T> struct BatchNorm {
   static Tensor run(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd, const Tensor& x,
                     const Tensor& weight, const Tensor& bias, bool training, double eps,
                     const kernels::BnRunning& running) {
-    return forward_kernel<T, false>(y, mean, var, invstd, x, Tensor(), weight, bias, training, eps, running);
+    return forward_kernel<T, Epi::kNone>(y, mean, var, invstd, x, Tensor(), weight, bias, training, eps, running);
   }
 };
 template <typename T> struct BatchNormBackward {
@@ -332,9 +333,17 @@ template <typename T> struct BatchNormAddRelu {
   static Tensor run(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd, const Tensor& x,
                     const Tensor& z, const Tensor& weight, const Tensor& bias, bool training, double eps,
                     const kernels::BnRunning& running) {
-    return forward_kernel<T, true>(y, mean, var, invstd, x, z, weight, bias, training, eps, running);
+    return forward_kernel<T, Epi::kAddRelu>(y, mean, var, invstd, x, z, weight, bias, training, eps, running);
   }
 };
+template <typename T> struct BatchNormRelu {
+  static Tensor run(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd, const Tensor& x,
+                    const Tensor& weight, const Tensor& bias, bool training, double eps,
+                    const kernels::BnRunning& running) {
+    return forward_kernel<T, Epi::kRelu>(y, mean, var, invstd, x, Tensor(), weight, bias, training, eps, running);
+  }
+};
+// The backward of both fused ops: gz (batch_norm_add_relu's z) is the masked gy itself.
 template <typename T> struct BatchNormAddReluBackward {
   static void run(const Tensor& gx, const Tensor& gz, const Tensor& gweight, const Tensor& gbias, const Tensor& gy,
                   const Tensor& x, const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
@@ -352,6 +361,14 @@ template <typename T> struct BatchNormAddReluBackward {
       backward_any<T>(gx, gweight, gbias, gr, x, mean, invstd, weight, training);
   }
 };
+template <typename T> struct BatchNormReluBackward {
+  static void run(const Tensor& gx, const Tensor& gweight, const Tensor& gbias, const Tensor& gy, const Tensor& x,
+                  const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& weight, const Tensor& bias,
+                  const Tensor& reserve, bool training) {
+    BatchNormAddReluBackward<T>::run(gx, Tensor(), gweight, gbias, gy, x, y, mean, invstd, weight, bias, reserve,
+                                     training);
+  }
+};
 
 }  // namespace
 
@@ -360,6 +377,8 @@ MPX_REGISTER_KERNELS(cpu_norm) {
   dispatch::register_types<OpId::batch_norm_backward, BatchNormBackward, float, double, Half, BFloat16>(DeviceType::kCPU);
   dispatch::register_types<OpId::batch_norm_add_relu, BatchNormAddRelu, float, double, Half, BFloat16>(DeviceType::kCPU);
   dispatch::register_types<OpId::batch_norm_add_relu_backward, BatchNormAddReluBackward, float, double, Half, BFloat16>(DeviceType::kCPU);
+  dispatch::register_types<OpId::batch_norm_relu, BatchNormRelu, float, double, Half, BFloat16>(DeviceType::kCPU);
+  dispatch::register_types<OpId::batch_norm_relu_backward, BatchNormReluBackward, float, double, Half, BFloat16>(DeviceType::kCPU);
 }
 
 }  // namespace mpx::cpu

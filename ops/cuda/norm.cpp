@@ -1,6 +1,6 @@
 // CUDA batch-norm kernels on cuDNN: training and eval forward, and backward, with f32 statistics
 // for f16/bf16/f32 activations and f64 for f64, reproducing ops/cpu/norm.cpp's contract; NHWC
-// training (and batch norm + add + ReLU) on cuDNN's persistent kernels.
+// training (and batch norm + ReLU, batch norm + add + ReLU) on cuDNN's persistent kernels.
 #ifdef MPX_WITH_CUDNN
 #include <algorithm>
 #include <atomic>
@@ -234,21 +234,20 @@ class ReluDescriptor {
   cudnnActivationDescriptor_t d_ = nullptr;
 };
 
-// The persistent training forward, y = bn(x) or relu(bn(x) + z) (z defined); returns cuDNN's
-// status, and fills `reserve`, instead of throwing.
-cudnnStatus_t persistent_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x,
-                                 const Tensor& z, const Tensor& w, const Tensor& b, double eps,
+// The persistent training forward, y = bn(x), relu(bn(x)) (BN_ACTIVATION) or relu(bn(x) + z)
+// (BN_ADD_ACTIVATION, z defined); returns cuDNN's status, and fills `reserve`, instead of throwing.
+cudnnStatus_t persistent_forward(cudnnBatchNormOps_t ops, const Tensor& y, const Tensor& mean, const Tensor& invstd,
+                                 const Tensor& x, const Tensor& z, const Tensor& w, const Tensor& b, double eps,
                                  const kernels::BnRunning& run, Tensor& reserve) {
   const bool fused = z.defined();
-  const cudnnBatchNormOps_t ops = fused ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
   TensorDescriptor xd, zd, yd, sd;
   describe(xd, x);
   describe(yd, y);
   if (fused) describe(zd, z);
   describe_stats(sd, mean, "batch_norm");
   std::optional<ReluDescriptor> act;
-  if (fused) act.emplace();
-  cudnnActivationDescriptor_t ad = fused ? act->get() : nullptr;
+  if (ops != CUDNN_BATCHNORM_OPS_BN) act.emplace();
+  cudnnActivationDescriptor_t ad = act ? act->get() : nullptr;
   cudnnHandle_t h = cudnn::handle(y);
   size_t ws_bytes = 0, rs_bytes = 0;
   cudnnStatus_t st = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
@@ -269,32 +268,31 @@ cudnnStatus_t persistent_forward(const Tensor& y, const Tensor& mean, const Tens
       ws.defined() ? ws.raw_data() : nullptr, ws_bytes, reserve.raw_data(), rs_bytes);
 }
 
-// The persistent backward of a forward that filled `reserve`: gx, gw, gb (and gz when fused,
-// from y and the bias) all written; callers pass scratch for those not wanted. Returns cuDNN's
-// status instead of throwing, so that a refusal falls back as the forward's does.
-cudnnStatus_t persistent_backward(const Tensor& gx, const Tensor& gz, const Tensor& gw, const Tensor& gb,
-                                  const Tensor& gy, const Tensor& x, const Tensor& y, const Tensor& mean,
-                                  const Tensor& invstd, const Tensor& w, const Tensor& b, const Tensor& reserve) {
-  const bool fused = gz.defined();
-  const cudnnBatchNormOps_t ops = fused ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
-  const char* op = fused ? "batch_norm_add_relu_backward" : "batch_norm_backward";
+// The persistent backward of a forward of `ops` that filled `reserve`: gx, gw, gb (and gz for
+// BN_ADD_ACTIVATION; the activation's mask from y and the bias) all written; callers pass
+// scratch for those not wanted. Returns cuDNN's status instead of throwing, so that a refusal
+// falls back as the forward's does.
+cudnnStatus_t persistent_backward(cudnnBatchNormOps_t ops, const Tensor& gx, const Tensor& gz, const Tensor& gw,
+                                  const Tensor& gb, const Tensor& gy, const Tensor& x, const Tensor& y,
+                                  const Tensor& mean, const Tensor& invstd, const Tensor& w, const Tensor& b,
+                                  const Tensor& reserve) {
+  const bool act_on = ops != CUDNN_BATCHNORM_OPS_BN, fused = ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
+  const char* op = fused ? "batch_norm_add_relu_backward" : act_on ? "batch_norm_relu_backward" : "batch_norm_backward";
   TensorDescriptor xd, yd, gyd, gzd, gxd, sd;
   describe(xd, x);
   describe(gyd, gy);
   describe(gxd, gx);
-  if (fused) {
-    describe(yd, y);
-    describe(gzd, gz);
-  }
+  if (act_on) describe(yd, y);
+  if (fused) describe(gzd, gz);
   describe_stats(sd, mean, op);
   std::optional<ReluDescriptor> act;
-  if (fused) act.emplace();
-  cudnnActivationDescriptor_t ad = fused ? act->get() : nullptr;
+  if (act_on) act.emplace();
+  cudnnActivationDescriptor_t ad = act ? act->get() : nullptr;
   cudnnHandle_t h = cudnn::handle(x);
   size_t ws_bytes = 0;
   // yDesc: x's for plain BN, as PyTorch and Paddle pass to the query (the call itself takes none).
   const cudnnStatus_t st = cudnnGetBatchNormalizationBackwardExWorkspaceSize(
-      h, kPersistent, ops, xd.get(), fused ? yd.get() : xd.get(), gyd.get(), fused ? gzd.get() : nullptr, gxd.get(),
+      h, kPersistent, ops, xd.get(), act_on ? yd.get() : xd.get(), gyd.get(), fused ? gzd.get() : nullptr, gxd.get(),
       sd.get(), ad, &ws_bytes);
   if (st != CUDNN_STATUS_SUCCESS) return st;
   const Tensor ws = cudnn::workspace(x, ws_bytes);
@@ -303,9 +301,9 @@ cudnnStatus_t persistent_backward(const Tensor& gx, const Tensor& gz, const Tens
   // eps is unused: cuDNN takes the saved invstd as it is.
   return cudnnBatchNormalizationBackwardEx(
       h, kPersistent, ops, one.of(x.dtype()), zero.of(x.dtype()), one.of(x.dtype()), zero.of(x.dtype()), xd.get(),
-      x.raw_data(), fused ? yd.get() : nullptr, fused ? y.raw_data() : nullptr, gyd.get(), gy.raw_data(),
+      x.raw_data(), act_on ? yd.get() : nullptr, act_on ? y.raw_data() : nullptr, gyd.get(), gy.raw_data(),
       fused ? gzd.get() : nullptr, fused ? gz.raw_data() : nullptr, gxd.get(), gx.raw_data(), sd.get(), wv.raw_data(),
-      fused ? bv.raw_data() : nullptr, gw.raw_data(), gb.raw_data(), 1e-5, mean.raw_data(), invstd.raw_data(), ad,
+      act_on ? bv.raw_data() : nullptr, gw.raw_data(), gb.raw_data(), 1e-5, mean.raw_data(), invstd.raw_data(), ad,
       ws.defined() ? ws.raw_data() : nullptr, ws_bytes, reserve.raw_data(), static_cast<size_t>(reserve.numel()));
 }
 
@@ -326,7 +324,8 @@ Tensor batch_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& var
   if (try_persistent(x0, CUDNN_BATCHNORM_OPS_BN, training)) {
     Tensor reserve;
     const Tensor x = cudnn::dense_in(x0, L), yd = cudnn::dense_in(y, L);
-    const cudnnStatus_t st = persistent_forward(yd, mean, invstd, x, Tensor(), weight, bias, eps, run, reserve);
+    const cudnnStatus_t st =
+        persistent_forward(CUDNN_BATCHNORM_OPS_BN, yd, mean, invstd, x, Tensor(), weight, bias, eps, run, reserve);
     if (st == CUDNN_STATUS_SUCCESS) {
       copy_back(y, yd);
       return reserve;
@@ -354,8 +353,8 @@ void batch_norm_backward(const Tensor& gx, const Tensor& gweight, const Tensor& 
   if (reserve.defined()) {  // the forward ran on the persistent kernels
     const Tensor x = cudnn::dense_in(x0, L), gy = cudnn::dense_in(gy0, L);
     const Tensor dx = out_like(gx, x), dw = stat_out(gweight, mean), db = stat_out(gbias, mean);
-    const cudnnStatus_t st =
-        persistent_backward(dx, Tensor(), dw, db, gy, x, Tensor(), mean, invstd, weight, Tensor(), reserve);
+    const cudnnStatus_t st = persistent_backward(CUDNN_BATCHNORM_OPS_BN, dx, Tensor(), dw, db, gy, x, Tensor(), mean,
+                                                 invstd, weight, Tensor(), reserve);
     if (st == CUDNN_STATUS_SUCCESS) {
       copy_back(gx, dx);
       return;
@@ -374,52 +373,56 @@ void batch_norm_backward(const Tensor& gx, const Tensor& gweight, const Tensor& 
   }
 }
 
-Tensor batch_norm_add_relu_forward(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd,
-                                   const Tensor& x0, const Tensor& z0, const Tensor& weight, const Tensor& bias,
-                                   bool training, double eps, const kernels::BnRunning& run) {
+// relu(bn(x) + z) (z defined) or relu(bn(x)) on the fused persistent kernels; else batch norm
+// as batch_norm runs it, then the add and ReLU.
+Tensor fused_forward(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd, const Tensor& x0,
+                     const Tensor& z0, const Tensor& weight, const Tensor& bias, bool training, double eps,
+                     const kernels::BnRunning& run) {
   TensorDeviceGuard g(y);
   NoGradGuard ng;
   const Layout L = cudnn::layout_of(x0);
-  const cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
+  const bool add = z0.defined();
+  const cudnnBatchNormOps_t ops = add ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
   if (try_persistent(x0, ops, training)) {
     Tensor reserve;
-    const Tensor x = cudnn::dense_in(x0, L), z = cudnn::dense_in(z0, L), yd = cudnn::dense_in(y, L);
-    const cudnnStatus_t st = persistent_forward(yd, mean, invstd, x, z, weight, bias, eps, run, reserve);
+    const Tensor x = cudnn::dense_in(x0, L), z = add ? cudnn::dense_in(z0, L) : Tensor(), yd = cudnn::dense_in(y, L);
+    const cudnnStatus_t st = persistent_forward(ops, yd, mean, invstd, x, z, weight, bias, eps, run, reserve);
     if (st == CUDNN_STATUS_SUCCESS) {
       copy_back(y, yd);
       return reserve;
     }
-    fall_back(st, "batch_norm_add_relu", "its fused NHWC kernels", x);
+    fall_back(st, add ? "batch_norm_add_relu" : "batch_norm_relu", "its fused NHWC kernels", x);
     refuse(ops, x);
   }
-  // Batch norm (persistent or spatial, as batch_norm would run), then the add and ReLU.
   Tensor bn = empty_as(x0, x0.dtype());
   const Tensor bn_reserve = batch_norm_forward(bn, mean, var, invstd, x0, weight, bias, training, eps, run);
-  Tensor(y).copy_(relu(bn + z0));
+  Tensor(y).copy_(relu(add ? bn + z0 : bn));
   // The backward then runs batch norm's own backward, which needs this reserve: handed over as
   // a [1, n] view, where the fused forward's is [n].
   return bn_reserve.defined() ? bn_reserve.view({1, -1}) : Tensor();
 }
 
-void batch_norm_add_relu_backward(const Tensor& gx, const Tensor& gz, const Tensor& gweight, const Tensor& gbias,
-                                  const Tensor& gy0, const Tensor& x0, const Tensor& y0, const Tensor& mean,
-                                  const Tensor& invstd, const Tensor& weight, const Tensor& bias,
-                                  const Tensor& reserve, bool training) {
+// The backward of fused_forward: `add` says which op ran (gz is its z's gradient, or undefined).
+void fused_backward(bool add, const Tensor& gx, const Tensor& gz, const Tensor& gweight, const Tensor& gbias,
+                    const Tensor& gy0, const Tensor& x0, const Tensor& y0, const Tensor& mean, const Tensor& invstd,
+                    const Tensor& weight, const Tensor& bias, const Tensor& reserve, bool training) {
   TensorDeviceGuard g(x0);
   NoGradGuard ng;
   const Layout L = cudnn::layout_of(x0);
+  const cudnnBatchNormOps_t ops = add ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+  const char* op = add ? "batch_norm_add_relu_backward" : "batch_norm_relu_backward";
   if (reserve.defined() && reserve.dim() == 1) {  // the forward ran fused
     const Tensor x = cudnn::dense_in(x0, L), y = cudnn::dense_in(y0, L), gy = cudnn::dense_in(gy0, L);
-    const Tensor dx = out_like(gx, x), dz = out_like(gz, x);
+    const Tensor dx = out_like(gx, x), dz = add ? out_like(gz, x) : Tensor();
     const Tensor dw = stat_out(gweight, mean), db = stat_out(gbias, mean);
-    const cudnnStatus_t st = persistent_backward(dx, dz, dw, db, gy, x, y, mean, invstd, weight, bias, reserve);
+    const cudnnStatus_t st = persistent_backward(ops, dx, dz, dw, db, gy, x, y, mean, invstd, weight, bias, reserve);
     if (st == CUDNN_STATUS_SUCCESS) {
       copy_back(gx, dx);
       copy_back(gz, dz);
       return;
     }
-    fall_back(st, "batch_norm_add_relu_backward", "its fused NHWC kernels", x);
-    refuse(CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION, x);  // and compose it below
+    fall_back(st, op, "its fused NHWC kernels", x);
+    refuse(ops, x);  // and compose it below
   }
   // The forward's fallback: the ReLU's mask, then batch norm's backward (with its reserve).
   const Tensor gr = threshold_backward(gy0, y0, 0.0);
@@ -430,14 +433,33 @@ void batch_norm_add_relu_backward(const Tensor& gx, const Tensor& gz, const Tens
                       reserve.defined() && reserve.dim() == 2 ? reserve.view({-1}) : Tensor(), training);
 }
 
+Tensor batch_norm_relu_forward(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& invstd,
+                               const Tensor& x, const Tensor& weight, const Tensor& bias, bool training, double eps,
+                               const kernels::BnRunning& run) {
+  return fused_forward(y, mean, var, invstd, x, Tensor(), weight, bias, training, eps, run);
+}
+void batch_norm_add_relu_backward(const Tensor& gx, const Tensor& gz, const Tensor& gweight, const Tensor& gbias,
+                                  const Tensor& gy, const Tensor& x, const Tensor& y, const Tensor& mean,
+                                  const Tensor& invstd, const Tensor& weight, const Tensor& bias,
+                                  const Tensor& reserve, bool training) {
+  fused_backward(true, gx, gz, gweight, gbias, gy, x, y, mean, invstd, weight, bias, reserve, training);
+}
+void batch_norm_relu_backward(const Tensor& gx, const Tensor& gweight, const Tensor& gbias, const Tensor& gy,
+                              const Tensor& x, const Tensor& y, const Tensor& mean, const Tensor& invstd,
+                              const Tensor& weight, const Tensor& bias, const Tensor& reserve, bool training) {
+  fused_backward(false, gx, Tensor(), gweight, gbias, gy, x, y, mean, invstd, weight, bias, reserve, training);
+}
+
 }  // namespace
 
 MPX_REGISTER_KERNELS(cuda_norm) {
   for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
     dispatch::register_kernel<OpId::batch_norm>(DeviceType::kCUDA, dt, &batch_norm_forward);
     dispatch::register_kernel<OpId::batch_norm_backward>(DeviceType::kCUDA, dt, &batch_norm_backward);
-    dispatch::register_kernel<OpId::batch_norm_add_relu>(DeviceType::kCUDA, dt, &batch_norm_add_relu_forward);
+    dispatch::register_kernel<OpId::batch_norm_add_relu>(DeviceType::kCUDA, dt, &fused_forward);
     dispatch::register_kernel<OpId::batch_norm_add_relu_backward>(DeviceType::kCUDA, dt, &batch_norm_add_relu_backward);
+    dispatch::register_kernel<OpId::batch_norm_relu>(DeviceType::kCUDA, dt, &batch_norm_relu_forward);
+    dispatch::register_kernel<OpId::batch_norm_relu_backward>(DeviceType::kCUDA, dt, &batch_norm_relu_backward);
   }
 }
 
