@@ -31,7 +31,7 @@ BasicBlockImpl::BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride)
 }
 
 Tensor BasicBlockImpl::forward(const Tensor& x) {
-  Tensor out = F::relu(bn1(conv1(x)));
+  Tensor out = bn1->forward_relu(conv1(x));
   return bn2->forward_add_relu(conv2(out), downsample ? downsample(x) : x);
 }
 
@@ -48,8 +48,8 @@ BottleneckImpl::BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride)
 }
 
 Tensor BottleneckImpl::forward(const Tensor& x) {
-  Tensor out = F::relu(bn1(conv1(x)));
-  out = F::relu(bn2(conv2(out)));
+  Tensor out = bn1->forward_relu(conv1(x));
+  out = bn2->forward_relu(conv2(out));
   return bn3->forward_add_relu(conv3(out), downsample ? downsample(x) : x);
 }
 
@@ -109,7 +109,7 @@ nn::Sequential ResNetImpl::make_layer(ResNetBlock block, int64_t planes, int64_t
 }
 
 Tensor ResNetImpl::forward(const Tensor& input) {
-  Tensor x = F::relu(bn1(conv1(input)));
+  Tensor x = bn1->forward_relu(conv1(input));
   if (!options.small_input()) x = F::max_pool2d(x, nn::MaxPool2dOptions(3).stride(2).padding(1));
   x = layer3(layer2(layer1(x)));
   if (layer4) x = layer4(x);

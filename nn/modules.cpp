@@ -149,12 +149,16 @@ void BatchNormImplBase::reset_parameters() {
     init::zeros_(bias);
   }
 }
-Tensor BatchNormImplBase::forward(const Tensor& x) { return run(x, Tensor()); }
+Tensor BatchNormImplBase::forward(const Tensor& x) { return run(x, Tensor(), false); }
 Tensor BatchNormImplBase::forward_add_relu(const Tensor& x, const Tensor& residual) {
   if (has_forward_hooks()) return F::relu(detail::call_forward_hooked(*this, x) + residual);
-  return run(x, residual);
+  return run(x, residual, true);
 }
-Tensor BatchNormImplBase::run(const Tensor& x, const Tensor& residual) {
+Tensor BatchNormImplBase::forward_relu(const Tensor& x) {
+  if (has_forward_hooks()) return F::relu(detail::call_forward_hooked(*this, x));
+  return run(x, Tensor(), true);
+}
+Tensor BatchNormImplBase::run(const Tensor& x, const Tensor& residual, bool relu) {
   check_input_dim(x);
   MPX_CHECK(x.size(1) == options.num_features(), name(), ": expected ", options.num_features(),
             " channels in dim 1, got input ", ops::describe(x));
@@ -171,10 +175,12 @@ Tensor BatchNormImplBase::run(const Tensor& x, const Tensor& residual) {
   const Tensor rm = pass_running ? running_mean : Tensor(), rv = pass_running ? running_var : Tensor();
   if (sync_forward && is_training()) {
     Tensor y = sync_forward(*this, x, factor);
-    return residual.defined() ? F::relu(y + residual) : y;
+    if (residual.defined()) y = y + residual;
+    return relu ? F::relu(y) : y;
   }
   if (residual.defined())
     return mpx::batch_norm_add_relu(x, residual, rm, rv, weight, bias, use_batch_stats, factor, options.eps());
+  if (relu) return mpx::batch_norm_relu(x, rm, rv, weight, bias, use_batch_stats, factor, options.eps());
   return F::batch_norm(x, rm, rv,
                        F::BatchNormFuncOptions()
                            .weight(weight)

@@ -80,6 +80,9 @@ class BatchNormImplBase : public Module {
   /// block, one pass over memory instead of three. With forward hooks registered it runs
   /// the hooked forward, then the add and ReLU, so hooks see what they always saw.
   Tensor forward_add_relu(const Tensor& x, const Tensor& residual);
+  /// relu(forward(x)) as one fused op (batch_norm_relu): the conv, batch norm, ReLU of ResNet
+  /// blocks and stems. Hooks as forward_add_relu.
+  Tensor forward_relu(const Tensor& x);
   bool is_batchnorm() const override { return true; }
   void pretty_print(std::ostream& os) const override;
 
@@ -98,8 +101,9 @@ class BatchNormImplBase : public Module {
   virtual void check_input_dim(const Tensor& x) const = 0;
 
  private:
-  // Batch norm or, given a residual, the fused form, with this module's statistics policy.
-  Tensor run(const Tensor& x, const Tensor& residual);
+  // Batch norm, or the fused form with a ReLU (after the add of `residual` when it is defined),
+  // with this module's statistics policy.
+  Tensor run(const Tensor& x, const Tensor& residual, bool relu);
 };
 
 /// Batch norm over [N, C] or [N, C, L].

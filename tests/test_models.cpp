@@ -295,7 +295,7 @@ TEST_CASE("models::create builds by name and lists the known names on an unknown
                         Contains("alexnet") && Contains("dcgan_discriminator"));
 }
 
-TEST_CASE("resnet blocks end in the fused batch_norm_add_relu, hooks on the BN still see its output", "[models]") {
+TEST_CASE("resnet blocks run the fused batch_norm_relu and batch_norm_add_relu, hooks on a BN still see its output", "[models]") {
   // The same block twice from one seed: forward/backward through the fused op vs the same
   // submodules composed by hand (batch norm, add, ReLU as separate ops).
   for (bool bottleneck : {false, true}) {
@@ -337,14 +337,19 @@ TEST_CASE("resnet blocks end in the fused batch_norm_add_relu, hooks on the BN s
       CHECK(allclose(t.to(kFloat64), bp[name].to(kFloat64), 1e-6, 1e-6));
     }
   }
-  // A forward hook on bn2 sees batch norm's own output, before the add and the ReLU.
+  // A forward hook on bn2 sees batch norm's own output, before the add and the ReLU; one on
+  // bn1, before the ReLU.
   manual_seed(3);
   models::BasicBlock block(4, 4, 1);
-  Tensor seen;
+  Tensor seen, seen1;
   block->bn2->register_forward_hook([&](nn::Module&, const Tensor&, Tensor& out) { seen = out.detach(); });
+  block->bn1->register_forward_hook([&](nn::Module&, const Tensor&, Tensor& out) { seen1 = out.detach(); });
   Tensor x = randn({2, 4, 5, 5});
   Tensor y = block(x);
   REQUIRE(seen.defined());
+  REQUIRE(seen1.defined());
   CHECK(seen.min().item<double>() < 0.0);  // no ReLU applied yet
+  CHECK(seen1.min().item<double>() < 0.0);
   CHECK(allclose(y, F::relu(seen + x), 1e-6, 1e-6));
+  CHECK(allclose(y, F::relu(block->bn2(block->conv2(F::relu(seen1))) + x), 1e-5, 1e-5));
 }

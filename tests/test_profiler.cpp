@@ -5,6 +5,7 @@
 
 #include "autograd/engine.h"
 #include "core/random.h"
+#include "models/resnet.h"
 #include "ops/conv.h"
 #include "ops/elementwise.h"
 #include "ops/norm.h"
@@ -101,6 +102,32 @@ TEST_CASE("a training batch norm is one kernel: the running statistics are updat
   const Tensor mean = x.mean({0, 2, 3}), var = x.var({0, 2, 3}, /*unbiased=*/true);
   CHECK(testing::rel_err(rm, mean * 0.1) < 1e-6);
   CHECK(testing::rel_err(rv, var * 0.1 + 0.9) < 1e-6);
+}
+
+// Each batch norm of a ResNet block ends in its ReLU (and the block's add) inside one kernel,
+// forward and backward: no separate ReLU passes over the activations.
+TEST_CASE("a ResNet bottleneck's batch norms carry its ReLUs: no relu or threshold_backward kernels",
+          "[profiler][norm][models]") {
+  manual_seed(4);
+  models::Bottleneck block(8, 4, 2);
+  const Tensor x = randn({2, 8, 6, 6});
+  profiler::reset();
+  profiler::start();
+  block(x).sum().backward();
+  profiler::stop();
+  const auto rows = profiler::results();
+  auto calls = [&](const std::string& op) {
+    const auto* r = find(rows, op, "cpu");
+    return r ? r->calls : 0;
+  };
+  CHECK(calls("batch_norm_relu") == 2);
+  CHECK(calls("batch_norm_relu_backward") == 2);
+  CHECK(calls("batch_norm_add_relu") == 1);
+  CHECK(calls("batch_norm_add_relu_backward") == 1);
+  CHECK(calls("batch_norm") == 1);  // the downsample's, whose output is the residual
+  CHECK(calls("relu") == 0);
+  CHECK(calls("threshold_backward") == 0);
+  profiler::reset();
 }
 
 TEST_CASE("in-place arithmetic runs one kernel into its destination when nothing records", "[profiler]") {
