@@ -226,6 +226,7 @@ TEST_CASE("cuda adaptive_avg_pool2d forward and backward match the CPU", "[cuda]
       {{3, 37, 5, 6}, {1, 1}, "global, channels not a multiple of 32"},
       {{1, 64, 1, 1}, {1, 1}, "global of 1x1"},
       {{2, 3, 61, 67}, {1, 1}, "global of a large plane"},
+      {{3, 24, 5, 3}, {1, 1}, "global, 24 channels (several per thread in channels-last)"},
       {{2, 4, 14, 14}, {7, 7}, "14 -> 7"},
       {{2, 3, 10, 10}, {3, 3}, "10 -> 3"},
       {{1, 5, 11, 7}, {4, 3}, "11x7 -> 4x3"},

@@ -292,6 +292,33 @@ template <typename T> __global__ void adaptive_backward_kernel(PoolGeom g, T* gx
   }
 }
 
+// Global average pooling's backward: every pixel of a plane gets gy / (H W), as the adaptive
+// kernel computes it (a sum from 0). Channels-last threads take V consecutive channels, as the
+// max-pooling kernels do; 32-bit indices divide through FastDivmod (`groups`: C / V channel
+// groups per pixel, `hw`: pixels per plane).
+template <typename T, int V>
+__global__ void global_avg_backward_kernel(T* gx, const T* gy, FastDivmod groups, FastDivmod hw, int32_t C,
+                                           bool nhwc, int32_t total) {
+  using A = acc_t<T>;
+  const A div = static_cast<A>(hw.divisor);
+  for (int32_t i = static_cast<int32_t>(grid_start()); i < total; i += static_cast<int32_t>(grid_step())) {
+    uint32_t from;  // gy's element of the first value
+    if (nhwc) {
+      uint32_t pixel, g;
+      groups.divmod(static_cast<uint32_t>(i), pixel, g);
+      from = hw.div(pixel) * static_cast<uint32_t>(C) + g * V;
+    } else {
+      from = hw.div(static_cast<uint32_t>(i));
+    }
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      A acc = A(0);
+      acc += load_as<A>(gy, from + v) / div;
+      gx[static_cast<int64_t>(i) * V + v] = from_acc<T>(acc);
+    }
+  }
+}
+
 // Global average pooling over NCHW: one warp per (n, c) plane, lanes striding over its pixels.
 template <typename T> __global__ void global_avg_nchw_kernel(T* y, const T* x, int64_t planes, int64_t hw) {
   using A = acc_t<T>;
@@ -351,9 +378,9 @@ int64_t out_numel(const PoolGeom& g) { return g.N * g.C * g.Ho * g.Wo; }
 // Whether 32-bit indices reach every element (with room for a grid-stride step past the end).
 bool fits_i32(const PoolGeom& g) { return std::max(in_numel(g), out_numel(g)) <= (int64_t{1} << 30); }
 
-// Channels per thread of the max-pooling kernels: up to 16 bytes of consecutive channels on
-// channels-last tensors whose channel count they divide, 1 otherwise.
-template <typename T> int max_pool_width(const PoolGeom& g) {
+// Channels per thread of the max-pooling and global-average backward kernels: up to 16 bytes of
+// consecutive channels on channels-last tensors whose channel count they divide, 1 otherwise.
+template <typename T> int channels_per_thread(const PoolGeom& g) {
   if (!g.nhwc) return 1;
   for (int v = static_cast<int>(16 / sizeof(T)); v > 1; v /= 2)
     if (g.C % v == 0) return v;
@@ -380,7 +407,7 @@ void launch_max_pool2d(DType dt, const PoolGeom& g, void* y, int64_t* idx, const
     T* yp = static_cast<T*>(y);
     const T* xp = static_cast<const T*>(x);
     if (fits_i32(g)) {
-      with_width(max_pool_width<T>(g), [&](auto width) {
+      with_width(channels_per_thread<T>(g), [&](auto width) {
         constexpr int V = decltype(width)::value;
         if constexpr (V * sizeof(T) <= 16) {
           const int64_t groups = n / V;
@@ -405,7 +432,7 @@ void launch_max_pool2d_backward(DType dt, const PoolGeom& g, void* gx, const voi
     T* gxp = static_cast<T*>(gx);
     const T* gyp = static_cast<const T*>(gy);
     if (fits_i32(g)) {
-      with_width(max_pool_width<T>(g), [&](auto width) {
+      with_width(channels_per_thread<T>(g), [&](auto width) {
         constexpr int V = decltype(width)::value;
         if constexpr (V * sizeof(T) <= 16) {
           const int64_t groups = n / V;
@@ -470,8 +497,22 @@ void launch_adaptive_avg_pool2d_backward(DType dt, const PoolGeom& g, void* gx, 
   if (n == 0) return;
   by_dtype(dt, "adaptive_avg_pool2d backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    adaptive_backward_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, s>>>(g, static_cast<T*>(gx),
-                                                                               static_cast<const T*>(gy), n);
+    T* gxp = static_cast<T*>(gx);
+    const T* gyp = static_cast<const T*>(gy);
+    if (g.Ho == 1 && g.Wo == 1 && fits_i32(g)) {
+      // The head of every classification network: no bins to search, one division per group.
+      with_width(channels_per_thread<T>(g), [&](auto width) {
+        constexpr int V = decltype(width)::value;
+        if constexpr (V * sizeof(T) <= 16) {
+          const int64_t groups = n / V;
+          global_avg_backward_kernel<T, V><<<blocks_for(groups, kThreads), kThreads, 0, s>>>(
+              gxp, gyp, FastDivmod(static_cast<uint32_t>(g.C / V)), FastDivmod(static_cast<uint32_t>(g.H * g.W)),
+              static_cast<int32_t>(g.C), g.nhwc, static_cast<int32_t>(groups));
+        }
+      });
+    } else {
+      adaptive_backward_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, s>>>(g, gxp, gyp, n);
+    }
     MPX_CUDA_LAUNCH_CHECK("adaptive_avg_pool2d backward");
   });
 }
