@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -99,6 +100,17 @@ Desc tensor_desc(Builder& b, const Tensor& t, Layout l, int64_t uid, cudnnDataTy
   return d;
 }
 
+// MPX_CUDNN_REDUCED_PRECISION=1, for comparisons only: also consider engines that reduce in 16
+// bits, which PyTorch's convolutions may pick and mpx's numerics contract (f32 accumulation)
+// excludes, to measure what the contract costs.
+bool reduced_precision_allowed() {
+  static const bool on = [] {
+    const char* v = std::getenv("MPX_CUDNN_REDUCED_PRECISION");
+    return v != nullptr && *v != '\0' && std::string(v) != "0";
+  }();
+  return on;
+}
+
 // Whether an engine config's engine may run this problem under mpx's numerics contract, and
 // whether it compiles kernels at run time (tried only when nothing else is left).
 struct Notes {
@@ -129,7 +141,9 @@ Notes notes_of(cudnnBackendDescriptor_t cfg, const ConvProblem& c) {
       case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
         if (f32) return out;
         break;
-      case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION: return out;  // mpx accumulates in f32
+      case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION:
+        if (!reduced_precision_allowed()) return out;  // mpx accumulates in f32
+        break;
       case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC:
         if (c.deterministic) return out;
         break;
