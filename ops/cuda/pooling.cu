@@ -387,13 +387,18 @@ template <typename T> int channels_per_thread(const PoolGeom& g) {
   return 1;
 }
 
-// Calls f with the width as a compile-time constant (1, 2, 4 or 8).
-template <typename F> void with_width(int v, F&& f) {
-  switch (v) {
-    case 8: f(std::integral_constant<int, 8>{}); break;
-    case 4: f(std::integral_constant<int, 4>{}); break;
-    case 2: f(std::integral_constant<int, 2>{}); break;
-    default: f(std::integral_constant<int, 1>{}); break;
+// Calls launch(width, groups): the channels per thread for T as a compile-time constant V (1, 2,
+// 4 or 8) and the number of groups of V among the n elements, as the 32-bit index type.
+template <typename T, typename F> void by_width(const PoolGeom& g, int64_t n, F&& launch) {
+  auto run = [&](auto width) {
+    constexpr int V = decltype(width)::value;
+    if constexpr (V * sizeof(T) <= 16) launch(width, static_cast<int32_t>(n / V));
+  };
+  switch (channels_per_thread<T>(g)) {
+    case 8: run(std::integral_constant<int, 8>{}); break;
+    case 4: run(std::integral_constant<int, 4>{}); break;
+    case 2: run(std::integral_constant<int, 2>{}); break;
+    default: run(std::integral_constant<int, 1>{}); break;
   }
 }
 
@@ -407,13 +412,10 @@ void launch_max_pool2d(DType dt, const PoolGeom& g, void* y, int64_t* idx, const
     T* yp = static_cast<T*>(y);
     const T* xp = static_cast<const T*>(x);
     if (fits_i32(g)) {
-      with_width(channels_per_thread<T>(g), [&](auto width) {
+      by_width<T>(g, n, [&](auto width, int32_t groups) {
         constexpr int V = decltype(width)::value;
-        if constexpr (V * sizeof(T) <= 16) {
-          const int64_t groups = n / V;
-          max_pool_kernel<T, int32_t, V><<<blocks_for(groups, kThreads), kThreads, 0, s>>>(
-              max_geom<int32_t>(g, V), yp, idx, xp, static_cast<int32_t>(groups));
-        }
+        max_pool_kernel<T, int32_t, V><<<blocks_for(groups, kThreads), kThreads, 0, s>>>(max_geom<int32_t>(g, V), yp,
+                                                                                         idx, xp, groups);
       });
     } else {
       max_pool_kernel<T, int64_t, 1><<<blocks_for(n, kThreads), kThreads, 0, s>>>(max_geom<int64_t>(g, 1), yp, idx,
@@ -432,13 +434,10 @@ void launch_max_pool2d_backward(DType dt, const PoolGeom& g, void* gx, const voi
     T* gxp = static_cast<T*>(gx);
     const T* gyp = static_cast<const T*>(gy);
     if (fits_i32(g)) {
-      with_width(channels_per_thread<T>(g), [&](auto width) {
+      by_width<T>(g, n, [&](auto width, int32_t groups) {
         constexpr int V = decltype(width)::value;
-        if constexpr (V * sizeof(T) <= 16) {
-          const int64_t groups = n / V;
-          max_pool_backward_kernel<T, int32_t, V><<<blocks_for(groups, kThreads), kThreads, 0, s>>>(
-              max_geom<int32_t>(g, V), gxp, gyp, idx, static_cast<int32_t>(groups));
-        }
+        max_pool_backward_kernel<T, int32_t, V><<<blocks_for(groups, kThreads), kThreads, 0, s>>>(
+            max_geom<int32_t>(g, V), gxp, gyp, idx, groups);
       });
     } else {
       max_pool_backward_kernel<T, int64_t, 1><<<blocks_for(n, kThreads), kThreads, 0, s>>>(
@@ -501,14 +500,11 @@ void launch_adaptive_avg_pool2d_backward(DType dt, const PoolGeom& g, void* gx, 
     const T* gyp = static_cast<const T*>(gy);
     if (g.Ho == 1 && g.Wo == 1 && fits_i32(g)) {
       // The head of every classification network: no bins to search, one division per group.
-      with_width(channels_per_thread<T>(g), [&](auto width) {
+      by_width<T>(g, n, [&](auto width, int32_t groups) {
         constexpr int V = decltype(width)::value;
-        if constexpr (V * sizeof(T) <= 16) {
-          const int64_t groups = n / V;
-          global_avg_backward_kernel<T, V><<<blocks_for(groups, kThreads), kThreads, 0, s>>>(
-              gxp, gyp, FastDivmod(static_cast<uint32_t>(g.C / V)), FastDivmod(static_cast<uint32_t>(g.H * g.W)),
-              static_cast<int32_t>(g.C), g.nhwc, static_cast<int32_t>(groups));
-        }
+        global_avg_backward_kernel<T, V><<<blocks_for(groups, kThreads), kThreads, 0, s>>>(
+            gxp, gyp, FastDivmod(static_cast<uint32_t>(g.C / V)), FastDivmod(static_cast<uint32_t>(g.H * g.W)),
+            static_cast<int32_t>(g.C), g.nhwc, groups);
       });
     } else {
       adaptive_backward_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, s>>>(g, gxp, gyp, n);
