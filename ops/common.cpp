@@ -21,7 +21,7 @@ namespace ops {
 
 TensorOptions elementwise_options(DType dt, Device dev, const IntList& shape, const tensor_list& inputs) {
   TensorOptions o = TensorOptions().dtype(dt).device(dev);
-  if (!dev.is_cuda() || shape.size() != 4) return o;
+  if (shape.size() != 4) return o;
   // The first dense input decides (broadcast views such as a sum's expanded gradient do not).
   for (const Tensor& t : inputs) {
     if (!t.defined() || t.sizes() != shape) continue;

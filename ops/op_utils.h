@@ -33,9 +33,9 @@ Device common_device(const char* op, const tensor_list& ts);
 Tensor reduce_grad(const Tensor& g, const IntList& shape, DType dtype);
 inline Tensor reduce_grad(const Tensor& g, const Tensor& like) { return reduce_grad(g, like.sizes(), like.dtype()); }
 
-/// Options for an elementwise result of `shape` on `dev`: on a GPU the output keeps the
-/// channels-last layout of the first input of that shape, so NHWC activations flow through
-/// activations and residual adds without layout round trips (CPU kernels write row-major).
+/// Options for an elementwise result of `shape` on `dev`: the output keeps the channels-last
+/// layout of the first input of that shape (as PyTorch's do), so NHWC activations flow through
+/// activations and residual adds without layout round trips.
 TensorOptions elementwise_options(DType dt, Device dev, const IntList& shape, const tensor_list& inputs);
 
 /// Describes a tensor for error messages: "f32[2, 3] on cpu".

@@ -542,3 +542,46 @@ TEST_CASE("edge cases: ties, wide accumulation, large inputs", "[ops][edge]") {
   CHECK(values(softplus(big)) == std::vector<double>{0, 1000});
   CHECK(values(relu(big.to(kFloat16))) == std::vector<double>{0, 1000});
 }
+
+TEST_CASE("elementwise results keep the channels-last layout of their first input, with row-major values",
+          "[ops][layout]") {
+  // As on the GPU and in PyTorch: NHWC activations stay NHWC through activations, broadcast
+  // adds and residual adds, computed in memory order; every value equals the row-major result.
+  for (DType dt : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
+    INFO(dtype_name(dt));
+    manual_seed(2);
+    const Tensor x0 = randn({2, 8, 5, 7}).to(dt), r0 = randn({2, 8, 5, 7}).to(dt);
+    const Tensor bias = randn({1, 8, 1, 1}).to(dt);
+    Tensor x = x0.contiguous(MemoryFormat::ChannelsLast).detach().set_requires_grad(true);
+    Tensor xr = x0.detach().set_requires_grad(true);
+    const Tensor r = r0.contiguous(MemoryFormat::ChannelsLast);
+    auto net = [&](const Tensor& a, const Tensor& res) { return relu(a * 2.0 + bias) + sigmoid(a) + res; };
+    Tensor y = net(x, r), yr = net(xr, r0);
+    CHECK(y.is_contiguous(MemoryFormat::ChannelsLast));
+    CHECK(equal(y, yr));
+    y.backward(ones_like(y));
+    yr.backward(ones_like(yr));
+    CHECK(x.grad().is_contiguous(MemoryFormat::ChannelsLast));
+    CHECK(equal(x.grad(), xr.grad()));
+    // Comparisons, where and ternary ops follow the first full-shape input too.
+    const Tensor m = gt(x, 0.0);
+    CHECK(m.is_contiguous(MemoryFormat::ChannelsLast));
+    CHECK(equal(m, gt(xr, 0.0)));
+    const Tensor w = where(m, x, neg(x));
+    CHECK(w.is_contiguous(MemoryFormat::ChannelsLast));
+    CHECK(equal(w, where(gt(xr, 0.0), xr, neg(xr))));
+    const Tensor c = addcmul(x, r, x, 0.5);
+    CHECK(c.is_contiguous(MemoryFormat::ChannelsLast));
+    CHECK(equal(c, addcmul(xr, r0, xr, 0.5)));
+    // A row-major first input keeps the result row-major, whatever the second is.
+    const Tensor mixed = x0 + r;
+    CHECK(mixed.is_contiguous());
+    CHECK(equal(mixed, x0 + r0));
+    // In place into a channels-last tensor.
+    Tensor t = r.clone();
+    REQUIRE(t.is_contiguous(MemoryFormat::ChannelsLast));
+    t.mul_(x0).add_(1.0);
+    CHECK(t.is_contiguous(MemoryFormat::ChannelsLast));
+    CHECK(equal(t, r0 * x0 + 1.0));
+  }
+}

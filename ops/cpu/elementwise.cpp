@@ -70,20 +70,7 @@ template <typename D, typename S> D convert(S v) {
   else if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) return static_cast<D>(static_cast<float>(v));
   else return static_cast<D>(v);
 }
-// Dense: the elements fill [0, numel) of the storage from the start, in some order of dims
-// (strides a permutation of a contiguous layout's; size-1 dims' strides do not matter).
-bool dense(const Tensor& t) {
-  std::vector<std::pair<int64_t, int64_t>> d;  // (stride, size) of dims longer than 1
-  for (int64_t i = 0; i < t.dim(); ++i)
-    if (t.size(i) != 1) d.emplace_back(t.stride(i), t.size(i));
-  std::sort(d.begin(), d.end());
-  int64_t expect = 1;
-  for (const auto& [stride, size] : d) {
-    if (stride != expect) return false;
-    expect *= size;
-  }
-  return true;
-}
+bool dense(const Tensor& t) { return !memory_order(t).empty(); }
 template <typename D> struct Copy {
   static void run(const Tensor& out, const Tensor& src) {
     visit_dtype(src.dtype(), [&]<typename S>() {

@@ -1,6 +1,8 @@
 // CPU loop machinery: parallel ranges and strided elementwise iteration for kernels.
 #pragma once
+#include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -37,10 +39,29 @@ void parallel_for(int64_t n, int64_t grain, F&& f) {
   for (int64_t c = 0; c < chunks; ++c) f(c * grain, std::min(n, (c + 1) * grain));
 }
 
-/// Elementwise driver: out[i] = f(ins[i]...) with out contiguous and each input a view
-/// of out's shape (any strides, including 0 for broadcast dims).
+/// The dims of t in its memory order (size-1 dims first, then decreasing stride) when t is
+/// dense, its elements filling numel() consecutive slots in some order of dims; empty otherwise.
+inline IntList memory_order(const Tensor& t) {
+  IntList perm;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) == 1) perm.push_back(d);
+  const size_t ones = perm.size();
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) != 1) perm.push_back(d);
+  std::stable_sort(perm.begin() + static_cast<std::ptrdiff_t>(ones), perm.end(),
+                   [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
+  int64_t expect = 1;
+  for (size_t i = perm.size(); i-- > ones;) {
+    if (t.stride(perm[i]) != expect) return {};
+    expect *= t.size(perm[i]);
+  }
+  return perm;
+}
+
+namespace detail {
+// elementwise() for a row-major out.
 template <typename OutT, typename... InT, typename F>
-void elementwise(const Tensor& out, F f, const std::conditional_t<true, Tensor, InT>&... ins) {
+void elementwise_row_major(const Tensor& out, F f, const std::conditional_t<true, Tensor, InT>&... ins) {
   constexpr size_t K = sizeof...(InT);
   const int64_t n = out.numel();
   if (n == 0) return;
@@ -77,6 +98,23 @@ void elementwise(const Tensor& out, F f, const std::conditional_t<true, Tensor, 
       }(std::index_sequence_for<InT...>{});
     }
   });
+}
+}  // namespace detail
+
+/// Elementwise driver: out[i] = f(ins[i]...) with out dense (row-major, or channels-last as
+/// elementwise ops keep it) and each input a view of out's shape (any strides, including 0
+/// for broadcast dims). The loops walk out's memory in order, the inputs' dims permuted alike,
+/// so inputs in out's layout are read as flat arrays too.
+template <typename OutT, typename... InT, typename F>
+void elementwise(const Tensor& out, F f, const std::conditional_t<true, Tensor, InT>&... ins) {
+  if (out.is_contiguous() || out.numel() == 0) {
+    detail::elementwise_row_major<OutT, InT...>(out, f, ins...);
+    return;
+  }
+  const IntList perm = memory_order(out);
+  MPX_CHECK(!perm.empty(), "elementwise kernel: the output (sizes ", shape_str(out.sizes()), ", strides ",
+            shape_str(out.strides()), ") is not dense");
+  detail::elementwise_row_major<OutT, InT...>(out.permute(perm), f, ins.permute(perm)...);
 }
 
 /// Calls f(offset) for every element of a strided tensor in row-major order (serial).
