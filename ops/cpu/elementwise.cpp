@@ -70,7 +70,6 @@ template <typename D, typename S> D convert(S v) {
   else if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) return static_cast<D>(static_cast<float>(v));
   else return static_cast<D>(v);
 }
-bool dense(const Tensor& t) { return !memory_order(t).empty(); }
 template <typename D> struct Copy {
   static void run(const Tensor& out, const Tensor& src) {
     visit_dtype(src.dtype(), [&]<typename S>() {
@@ -79,7 +78,7 @@ template <typename D> struct Copy {
         return;
       }
       // Both dense with the same strides (channels-last to channels-last, say): one flat pass.
-      if (out.sizes() == src.sizes() && out.strides() == src.strides() && dense(out)) {
+      if (out.sizes() == src.sizes() && out.strides() == src.strides() && !memory_order(out).empty()) {
         D* o = static_cast<D*>(out.raw_data());
         const S* s = static_cast<const S*>(src.raw_data());
         parallel_for(out.numel(), kGrain, [&](int64_t b, int64_t e) {

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
-#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -218,21 +217,19 @@ bool try_persistent(const Tensor& x, cudnnBatchNormOps_t ops, bool training) {
   return g_refused.count(refusal_key(ops, x)) == 0;
 }
 
-class ReluDescriptor {
- public:
-  ReluDescriptor() {
-    MPX_CUDNN_CHECK(cudnnCreateActivationDescriptor(&d_), "batch_norm_add_relu");
-    MPX_CUDNN_CHECK(cudnnSetActivationDescriptor(d_, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0),
-                    "batch_norm_add_relu");
-  }
-  ~ReluDescriptor() { cudnnDestroyActivationDescriptor(d_); }
-  ReluDescriptor(const ReluDescriptor&) = delete;
-  ReluDescriptor& operator=(const ReluDescriptor&) = delete;
-  cudnnActivationDescriptor_t get() const { return d_; }
-
- private:
-  cudnnActivationDescriptor_t d_ = nullptr;
-};
+// The ReLU of the fused forms, for ops other than plain BN (null for it). A descriptor holds
+// only its settings, so one serves every call and thread; made once (leaked: static
+// destruction order would outlive cuDNN's library).
+cudnnActivationDescriptor_t relu_for(cudnnBatchNormOps_t ops) {
+  static const cudnnActivationDescriptor_t relu = [] {
+    cudnnActivationDescriptor_t d = nullptr;
+    MPX_CUDNN_CHECK(cudnnCreateActivationDescriptor(&d), "batch_norm_relu");
+    MPX_CUDNN_CHECK(cudnnSetActivationDescriptor(d, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0),
+                    "batch_norm_relu");
+    return d;
+  }();
+  return ops == CUDNN_BATCHNORM_OPS_BN ? nullptr : relu;
+}
 
 // The persistent training forward, y = bn(x), relu(bn(x)) (BN_ACTIVATION) or relu(bn(x) + z)
 // (BN_ADD_ACTIVATION, z defined); returns cuDNN's status, and fills `reserve`, instead of throwing.
@@ -245,9 +242,7 @@ cudnnStatus_t persistent_forward(cudnnBatchNormOps_t ops, const Tensor& y, const
   describe(yd, y);
   if (fused) describe(zd, z);
   describe_stats(sd, mean, "batch_norm");
-  std::optional<ReluDescriptor> act;
-  if (ops != CUDNN_BATCHNORM_OPS_BN) act.emplace();
-  cudnnActivationDescriptor_t ad = act ? act->get() : nullptr;
+  const cudnnActivationDescriptor_t ad = relu_for(ops);
   cudnnHandle_t h = cudnn::handle(y);
   size_t ws_bytes = 0, rs_bytes = 0;
   cudnnStatus_t st = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
@@ -285,9 +280,7 @@ cudnnStatus_t persistent_backward(cudnnBatchNormOps_t ops, const Tensor& gx, con
   if (act_on) describe(yd, y);
   if (fused) describe(gzd, gz);
   describe_stats(sd, mean, op);
-  std::optional<ReluDescriptor> act;
-  if (act_on) act.emplace();
-  cudnnActivationDescriptor_t ad = act ? act->get() : nullptr;
+  const cudnnActivationDescriptor_t ad = relu_for(ops);
   cudnnHandle_t h = cudnn::handle(x);
   size_t ws_bytes = 0;
   // yDesc: x's for plain BN, as PyTorch and Paddle pass to the query (the call itself takes none).
