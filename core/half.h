@@ -9,6 +9,12 @@ namespace mpx {
 namespace detail {
 inline uint32_t f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 inline float bits_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+/// c ? a : b as a mask: GCC if-converts `?:` in a short loop but not always in a long fused one
+/// (an optimizer step that also writes the f16 model copy), where it became a branch per element.
+inline uint32_t select_bits(bool c, uint32_t a, uint32_t b) {
+  const uint32_t m = 0u - static_cast<uint32_t>(c);
+  return (a & m) | (b & ~m);
+}
 
 /// f32 -> binary16, round to nearest even; overflow past 65504 (after rounding) gives inf,
 /// results below the normal range become subnormals, NaN stays a (quiet) NaN with its sign.
@@ -23,9 +29,9 @@ inline uint16_t f32_to_f16_bits(float f) {
   // rounding (anything up to half the smallest subnormal rounds to zero).
   const uint32_t subnormal = f32_bits(bits_f32(ax) + 0.5f) - 0x3f000000u;
   const uint32_t nan = 0x7e00u | ((ax >> 13) & 0x3ffu);
-  uint32_t r = ax < 0x38800000u ? subnormal : normal;
-  r = ax >= 0x477ff000u ? 0x7c00u : r;  // rounds past 65504, or inf
-  r = ax > 0x7f800000u ? nan : r;
+  uint32_t r = select_bits(ax < 0x38800000u, subnormal, normal);
+  r = select_bits(ax >= 0x477ff000u, 0x7c00u, r);  // rounds past 65504, or inf
+  r = select_bits(ax > 0x7f800000u, nan, r);
   return static_cast<uint16_t>(sign | r);
 }
 
@@ -47,7 +53,7 @@ inline uint16_t f32_to_bf16_bits(float f) {
   const uint32_t x = f32_bits(f);
   const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
   const uint32_t nan = (x >> 16) | 0x40u;
-  return static_cast<uint16_t>((x & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+  return static_cast<uint16_t>(select_bits((x & 0x7fffffffu) > 0x7f800000u, nan, rounded));
 }
 inline float bf16_bits_to_f32(uint16_t b) { return bits_f32(static_cast<uint32_t>(b) << 16); }
 }  // namespace detail
