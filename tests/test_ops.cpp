@@ -170,6 +170,43 @@ TEST_CASE("reduction gradients", "[ops][gradcheck][reduction]") {
   check_grads([](const tensor_list& i) { return i[0].sum({0}, true).mean({2}); }, {x});
 }
 
+// f16/bf16 GEMMs on the CPU multiply f32 copies of the operands: each result is the f32 sum
+// rounded once, so it lies within one rounding (half an ulp of the dtype, plus f32's own error)
+// of the exact product of the rounded inputs, whatever layout each operand has.
+TEST_CASE("f16/bf16 mm and addmm on the CPU round once, whatever the operands' layout", "[ops][linalg]") {
+  manual_seed(12);
+  for (DType dt : {kFloat16, kBFloat16}) {
+    const double half_ulp = dt == kFloat16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+    const Tensor a = randn({6, 40}).to(dt), b = randn({40, 9}).to(dt), c = randn({6, 9}).to(dt);
+    auto check = [&](const Tensor& got, const Tensor& exact) {
+      REQUIRE(got.dtype() == dt);
+      const Tensor g = got.to(kFloat64).contiguous(), e = exact.contiguous();
+      int64_t bad = 0;
+      for (int64_t i = 0; i < e.numel(); ++i) {
+        const double x = g.data_ptr<double>()[i], y = e.data_ptr<double>()[i];
+        bad += std::abs(x - y) > half_ulp * std::abs(y) * 1.01 + 1e-6;
+      }
+      CHECK(bad == 0);
+    };
+    const Tensor a64 = a.to(kFloat64), b64 = b.to(kFloat64), c64 = c.to(kFloat64);
+    const Tensor exact = mm(a64, b64);
+    const Tensor a_cols = a.t().contiguous().t(), b_cols = b.t().contiguous().t();  // column-major
+    INFO(dtype_name(dt));
+    check(mm(a, b), exact);
+    check(mm(a_cols, b), exact);
+    check(mm(a, b_cols), exact);
+    check(mm(a_cols, b_cols), exact);
+    // Neither row- nor column-major: every other column of a wider matrix.
+    const Tensor wide = randn({6, 80}).to(dt), every_other = wide.slice(1, 0, 80, 2);
+    check(mm(every_other, b), mm(every_other.to(kFloat64), b64));
+    // A weight used transposed, as linear does.
+    const Tensor w = randn({9, 40}).to(dt);
+    check(mm(a, w.t()), mm(a64, w.to(kFloat64).t()));
+    check(addmm(c, a_cols, b, 0.5, -2.0), c64 * 0.5 + mm(a64, b64) * -2.0);
+    check(bmm(stack({a, a_cols}), stack({b_cols, b})), stack({exact, exact}));
+  }
+}
+
 TEST_CASE("linear algebra gradients", "[ops][gradcheck][linalg]") {
   manual_seed(5);
   Tensor a2 = leaf({3, 4}), b2 = leaf({4, 2});

@@ -73,23 +73,16 @@ template <typename T> struct Gemm {
       gemm_native<T>(static_cast<T*>(out.raw_data()), static_cast<const T*>(a.raw_data()), static_cast<const T*>(b.raw_data()),
                      out, a, b, alpha, beta);
     } else {
-      // f16/bf16: convert to f32 (dense), multiply with f32 accumulation, round back once.
-      auto widen = [](const Tensor& t) {
-        Mat<float> m(t.size(0), t.size(1));
-        const T* p = static_cast<const T*>(t.raw_data());
-        for (int64_t i = 0; i < t.size(0); ++i)
-          for (int64_t j = 0; j < t.size(1); ++j) m(i, j) = static_cast<float>(p[i * t.stride(0) + j * t.stride(1)]);
-        return m;
-      };
-      Mat<float> A = widen(a), B = widen(b);
-      Mat<float> O(out.size(0), out.size(1));
-      T* o = static_cast<T*>(out.raw_data());
-      if (beta != 0.0)
-        for (int64_t i = 0; i < out.numel(); ++i) O.data()[i] = static_cast<float>(o[i]) * static_cast<float>(beta);
-      else
-        O.setZero();
-      O.noalias() += static_cast<float>(alpha) * (A * B);
-      for (int64_t i = 0; i < out.numel(); ++i) o[i] = T(O.data()[i]);
+      // f16/bf16: multiply f32 copies with f32 accumulation and round back once. The copy kernel
+      // widens each operand in the order it lies in memory (a transposed weight stays transposed),
+      // vectorized and in parallel: converting element by element across strides took longer than
+      // the product itself (30 ms against 2 ms for a [2, 2048] x [2048, 1000] layer).
+      auto widen = [](const Tensor& t) { return t.stride(0) == 1 && t.stride(1) != 1 ? t.t().to(kFloat32).t() : t.to(kFloat32); };
+      const Tensor af = widen(a), bf = widen(b);
+      const Tensor of = beta != 0.0 ? out.to(kFloat32) : empty(out.sizes(), TensorOptions(kFloat32));
+      gemm_native<float>(static_cast<float*>(of.raw_data()), static_cast<const float*>(af.raw_data()),
+                         static_cast<const float*>(bf.raw_data()), of, af, bf, alpha, beta);
+      Tensor(out).copy_(of);
     }
   }
 };
