@@ -196,6 +196,42 @@ TEST_CASE("unscale_check_inf_ divides in f32 and flags inf/NaN in one pass", "[a
                     Catch::Contains("inv_scale"));
 }
 
+// The kernel tells inf/NaN from the exponent bits of each dtype: every non-finite value is
+// found wherever it sits, in the unscaling and the check-only forms; the largest finite values
+// and the smallest subnormals are not, nor is an f64 beyond f32's range.
+TEST_CASE("unscale_check_inf_ tells non-finite from finite values in every dtype", "[amp][grad_scaler]") {
+  const int64_t n = 70001;  // several parallel chunks
+  struct Limits { DType dt; double max, tiny; };
+  const Limits limits[] = {{kFloat16, 65504.0, std::ldexp(1.0, -24)},
+                           {kBFloat16, 3.3895313892515355e38, std::ldexp(1.0, -133)},
+                           {kFloat32, std::numeric_limits<float>::max(), std::ldexp(1.0, -149)},
+                           {kFloat64, std::numeric_limits<double>::max(), std::ldexp(1.0, -1074)}};
+  for (const Limits& l : limits) {
+    const DType out_dt = l.dt == kFloat64 ? kFloat64 : kFloat32;
+    auto found = [&](double v, int64_t at, bool check_only) {
+      Tensor g64 = full({n}, 0.5, TensorOptions(kFloat64));
+      g64.data_ptr<double>()[at] = v;
+      const Tensor g = g64.to(l.dt);
+      Tensor flag = zeros({});
+      const tensor_list outs = check_only ? tensor_list{} : tensor_list{empty({n}, TensorOptions(out_dt))};
+      unscale_check_inf_({g}, outs, scalar_tensor(0.5), flag);
+      return flag.item<double>() != 0.0;
+    };
+    for (int64_t at : {int64_t{0}, n / 2 + 3, n - 1}) {
+      for (bool check_only : {false, true}) {
+        INFO(dtype_name(l.dt) << " at " << at << (check_only ? ", check only" : ", unscaling"));
+        CHECK(found(kInf, at, check_only));
+        CHECK(found(-kInf, at, check_only));
+        CHECK(found(kNaN, at, check_only));
+        CHECK_FALSE(found(l.max, at, check_only));
+        CHECK_FALSE(found(-l.max, at, check_only));
+        CHECK_FALSE(found(l.tiny, at, check_only));
+        if (l.dt == kFloat64) CHECK_FALSE(found(1e300, at, check_only));
+      }
+    }
+  }
+}
+
 TEST_CASE("GradScaler unscales f32 grads in place and f16 grads into f32 masters", "[amp][grad_scaler]") {
   manual_seed(5);
   Tensor w32 = leaf(randn({3, 4}));

@@ -1,6 +1,8 @@
 // CPU kernel for the fused unscale + inf/NaN check over all of an optimizer's gradients.
 #include <algorithm>
 #include <atomic>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <type_traits>
 
@@ -11,6 +13,21 @@
 namespace mpx::cpu {
 namespace {
 
+// 1 when x is inf or NaN, read off its exponent bits: an integer test in the element loop keeps
+// it vectorized, where std::isfinite on the widened value kept it scalar (ten times slower than a
+// plain f16 -> f32 copy).
+template <typename G> inline uint32_t non_finite(const G* p) {
+  if constexpr (std::is_same_v<G, Half> || std::is_same_v<G, BFloat16>) {
+    // Through the bits: a copied struct is a second memory reference GCC will not vectorize.
+    constexpr uint16_t exp = std::is_same_v<G, Half> ? 0x7c00u : 0x7f80u;
+    return (*reinterpret_cast<const uint16_t*>(p) & exp) == exp;
+  } else {
+    using U = std::conditional_t<sizeof(G) == 8, uint64_t, uint32_t>;
+    constexpr U exp = sizeof(G) == 8 ? U(0x7ff0000000000000ull) : U(0x7f800000u);
+    return (std::bit_cast<U>(*p) & exp) == exp;
+  }
+}
+
 // One pass per gradient: read, check finiteness, multiply by inv_scale in the compute type, write.
 // The flag is a relaxed atomic so chunks on different threads can raise it without a reduction.
 template <typename G, typename O>
@@ -20,12 +37,12 @@ void unscale_one(const Tensor& in, const Tensor& out, float inv, std::atomic<boo
   O* o = static_cast<O*>(out.raw_data());
   const A s = static_cast<A>(inv);
   parallel_for(in.numel(), kGrain, [&](int64_t b, int64_t e) {
-    bool bad = false;
+    uint32_t bad = 0;
     for (int64_t j = b; j < e; ++j) {
+      bad |= non_finite(g + j);
       A v;
       if constexpr (std::is_same_v<G, Half> || std::is_same_v<G, BFloat16>) v = static_cast<A>(static_cast<float>(g[j]));
       else v = static_cast<A>(g[j]);
-      bad |= !std::isfinite(v);
       if constexpr (std::is_same_v<O, Half> || std::is_same_v<O, BFloat16>) o[j] = O(v * s);
       else o[j] = static_cast<O>(v * s);
     }
@@ -64,11 +81,9 @@ struct CheckInf {
       visit_dtype(t.dtype(), [&]<typename T>() {
         if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
           const T* g = static_cast<const T*>(t.raw_data());
-          // f64 is checked as f64: narrowed to f32, a finite |g| > FLT_MAX would count as inf.
-          using W = std::conditional_t<std::is_same_v<T, double>, double, float>;
           parallel_for(t.numel(), kGrain, [&](int64_t b, int64_t e) {
-            bool bad = false;
-            for (int64_t j = b; j < e; ++j) bad |= !std::isfinite(static_cast<W>(g[j]));
+            uint32_t bad = 0;
+            for (int64_t j = b; j < e; ++j) bad |= non_finite(g + j);
             if (bad) found.store(true, std::memory_order_relaxed);
           });
         }
