@@ -200,6 +200,33 @@ TEST_CASE("conv channels-last input gives the same values and keeps its format",
   }
 }
 
+// f16/bf16 convolutions compute on f32 copies (f16 everywhere, bf16 where oneDNN has no bf16
+// kernels): the copies keep a channels-last layout, so outputs and gradients come back
+// channels-last with the row-major computation's values (each rounded once; the f32 sums may
+// differ in order between layouts, hence one rounding of slack).
+TEST_CASE("f16/bf16 conv on channels-last tensors keeps the layout and the values", "[conv]") {
+  manual_seed(8);
+  for (DType dt : {kFloat16, kBFloat16}) {
+    const double tol = dt == kFloat16 ? 2e-3 : 1e-2;
+    const Tensor x = randn({2, 8, 7, 6}).to(dt), w = randn({5, 8, 3, 3}).to(dt), b = randn({5}).to(dt);
+    const Tensor gy = randn({2, 5, 4, 6}).to(dt);
+    auto run = [&](MemoryFormat f) {
+      Tensor xl = x.contiguous(f).detach().set_requires_grad(true), wl = w.contiguous(f).detach().set_requires_grad(true);
+      Tensor y = conv2d(xl, wl, b, {2, 1}, {1, 1});
+      y.backward(gy.contiguous(f));
+      return tensor_list{y, xl.grad(), wl.grad()};
+    };
+    const tensor_list cl = run(MemoryFormat::ChannelsLast), rm = run(MemoryFormat::Contiguous);
+    INFO(dtype_name(dt));
+    for (size_t i = 0; i < cl.size(); ++i) {
+      INFO("output " << i << " (y, dx, dw)");
+      CHECK(cl[i].dtype() == dt);
+      CHECK(cl[i].is_contiguous(MemoryFormat::ChannelsLast));
+      CHECK(close(cl[i], rm[i], tol));
+    }
+  }
+}
+
 TEST_CASE("conv accepts unbatched 3-d input", "[conv]") {
   Tensor x = randn({3, 5, 5}, kFloat64), w = randn({2, 3, 3, 3}, kFloat64);
   Tensor y = conv2d(x, w, {}, {1, 1}, {1, 1});

@@ -277,9 +277,18 @@ constexpr bool kNative = std::is_same_v<T, float> || std::is_same_v<T, double>;
 template <typename T>
 constexpr bool kOneDnn = std::is_same_v<T, float> || std::is_same_v<T, BFloat16>;
 
-// f16/bf16 inputs compute in f32 (dense copies, on oneDNN when it is there) and round the
-// result back once.
-Tensor widen(const Tensor& t) { return t.defined() ? t.to(kFloat32).contiguous() : t; }
+// f16/bf16 inputs compute in f32 copies (on oneDNN when it is there) and round the result back
+// once. The copies keep a channels-last layout, which oneDNN reads as it is: converting it here
+// and back would cost two more passes over every activation.
+Tensor widen(const Tensor& t) {
+  if (!t.defined()) return t;
+  const Tensor f = t.to(kFloat32);
+  return f.is_contiguous() || f.is_contiguous(MemoryFormat::ChannelsLast) ? f : f.contiguous();
+}
+Tensor f32_like(const Tensor& t) {
+  const bool cl = !t.is_contiguous() && t.is_contiguous(MemoryFormat::ChannelsLast);
+  return empty(t.sizes(), TensorOptions(kFloat32).memory_format(cl ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous));
+}
 // The Eigen kernels run on NCHW: channels-last outputs are computed in a dense temporary.
 Tensor dense_out(const Tensor& t) { return t.is_contiguous() ? t : empty(t.sizes(), t.options()); }
 void finish(const Tensor& out, const Tensor& dense) {
@@ -301,16 +310,14 @@ template <typename T> struct ConvForward {
   static void run(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
     if (y.numel() == 0) return;
     if constexpr (kOneDnn<T>) if (onednn::conv_forward(y, x, w, b, p)) return;
-    const Geom g = geom(x.sizes(), w.sizes(), y.sizes(), p);
     if constexpr (kNative<T>) {
+      const Geom g = geom(x.sizes(), w.sizes(), y.sizes(), p);
       const Tensor xc = x.contiguous(), yc = dense_out(y), wc = w.contiguous();
       forward<T>(static_cast<T*>(yc.raw_data()), ptr<T>(xc), ptr<T>(wc), ptr<T>(b), g);
       finish(y, yc);
     } else {
-      Tensor xf = widen(x), wf = widen(w), bf = widen(b);
-      Tensor yf = empty(y.sizes(), TensorOptions(kFloat32));
-      if (!onednn::conv_forward(yf, xf, wf, bf, p))
-        forward<float>(static_cast<float*>(yf.raw_data()), ptr<float>(xf), ptr<float>(wf), ptr<float>(bf), g);
+      const Tensor yf = f32_like(y);
+      ConvForward<float>::run(yf, widen(x), widen(w), widen(b), p);
       Tensor(y).copy_(yf);
     }
   }
@@ -325,16 +332,14 @@ template <typename T> struct ConvBackwardInput {
       return;
     }
     if constexpr (kOneDnn<T>) if (onednn::conv_backward_input(gx, gy, w, b, p)) return;
-    const Geom g = geom(gx.sizes(), w.sizes(), gy.sizes(), p);
     if constexpr (kNative<T>) {
+      const Geom g = geom(gx.sizes(), w.sizes(), gy.sizes(), p);
       const Tensor gyc = gy.contiguous(), gxc = dense_out(gx), wc = w.contiguous();
       backward_input<T>(static_cast<T*>(gxc.raw_data()), ptr<T>(gyc), ptr<T>(wc), ptr<T>(b), g);
       finish(gx, gxc);
     } else {
-      Tensor gyf = widen(gy), wf = widen(w), bf = widen(b);
-      Tensor gxf = empty(gx.sizes(), TensorOptions(kFloat32));
-      if (!onednn::conv_backward_input(gxf, gyf, wf, bf, p))
-        backward_input<float>(static_cast<float*>(gxf.raw_data()), ptr<float>(gyf), ptr<float>(wf), ptr<float>(bf), g);
+      const Tensor gxf = f32_like(gx);
+      ConvBackwardInput<float>::run(gxf, widen(gy), widen(w), widen(b), p);
       Tensor(gx).copy_(gxf);
     }
   }
@@ -345,16 +350,14 @@ template <typename T> struct ConvBackwardWeight {
     if (gw.numel() == 0) return;
     if (gy.numel() == 0) { Tensor(gw).zero_(); return; }
     if constexpr (kOneDnn<T>) if (onednn::conv_backward_weight(gw, gy, x, p)) return;
-    const Geom g = geom(x.sizes(), gw.sizes(), gy.sizes(), p);
     if constexpr (kNative<T>) {
+      const Geom g = geom(x.sizes(), gw.sizes(), gy.sizes(), p);
       const Tensor gwc = dense_out(gw);
       backward_weight<T>(static_cast<T*>(gwc.raw_data()), ptr<T>(gy.contiguous()), ptr<T>(x.contiguous()), g);
       finish(gw, gwc);
     } else {
-      Tensor gyf = widen(gy), xf = widen(x);
-      Tensor gwf = empty(gw.sizes(), TensorOptions(kFloat32));
-      if (!onednn::conv_backward_weight(gwf, gyf, xf, p))
-        backward_weight<float>(static_cast<float*>(gwf.raw_data()), ptr<float>(gyf), ptr<float>(xf), g);
+      const Tensor gwf = f32_like(gw);
+      ConvBackwardWeight<float>::run(gwf, widen(gy), widen(x), p);
       Tensor(gw).copy_(gwf);
     }
   }
