@@ -147,8 +147,11 @@ tensor_list AccumulateGrad::apply(tensor_list&& grads) {
     // Own the buffer unless the graph is being recorded (then keep it differentiable).
     // Steal the buffer only when nothing else can see it (a gradient routed to two leaves
     // by the same node must not alias, or accumulating into one would change the other).
+    // Dense channels-last gradients (a channels-last convolution's filter gradient) are kept as
+    // they are too: a copy would only change nothing, one pass per filter per step.
     const bool sole_owner = g.impl_ptr().use_count() == 1 && g.impl()->storage.use_count() == 1;
-    m.grad = GradMode::is_enabled() ? g : (g.is_contiguous() && sole_owner ? g.detach() : g.clone());
+    const bool dense = g.is_contiguous() || g.is_contiguous(MemoryFormat::ChannelsLast);
+    m.grad = GradMode::is_enabled() ? g : (dense && sole_owner ? g.detach() : g.clone());
   } else if (GradMode::is_enabled()) {
     m.grad = add(m.grad, g);
   } else {

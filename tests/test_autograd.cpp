@@ -4,7 +4,9 @@
 
 #include "autograd/function.h"
 #include "gradcheck.h"
+#include "ops/conv.h"
 #include "ops/linalg.h"
+#include "ops/profiler.h"
 #include "ops/shape.h"
 
 using namespace mpx;
@@ -150,4 +152,37 @@ TEST_CASE("leaves fed the same gradient buffer do not alias", "[autograd]") {
     a.mutable_grad().add_(5.0);
   }
   CHECK(allclose(b.grad(), ones({3}, kFloat64)));
+}
+
+// A leaf takes over a gradient nothing else holds when it is dense, in either layout: the
+// channels-last filter gradient of a channels-last convolution is not copied on its way to
+// .grad. A gradient that is a broadcast view still becomes a dense buffer of its own.
+TEST_CASE("a leaf keeps a dense channels-last gradient without copying it", "[autograd][profiler]") {
+  manual_seed(6);
+  const Tensor x = randn({2, 3, 6, 6}).contiguous(MemoryFormat::ChannelsLast);
+  Tensor w = randn({4, 3, 3, 3}).contiguous(MemoryFormat::ChannelsLast).set_requires_grad(true);
+  const Tensor y = conv2d(x, w, {}, {1, 1}, {1, 1});
+  const Tensor gy = ones_like(y);
+  profiler::reset();
+  profiler::start();
+  y.backward(gy);
+  profiler::stop();
+  for (const auto& r : profiler::results()) {
+    INFO(r.op << " x" << r.calls);
+    CHECK(r.op != "copy");
+  }
+  profiler::reset();
+  CHECK(w.grad().is_contiguous(MemoryFormat::ChannelsLast));
+  Tensor w_rm = w.detach().contiguous().set_requires_grad(true);
+  conv2d(x.contiguous(), w_rm, {}, {1, 1}, {1, 1}).backward(gy.contiguous());
+  CHECK(allclose(w.grad(), w_rm.grad(), 1e-5, 1e-5));
+
+  Tensor a = zeros({2, 3}).set_requires_grad(true);
+  sum(a).backward();  // SumBackward hands over a broadcast of one value
+  CHECK(a.grad().is_contiguous());
+  {
+    NoGradGuard ng;
+    a.mutable_grad().add_(1.0);
+  }
+  CHECK(allclose(a.grad(), full({2, 3}, 2.0)));
 }
