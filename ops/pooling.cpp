@@ -18,14 +18,15 @@ bool channels_last(const Tensor& t) {
 Tensor in_format_of(const Tensor& y, const Tensor& like) {
   return channels_last(like) ? y.contiguous(MemoryFormat::ChannelsLast) : y;
 }
-// The layout a kernel runs in for input `t`: channels-last stays so on CUDA; all else is NCHW.
+// The layout a kernel runs in for input `t`: channels-last stays so (every device has kernels
+// for it); all else is NCHW.
 MemoryFormat kernel_format(const Tensor& t) {
-  return t.is_cuda() && channels_last(t) ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+  return channels_last(t) ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
 }
 // A backward's layout: the forward input's (x_fmt, from kernel_format) or gy's own. gy is often
 // dense both ways ([N, C, 1, 1] after a global pool) and must not turn a channels-last graph NCHW.
 MemoryFormat backward_format(const Tensor& gy, MemoryFormat x_fmt) {
-  return gy.is_cuda() && x_fmt == MemoryFormat::ChannelsLast ? x_fmt : kernel_format(gy);
+  return x_fmt == MemoryFormat::ChannelsLast ? x_fmt : kernel_format(gy);
 }
 TensorOptions in_format(TensorOptions o, MemoryFormat f) { return o.memory_format(f); }
 

@@ -1,6 +1,8 @@
 // CPU pooling kernels: max (with argmax indices), average and adaptive average, forward and backward.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "ops/cpu/loops.h"
 #include "ops/dispatch.h"
@@ -18,8 +20,179 @@ Planes planes_of(const Tensor& in, const Tensor& out) {
 }
 int64_t grain_for(int64_t per_plane) { return std::max<int64_t>(1, kGrain / std::max<int64_t>(per_plane, 1)); }
 
+// Window [h0, h1) x [w0, w1) of output (oh, ow) clipped to the image, and its divisor.
+struct Window {
+  int64_t h0, h1, w0, w1;
+  double div;
+};
+Window avg_window(const Pool2dParams& p, int64_t H, int64_t W, int64_t oh, int64_t ow) {
+  int64_t h0 = oh * p.stride[0] - p.padding[0], w0 = ow * p.stride[1] - p.padding[1];
+  int64_t h1 = std::min(h0 + p.kernel[0], H + p.padding[0]), w1 = std::min(w0 + p.kernel[1], W + p.padding[1]);
+  const int64_t pool = (h1 - h0) * (w1 - w0);
+  h0 = std::max<int64_t>(h0, 0);
+  w0 = std::max<int64_t>(w0, 0);
+  h1 = std::min(h1, H);
+  w1 = std::min(w1, W);
+  const int64_t div = p.count_include_pad ? pool : (h1 - h0) * (w1 - w0);
+  return {h0, h1, w0, w1, static_cast<double>(std::max<int64_t>(div, 1))};
+}
+
+// PyTorch's adaptive bins: [floor(i * in / out), ceil((i + 1) * in / out)).
+int64_t bin_start(int64_t i, int64_t in, int64_t out) { return (i * in) / out; }
+int64_t bin_end(int64_t i, int64_t in, int64_t out) { return ((i + 1) * in + out - 1) / out; }
+// The adaptive bin of output (oh, ow) as a window, divided by its own size.
+Window adaptive_window(int64_t H, int64_t W, int64_t Ho, int64_t Wo, int64_t oh, int64_t ow) {
+  const int64_t h0 = bin_start(oh, H, Ho), h1 = bin_end(oh, H, Ho), w0 = bin_start(ow, W, Wo), w1 = bin_end(ow, W, Wo);
+  return {h0, h1, w0, w1, static_cast<double>((h1 - h0) * (w1 - w0))};
+}
+
+// ---- Channels-last ([N, H, W, C] in memory) ----
+// The inner loops run along C, contiguous in memory. Each output takes its window in the same
+// (h, w) order, and each input gradient its contributions in the same output order, as the
+// row-major kernels above: both layouts give the same values bit for bit.
+bool nhwc(const Tensor& t) { return t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(MemoryFormat::ChannelsLast); }
+struct Nhwc {
+  int64_t N, C, H, W, Ho, Wo;
+};
+Nhwc nhwc_of(const Tensor& in, const Tensor& out) {
+  return {in.size(0), in.size(1), in.size(2), in.size(3), out.size(2), out.size(3)};
+}
+// The backward kernels scatter into a whole image: their tasks are (image, block of channels).
+constexpr int64_t kChannelBlock = 64;
+
+template <typename T>
+void max_pool_nhwc(const Tensor& y, const Tensor& idx, const Tensor& x, const Pool2dParams& p) {
+  using A = acc_t<T>;
+  const Nhwc s = nhwc_of(x, y);
+  const T* xp = static_cast<const T*>(x.raw_data());
+  T* yp = static_cast<T*>(y.raw_data());
+  int64_t* ip = static_cast<int64_t*>(idx.raw_data());
+  parallel_for(s.N * s.Ho, grain_for(s.Wo * s.C), [&](int64_t b, int64_t e) {
+    std::vector<A> best(static_cast<size_t>(s.C));
+    std::vector<int64_t> at(static_cast<size_t>(s.C));
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t n = r / s.Ho, oh = r % s.Ho;
+      for (int64_t ow = 0; ow < s.Wo; ++ow) {
+        std::fill(best.begin(), best.end(), -std::numeric_limits<A>::infinity());
+        std::fill(at.begin(), at.end(), int64_t{-1});
+        const int64_t h0 = oh * p.stride[0] - p.padding[0], w0 = ow * p.stride[1] - p.padding[1];
+        for (int64_t i = 0; i < p.kernel[0]; ++i) {
+          const int64_t h = h0 + i * p.dilation[0];
+          if (h < 0 || h >= s.H) continue;
+          for (int64_t j = 0; j < p.kernel[1]; ++j) {
+            const int64_t w = w0 + j * p.dilation[1];
+            if (w < 0 || w >= s.W) continue;
+            const T* xi = xp + ((n * s.H + h) * s.W + w) * s.C;
+            for (int64_t c = 0; c < s.C; ++c) {
+              // The first maximum wins; a NaN wins and stays, as in the row-major kernel.
+              const A v = static_cast<A>(xi[c]);
+              if (!std::isnan(best[c]) && (at[c] < 0 || v > best[c] || std::isnan(v))) {
+                best[c] = v;
+                at[c] = h * s.W + w;
+              }
+            }
+          }
+        }
+        const int64_t o = ((n * s.Ho + oh) * s.Wo + ow) * s.C;
+        for (int64_t c = 0; c < s.C; ++c) {
+          yp[o + c] = T(best[c]);
+          ip[o + c] = at[c];
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void max_pool_backward_nhwc(const Tensor& gx, const Tensor& gy, const Tensor& idx) {
+  using A = acc_t<T>;
+  const Nhwc s = nhwc_of(gx, gy);
+  const T* gp = static_cast<const T*>(gy.raw_data());
+  const int64_t* ip = static_cast<const int64_t*>(idx.raw_data());
+  T* xp = static_cast<T*>(gx.raw_data());
+  const int64_t blocks = (s.C + kChannelBlock - 1) / kChannelBlock;
+  parallel_for(s.N * blocks, 1, [&](int64_t b, int64_t e) {
+    std::vector<A> acc;
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t n = t / blocks, c0 = t % blocks * kChannelBlock, nc = std::min(kChannelBlock, s.C - c0);
+      acc.assign(static_cast<size_t>(s.H * s.W * nc), A(0));
+      for (int64_t o = 0; o < s.Ho * s.Wo; ++o) {
+        const int64_t off = (n * s.Ho * s.Wo + o) * s.C + c0;
+        for (int64_t c = 0; c < nc; ++c) {
+          const int64_t i = ip[off + c];
+          if (i >= 0) acc[i * nc + c] += static_cast<A>(gp[off + c]);
+        }
+      }
+      for (int64_t i = 0; i < s.H * s.W; ++i) {
+        T* xi = xp + (n * s.H * s.W + i) * s.C + c0;
+        for (int64_t c = 0; c < nc; ++c) xi[c] = T(acc[i * nc + c]);
+      }
+    }
+  });
+}
+
+// Average pooling over the windows window(oh, ow) gives: avg_pool2d's, or the adaptive bins.
+template <typename T, typename WindowFn>
+void avg_pool_nhwc(const Tensor& y, const Tensor& x, WindowFn window) {
+  using A = acc_t<T>;
+  const Nhwc s = nhwc_of(x, y);
+  const T* xp = static_cast<const T*>(x.raw_data());
+  T* yp = static_cast<T*>(y.raw_data());
+  parallel_for(s.N * s.Ho, grain_for(s.Wo * s.C), [&](int64_t b, int64_t e) {
+    std::vector<A> acc(static_cast<size_t>(s.C));
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t n = r / s.Ho, oh = r % s.Ho;
+      for (int64_t ow = 0; ow < s.Wo; ++ow) {
+        const Window wd = window(oh, ow);
+        std::fill(acc.begin(), acc.end(), A(0));
+        for (int64_t h = wd.h0; h < wd.h1; ++h)
+          for (int64_t w = wd.w0; w < wd.w1; ++w) {
+            const T* xi = xp + ((n * s.H + h) * s.W + w) * s.C;
+            for (int64_t c = 0; c < s.C; ++c) acc[c] += static_cast<A>(xi[c]);
+          }
+        T* yo = yp + ((n * s.Ho + oh) * s.Wo + ow) * s.C;
+        for (int64_t c = 0; c < s.C; ++c) yo[c] = T(static_cast<A>(acc[c] / static_cast<A>(wd.div)));
+      }
+    }
+  });
+}
+
+template <typename T, typename WindowFn>
+void avg_pool_backward_nhwc(const Tensor& gx, const Tensor& gy, WindowFn window) {
+  using A = acc_t<T>;
+  const Nhwc s = nhwc_of(gx, gy);
+  const T* gp = static_cast<const T*>(gy.raw_data());
+  T* xp = static_cast<T*>(gx.raw_data());
+  const int64_t blocks = (s.C + kChannelBlock - 1) / kChannelBlock;
+  parallel_for(s.N * blocks, 1, [&](int64_t b, int64_t e) {
+    std::vector<A> acc, g(static_cast<size_t>(kChannelBlock));
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t n = t / blocks, c0 = t % blocks * kChannelBlock, nc = std::min(kChannelBlock, s.C - c0);
+      acc.assign(static_cast<size_t>(s.H * s.W * nc), A(0));
+      for (int64_t oh = 0; oh < s.Ho; ++oh)
+        for (int64_t ow = 0; ow < s.Wo; ++ow) {
+          const Window wd = window(oh, ow);
+          const T* go = gp + ((n * s.Ho + oh) * s.Wo + ow) * s.C + c0;
+          for (int64_t c = 0; c < nc; ++c) g[c] = static_cast<A>(go[c]) / static_cast<A>(wd.div);
+          for (int64_t h = wd.h0; h < wd.h1; ++h)
+            for (int64_t w = wd.w0; w < wd.w1; ++w) {
+              A* a = acc.data() + (h * s.W + w) * nc;
+              for (int64_t c = 0; c < nc; ++c) a[c] += g[c];
+            }
+        }
+      for (int64_t i = 0; i < s.H * s.W; ++i) {
+        T* xi = xp + (n * s.H * s.W + i) * s.C + c0;
+        for (int64_t c = 0; c < nc; ++c) xi[c] = T(acc[i * nc + c]);
+      }
+    }
+  });
+}
+
+
+// ---- The kernels: channels-last inputs take the kernels above, all else the row-major ones ----
 template <typename T> struct MaxPool {
   static void run(const Tensor& y, const Tensor& idx, const Tensor& x, const Pool2dParams& p) {
+    if (nhwc(x)) return max_pool_nhwc<T>(y, idx, x, p);
     using A = acc_t<T>;
     const Planes s = planes_of(x, y);
     const T* xp = static_cast<const T*>(x.raw_data());
@@ -59,6 +232,7 @@ template <typename T> struct MaxPool {
 
 template <typename T> struct MaxPoolBackward {
   static void run(const Tensor& gx, const Tensor& gy, const Tensor& idx, const Pool2dParams&) {
+    if (nhwc(gx)) return max_pool_backward_nhwc<T>(gx, gy, idx);
     using A = acc_t<T>;
     const Planes s = planes_of(gx, gy);
     const T* gp = static_cast<const T*>(gy.raw_data());
@@ -79,120 +253,77 @@ template <typename T> struct MaxPoolBackward {
   }
 };
 
-// Window [h0, h1) x [w0, w1) of output (oh, ow) clipped to the image, and its divisor.
-struct Window {
-  int64_t h0, h1, w0, w1;
-  double div;
-};
-Window avg_window(const Pool2dParams& p, int64_t H, int64_t W, int64_t oh, int64_t ow) {
-  int64_t h0 = oh * p.stride[0] - p.padding[0], w0 = ow * p.stride[1] - p.padding[1];
-  int64_t h1 = std::min(h0 + p.kernel[0], H + p.padding[0]), w1 = std::min(w0 + p.kernel[1], W + p.padding[1]);
-  const int64_t pool = (h1 - h0) * (w1 - w0);
-  h0 = std::max<int64_t>(h0, 0);
-  w0 = std::max<int64_t>(w0, 0);
-  h1 = std::min(h1, H);
-  w1 = std::min(w1, W);
-  const int64_t div = p.count_include_pad ? pool : (h1 - h0) * (w1 - w0);
-  return {h0, h1, w0, w1, static_cast<double>(std::max<int64_t>(div, 1))};
+// Row-major average pooling over the windows window(oh, ow) gives, one plane per task.
+template <typename T, typename WindowFn>
+void avg_pool_planes(const Tensor& y, const Tensor& x, WindowFn window) {
+  using A = acc_t<T>;
+  const Planes s = planes_of(x, y);
+  const T* xp = static_cast<const T*>(x.raw_data());
+  T* yp = static_cast<T*>(y.raw_data());
+  parallel_for(s.planes, grain_for(s.H * s.W), [&](int64_t b, int64_t e) {
+    for (int64_t pl = b; pl < e; ++pl) {
+      const T* xi = xp + pl * s.H * s.W;
+      for (int64_t oh = 0; oh < s.Ho; ++oh)
+        for (int64_t ow = 0; ow < s.Wo; ++ow) {
+          const Window wd = window(oh, ow);
+          A acc = 0;
+          for (int64_t h = wd.h0; h < wd.h1; ++h)
+            for (int64_t w = wd.w0; w < wd.w1; ++w) acc += static_cast<A>(xi[h * s.W + w]);
+          yp[pl * s.Ho * s.Wo + oh * s.Wo + ow] = T(static_cast<A>(acc / static_cast<A>(wd.div)));
+        }
+    }
+  });
+}
+
+template <typename T, typename WindowFn>
+void avg_pool_backward_planes(const Tensor& gx, const Tensor& gy, WindowFn window) {
+  using A = acc_t<T>;
+  const Planes s = planes_of(gx, gy);
+  const T* gp = static_cast<const T*>(gy.raw_data());
+  T* xp = static_cast<T*>(gx.raw_data());
+  parallel_for(s.planes, grain_for(s.H * s.W), [&](int64_t b, int64_t e) {
+    std::vector<A> acc(static_cast<size_t>(s.H * s.W));
+    for (int64_t pl = b; pl < e; ++pl) {
+      std::fill(acc.begin(), acc.end(), A(0));
+      for (int64_t oh = 0; oh < s.Ho; ++oh)
+        for (int64_t ow = 0; ow < s.Wo; ++ow) {
+          const Window wd = window(oh, ow);
+          const A g = static_cast<A>(gp[pl * s.Ho * s.Wo + oh * s.Wo + ow]) / static_cast<A>(wd.div);
+          for (int64_t h = wd.h0; h < wd.h1; ++h)
+            for (int64_t w = wd.w0; w < wd.w1; ++w) acc[h * s.W + w] += g;
+        }
+      T* xi = xp + pl * s.H * s.W;
+      for (int64_t i = 0; i < s.H * s.W; ++i) xi[i] = T(acc[i]);
+    }
+  });
 }
 
 template <typename T> struct AvgPool {
   static void run(const Tensor& y, const Tensor& x, const Pool2dParams& p) {
-    using A = acc_t<T>;
-    const Planes s = planes_of(x, y);
-    const T* xp = static_cast<const T*>(x.raw_data());
-    T* yp = static_cast<T*>(y.raw_data());
-    parallel_for(s.planes, grain_for(s.H * s.W), [&](int64_t b, int64_t e) {
-      for (int64_t pl = b; pl < e; ++pl) {
-        const T* xi = xp + pl * s.H * s.W;
-        for (int64_t oh = 0; oh < s.Ho; ++oh)
-          for (int64_t ow = 0; ow < s.Wo; ++ow) {
-            const Window wd = avg_window(p, s.H, s.W, oh, ow);
-            A acc = 0;
-            for (int64_t h = wd.h0; h < wd.h1; ++h)
-              for (int64_t w = wd.w0; w < wd.w1; ++w) acc += static_cast<A>(xi[h * s.W + w]);
-            yp[pl * s.Ho * s.Wo + oh * s.Wo + ow] = T(static_cast<A>(acc / static_cast<A>(wd.div)));
-          }
-      }
-    });
+    auto window = [&p, H = x.size(2), W = x.size(3)](int64_t oh, int64_t ow) { return avg_window(p, H, W, oh, ow); };
+    nhwc(x) ? avg_pool_nhwc<T>(y, x, window) : avg_pool_planes<T>(y, x, window);
   }
 };
-
 template <typename T> struct AvgPoolBackward {
   static void run(const Tensor& gx, const Tensor& gy, const Pool2dParams& p) {
-    using A = acc_t<T>;
-    const Planes s = planes_of(gx, gy);
-    const T* gp = static_cast<const T*>(gy.raw_data());
-    T* xp = static_cast<T*>(gx.raw_data());
-    parallel_for(s.planes, grain_for(s.H * s.W), [&](int64_t b, int64_t e) {
-      std::vector<A> acc(static_cast<size_t>(s.H * s.W));
-      for (int64_t pl = b; pl < e; ++pl) {
-        std::fill(acc.begin(), acc.end(), A(0));
-        for (int64_t oh = 0; oh < s.Ho; ++oh)
-          for (int64_t ow = 0; ow < s.Wo; ++ow) {
-            const Window wd = avg_window(p, s.H, s.W, oh, ow);
-            const A g = static_cast<A>(gp[pl * s.Ho * s.Wo + oh * s.Wo + ow]) / static_cast<A>(wd.div);
-            for (int64_t h = wd.h0; h < wd.h1; ++h)
-              for (int64_t w = wd.w0; w < wd.w1; ++w) acc[h * s.W + w] += g;
-          }
-        T* xi = xp + pl * s.H * s.W;
-        for (int64_t i = 0; i < s.H * s.W; ++i) xi[i] = T(acc[i]);
-      }
-    });
+    auto window = [&p, H = gx.size(2), W = gx.size(3)](int64_t oh, int64_t ow) { return avg_window(p, H, W, oh, ow); };
+    nhwc(gx) ? avg_pool_backward_nhwc<T>(gx, gy, window) : avg_pool_backward_planes<T>(gx, gy, window);
   }
 };
-
-// PyTorch's adaptive bins: [floor(i * in / out), ceil((i + 1) * in / out)).
-int64_t bin_start(int64_t i, int64_t in, int64_t out) { return (i * in) / out; }
-int64_t bin_end(int64_t i, int64_t in, int64_t out) { return ((i + 1) * in + out - 1) / out; }
-
 template <typename T> struct AdaptiveAvgPool {
   static void run(const Tensor& y, const Tensor& x) {
-    using A = acc_t<T>;
-    const Planes s = planes_of(x, y);
-    const T* xp = static_cast<const T*>(x.raw_data());
-    T* yp = static_cast<T*>(y.raw_data());
-    parallel_for(s.planes, grain_for(s.H * s.W), [&](int64_t b, int64_t e) {
-      for (int64_t pl = b; pl < e; ++pl) {
-        const T* xi = xp + pl * s.H * s.W;
-        for (int64_t oh = 0; oh < s.Ho; ++oh) {
-          const int64_t h0 = bin_start(oh, s.H, s.Ho), h1 = bin_end(oh, s.H, s.Ho);
-          for (int64_t ow = 0; ow < s.Wo; ++ow) {
-            const int64_t w0 = bin_start(ow, s.W, s.Wo), w1 = bin_end(ow, s.W, s.Wo);
-            A acc = 0;
-            for (int64_t h = h0; h < h1; ++h)
-              for (int64_t w = w0; w < w1; ++w) acc += static_cast<A>(xi[h * s.W + w]);
-            yp[pl * s.Ho * s.Wo + oh * s.Wo + ow] = T(static_cast<A>(acc / static_cast<A>((h1 - h0) * (w1 - w0))));
-          }
-        }
-      }
-    });
+    auto window = [H = x.size(2), W = x.size(3), Ho = y.size(2), Wo = y.size(3)](int64_t oh, int64_t ow) {
+      return adaptive_window(H, W, Ho, Wo, oh, ow);
+    };
+    nhwc(x) ? avg_pool_nhwc<T>(y, x, window) : avg_pool_planes<T>(y, x, window);
   }
 };
-
 template <typename T> struct AdaptiveAvgPoolBackward {
   static void run(const Tensor& gx, const Tensor& gy) {
-    using A = acc_t<T>;
-    const Planes s = planes_of(gx, gy);
-    const T* gp = static_cast<const T*>(gy.raw_data());
-    T* xp = static_cast<T*>(gx.raw_data());
-    parallel_for(s.planes, grain_for(s.H * s.W), [&](int64_t b, int64_t e) {
-      std::vector<A> acc(static_cast<size_t>(s.H * s.W));
-      for (int64_t pl = b; pl < e; ++pl) {
-        std::fill(acc.begin(), acc.end(), A(0));
-        for (int64_t oh = 0; oh < s.Ho; ++oh) {
-          const int64_t h0 = bin_start(oh, s.H, s.Ho), h1 = bin_end(oh, s.H, s.Ho);
-          for (int64_t ow = 0; ow < s.Wo; ++ow) {
-            const int64_t w0 = bin_start(ow, s.W, s.Wo), w1 = bin_end(ow, s.W, s.Wo);
-            const A g = static_cast<A>(gp[pl * s.Ho * s.Wo + oh * s.Wo + ow]) / static_cast<A>((h1 - h0) * (w1 - w0));
-            for (int64_t h = h0; h < h1; ++h)
-              for (int64_t w = w0; w < w1; ++w) acc[h * s.W + w] += g;
-          }
-        }
-        T* xi = xp + pl * s.H * s.W;
-        for (int64_t i = 0; i < s.H * s.W; ++i) xi[i] = T(acc[i]);
-      }
-    });
+    auto window = [H = gx.size(2), W = gx.size(3), Ho = gy.size(2), Wo = gy.size(3)](int64_t oh, int64_t ow) {
+      return adaptive_window(H, W, Ho, Wo, oh, ow);
+    };
+    nhwc(gx) ? avg_pool_backward_nhwc<T>(gx, gy, window) : avg_pool_backward_planes<T>(gx, gy, window);
   }
 };
 
