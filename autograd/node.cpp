@@ -148,7 +148,7 @@ tensor_list AccumulateGrad::apply(tensor_list&& grads) {
     // Steal the buffer only when nothing else can see it (a gradient routed to two leaves
     // by the same node must not alias, or accumulating into one would change the other).
     // Dense channels-last gradients (a channels-last convolution's filter gradient) are kept as
-    // they are too: a copy would only change nothing, one pass per filter per step.
+    // they are too: cloning them gave the same layout for one more pass per filter per step.
     const bool sole_owner = g.impl_ptr().use_count() == 1 && g.impl()->storage.use_count() == 1;
     const bool dense = g.is_contiguous() || g.is_contiguous(MemoryFormat::ChannelsLast);
     m.grad = GradMode::is_enabled() ? g : (dense && sole_owner ? g.detach() : g.clone());

@@ -211,7 +211,8 @@ TEST_CASE("f16/bf16 conv on channels-last tensors keeps the layout and the value
     const Tensor x = randn({2, 8, 7, 6}).to(dt), w = randn({5, 8, 3, 3}).to(dt), b = randn({5}).to(dt);
     const Tensor gy = randn({2, 5, 4, 6}).to(dt);
     auto run = [&](MemoryFormat f) {
-      Tensor xl = x.contiguous(f).detach().set_requires_grad(true), wl = w.contiguous(f).detach().set_requires_grad(true);
+      Tensor xl = x.contiguous(f).detach().set_requires_grad(true);
+      Tensor wl = w.contiguous(f).detach().set_requires_grad(true);
       Tensor y = conv2d(xl, wl, b, {2, 1}, {1, 1});
       y.backward(gy.contiguous(f));
       return tensor_list{y, xl.grad(), wl.grad()};

@@ -195,7 +195,8 @@ TEST_CASE("pooling on channels-last equals row-major bit for bit and keeps the l
   };
   const std::vector<Case> cases = {
       {"max 3x3 stride 2 pad 1", [](const Tensor& x) { return max_pool2d(x, {3, 3}, {2, 2}, {1, 1}); }},
-      {"max 2x2 stride 2x1 dilation 2 ceil", [](const Tensor& x) { return max_pool2d(x, {2, 2}, {2, 1}, {0, 0}, {2, 2}, true); }},
+      {"max 2x2 stride 2x1 dilation 2 ceil",
+       [](const Tensor& x) { return max_pool2d(x, {2, 2}, {2, 1}, {0, 0}, {2, 2}, true); }},
       {"avg 3x3 stride 2 pad 1 ceil, padding not counted",
        [](const Tensor& x) { return avg_pool2d(x, {3, 3}, {2, 2}, {1, 1}, true, false); }},
       {"avg 2x3 stride 1", [](const Tensor& x) { return avg_pool2d(x, {2, 3}, {1, 1}); }},

@@ -278,8 +278,8 @@ template <typename T>
 constexpr bool kOneDnn = std::is_same_v<T, float> || std::is_same_v<T, BFloat16>;
 
 // f16/bf16 inputs compute in f32 copies (on oneDNN when it is there) and round the result back
-// once. The copies keep a channels-last layout, which oneDNN reads as it is: converting it here
-// and back would cost two more passes over every activation.
+// once. The copies keep a channels-last layout, which oneDNN takes as it is, instead of
+// converting it to row-major and the result back.
 Tensor widen(const Tensor& t) {
   if (!t.defined()) return t;
   const Tensor f = t.to(kFloat32);
@@ -287,7 +287,8 @@ Tensor widen(const Tensor& t) {
 }
 Tensor f32_like(const Tensor& t) {
   const bool cl = !t.is_contiguous() && t.is_contiguous(MemoryFormat::ChannelsLast);
-  return empty(t.sizes(), TensorOptions(kFloat32).memory_format(cl ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous));
+  return empty(t.sizes(),
+               TensorOptions(kFloat32).memory_format(cl ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous));
 }
 // The Eigen kernels run on NCHW: channels-last outputs are computed in a dense temporary.
 Tensor dense_out(const Tensor& t) { return t.is_contiguous() ? t : empty(t.sizes(), t.options()); }
