@@ -1,6 +1,7 @@
 // CPU pooling kernels: max (with argmax indices), average and adaptive average, forward and backward.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -60,6 +61,9 @@ Nhwc nhwc_of(const Tensor& in, const Tensor& out) {
 // The backward kernels scatter into a whole image: their tasks are (image, block of channels).
 constexpr int64_t kChannelBlock = 64;
 
+// Positions in the image are tracked as int32 next to the f32 maxima, so the channel loop compares
+// and selects lanes of one width and vectorizes (int64 positions kept it scalar, 12x slower than
+// PyTorch's kernel); the caller takes the row-major kernel for images of 2^31 pixels or more.
 template <typename T>
 void max_pool_nhwc(const Tensor& y, const Tensor& idx, const Tensor& x, const Pool2dParams& p) {
   using A = acc_t<T>;
@@ -68,13 +72,15 @@ void max_pool_nhwc(const Tensor& y, const Tensor& idx, const Tensor& x, const Po
   T* yp = static_cast<T*>(y.raw_data());
   int64_t* ip = static_cast<int64_t*>(idx.raw_data());
   parallel_for(s.N * s.Ho, grain_for(s.Wo * s.C), [&](int64_t b, int64_t e) {
-    std::vector<A> best(static_cast<size_t>(s.C));
-    std::vector<int64_t> at(static_cast<size_t>(s.C));
+    std::vector<A> best_v(static_cast<size_t>(s.C));
+    std::vector<int32_t> at_v(static_cast<size_t>(s.C));
+    A* const best = best_v.data();
+    int32_t* const at = at_v.data();
     for (int64_t r = b; r < e; ++r) {
       const int64_t n = r / s.Ho, oh = r % s.Ho;
       for (int64_t ow = 0; ow < s.Wo; ++ow) {
-        std::fill(best.begin(), best.end(), -std::numeric_limits<A>::infinity());
-        std::fill(at.begin(), at.end(), int64_t{-1});
+        std::fill(best, best + s.C, -std::numeric_limits<A>::infinity());
+        std::fill(at, at + s.C, int32_t{-1});
         const int64_t h0 = oh * p.stride[0] - p.padding[0], w0 = ow * p.stride[1] - p.padding[1];
         for (int64_t i = 0; i < p.kernel[0]; ++i) {
           const int64_t h = h0 + i * p.dilation[0];
@@ -83,13 +89,13 @@ void max_pool_nhwc(const Tensor& y, const Tensor& idx, const Tensor& x, const Po
             const int64_t w = w0 + j * p.dilation[1];
             if (w < 0 || w >= s.W) continue;
             const T* xi = xp + ((n * s.H + h) * s.W + w) * s.C;
+            const auto here = static_cast<int32_t>(h * s.W + w);
             for (int64_t c = 0; c < s.C; ++c) {
               // The first maximum wins; a NaN wins and stays, as in the row-major kernel.
-              const A v = static_cast<A>(xi[c]);
-              if (!std::isnan(best[c]) && (at[c] < 0 || v > best[c] || std::isnan(v))) {
-                best[c] = v;
-                at[c] = h * s.W + w;
-              }
+              const A v = static_cast<A>(xi[c]), b0 = best[c];
+              const bool take = (b0 == b0) & ((at[c] < 0) | (v > b0) | (v != v));
+              best[c] = take ? v : b0;
+              at[c] = take ? here : at[c];
             }
           }
         }
@@ -192,7 +198,7 @@ void avg_pool_backward_nhwc(const Tensor& gx, const Tensor& gy, WindowFn window)
 // ---- The kernels: channels-last inputs take the kernels above, all else the row-major ones ----
 template <typename T> struct MaxPool {
   static void run(const Tensor& y, const Tensor& idx, const Tensor& x, const Pool2dParams& p) {
-    if (nhwc(x)) return max_pool_nhwc<T>(y, idx, x, p);
+    if (nhwc(x) && x.size(2) * x.size(3) < (int64_t{1} << 31)) return max_pool_nhwc<T>(y, idx, x, p);
     using A = acc_t<T>;
     const Planes s = planes_of(x, y);
     const T* xp = static_cast<const T*>(x.raw_data());
