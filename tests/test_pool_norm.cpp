@@ -206,9 +206,9 @@ TEST_CASE("pooling on channels-last equals row-major bit for bit and keeps the l
   const auto CL = MemoryFormat::ChannelsLast;
   for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
     for (int64_t C : {3, 70}) {  // 70: more than one channel block in the backward kernels
-      // Few distinct values, so windows hold ties, and two NaNs.
+      // Three distinct values, so windows hold ties, and two NaNs.
       std::vector<float> v(static_cast<size_t>(3 * C * 9 * 7));
-      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(static_cast<int64_t>(i * 7919 % 13) - 6);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(static_cast<int64_t>(i * 7919 % 13 % 3) - 1);
       v[5] = v[v.size() / 2] = std::nanf("");
       const Tensor x = tensor(v, {3, C, 9, 7}).to(dt);
       for (const Case& c : cases) {
@@ -222,6 +222,62 @@ TEST_CASE("pooling on channels-last equals row-major bit for bit and keeps the l
         yc.backward(gy.contiguous(CL));
         CHECK(xc.grad().is_contiguous(CL));
         CHECK(testing::same_values(xc.grad(), xr.grad()));
+      }
+    }
+  }
+}
+
+// Max pooling written out as PyTorch defines it: each window's first maximum, or its first NaN
+// (windows taken row by row), and the gradient routed to that element. Both layouts' kernels
+// must agree with it exactly, with ties and NaN in the windows.
+TEST_CASE("max pooling picks each window's first maximum or first NaN in both layouts", "[pool]") {
+  struct Setting {
+    Pair k, s, pad, d;
+    bool ceil;
+  };
+  const Setting settings[] = {{{3, 3}, {2, 2}, {1, 1}, {1, 1}, false},
+                              {{2, 2}, {2, 1}, {0, 0}, {2, 2}, true},
+                              {{3, 2}, {1, 1}, {1, 0}, {1, 1}, false},
+                              {{1, 3}, {3, 2}, {0, 1}, {1, 1}, true}};
+  const int64_t N = 2, C = 5, H = 9, W = 8;
+  std::vector<float> v(static_cast<size_t>(N * C * H * W));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(static_cast<int64_t>(i * 7919 % 11 % 3) - 1);
+  v[3] = v[40] = v[41] = v[200] = std::nanf("");
+  const Tensor x64 = tensor(v, {N, C, H, W}).to(kFloat64);
+  for (const Setting& st : settings) {
+    const Tensor y0 = max_pool2d(x64, st.k, st.s, st.pad, st.d, st.ceil);
+    const int64_t Ho = y0.size(2), Wo = y0.size(3);
+    const Tensor gy = randn(y0.sizes(), kFloat64);
+    Tensor y_ref = empty(y0.sizes(), kFloat64), gx_ref = zeros(x64.sizes(), kFloat64);
+    const double* xs = x64.data_ptr<double>();
+    for (int64_t pl = 0; pl < N * C; ++pl)
+      for (int64_t oh = 0; oh < Ho; ++oh)
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          int64_t at = -1;
+          for (int64_t i = 0; i < st.k[0]; ++i)
+            for (int64_t j = 0; j < st.k[1]; ++j) {
+              const int64_t h = oh * st.s[0] - st.pad[0] + i * st.d[0], w = ow * st.s[1] - st.pad[1] + j * st.d[1];
+              if (h < 0 || h >= H || w < 0 || w >= W) continue;
+              const double cand = xs[pl * H * W + h * W + w];
+              if (at >= 0 && std::isnan(xs[pl * H * W + at])) continue;  // a NaN stays
+              if (at < 0 || cand > xs[pl * H * W + at] || std::isnan(cand)) at = h * W + w;
+            }
+          const int64_t o = (pl * Ho + oh) * Wo + ow;
+          y_ref.data_ptr<double>()[o] = xs[pl * H * W + at];
+          gx_ref.data_ptr<double>()[pl * H * W + at] += gy.data_ptr<double>()[o];
+        }
+    for (DType dt : {kFloat64, kFloat32, kFloat16, kBFloat16}) {
+      for (MemoryFormat f : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+        INFO("kernel " << st.k[0] << "x" << st.k[1] << " stride " << st.s[0] << "x" << st.s[1] << ", " << dtype_name(dt)
+                       << (f == MemoryFormat::ChannelsLast ? ", channels-last" : ", row-major"));
+        Tensor x = x64.to(dt).contiguous(f).detach().set_requires_grad(true);
+        const Tensor y = max_pool2d(x, st.k, st.s, st.pad, st.d, st.ceil);
+        CHECK(testing::same_values(y, y_ref.to(dt)));
+        y.backward(gy.to(dt).contiguous(f));
+        // Exact in f64; in the narrower dtypes gy itself was rounded, and a misrouted gradient
+        // would still be off by a whole gy.
+        if (dt == kFloat64) CHECK(testing::same_values(x.grad(), gx_ref));
+        else CHECK(close(x.grad(), gx_ref, dt == kFloat32 ? 1e-6 : 2e-2));
       }
     }
   }

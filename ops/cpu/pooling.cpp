@@ -61,10 +61,10 @@ Nhwc nhwc_of(const Tensor& in, const Tensor& out) {
 // The backward kernels scatter into a whole image: their tasks are (image, block of channels).
 constexpr int64_t kChannelBlock = 64;
 
-// Positions in the image are tracked as int32 next to the f32 maxima, so the channel loop compares
-// and selects lanes of one width and vectorizes (int64 positions kept it scalar, 12x slower than
-// PyTorch's kernel); the caller takes the row-major kernel for images of 2^31 pixels or more.
-template <typename T>
+// Positions in the image are tracked as Pos next to the maxima: int32 beside f32 lets the channel
+// loop compare and select lanes of one width, so it vectorizes (int64 positions kept it scalar,
+// 12x slower than PyTorch's kernel). int64 serves images of 2^31 pixels or more.
+template <typename T, typename Pos>
 void max_pool_nhwc(const Tensor& y, const Tensor& idx, const Tensor& x, const Pool2dParams& p) {
   using A = acc_t<T>;
   const Nhwc s = nhwc_of(x, y);
@@ -73,14 +73,14 @@ void max_pool_nhwc(const Tensor& y, const Tensor& idx, const Tensor& x, const Po
   int64_t* ip = static_cast<int64_t*>(idx.raw_data());
   parallel_for(s.N * s.Ho, grain_for(s.Wo * s.C), [&](int64_t b, int64_t e) {
     std::vector<A> best_v(static_cast<size_t>(s.C));
-    std::vector<int32_t> at_v(static_cast<size_t>(s.C));
+    std::vector<Pos> at_v(static_cast<size_t>(s.C));
     A* const best = best_v.data();
-    int32_t* const at = at_v.data();
+    Pos* const at = at_v.data();
     for (int64_t r = b; r < e; ++r) {
       const int64_t n = r / s.Ho, oh = r % s.Ho;
       for (int64_t ow = 0; ow < s.Wo; ++ow) {
         std::fill(best, best + s.C, -std::numeric_limits<A>::infinity());
-        std::fill(at, at + s.C, int32_t{-1});
+        std::fill(at, at + s.C, Pos{-1});
         const int64_t h0 = oh * p.stride[0] - p.padding[0], w0 = ow * p.stride[1] - p.padding[1];
         for (int64_t i = 0; i < p.kernel[0]; ++i) {
           const int64_t h = h0 + i * p.dilation[0];
@@ -89,7 +89,7 @@ void max_pool_nhwc(const Tensor& y, const Tensor& idx, const Tensor& x, const Po
             const int64_t w = w0 + j * p.dilation[1];
             if (w < 0 || w >= s.W) continue;
             const T* xi = xp + ((n * s.H + h) * s.W + w) * s.C;
-            const auto here = static_cast<int32_t>(h * s.W + w);
+            const auto here = static_cast<Pos>(h * s.W + w);
             for (int64_t c = 0; c < s.C; ++c) {
               // The first maximum wins; a NaN wins and stays, as in the row-major kernel.
               const A v = static_cast<A>(xi[c]), b0 = best[c];
@@ -196,43 +196,58 @@ void avg_pool_backward_nhwc(const Tensor& gx, const Tensor& gy, WindowFn window)
 
 
 // ---- The kernels: channels-last inputs take the kernels above, all else the row-major ones ----
+// Row-major: an output row is computed tap by tap for all its outputs at once. Every output still
+// meets its taps in (i, j) order, so the first maximum and the first NaN win as before, and the
+// loop along the row has no branch: it picks with selects, positions as Pos (see above).
+template <typename T, typename Pos>
+void max_pool_rows(const Tensor& y, const Tensor& idx, const Tensor& x, const Pool2dParams& p) {
+  using A = acc_t<T>;
+  const Planes s = planes_of(x, y);
+  const T* xp = static_cast<const T*>(x.raw_data());
+  T* yp = static_cast<T*>(y.raw_data());
+  int64_t* ip = static_cast<int64_t*>(idx.raw_data());
+  const int64_t sw = p.stride[1];
+  parallel_for(s.planes * s.Ho, grain_for(s.Wo * p.kernel[0] * p.kernel[1]), [&](int64_t b, int64_t e) {
+    std::vector<A> best_v(static_cast<size_t>(s.Wo));
+    std::vector<Pos> at_v(static_cast<size_t>(s.Wo));
+    A* const best = best_v.data();
+    Pos* const at = at_v.data();
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t pl = r / s.Ho, oh = r % s.Ho;
+      std::fill(best, best + s.Wo, -std::numeric_limits<A>::infinity());
+      std::fill(at, at + s.Wo, Pos{-1});
+      for (int64_t i = 0; i < p.kernel[0]; ++i) {
+        const int64_t h = oh * p.stride[0] - p.padding[0] + i * p.dilation[0];
+        if (h < 0 || h >= s.H) continue;
+        const T* row = xp + (pl * s.H + h) * s.W;
+        for (int64_t j = 0; j < p.kernel[1]; ++j) {
+          // Output ow reads column ow * sw + off: the outputs [lo, hi) read inside the image.
+          const int64_t off = j * p.dilation[1] - p.padding[1];
+          const int64_t lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
+          const int64_t hi = s.W - 1 - off < 0 ? 0 : std::min(s.Wo, (s.W - 1 - off) / sw + 1);
+          for (int64_t ow = lo; ow < hi; ++ow) {
+            const int64_t w = ow * sw + off;
+            const A v = static_cast<A>(row[w]), b0 = best[ow];
+            const bool take = (b0 == b0) & ((at[ow] < 0) | (v > b0) | (v != v));
+            best[ow] = take ? v : b0;
+            at[ow] = take ? static_cast<Pos>(h * s.W + w) : at[ow];
+          }
+        }
+      }
+      const int64_t o = (pl * s.Ho + oh) * s.Wo;
+      for (int64_t ow = 0; ow < s.Wo; ++ow) {
+        yp[o + ow] = T(best[ow]);
+        ip[o + ow] = at[ow];
+      }
+    }
+  });
+}
+
 template <typename T> struct MaxPool {
   static void run(const Tensor& y, const Tensor& idx, const Tensor& x, const Pool2dParams& p) {
-    if (nhwc(x) && x.size(2) * x.size(3) < (int64_t{1} << 31)) return max_pool_nhwc<T>(y, idx, x, p);
-    using A = acc_t<T>;
-    const Planes s = planes_of(x, y);
-    const T* xp = static_cast<const T*>(x.raw_data());
-    T* yp = static_cast<T*>(y.raw_data());
-    int64_t* ip = static_cast<int64_t*>(idx.raw_data());
-    parallel_for(s.planes, grain_for(s.H * s.W), [&](int64_t b, int64_t e) {
-      for (int64_t pl = b; pl < e; ++pl) {
-        const T* xi = xp + pl * s.H * s.W;
-        for (int64_t oh = 0; oh < s.Ho; ++oh)
-          for (int64_t ow = 0; ow < s.Wo; ++ow) {
-            const int64_t h0 = oh * p.stride[0] - p.padding[0], w0 = ow * p.stride[1] - p.padding[1];
-            A best = -std::numeric_limits<A>::infinity();
-            int64_t bi = -1;
-            // NaN wins and stays (PyTorch propagates NaN through max pooling).
-            for (int64_t i = 0; i < p.kernel[0] && !std::isnan(best); ++i) {
-              const int64_t h = h0 + i * p.dilation[0];
-              if (h < 0 || h >= s.H) continue;
-              for (int64_t j = 0; j < p.kernel[1]; ++j) {
-                const int64_t w = w0 + j * p.dilation[1];
-                if (w < 0 || w >= s.W) continue;
-                const A v = static_cast<A>(xi[h * s.W + w]);
-                if (bi < 0 || v > best || std::isnan(v)) {
-                  best = v;
-                  bi = h * s.W + w;
-                  if (std::isnan(v)) break;
-                }
-              }
-            }
-            const int64_t o = pl * s.Ho * s.Wo + oh * s.Wo + ow;
-            yp[o] = T(best);
-            ip[o] = bi;
-          }
-      }
-    });
+    const bool small = x.size(2) * x.size(3) < (int64_t{1} << 31);
+    if (nhwc(x)) small ? max_pool_nhwc<T, int32_t>(y, idx, x, p) : max_pool_nhwc<T, int64_t>(y, idx, x, p);
+    else small ? max_pool_rows<T, int32_t>(y, idx, x, p) : max_pool_rows<T, int64_t>(y, idx, x, p);
   }
 };
 
