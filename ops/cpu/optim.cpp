@@ -97,7 +97,9 @@ void for_each_element(const kernels::StepTensors& ts, size_t i, Update&& update)
       if constexpr (!std::is_void_v<M>) model = ptr<M>(ts.models[i]);
       // Everything copied into locals of the chunk: values read through the closure could alias
       // the stores, so the compiler would reload them every element and not vectorize.
-      parallel_for(n, kGrain, [=](int64_t b, int64_t e) {
+      // flatten: GCC's inliner otherwise keeps the f16 updates (two roundings and three widenings
+      // per element) a call per element, which no loop around it can vectorize.
+      parallel_for(n, kGrain, [=](int64_t b, int64_t e) __attribute__((flatten)) {
         const auto u = update;
         const G* const gr = g;
         M* const mo = model;
