@@ -61,6 +61,15 @@ Nhwc nhwc_of(const Tensor& in, const Tensor& out) {
 // The backward kernels scatter into a whole image: their tasks are (image, block of channels).
 constexpr int64_t kChannelBlock = 64;
 
+// One tap of a max-pool window: the first maximum wins, and a NaN wins and stays (PyTorch
+// propagates NaN through max pooling). Selects, not branches, so the loops around it vectorize.
+template <typename A, typename Pos> inline void max_tap(A& best, Pos& at, A v, Pos here) {
+  const A b0 = best;
+  const bool take = (b0 == b0) & ((at < 0) | (v > b0) | (v != v));
+  best = take ? v : b0;
+  at = take ? here : at;
+}
+
 // Positions in the image are tracked as Pos next to the maxima: int32 beside f32 lets the channel
 // loop compare and select lanes of one width, so it vectorizes (int64 positions kept it scalar,
 // 12x slower than PyTorch's kernel). int64 serves images of 2^31 pixels or more.
@@ -90,13 +99,7 @@ void max_pool_nhwc(const Tensor& y, const Tensor& idx, const Tensor& x, const Po
             if (w < 0 || w >= s.W) continue;
             const T* xi = xp + ((n * s.H + h) * s.W + w) * s.C;
             const auto here = static_cast<Pos>(h * s.W + w);
-            for (int64_t c = 0; c < s.C; ++c) {
-              // The first maximum wins; a NaN wins and stays, as in the row-major kernel.
-              const A v = static_cast<A>(xi[c]), b0 = best[c];
-              const bool take = (b0 == b0) & ((at[c] < 0) | (v > b0) | (v != v));
-              best[c] = take ? v : b0;
-              at[c] = take ? here : at[c];
-            }
+            for (int64_t c = 0; c < s.C; ++c) max_tap(best[c], at[c], static_cast<A>(xi[c]), here);
           }
         }
         const int64_t o = ((n * s.Ho + oh) * s.Wo + ow) * s.C;
@@ -198,7 +201,7 @@ void avg_pool_backward_nhwc(const Tensor& gx, const Tensor& gy, WindowFn window)
 // ---- The kernels: channels-last inputs take the kernels above, all else the row-major ones ----
 // Row-major: an output row is computed tap by tap for all its outputs at once. Every output still
 // meets its taps in (i, j) order, so the first maximum and the first NaN win as before, and the
-// loop along the row has no branch: it picks with selects, positions as Pos (see above).
+// loop along the row has no branch (max_tap; positions as Pos, see above).
 template <typename T, typename Pos>
 void max_pool_rows(const Tensor& y, const Tensor& idx, const Tensor& x, const Pool2dParams& p) {
   using A = acc_t<T>;
@@ -227,10 +230,7 @@ void max_pool_rows(const Tensor& y, const Tensor& idx, const Tensor& x, const Po
           const int64_t hi = s.W - 1 - off < 0 ? 0 : std::min(s.Wo, (s.W - 1 - off) / sw + 1);
           for (int64_t ow = lo; ow < hi; ++ow) {
             const int64_t w = ow * sw + off;
-            const A v = static_cast<A>(row[w]), b0 = best[ow];
-            const bool take = (b0 == b0) & ((at[ow] < 0) | (v > b0) | (v != v));
-            best[ow] = take ? v : b0;
-            at[ow] = take ? static_cast<Pos>(h * s.W + w) : at[ow];
+            max_tap(best[ow], at[ow], static_cast<A>(row[w]), static_cast<Pos>(h * s.W + w));
           }
         }
       }
