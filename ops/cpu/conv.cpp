@@ -286,9 +286,7 @@ Tensor widen(const Tensor& t) {
   return f.is_contiguous() || f.is_contiguous(MemoryFormat::ChannelsLast) ? f : f.contiguous();
 }
 Tensor f32_like(const Tensor& t) {
-  const bool cl = !t.is_contiguous() && t.is_contiguous(MemoryFormat::ChannelsLast);
-  return empty(t.sizes(),
-               TensorOptions(kFloat32).memory_format(cl ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous));
+  return empty(t.sizes(), TensorOptions(kFloat32).memory_format(t.suggest_memory_format()));
 }
 // The Eigen kernels run on NCHW: channels-last outputs are computed in a dense temporary.
 Tensor dense_out(const Tensor& t) { return t.is_contiguous() ? t : empty(t.sizes(), t.options()); }

@@ -51,7 +51,7 @@ Window adaptive_window(int64_t H, int64_t W, int64_t Ho, int64_t Wo, int64_t oh,
 // The inner loops run along C, contiguous in memory. Each output takes its window in the same
 // (h, w) order, and each input gradient its contributions in the same output order, as the
 // row-major kernels above: both layouts give the same values bit for bit.
-bool nhwc(const Tensor& t) { return t.dim() == 4 && !t.is_contiguous() && t.is_contiguous(MemoryFormat::ChannelsLast); }
+bool nhwc(const Tensor& t) { return t.suggest_memory_format() == MemoryFormat::ChannelsLast; }
 struct Nhwc {
   int64_t N, C, H, W, Ho, Wo;
 };
