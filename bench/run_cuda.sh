@@ -7,10 +7,12 @@
 #   f16 and bf16, eager and CUDA graphs, with the PyTorch peer) and "loader" (nvJPEG decode
 #   throughput, bench_loader --path gpu, beside the CPU pipeline) and "train" (one epoch of
 #   ResNet-18 on generated JPEGs with and without --gpu-decode, then through DDP on NCCL with one rank) and "headline" (ResNet-50 O1/O2,
-#   f16/bf16, eager with PyTorch's eager AMP beside, then as CUDA graphs).
+#   f16/bf16, eager with PyTorch's eager AMP beside, then as CUDA graphs) and "reduced" (ResNet-50
+#   O2 f16 with MPX_CUDNN_REDUCED_PRECISION=0 and 1 in turns).
 # (configure needs Eigen/Catch2/stb/zlib: see README, GPU section)
 # MPX_PREBUILT=.gpu-bin (bench/pack_gpu_build.sh) runs binaries built elsewhere when they load
 # here, which saves the build's minutes; otherwise it builds as usual.
+# MPX_PEER_COMPILE=0 leaves torch.compile's columns out of "table" (they take most of its time).
 # Only the [cuda] cases run, each test program within MPX_TEST_TIMEOUT seconds (default 150).
 set -uo pipefail
 out=${1:-bench-out}
@@ -156,12 +158,19 @@ scratch=$(mktemp -d)
       --out "$scratch/headline-graph"
     cp "$scratch/headline-graph/bench.md" "$out/headline-graph.md"
   fi
+  if has reduced; then  # O2 f16 with and without convolution engines that reduce in 16 bits, in turns
+    for r in 0 1 0 1; do
+      echo "MPX_CUDNN_REDUCED_PRECISION=$r:"
+      MPX_CUDNN_REDUCED_PRECISION=$r $bin/tools/mpx bench --device cuda --models resnet50 --opt-levels O2 --dtype f16 \
+        --batch 256 --out "$scratch/reduced$r" | grep '^resnet50'
+    done
+  fi
   if has table; then
     for graph in "" --cuda-graph; do
       models=resnet50,vgg16,dcgan
       [ -z "$graph" ] || models=resnet50,vgg16  # dcgan is not captured yet
       compiled=--peer-compile
-      [ -z "$graph" ] || compiled=""  # torch.compile's columns once, beside the eager rows
+      [ -z "$graph" ] && [ "${MPX_PEER_COMPILE:-1}" != 0 ] || compiled=""  # torch.compile's columns once, beside the eager rows
       $bin/tools/mpx bench --device cuda --models $models --dtype f16,bf16 --batch 256 $graph --peer $compiled \
         --out "$scratch/table${graph:+-graph}"
       cp "$scratch/table${graph:+-graph}/bench.md" "$out/table${graph:+-graph}.md"
