@@ -583,12 +583,16 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--channels-last", action="store_true", help="models and inputs in torch.channels_last")
     ap.add_argument("--compile", action="store_true", help="speed mode: the models through torch.compile")
+    ap.add_argument("--tf32", action="store_true", help="CUDA: f32 convolutions and matmuls on TF32 (mpx bench --tf32)")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
     dev = torch.device(a.device)
     if dev.type == "cuda":
         torch.backends.cudnn.benchmark = True
+        # mpx keeps f32 exact unless --tf32; torch's convolutions default to TF32, so set both ways.
+        torch.backends.cudnn.allow_tf32 = a.tf32
+        torch.backends.cuda.matmul.allow_tf32 = a.tf32
     print(f"torch {torch.__version__}, {a.device}, {torch.get_num_threads()} threads")
     rows = []
     for m in a.models.split(","):

@@ -162,6 +162,8 @@ TEST_CASE("mpx bench: bad flags give one line and exit code 2, --cuda-graph on t
       {"bench --accuracy --steps 2", "speed mode"},
       {"bench --cuda-graph --device cpu", "--device cuda"},
       {"bench --peer-compile", "--peer"},
+      {"bench --tf32 --device cpu", "--device cuda"},
+      {"bench --accuracy --tf32", "speed mode"},
       {"bench --accuracy --peer --peer-compile", "speed mode"},
   };
   for (const auto& [args, what] : cases) {

@@ -29,6 +29,8 @@ Args make_args() {
       .option({"--image-size"}, "N", "input side (default: 28 with --small-input or on the CPU, else 224 and 64 for dcgan)")
       .flag({"--small-input"}, "28x28 one-channel inputs and the models' small-input variants (default on the CPU)")
       .flag({"--cuda-graph"}, "capture one training step as a CUDA graph and time its replays (CUDA only)")
+      .flag({"--tf32"}, "CUDA: f32 convolutions and matrix products on TF32 Tensor Cores (O0 and f32 layers; mpx keeps "
+                        "f32 exact by default, PyTorch's convolutions use TF32 by default); the peer follows")
       .flag({"--profile"}, "after the timed windows, one more window under mpx::profiler: per-op kernel time per row "
                            "(printed and written to profile.md)")
       .option({"--channels-last"}, "on|off",
@@ -125,7 +127,7 @@ int run_bench(int argc, char** argv) {
       if (args.given(f)) throw UsageError(std::string(f) + " belongs to the accuracy mode; add --accuracy or drop it");
     return run_speed(args);
   }
-  for (const char* f : {"--steps", "--warmup", "--windows", "--small-input", "--profile", "--channels-last"})
+  for (const char* f : {"--steps", "--warmup", "--windows", "--small-input", "--profile", "--channels-last", "--tf32"})
     if (args.given(f)) throw UsageError(std::string(f) + " belongs to the speed mode; drop it with --accuracy");
   return run_accuracy(args);
 }

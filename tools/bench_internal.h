@@ -33,7 +33,7 @@ const std::string& command_line();
 struct SpeedConfig {
   Device device;
   int64_t batch = 32, steps = 3, warmup = 1, windows = 3, image_size = 28;
-  bool graph = false, channels_last = false, profile = false;
+  bool graph = false, channels_last = false, profile = false, tf32 = false;
   uint64_t seed = 0;
 };
 

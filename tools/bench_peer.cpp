@@ -91,7 +91,8 @@ std::map<std::string, PeerRow> run_peer(const Args& args, const std::vector<std:
   cmd << prefix << " --models " << ml << " --opt-levels " << ll << " --dtype " << dl << " --batch " << c.batch << " --steps "
       << c.steps << " --warmup " << c.warmup << " --windows " << c.windows << " --image-size " << c.image_size
       << " --device " << (c.device.is_cuda() ? "cuda" : "cpu") << " --threads " << threads << " --seed " << c.seed
-      << (c.channels_last ? " --channels-last" : "") << (compiled ? " --compile" : "") << " 2>&1";
+      << (c.channels_last ? " --channels-last" : "") << (c.tf32 ? " --tf32" : "") << (compiled ? " --compile" : "")
+      << " 2>&1";
   // row,model,level,dtype,params,ips,ips_min,ips_max,step_ms,peak_mib,status
   stream_peer(args, cmd.str(), "row,", 11, failure, [&](const std::vector<std::string>& f) {
     PeerRow r;

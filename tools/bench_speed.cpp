@@ -227,6 +227,8 @@ int run_speed(const Args& args) {
   const bool cpu = !device.is_cuda();
   if (args.on("--cuda-graph") && cpu)
     throw UsageError("--cuda-graph captures a CUDA training step; it needs --device cuda (this run is on the CPU)");
+  if (args.on("--tf32") && cpu)
+    throw UsageError("--tf32 chooses CUDA's Tensor Core math for f32; it needs --device cuda (this run is on the CPU)");
   const bool peer = args.on("--peer"), peer_compile = args.on("--peer-compile");
   if (peer_compile && !peer) throw UsageError("--peer-compile adds columns to --peer's: pass both");
   const bool small = args.on("--small-input") || cpu;
@@ -245,6 +247,7 @@ int run_speed(const Args& args) {
   c.device = device;
   c.graph = args.on("--cuda-graph");
   c.profile = args.on("--profile");
+  c.tf32 = args.on("--tf32");
   if (c.profile && c.graph)
     throw UsageError("--profile times the kernels of eager steps; a CUDA graph replays them as one, drop one of the two");
   c.channels_last = args.given("--channels-last") ? args.choice("--channels-last", {"on", "off"}) == "on" : !cpu;
@@ -261,16 +264,17 @@ int run_speed(const Args& args) {
   fs::create_directories(out, ec);
   MPX_CHECK(fs::is_directory(out), "--out ", out.string(), ": cannot create the folder (", ec.message(), ")");
 
-  std::printf("mpx bench: %s, %s, batch %lld, %lld px (dcgan %lld px), %lld warm-up + %lld windows x %lld steps%s, "
+  std::printf("mpx bench: %s, %s, batch %lld, %lld px (dcgan %lld px), %lld warm-up + %lld windows x %lld steps%s%s, "
               "%d thread%s, synthetic data\n",
               device.str().c_str(), small ? "small-input models" : "full-size models", static_cast<long long>(c.batch),
               static_cast<long long>(c.image_size), static_cast<long long>(dcgan_side(c.image_size)),
               static_cast<long long>(c.warmup), static_cast<long long>(c.windows), static_cast<long long>(c.steps),
-              c.graph ? ", CUDA graph replay" : "", threads, threads == 1 ? "" : "s");
+              c.graph ? ", CUDA graph replay" : "", c.tf32 ? ", f32 on TF32" : "", threads, threads == 1 ? "" : "s");
   std::fflush(stdout);
   // Convolution algorithms timed once per shape, as the peer (torch.backends.cudnn.benchmark)
   // and apex's main_amp.py run them.
   if (device.is_cuda()) cuda::cudnn_benchmark(true);
+  cuda::allow_tf32(c.tf32);
 
   struct Row {
     std::string model;
@@ -408,7 +412,8 @@ int run_speed(const Args& args) {
   std::ostringstream md;
   md << "# mpx bench\n\n" << today() << ", `" << cmdline << "`, " << device.str() << ", " << threads
      << " thread(s), batch " << c.batch << ", synthetic data, " << c.warmup << " warm-up steps then " << c.windows
-     << " windows of " << c.steps << " steps (images/s: median, min-max over the windows). Peak memory: " << mem_kind
+     << " windows of " << c.steps << " steps (images/s: median, min-max over the windows)"
+     << (c.tf32 ? "; f32 convolutions and matrix products on TF32, mpx's and the peer's" : "") << ". Peak memory: " << mem_kind
      << ".\n\n"
      << t.markdown() << "\n";
   for (size_t i = 0; i < peer_notes.size(); ++i) md << "[" << i + 1 << "] PyTorch: " << peer_notes[i] << "  \n";
