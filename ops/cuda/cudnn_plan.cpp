@@ -184,15 +184,24 @@ bool workspace_for(const Plan& p, const Tensor& out, Tensor* ws) {
 }
 
 // Milliseconds of three runs of a plan after one untimed run (the output is overwritten, as
-// the real call then writes it again); negative when it cannot run now.
-double time_plan(cudnnHandle_t h, const Plan& p, const ConvProblem& c, const Tensor& out) {
+// the real call then writes it again); negative when it cannot run now. `best` is the fastest
+// three runs so far (negative: none): a first run already 1.5x slower per run than that ends
+// the timing there, since among slow f32 engines on large layers the search's runs take minutes.
+double time_plan(cudnnHandle_t h, const Plan& p, const ConvProblem& c, const Tensor& out, double best) {
   Tensor ws;
   if (!workspace_for(p, out, &ws)) return -1;
   void* wsp = ws.defined() ? ws.raw_data() : nullptr;
   if (execute(h, p.plan.get(), c, wsp) != CUDNN_STATUS_SUCCESS) return -1;
-  Event start(true), end(true);
+  Event start(true), first(true), end(true);
   start.record();
-  for (int i = 0; i < 3; ++i)
+  if (execute(h, p.plan.get(), c, wsp) != CUDNN_STATUS_SUCCESS) return -1;
+  first.record();
+  if (best >= 0) {
+    first.synchronize();
+    const double one = start.elapsed_ms(first);
+    if (one > 1.5 * best / 3) return 3 * one;
+  }
+  for (int i = 0; i < 2; ++i)
     if (execute(h, p.plan.get(), c, wsp) != CUDNN_STATUS_SUCCESS) return -1;
   end.record();
   end.synchronize();
@@ -328,7 +337,7 @@ std::unique_ptr<Plan> build(cudnnHandle_t h, const ConvProblem& c, bool measure,
   }
   double best = -1;
   for (auto& f : found) {
-    const double ms = time_plan(h, *f, c, out);
+    const double ms = time_plan(h, *f, c, out, best);
     if (ms >= 0 && (best < 0 || ms < best)) best = ms, plan = std::move(f);
   }
   return plan;
