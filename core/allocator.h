@@ -1,5 +1,6 @@
 // Allocators: 64-byte aligned CPU memory and the per-device-type seam the CUDA pool plugs into.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -32,6 +33,22 @@ struct MemoryStats {
   int64_t reserved = 0;        ///< bytes the allocator holds (CUDA: allocated + the pool's cache)
   int64_t peak_allocated = 0;  ///< high-water mark of `allocated` since the last reset
 };
+
+namespace detail {
+/// Bytes of one allocator's live allocations and their high-water mark, counted by the
+/// allocator itself (a driver's pool statistics include its own granularity).
+struct ByteCounter {
+  std::atomic<int64_t> allocated{0}, peak{0};
+  void add(int64_t n) {
+    const int64_t now = allocated.fetch_add(n, std::memory_order_relaxed) + n;
+    int64_t p = peak.load(std::memory_order_relaxed);
+    while (now > p && !peak.compare_exchange_weak(p, now, std::memory_order_relaxed)) {
+    }
+  }
+  void sub(int64_t n) { allocated.fetch_sub(n, std::memory_order_relaxed); }
+  void reset_peak() { peak.store(allocated.load(std::memory_order_relaxed), std::memory_order_relaxed); }
+};
+}  // namespace detail
 
 namespace cpu {
 /// Bytes in live CPU tensors, as the allocator counts them (rounded up to kCpuAlignment);

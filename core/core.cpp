@@ -98,13 +98,10 @@ struct CpuAllocator final : Allocator {
     void* p = std::aligned_alloc(kCpuAlignment, rounded);
     MPX_CHECK(p, "cpu allocator: out of memory allocating ", nbytes, " bytes");
     const auto n = static_cast<int64_t>(rounded);
-    const int64_t now = allocated.fetch_add(n, std::memory_order_relaxed) + n;
-    int64_t peak = peak_allocated.load(std::memory_order_relaxed);
-    while (now > peak && !peak_allocated.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-    }
+    bytes.add(n);
     return std::shared_ptr<void>(p, [this, n](void* q) {
       std::free(q);
-      allocated.fetch_sub(n, std::memory_order_relaxed);
+      bytes.sub(n);
     });
   }
   void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes,
@@ -113,7 +110,7 @@ struct CpuAllocator final : Allocator {
               dst_dev.str());
     std::memcpy(dst, src, nbytes);
   }
-  std::atomic<int64_t> allocated{0}, peak_allocated{0};
+  detail::ByteCounter bytes;
 };
 Allocator* g_allocators[kNumDeviceTypes] = {};
 // Never destroyed: tensors in static objects may be freed after main returns.
@@ -127,14 +124,11 @@ namespace cpu {
 MemoryStats memory_stats() {
   const CpuAllocator& a = cpu_allocator();
   MemoryStats s;
-  s.allocated = s.reserved = a.allocated.load(std::memory_order_relaxed);
-  s.peak_allocated = a.peak_allocated.load(std::memory_order_relaxed);
+  s.allocated = s.reserved = a.bytes.allocated.load(std::memory_order_relaxed);
+  s.peak_allocated = a.bytes.peak.load(std::memory_order_relaxed);
   return s;
 }
-void reset_peak_memory_stats() {
-  CpuAllocator& a = cpu_allocator();
-  a.peak_allocated.store(a.allocated.load(std::memory_order_relaxed), std::memory_order_relaxed);
-}
+void reset_peak_memory_stats() { cpu_allocator().bytes.reset_peak(); }
 }  // namespace cpu
 
 Allocator& allocator_for(DeviceType type) {

@@ -11,8 +11,10 @@
 
 namespace mpx::cuda {
 
-/// Bytes held by the stream-ordered pool of one device plus its CUDA graphs' memory (reserved:
-/// what both hold from the driver, allocated + cached).
+/// One device's memory: allocated counts live tensors (and kernels' scratch), each rounded up
+/// to 512 bytes as torch.cuda.memory_allocated() counts them, plus the memory of CUDA graphs'
+/// own allocations; reserved is what the stream-ordered pool and the graphs hold from the
+/// driver (allocated + cached).
 using MemoryStats = mpx::MemoryStats;
 /// Statistics of a device's pool (device -1: the current device).
 MemoryStats memory_stats(int device = -1);

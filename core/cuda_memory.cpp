@@ -102,6 +102,15 @@ PendingCopies& pending_copies() {
   return *p;
 }
 
+// Bytes of live tensors per device, each rounded up to 512 as PyTorch's caching allocator
+// counts them: the pool's own "used" figure includes its granularity, so comparing it with
+// torch.cuda.max_memory_allocated() would not compare like with like.
+std::array<mpx::detail::ByteCounter, kMaxDevices> g_bytes;
+constexpr int64_t kCountedUnit = 512;
+int64_t counted_bytes(size_t nbytes) {
+  return (static_cast<int64_t>(nbytes) + kCountedUnit - 1) / kCountedUnit * kCountedUnit;
+}
+
 std::atomic<bool> g_poison{[] {
   const char* e = std::getenv("MPX_CUDA_POISON");
   return e && e[0] == '1';
@@ -192,7 +201,11 @@ struct CudaAllocator final : Allocator {
     // Freed on the stream that allocated it: the stream-ordered pool may then hand the
     // block to the next allocation on that stream without waiting for the device.
     const unsigned long long born_in = g_active_captures.load() > 0 ? capture_id(s) : 0;
-    return std::shared_ptr<void>(p, [dev, s, born_in](void* q) {
+    // What a capture allocates is the graph's memory, which memory_stats() reads from the driver.
+    const int64_t counted = born_in == 0 ? counted_bytes(nbytes) : 0;
+    g_bytes[static_cast<size_t>(dev)].add(counted);
+    return std::shared_ptr<void>(p, [dev, s, born_in, counted](void* q) {
+      g_bytes[static_cast<size_t>(dev)].sub(counted);
       int prev = 0;
       cudaGetDevice(&prev);
       if (prev != dev) cudaSetDevice(dev);
@@ -262,20 +275,18 @@ MemoryStats memory_stats(int device) {
     MPX_CUDA_CHECK(cudaDeviceGetGraphMemAttribute(dev, a, &v), "cuda memory_stats");
     return static_cast<int64_t>(v);
   };
+  const mpx::detail::ByteCounter& b = g_bytes[static_cast<size_t>(dev)];
   MemoryStats s;
-  s.allocated = static_cast<int64_t>(pool_attr(dev, cudaMemPoolAttrUsedMemCurrent)) +
-                graph_attr(cudaGraphMemAttrUsedMemCurrent);
+  s.allocated = b.allocated.load(std::memory_order_relaxed) + graph_attr(cudaGraphMemAttrUsedMemCurrent);
   s.reserved = static_cast<int64_t>(pool_attr(dev, cudaMemPoolAttrReservedMemCurrent)) +
                graph_attr(cudaGraphMemAttrReservedMemCurrent);
-  s.peak_allocated = static_cast<int64_t>(pool_attr(dev, cudaMemPoolAttrUsedMemHigh)) +
-                     graph_attr(cudaGraphMemAttrUsedMemHigh);
+  s.peak_allocated = b.peak.load(std::memory_order_relaxed) + graph_attr(cudaGraphMemAttrUsedMemHigh);
   return s;
 }
 void reset_peak_memory_stats(int device) {
   const int dev = resolve(device);
+  g_bytes[static_cast<size_t>(dev)].reset_peak();
   uint64_t zero = 0;  // the only value the driver accepts: restarts the high-water mark
-  MPX_CUDA_CHECK(cudaMemPoolSetAttribute(pool_of(dev), cudaMemPoolAttrUsedMemHigh, &zero),
-                 "cuda reset_peak_memory_stats");
   MPX_CUDA_CHECK(cudaDeviceSetGraphMemAttribute(dev, cudaGraphMemAttrUsedMemHigh, &zero),
                  "cuda reset_peak_memory_stats");
 }

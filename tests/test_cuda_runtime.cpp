@@ -49,6 +49,26 @@ TEST_CASE("cuda device properties and memory statistics of the pool", "[cuda][ru
   CHECK(cuda::memory_stats().reserved <= after.reserved);
 }
 
+TEST_CASE("cuda memory_stats counts live tensor bytes rounded up to 512 as PyTorch does", "[cuda][runtime]") {
+  if (!testing::cuda_ready()) return;
+  cuda::synchronize();
+  const int64_t before = cuda::memory_stats().allocated;
+  cuda::reset_peak_memory_stats();
+  CHECK(cuda::memory_stats().peak_allocated == before);
+  {
+    const Tensor small = empty({1000}, TensorOptions(kUInt8).device(Device::cuda()));
+    CHECK(cuda::memory_stats().allocated == before + 1024);
+    const Tensor big = empty({(int64_t{64} << 20) + 1}, TensorOptions(kUInt8).device(Device::cuda()));
+    CHECK(cuda::memory_stats().allocated == before + 1024 + (int64_t{64} << 20) + 512);
+    const Tensor exact = empty({128}, TensorOptions(kFloat32).device(Device::cuda()));
+    CHECK(cuda::memory_stats().allocated == before + 1024 + (int64_t{64} << 20) + 512 + 512);
+  }
+  CHECK(cuda::memory_stats().allocated == before);
+  CHECK(cuda::memory_stats().peak_allocated == before + 1024 + (int64_t{64} << 20) + 1024);
+  cuda::reset_peak_memory_stats();
+  CHECK(cuda::memory_stats().peak_allocated == before);
+}
+
 TEST_CASE("cuda pinned memory and non-blocking copies", "[cuda][runtime]") {
   if (!testing::cuda_ready()) return;
   manual_seed(4);
