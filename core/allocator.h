@@ -36,7 +36,7 @@ struct MemoryStats {
 
 namespace detail {
 /// Bytes of one allocator's live allocations and their high-water mark, counted by the
-/// allocator itself (a driver's pool statistics include its own granularity).
+/// allocator itself (a driver's pool statistics count in the driver's own units).
 struct ByteCounter {
   std::atomic<int64_t> allocated{0}, peak{0};
   void add(int64_t n) {

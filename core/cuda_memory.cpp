@@ -103,8 +103,8 @@ PendingCopies& pending_copies() {
 }
 
 // Bytes of live tensors per device, each rounded up to 512 as PyTorch's caching allocator
-// counts them: the pool's own "used" figure includes its granularity, so comparing it with
-// torch.cuda.max_memory_allocated() would not compare like with like.
+// counts them: the pool's own "used" figure is in the driver's allocation units, so comparing
+// it with torch.cuda.max_memory_allocated() would not compare like with like.
 std::array<mpx::detail::ByteCounter, kMaxDevices> g_bytes;
 constexpr int64_t kCountedUnit = 512;
 int64_t counted_bytes(size_t nbytes) {
