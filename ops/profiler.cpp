@@ -9,6 +9,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "core/allocator.h"
 #include "core/cuda.h"
 #include "ops/dispatch.h"
 
@@ -28,10 +29,21 @@ struct Call {
   std::unique_ptr<cuda::Event> start, end;
   double host_ms = -1;  // set when the call returns
   bool ended = false;   // the CUDA call's end event was recorded
+  Device dev;
+  int64_t index = 0;                      // among the calls recorded since reset()
+  int64_t live_before = 0, peak_before = 0;  // the device's memory when the call began
 };
 struct Total {
   int64_t calls = 0;
   double ms = 0, host_ms = 0;
+};
+
+// Where a device's memory peaked (the call charged with it), and what was live when the
+// device's last recorded call ended.
+struct PeakAt {
+  Key key{};
+  int64_t index = 0, live_before = 0, peak = -1;
+  int64_t live_at_end = -1;
 };
 
 struct State {
@@ -39,7 +51,15 @@ struct State {
   std::vector<Call> calls;  // slots; resolved into `totals` by results()
   uint64_t generation = 0;  // bumped whenever `calls` is cleared: slot indices from before are stale
   std::map<Key, Total> totals;
+  int64_t recorded = 0;                // calls recorded since reset()
+  std::map<std::string, PeakAt> peaks;  // by device name
 };
+
+// Bytes allocated now and their peak on a kernel's device.
+std::pair<int64_t, int64_t> memory_of(Device dev) {
+  const MemoryStats st = dev.type == DeviceType::kCUDA ? cuda::memory_stats(dev.index) : cpu::memory_stats();
+  return {st.allocated, st.peak_allocated};
+}
 State& state() {
   static State s;
   return s;
@@ -82,18 +102,24 @@ ProfileScope::ProfileScope(OpId op, Device dev, DType dt) {
     const bool gpu = dev.type == DeviceType::kCUDA;
     Call c;
     c.key = Key{op, dev.type, dt};
-    c.t0 = Clock::now();
+    c.dev = dev;
     if (gpu) {
       // The events (and the capture check) belong to the kernel's device, whose current stream
       // the kernel runs on, not to whatever device is current.
       cuda::DeviceGuard on_device(dev.index);
       if (cuda::is_capturing()) return;  // events recorded into a graph would time nothing useful
+      std::tie(c.live_before, c.peak_before) = memory_of(dev);
       c.start = std::make_unique<cuda::Event>(true);
       c.end = std::make_unique<cuda::Event>(true);
+      c.t0 = Clock::now();
       c.start->record();
+    } else {
+      std::tie(c.live_before, c.peak_before) = memory_of(dev);
+      c.t0 = Clock::now();
     }
     State& s = state();
     std::lock_guard<std::mutex> l(s.m);
+    c.index = s.recorded++;
     slot_ = static_cast<int>(s.calls.size());
     t_generation = s.generation;
     s.calls.push_back(std::move(c));
@@ -106,12 +132,23 @@ ProfileScope::ProfileScope(OpId op, Device dev, DType dt) {
 ProfileScope::~ProfileScope() {
   --t_depth;
   if (slot_ < 0) return;
+  const auto t1 = Clock::now();
   State& s = state();
   std::lock_guard<std::mutex> l(s.m);
   // results() or reset() while the kernel ran: the slot is gone (or now another call's).
   if (t_generation != s.generation || static_cast<size_t>(slot_) >= s.calls.size()) return;
   Call& c = s.calls[static_cast<size_t>(slot_)];
-  c.host_ms = std::chrono::duration<double, std::milli>(Clock::now() - c.t0).count();
+  c.host_ms = std::chrono::duration<double, std::milli>(t1 - c.t0).count();
+  try {
+    const auto [live, peak] = memory_of(c.dev);
+    PeakAt& p = s.peaks[c.dev.str()];
+    if (std::max(peak, c.peak_before) > p.peak) {
+      p.key = c.key, p.index = c.index, p.peak = std::max(peak, c.peak_before);
+      p.live_before = p.live_at_end >= 0 ? p.live_at_end : c.live_before;
+    }
+    p.live_at_end = live;
+  } catch (...) {  // a destructor cannot report it; the peak stays where it was
+  }
   if (c.end) {
     try {
       c.end->record();
@@ -133,6 +170,20 @@ void reset() {
   s.calls.clear();
   ++s.generation;
   s.totals.clear();
+  s.recorded = 0;
+  s.peaks.clear();
+}
+
+std::vector<MemoryPeak> memory_peaks() {
+  State& s = state();
+  std::lock_guard<std::mutex> l(s.m);
+  std::vector<MemoryPeak> out;
+  for (const auto& [dev, p] : s.peaks) {
+    const auto& [op, type, dt] = p.key;
+    (void)type;
+    out.push_back(MemoryPeak{dev, op_name(op), dtype_name(dt), p.index, p.live_before, p.peak});
+  }
+  return out;
 }
 
 std::vector<OpStat> results() {
@@ -182,6 +233,15 @@ std::string report(size_t top) {
   std::snprintf(buf, sizeof buf, "%-28s %-6s %-5s %9s %11.3f %10s %7s %11.3f\n", "total", "", "", "", total, "", "",
                 host_total);
   out += buf;
+  const auto mib = [](int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
+  for (const auto& p : memory_peaks()) {
+    std::snprintf(buf, sizeof buf,
+                  "memory peak on %s: %.1f MiB at call %lld (%s %s), %.1f MiB live after the call before it "
+                  "(+%.1f MiB: its outputs and scratch, and whatever else was allocated between the two)\n",
+                  p.device.c_str(), mib(p.peak), static_cast<long long>(p.call), p.op.c_str(), p.dtype.c_str(),
+                  mib(p.live_before), mib(p.peak - p.live_before));
+    out += buf;
+  }
   return out;
 }
 }  // namespace profiler

@@ -165,3 +165,46 @@ TEST_CASE("in-place arithmetic runs one kernel into its destination when nothing
   head.add_(s.narrow(0, 0, 4));  // reads the elements it writes, shifted by one
   CHECK(testing::same_values(s, tensor(std::vector<float>{0, 1, 3, 5, 7}, {5})));
 }
+
+TEST_CASE("profiler names the kernel charged with the memory peak and what was live before it", "[profiler]") {
+  const Tensor a = ones({1 << 16});  // 256 KiB
+  profiler::reset();
+  cpu::reset_peak_memory_stats();
+  const int64_t live = cpu::memory_stats().allocated;
+  profiler::start();
+  {
+    const Tensor s = sum(a);       // call 0: a few bytes
+    const Tensor b = mul(a, a);    // call 1: 256 KiB, the peak
+    (void)s;
+    (void)b;
+  }
+  { const Tensor c = add(a, a); }  // call 2: as large, no higher
+  profiler::stop();
+  auto peaks = profiler::memory_peaks();
+  REQUIRE(peaks.size() == 1);
+  CHECK(peaks[0].device == "cpu");
+  CHECK(peaks[0].op == "mul");
+  CHECK(peaks[0].dtype == "f32");
+  CHECK(peaks[0].call == 1);
+  CHECK(peaks[0].live_before > live);  // sum's output
+  CHECK(peaks[0].peak - peaks[0].live_before == int64_t{4} << 16);
+  CHECK(profiler::report().find("memory peak on cpu: ") != std::string::npos);
+
+  // Memory allocated between two kernels outside any op is charged to the next kernel.
+  profiler::reset();
+  cpu::reset_peak_memory_stats();
+  profiler::start();
+  { const Tensor s = sum(a); }
+  { const Tensor e = empty({1 << 20}); }  // 4 MiB, no kernel
+  { const Tensor f = mul(a, a); }
+  profiler::stop();
+  peaks = profiler::memory_peaks();
+  REQUIRE(peaks.size() == 1);
+  CHECK(peaks[0].op == "mul");
+  CHECK(peaks[0].call == 1);
+  const auto sum_out = static_cast<int64_t>(kCpuAlignment);  // live when sum's kernel ended
+  CHECK(peaks[0].live_before == live + sum_out);
+  CHECK(peaks[0].peak == live + (int64_t{4} << 20));
+  profiler::reset();
+  CHECK(profiler::memory_peaks().empty());
+}

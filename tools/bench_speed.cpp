@@ -79,7 +79,9 @@ void time_windows(const SpeedConfig& c, const std::function<void()>& step, const
   std::sort(secs.begin(), secs.end());
   r.step_ms = 1000.0 * secs[secs.size() / 2] / static_cast<double>(c.steps);
   if (c.profile) {
-    // One more window under the profiler, so its overhead never enters the timed ones.
+    // One more window under the profiler, so its overhead never enters the timed ones; its
+    // memory peak restarts so that the profile says which kernel reaches it.
+    mem.restart();
     profiler::reset();
     profiler::start();
     const auto t0 = std::chrono::steady_clock::now();
