@@ -17,10 +17,12 @@ template <> struct acc_type<Half> { using type = float; };
 template <> struct acc_type<BFloat16> { using type = float; };
 template <typename T> using acc_t = typename acc_type<T>::type;
 
-/// v where `keep`, else zero. Selecting the stored bits, rather than rounding a selected float,
-/// keeps f16/bf16 loops free of control flow, so GCC vectorizes them.
+/// v where `keep`, else zero. Masking the stored bits, rather than rounding a selected float
+/// (or choosing with ?:, which GCC may turn into a branch around the rounding), keeps f16/bf16
+/// loops free of control flow, so GCC vectorizes them.
 template <typename T> T keep_or_zero(bool keep, T v) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return T::from_bits(keep ? v.x : uint16_t{0});
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+    return T::from_bits(static_cast<uint16_t>(v.x & (0u - static_cast<unsigned>(keep))));
   else return keep ? v : T(0);
 }
 

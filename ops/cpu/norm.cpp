@@ -86,7 +86,9 @@ template <Epi E, typename T, typename A> T epilogue(A v, const T* z, int64_t i) 
     return T(v);
   } else {
     if constexpr (E == Epi::kAddRelu) v = static_cast<A>(v + static_cast<A>(z[i]));
-    return v > A(0) ? T(v) : T(A(0));  // NaN -> 0, as relu
+    // NaN -> 0, as relu; a choice of the rounded bits, since GCC turns a choice between two
+    // rounded values into a branch that keeps the f16 loop scalar (13 ms instead of 2.6).
+    return keep_or_zero(v > A(0), T(v));
   }
 }
 
