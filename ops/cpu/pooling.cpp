@@ -197,7 +197,6 @@ void avg_pool_backward_nhwc(const Tensor& gx, const Tensor& gy, WindowFn window)
   });
 }
 
-
 // ---- The kernels: channels-last inputs take the kernels above, all else the row-major ones ----
 // Row-major: an output row is computed tap by tap for all its outputs at once. Every output still
 // meets its taps in (i, j) order, so the first maximum and the first NaN win as before, and the
