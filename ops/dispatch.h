@@ -11,8 +11,10 @@
 #include "core/tensor.h"
 #include "ops/activation.h"
 #include "ops/amp.h"
+#include "ops/attention_kernels.h"
 #include "ops/conv.h"
 #include "ops/elementwise.h"
+#include "ops/index_kernels.h"
 #include "ops/linalg.h"
 #include "ops/loss.h"
 #include "ops/norm.h"
@@ -20,6 +22,7 @@
 #include "ops/optim_kernels.h"
 #include "ops/pooling.h"
 #include "ops/reduction.h"
+#include "ops/rnn_kernels.h"
 
 namespace mpx {
 

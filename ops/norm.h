@@ -25,6 +25,10 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
 /// Layer norm over the trailing dims given by normalized_shape.
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},
                   double eps = 1e-5);
+/// RMS norm over the trailing dims given by normalized_shape: x / sqrt(mean(x^2) + eps) * weight
+/// (PyTorch's torch.nn.functional.rms_norm; eps defaults to the dtype's machine epsilon there,
+/// here when `eps` is negative). Statistics in f32; autocast runs it in f32, as layer_norm.
+Tensor rms_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = {}, double eps = -1.0);
 /// Group norm of [N, C, *] with C divisible by num_groups.
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = {}, const Tensor& bias = {},
                   double eps = 1e-5);
@@ -32,6 +36,16 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = {}
 }  // namespace mpx
 
 namespace mpx::kernels {
+/// Row norms (OpIds layer_norm_fwd, rms_norm_fwd) over x [rows, D] contiguous: y (x's dtype,
+/// contiguous) = (x - mean) * rstd * w + b, where the RMS form has no mean (and no b). mean (layer
+/// norm only; undefined for RMS) and rstd are [rows] in the statistics dtype (f32, f64 for f64);
+/// w and b are [D] in any floating dtype or undefined.
+using RowNormFn = void (*)(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                           const Tensor& w, const Tensor& b, double eps);
+/// Their backward: dx (x's dtype), dw and db ([D], f32; f64 for f64; each may be undefined,
+/// db always for RMS) from dy [rows, D] contiguous and the forward's statistics.
+using RowNormBackwardFn = void (*)(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy,
+                                   const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w);
 /// The running statistics a training forward updates in place, PyTorch's rule with the unbiased
 /// batch variance: r = (1 - momentum) r + momentum s. [C], contiguous, in the statistics dtype;
 /// undefined (both): nothing to update.
