@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "data/jpeg.h"
+#include "ops/backends.h"
 #include "tools/commands.h"
 #include "tools/common.h"
 
@@ -50,6 +51,7 @@ int run_info(int argc, char** argv) {
   std::printf("backends: CUDA %s, cuDNN %s, oneDNN %s; CPU f32 convolutions: %s; bf16: %s\n", cuda_built ? "on" : "off",
               std::string(MPX_BUILD_CUDNN) == "ON" ? "on" : "off", std::string(MPX_BUILD_ONEDNN) == "ON" ? "on" : "off",
               cpu_conv_backend().c_str(), cpu_conv_native(kBFloat16) ? "native" : "on f32 copies");
+  std::printf("CPU matrix products: %s\n", cpu_matmul_backend().c_str());
   std::printf("distributed: %s\n", distributed::backend_info().c_str());
   std::printf("JPEG decoding: %s%s\n",
               data::have_libjpeg_turbo() ? "libjpeg-turbo"

@@ -1,9 +1,15 @@
-// CPU GEMM (and batched GEMM) via Eigen: f32/f64 directly on the strided operands, f16/bf16 through f32 copies.
+// CPU GEMM, batched GEMM and linear's epilogue GEMM: oneDNN's matmul for f32 (and bf16 where the CPU runs
+// it natively), Eigen otherwise: f32/f64 directly on the strided operands, f16/bf16 through f32 copies.
 #include <Eigen/Core>
 
 #include "ops/cpu/loops.h"
 #include "ops/dispatch.h"
+#include "ops/backends.h"
 #include "ops/linalg.h"
+#ifdef MPX_WITH_ONEDNN
+#include "ops/cpu/conv_onednn.h"
+#include "ops/cpu/matmul_onednn.h"
+#endif
 
 namespace mpx::cpu {
 namespace {
@@ -69,6 +75,11 @@ template <typename T> struct Gemm {
         o[i] = beta == 0.0 ? T(0.0f) : T(static_cast<acc_t<T>>(static_cast<acc_t<T>>(o[i]) * beta));
       return;
     }
+#ifdef MPX_WITH_ONEDNN
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) {
+      if (onednn::matmul(out, a, b, alpha, beta)) return;
+    }
+#endif
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       gemm_native<T>(static_cast<T*>(out.raw_data()), static_cast<const T*>(a.raw_data()), static_cast<const T*>(b.raw_data()),
                      out, a, b, alpha, beta);
@@ -89,10 +100,31 @@ template <typename T> struct Gemm {
   }
 };
 
-// Batched GEMM: one GEMM per batch element (Eigen parallelizes inside each product).
+// Batched GEMM: one oneDNN primitive for the whole batch where it runs the case, else one GEMM per
+// batch element (Eigen parallelizes inside each product).
 template <typename T> struct Bmm {
   static void run(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
+#ifdef MPX_WITH_ONEDNN
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) {
+      if (out.numel() > 0 && a.size(2) > 0 && onednn::matmul(out, a, b, alpha, beta)) return;
+    }
+#endif
     for (int64_t i = 0; i < out.size(0); ++i) Gemm<T>::run(out.select(0, i), a.select(0, i), b.select(0, i), alpha, beta);
+  }
+};
+
+// linear's fused forms: bias (and bias + ReLU) as oneDNN post-ops. The bias-gradient form and
+// every case oneDNN does not run return false, and the op layer computes them unfused.
+template <typename T> struct GemmEpilogueKernel {
+  static bool run(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
+                  kernels::GemmEpilogue epilogue) {
+#ifdef MPX_WITH_ONEDNN
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) {
+      if (epilogue == kernels::GemmEpilogue::kBiasGrad || out.numel() == 0 || a.size(1) == 0) return false;
+      return onednn::matmul(out, a, b, 1.0, 0.0, bias, epilogue == kernels::GemmEpilogue::kBiasRelu);
+    }
+#endif
+    return false;
   }
 };
 
@@ -101,6 +133,27 @@ template <typename T> struct Bmm {
 MPX_REGISTER_KERNELS(cpu_linalg) {
   dispatch::register_types<OpId::mm, Gemm, float, double, Half, BFloat16>(DeviceType::kCPU);
   dispatch::register_types<OpId::bmm, Bmm, float, double, Half, BFloat16>(DeviceType::kCPU);
+  dispatch::register_types<OpId::linear, GemmEpilogueKernel, float, double, Half, BFloat16>(DeviceType::kCPU);
 }
 
 }  // namespace mpx::cpu
+
+namespace mpx {
+
+bool cpu_matmul_onednn(DType dt) {
+#ifdef MPX_WITH_ONEDNN
+  return dt == kFloat32 || (dt == kBFloat16 && cpu::onednn::matmul_bf16_native());
+#else
+  return false;
+#endif
+}
+
+std::string cpu_matmul_backend() {
+#ifdef MPX_WITH_ONEDNN
+  return cpu::onednn::version() + ", bf16 " + (cpu::onednn::matmul_bf16_native() ? "native" : "on Eigen with f32 copies");
+#else
+  return "Eigen (built without oneDNN)";
+#endif
+}
+
+}  // namespace mpx

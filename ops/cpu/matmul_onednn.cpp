@@ -1,0 +1,166 @@
+// f32 and bf16 matrix products (mm, bmm, linear with its bias/ReLU epilogue) on oneDNN's matmul primitive.
+#include "ops/cpu/matmul_onednn.h"
+
+#include <omp.h>
+
+#include <array>
+#include <bit>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "core/error.h"
+
+namespace mpx::cpu::onednn {
+namespace {
+using md = dnnl::memory::desc;
+using dt = dnnl::memory::data_type;
+
+dnnl::engine& engine() {
+  static auto* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);  // never destroyed: see conv_onednn.cpp
+  return *e;
+}
+dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+// The primitive's scratchpad: per thread, grow-only, so a training step allocates nothing here.
+void* scratch(size_t bytes) {
+  struct Buf {
+    void* p = nullptr;
+    size_t n = 0;
+    ~Buf() { std::free(p); }
+  };
+  thread_local Buf b;
+  if (b.n < bytes) {
+    std::free(b.p);
+    b.n = (bytes + 63) / 64 * 64;
+    b.p = std::aligned_alloc(64, b.n);
+    MPX_CHECK(b.p != nullptr, "matmul (oneDNN): could not allocate ", b.n, " bytes of scratch memory");
+  }
+  return b.p;
+}
+
+std::optional<dt> type_of(DType d) {
+  if (d == kFloat32) return dt::f32;
+  if (d == kBFloat16) return dt::bf16;
+  return std::nullopt;
+}
+
+// Everything that decides a primitive: batch, sizes, strides of both operands, dtypes, the
+// epilogue and the thread count (oneDNN fixes it when it creates a primitive).
+using Key = std::array<int64_t, 20>;
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    size_t h = 0xcbf29ce484222325ull;
+    for (int64_t v : k) h = (h ^ static_cast<size_t>(v)) * 0x100000001b3ull;
+    return h;
+  }
+};
+struct Entry {
+  dnnl::matmul prim;
+  md a, b, bias, out, scratch;
+};
+
+// Operand descriptor: [B, r, c] with the tensor's strides; a broadcast batch (stride 0) is a batch of 1.
+md operand(int64_t batch, int64_t r, int64_t c, int64_t sb, int64_t sr, int64_t sc, dt type) {
+  if (sb == 0) batch = 1;
+  return md({batch, r, c}, type, {sb == 0 ? r * c : sb, sr, sc});
+}
+
+std::shared_ptr<Entry> lookup(const Key& k, dt ta, dt tbias) {
+  static std::mutex mu;
+  static auto* cache = new std::unordered_map<Key, std::shared_ptr<Entry>, KeyHash>();
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache->find(k); it != cache->end()) return it->second;
+  std::shared_ptr<Entry> e;
+  try {
+    const int64_t B = k[0], n = k[1], kk = k[2], m = k[3];
+    const bool has_bias = k[10] != 0, relu = k[11] != 0;
+    const double alpha = std::bit_cast<double>(k[12]), beta = std::bit_cast<double>(k[13]);
+    auto ent = std::make_shared<Entry>();
+    ent->a = operand(B, n, kk, k[4], k[5], k[6], ta);
+    ent->b = operand(B, kk, m, k[7], k[8], k[9], ta);
+    ent->out = md({B, n, m}, ta, {n * m, m, 1});
+    if (has_bias) ent->bias = md({1, 1, m}, tbias, {m, m, 1});
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (alpha != 1.0) attr.set_output_scales(0, {static_cast<float>(alpha)});
+    dnnl::post_ops po;
+    if (beta != 0.0) po.append_sum(static_cast<float>(beta));
+    if (relu) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(po);
+    dnnl::matmul::desc d = has_bias ? dnnl::matmul::desc(ent->a, ent->b, ent->bias, ent->out)
+                                    : dnnl::matmul::desc(ent->a, ent->b, ent->out);
+    dnnl::matmul::primitive_desc pd(d, attr, engine());
+    // oneDNN's reference loops are far slower than Eigen: leave those cases to it.
+    if (std::strncmp(pd.impl_info_str(), "ref", 3) != 0) {
+      ent->scratch = pd.scratchpad_desc();
+      ent->prim = dnnl::matmul(pd);
+      e = ent;
+    }
+  } catch (const dnnl::error&) {
+    e = nullptr;  // an unsupported case: the Eigen kernel takes it
+  }
+  cache->emplace(k, e);
+  return e;
+}
+
+}  // namespace
+
+bool matmul_bf16_native() {
+  static const bool ok = [] {
+    const auto isa = dnnl::get_effective_cpu_isa();
+    // bf16 below AVX-512 is oneDNN's reference code (or an emulation slower than Eigen on f32 copies).
+    return isa == dnnl::cpu_isa::avx512_core || isa == dnnl::cpu_isa::avx512_core_vnni ||
+           isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+  }();
+  return ok;
+}
+
+bool matmul(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta, const Tensor& bias,
+            bool relu) {
+  const auto ta = type_of(a.dtype());
+  if (!ta || b.dtype() != a.dtype() || out.dtype() != a.dtype() || !out.is_contiguous()) return false;
+  if (*ta == dt::bf16 && !matmul_bf16_native()) return false;
+  const bool batched = a.dim() == 3;
+  const int64_t B = batched ? out.size(0) : 1;
+  const int64_t n = a.size(-2), k = a.size(-1), m = b.size(-1);
+  if (n == 0 || m == 0 || k == 0 || B == 0) return false;
+  // Strides of a 2-d operand, with a batch stride that nothing reads.
+  const int64_t asb = batched ? a.stride(0) : n * k, bsb = batched ? b.stride(0) : k * m;
+  const int64_t as0 = a.stride(-2), as1 = a.stride(-1), bs0 = b.stride(-2), bs1 = b.stride(-1);
+  // One unit stride per operand (row- or column-major with a leading dimension).
+  if ((as0 != 1 && as1 != 1) || (bs0 != 1 && bs1 != 1)) return false;
+  dt tbias = *ta;
+  if (bias.defined()) {
+    const auto tb = type_of(bias.dtype());
+    if (!tb || !bias.is_contiguous() || bias.numel() != m || alpha != 1.0 || beta != 0.0) return false;
+    tbias = *tb;
+  }
+  const Key key{B, n, k, m, asb, as0, as1, bsb, bs0, bs1, bias.defined() ? 1 : 0, relu ? 1 : 0,
+                std::bit_cast<int64_t>(alpha), std::bit_cast<int64_t>(beta), static_cast<int64_t>(*ta),
+                static_cast<int64_t>(tbias), omp_get_max_threads(), 0, 0, 0};
+  auto e = lookup(key, *ta, tbias);
+  if (!e) return false;
+  auto mem = [](const md& d, const Tensor& t) { return dnnl::memory(d, engine(), t.raw_data()); };
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, mem(e->a, a)},
+      {DNNL_ARG_WEIGHTS, mem(e->b, b)},
+      {DNNL_ARG_DST, mem(e->out, out)},
+      {DNNL_ARG_SCRATCHPAD,
+       dnnl::memory(e->scratch, engine(), scratch(std::max<size_t>(e->scratch.get_size(), 64)))}};
+  if (bias.defined()) args.emplace(DNNL_ARG_BIAS, mem(e->bias, bias));
+  dnnl::stream& s = stream();
+  e->prim.execute(s, args);
+  s.wait();
+  return true;
+}
+
+}  // namespace mpx::cpu::onednn

@@ -1,0 +1,106 @@
+// CPU matrix products (oneDNN where built and supported, Eigen otherwise) against f64 loops: mm, bmm, linear, strides.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "core/random.h"
+#include "ops/backends.h"
+#include "ops/elementwise.h"
+#include "ops/linalg.h"
+#include "ops/reduction.h"
+#include "test_util.h"
+
+using namespace mpx;
+
+namespace {
+
+// out[b, i, j] = sum_k a[b, i, k] * b[b, k, j] in f64 on any strides (a batch stride 0 broadcasts).
+Tensor ref_bmm(const Tensor& a, const Tensor& b) {
+  NoGradGuard ng;
+  const Tensor a3 = a.dim() == 2 ? a.unsqueeze(0) : a, b3 = b.dim() == 2 ? b.unsqueeze(0) : b;
+  const Tensor ad = a3.to(kFloat64), bd = b3.to(kFloat64);
+  const int64_t B = std::max(a3.size(0), b3.size(0)), n = a3.size(1), k = a3.size(2), m = b3.size(2);
+  std::vector<double> out(static_cast<size_t>(B * n * m), 0.0);
+  for (int64_t z = 0; z < B; ++z)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < m; ++j) {
+        double s = 0;
+        for (int64_t q = 0; q < k; ++q)
+          s += ad.select(0, a3.size(0) == 1 ? 0 : z).select(0, i).select(0, q).item<double>() *
+               bd.select(0, b3.size(0) == 1 ? 0 : z).select(0, q).select(0, j).item<double>();
+        out[static_cast<size_t>((z * n + i) * m + j)] = s;
+      }
+  Tensor r = tensor(out, {B, n, m});
+  return a.dim() == 2 ? r.squeeze(0) : r;
+}
+
+// f32 sums of k products near 1 land within ~k ulp; bf16 adds one rounding of the result (2^-8).
+double tol(DType dt) { return dt == kBFloat16 ? 1e-2 : 2e-5; }
+
+Tensor rnd(const IntList& shape, DType dt) { return randn(shape).to(dt); }
+
+}  // namespace
+
+TEST_CASE("CPU mm matches f64 for row-major, transposed and sliced operands", "[linalg]") {
+  INFO("CPU matrix products: " << cpu_matmul_backend());
+  manual_seed(1);
+  for (DType dt : {kFloat32, kBFloat16}) {
+    INFO(dtype_name(dt));
+    const Tensor a = rnd({37, 53}, dt), b = rnd({53, 29}, dt);
+    CHECK(testing::close(mm(a, b), ref_bmm(a, b), tol(dt), 0.0, 1.0));
+    CHECK(testing::close(mm(a, b.t().contiguous().t()), ref_bmm(a, b), tol(dt), 0.0, 1.0));  // column-major b
+    CHECK(testing::close(mm(a.t().contiguous().t(), b), ref_bmm(a, b), tol(dt), 0.0, 1.0));  // column-major a
+    const Tensor wide = rnd({37, 80}, dt);
+    const Tensor sliced = wide.narrow(1, 10, 53);  // a leading dimension larger than the row
+    CHECK(testing::close(mm(sliced, b), ref_bmm(sliced, b), tol(dt), 0.0, 1.0));
+    const Tensor neither = rnd({53, 37}, dt).t().narrow(0, 0, 37);  // column-major view
+    CHECK(testing::close(mm(neither, b), ref_bmm(neither, b), tol(dt), 0.0, 1.0));
+  }
+}
+
+TEST_CASE("CPU addmm keeps alpha and beta, and bmm broadcasts a batch of one", "[linalg]") {
+  manual_seed(2);
+  const Tensor c = randn({6, 5}), a = randn({6, 9}), b = randn({9, 5});
+  const Tensor want = c.to(kFloat64) * 0.5 + ref_bmm(a, b) * 2.0;
+  CHECK(testing::close(addmm(c, a, b, 0.5, 2.0), want, 2e-5, 0.0, 1.0));
+  for (DType dt : {kFloat32, kBFloat16}) {
+    const Tensor x = rnd({3, 7, 11}, dt), y = rnd({1, 11, 4}, dt).expand({3, 11, 4});
+    CHECK(testing::close(bmm(x, y), ref_bmm(x, y), tol(dt), 0.0, 1.0));
+    const Tensor xt = rnd({3, 11, 7}, dt).transpose(1, 2);  // q @ k^T-style transposed batch operand
+    CHECK(testing::close(bmm(xt, y), ref_bmm(xt, y), tol(dt), 0.0, 1.0));
+    // Batched attention shapes through matmul's broadcasting.
+    const Tensor q = rnd({2, 3, 5, 8}, dt), k = rnd({2, 3, 6, 8}, dt);
+    const Tensor s = matmul(q, k.transpose(-2, -1));
+    CHECK(testing::close(s.reshape({6, 5, 6}), ref_bmm(q.reshape({6, 5, 8}), k.reshape({6, 6, 8}).transpose(1, 2)),
+                         tol(dt), 0.0, 1.0));
+  }
+}
+
+TEST_CASE("CPU linear with bias and linear_relu match f64, forward and gradients", "[linalg]") {
+  manual_seed(3);
+  for (DType dt : {kFloat32, kBFloat16}) {
+    INFO(dtype_name(dt));
+    const Tensor x = rnd({4, 6, 24}, dt).set_requires_grad(true), w = rnd({10, 24}, dt).set_requires_grad(true);
+    const Tensor b = rnd({10}, dt).set_requires_grad(true);
+    const Tensor want = ref_bmm(x.detach().reshape({24, 24}), w.detach().t()) + b.detach().to(kFloat64);
+    CHECK(testing::close(linear(x, w, b).reshape({24, 10}), want, tol(dt), 0.0, 1.0));
+    CHECK(testing::close(linear_relu(x, w, b).reshape({24, 10}), relu(want), tol(dt), 0.0, 1.0));
+    Tensor g = rnd({4, 6, 10}, dt);
+    sum(linear(x, w, b) * g).backward();
+    const Tensor g2 = g.reshape({24, 10});
+    CHECK(testing::close(x.grad().reshape({24, 24}), ref_bmm(g2, w.detach()), tol(dt), 0.0, 1.0));
+    CHECK(testing::close(w.grad(), ref_bmm(g2.t(), x.detach().reshape({24, 24})), tol(dt), 0.0, 1.0));
+    CHECK(testing::close(b.grad(), sum(g2.to(kFloat64), {0}), tol(dt), 0.0, 1.0));
+  }
+}
+
+TEST_CASE("CPU matrix products of empty and one-element shapes", "[linalg]") {
+  const Tensor a = zeros({3, 0}), b = zeros({0, 4});
+  const Tensor z = mm(a, b);
+  CHECK(z.sizes() == IntList{3, 4});
+  CHECK(sum(abs(z)).item<double>() == 0.0);
+  CHECK(mm(zeros({0, 5}), zeros({5, 2})).sizes() == IntList{0, 2});
+  const Tensor one = mm(full({1, 1}, 3.0), full({1, 1}, -2.0));
+  CHECK(one.item<double>() == -6.0);
+}
