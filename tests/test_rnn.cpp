@@ -164,7 +164,7 @@ TEST_CASE("nn::LSTM and nn::GRU match an f64 reference (layers, directions, batc
     }
 }
 
-TEST_CASE("LSTMCell and GRUCell match the f64 step; unbatched inputs", "[rnn]") {
+TEST_CASE("LSTMCell and GRUCell match the f64 step, and unbatched inputs", "[rnn]") {
   const int64_t N = 3, I = 5, H = 4;
   manual_seed(5);
   nn::LSTMCell lc(I, H);
@@ -282,7 +282,7 @@ TEST_CASE("lstm_cell, gru_cell, lstm and gru gradchecks (f64), and second order 
   }
 }
 
-TEST_CASE("LSTM dropout between layers in training only; autocast runs the LSTM in f16", "[rnn]") {
+TEST_CASE("LSTM dropout between layers in training only, and autocast runs the LSTM in f16", "[rnn]") {
   manual_seed(12);
   nn::LSTM m(nn::LSTMOptions(4, 5).num_layers(2).dropout(0.5));
   const Tensor x = randn({6, 2, 4});

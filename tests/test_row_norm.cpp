@@ -145,7 +145,7 @@ TEST_CASE("layer_norm and rms_norm gradchecks: input, weight, bias, and second o
   CHECK(gradgradcheck([](const tensor_list& t) { return rms_norm(t[0], {4}, t[1], 1e-6); }, {x2, w2}) == "");
 }
 
-TEST_CASE("rms_norm: eps defaults to the dtype's machine epsilon; RMSNorm module and F::rms_norm", "[row_norm]") {
+TEST_CASE("rms_norm: eps defaults to the dtype's machine epsilon, and the RMSNorm module and F::rms_norm", "[row_norm]") {
   const Tensor x = seeded({4, 8}, 12, 1e-3);  // tiny values: eps matters
   CHECK(testing::close(rms_norm(x, {8}), reference(true, x, 8, {}, {}, std::numeric_limits<double>::epsilon()), 1e-12));
   const Tensor xf = x.to(kFloat32);
@@ -203,7 +203,7 @@ struct NormNetImpl : nn::Module {
 MPX_MODULE(NormNet);
 }  // namespace
 
-TEST_CASE("amp O2 keeps LayerNorm and RMSNorm f32, as batch norms; O3 casts them", "[row_norm][amp]") {
+TEST_CASE("amp O2 keeps LayerNorm and RMSNorm f32, as batch norms, and O3 casts them", "[row_norm][amp]") {
   for (const char* level : {"O2", "O3"}) {
     INFO(level);
     amp::reset();

@@ -76,16 +76,16 @@ template <typename T, bool Rms> struct RowNormFwd {
         const S rs = static_cast<S>(1.0 / std::sqrt(static_cast<double>(var) + eps));
         if (mp) mp[r] = m;
         rp[r] = rs;
-        const S c = -m * rs;
-        // y = (x * rs + c) * w + b, one rounding at the store.
+        // y = (x - m) * rs * w + b, one rounding at the store (x - m first: no cancellation
+        // against a large m * rs).
         if (wp && bp) {
-          for (int64_t k = 0; k < D; ++k) yr[k] = static_cast<T>((static_cast<S>(xr[k]) * rs + c) * wp[k] + bp[k]);
+          for (int64_t k = 0; k < D; ++k) yr[k] = static_cast<T>((static_cast<S>(xr[k]) - m) * rs * wp[k] + bp[k]);
         } else if (wp) {
-          for (int64_t k = 0; k < D; ++k) yr[k] = static_cast<T>((static_cast<S>(xr[k]) * rs + c) * wp[k]);
+          for (int64_t k = 0; k < D; ++k) yr[k] = static_cast<T>((static_cast<S>(xr[k]) - m) * rs * wp[k]);
         } else if (bp) {
-          for (int64_t k = 0; k < D; ++k) yr[k] = static_cast<T>((static_cast<S>(xr[k]) * rs + c) + bp[k]);
+          for (int64_t k = 0; k < D; ++k) yr[k] = static_cast<T>((static_cast<S>(xr[k]) - m) * rs + bp[k]);
         } else {
-          for (int64_t k = 0; k < D; ++k) yr[k] = static_cast<T>(static_cast<S>(xr[k]) * rs + c);
+          for (int64_t k = 0; k < D; ++k) yr[k] = static_cast<T>((static_cast<S>(xr[k]) - m) * rs);
         }
       }
     });
