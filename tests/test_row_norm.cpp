@@ -104,10 +104,12 @@ TEST_CASE("layer_norm and rms_norm: fused kernels match f64 loops and the compos
 }
 
 TEST_CASE("layer_norm and rms_norm: fused backward matches the composite's gradients in every dtype", "[row_norm]") {
+  // [300, 200]: rows split into several chunks, whose parameter-gradient partials are summed.
+  for (const auto& [shape, D] : std::vector<std::pair<IntList, int64_t>>{{{3, 4, 19}, 19}, {{300, 200}, 200}})
   for (bool rms : {false, true})
     for (DType dt : {kFloat64, kFloat32, kFloat16, kBFloat16}) {
-      INFO((rms ? "rms_norm " : "layer_norm ") << dtype_name(dt));
-      const IntList shape{3, 4, 19}, ns{19};
+      INFO((rms ? "rms_norm " : "layer_norm ") << dtype_name(dt) << " " << shape_str(shape));
+      const IntList ns{D};
       // f32 parameters beside low-precision activations, as amp keeps them.
       const DType pd = dt == kFloat64 ? kFloat64 : kFloat32;
       Tensor x = seeded(shape, 4, 1.5, 0.5).to(dt).set_requires_grad(true);
@@ -117,7 +119,7 @@ TEST_CASE("layer_norm and rms_norm: fused backward matches the composite's gradi
       y.backward(g);
       Tensor xr = x.detach().to(kFloat64).set_requires_grad(true), wr = w.detach().to(kFloat64).set_requires_grad(true),
              br = b.detach().to(kFloat64).set_requires_grad(true);
-      composite(rms, xr, 19, wr, rms ? Tensor() : br, 1e-5).backward(g.to(kFloat64));
+      composite(rms, xr, D, wr, rms ? Tensor() : br, 1e-5).backward(g.to(kFloat64));
       CHECK(x.grad().dtype() == dt);
       CHECK(w.grad().dtype() == pd);
       CHECK(testing::close(x.grad(), xr.grad(), tol(dt) * 2, 0.0, 1.0));
