@@ -41,9 +41,16 @@ void bwd(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy,
   check_dense(op, dy);
   check_dense(op, dx);
   TensorDeviceGuard g(x);
-  const Tensor ws = as_stat(w, stat_dtype(x.dtype()));
+  const DType sd = stat_dtype(x.dtype());
+  const Tensor ws = as_stat(w, sd);
+  // Partial sums of the parameter gradients per tile of rows (stream-ordered pool).
+  const Tensor part = dw.defined() || (!Rms && db.defined())
+                          ? empty({2 * row_norm_param_tiles(x.size(0)) * x.size(1)},
+                                  TensorOptions().dtype(sd).device(x.device()))
+                          : Tensor();
   launch_row_norm_bwd(x.dtype(), Rms, ptr(dx), ptr(dw), Rms ? nullptr : ptr(db), dy.raw_data(), x.raw_data(),
-                      Rms ? nullptr : ptr(mean), rstd.raw_data(), ptr(ws), x.size(0), x.size(1), stream_of(x));
+                      Rms ? nullptr : ptr(mean), rstd.raw_data(), ptr(ws), ptr(part), x.size(0), x.size(1),
+                      stream_of(x));
 }
 
 }  // namespace

@@ -97,20 +97,38 @@ __global__ void row_norm_dx_kernel(T* __restrict__ dx, const T* __restrict__ dy,
   }
 }
 
-// dw[j] = sum_r dy[r, j] * xhat[r, j], db[j] = sum_r dy[r, j]: a thread per column, rows in order.
+// Partial parameter gradients of one tile of rows (blockIdx.y) for a column per thread:
+// part[tile][0][j] = sum dy * xhat, part[tile][1][j] = sum dy over the tile's rows, in order.
 template <typename T, bool Rms>
-__global__ void row_norm_params_kernel(stat_of<T>* __restrict__ dw, stat_of<T>* __restrict__ db,
-                                       const T* __restrict__ dy, const T* __restrict__ x,
-                                       const stat_of<T>* __restrict__ mean, const stat_of<T>* __restrict__ rstd,
-                                       int64_t rows, int64_t D) {
+__global__ void row_norm_params_kernel(stat_of<T>* __restrict__ part, const T* __restrict__ dy,
+                                       const T* __restrict__ x, const stat_of<T>* __restrict__ mean,
+                                       const stat_of<T>* __restrict__ rstd, int64_t rows, int64_t D, int64_t per_tile) {
   using S = stat_of<T>;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= D) return;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * per_tile;
+  const int64_t r1 = r0 + per_tile < rows ? r0 + per_tile : rows;
   S sw = 0, sb = 0;
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int64_t r = r0; r < r1; ++r) {
     const S g = load_as<S>(dy, r * D + j);
     sw += g * ((load_as<S>(x, r * D + j) - (Rms ? S(0) : mean[r])) * rstd[r]);
     sb += g;
+  }
+  S* p = part + static_cast<int64_t>(blockIdx.y) * 2 * D;
+  p[j] = sw;
+  p[D + j] = sb;
+}
+
+// dw[j], db[j]: the tiles' partials summed in order.
+template <typename S>
+__global__ void row_norm_params_total_kernel(S* __restrict__ dw, S* __restrict__ db, const S* __restrict__ part,
+                                             int64_t tiles, int64_t D) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= D) return;
+  S sw = 0, sb = 0;
+  for (int64_t t = 0; t < tiles; ++t) {
+    sw += part[t * 2 * D + j];
+    sb += part[t * 2 * D + D + j];
   }
   if (dw) dw[j] = sw;
   if (db) db[j] = sb;
@@ -137,7 +155,8 @@ void launch_row_norm_fwd(DType dt, bool rms, void* y, void* mean, void* rstd, co
 }
 
 void launch_row_norm_bwd(DType dt, bool rms, void* dx, void* dw, void* db, const void* dy, const void* x,
-                         const void* mean, const void* rstd, const void* w, int64_t rows, int64_t D, cudaStream_t s) {
+                         const void* mean, const void* rstd, const void* w, void* ws, int64_t rows, int64_t D,
+                         cudaStream_t s) {
   if (D == 0) return;
   float_switch(dt, [&](auto tag) {
     using T = decltype(tag);
@@ -154,13 +173,17 @@ void launch_row_norm_bwd(DType dt, bool rms, void* dx, void* dw, void* db, const
       MPX_CUDA_LAUNCH_CHECK("row norm backward (dx)");
     }
     if (dw || db) {
-      const unsigned blocks = static_cast<unsigned>((D + kThreads - 1) / kThreads);
+      const int64_t tiles = row_norm_param_tiles(rows), per_tile = (rows + tiles - 1) / tiles;
+      const unsigned cols = static_cast<unsigned>((D + kThreads - 1) / kThreads);
+      S* part = static_cast<S*>(ws);
+      const dim3 grid(cols, static_cast<unsigned>(tiles));
       if (rms)
-        row_norm_params_kernel<T, true><<<blocks, kThreads, 0, s>>>(static_cast<S*>(dw), static_cast<S*>(db), dyp,
-                                                                     xp, mp, rp, rows, D);
+        row_norm_params_kernel<T, true><<<grid, kThreads, 0, s>>>(part, dyp, xp, mp, rp, rows, D, per_tile);
       else
-        row_norm_params_kernel<T, false><<<blocks, kThreads, 0, s>>>(static_cast<S*>(dw), static_cast<S*>(db), dyp,
-                                                                      xp, mp, rp, rows, D);
+        row_norm_params_kernel<T, false><<<grid, kThreads, 0, s>>>(part, dyp, xp, mp, rp, rows, D, per_tile);
+      MPX_CUDA_LAUNCH_CHECK("row norm backward (weight, bias partials)");
+      row_norm_params_total_kernel<S><<<cols, kThreads, 0, s>>>(static_cast<S*>(dw), static_cast<S*>(db), part,
+                                                                 tiles, D);
       MPX_CUDA_LAUNCH_CHECK("row norm backward (weight, bias)");
     }
   });

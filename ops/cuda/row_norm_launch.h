@@ -12,9 +12,17 @@ namespace mpx::cuda {
 /// or null. One block per row, f32 accumulation.
 void launch_row_norm_fwd(DType dt, bool rms, void* y, void* mean, void* rstd, const void* x, const void* w,
                          const void* b, int64_t rows, int64_t D, double eps, cudaStream_t s);
+/// Tiles of rows the parameter gradients are summed over (one partial per tile and column, then
+/// the tiles in order: deterministic). The backward's workspace holds 2 * tiles * D statistics values.
+inline int64_t row_norm_param_tiles(int64_t rows) {
+  const int64_t t = (rows + 31) / 32;
+  return t < 1 ? 1 : t > 256 ? 256 : t;
+}
 /// Backward: dx (dt, or null), dw and db ([D], statistics type, or null) from dy and x [rows, D]
-/// and the forward's statistics (mean null for RMS); w [D] statistics type or null.
+/// and the forward's statistics (mean null for RMS); w [D] statistics type or null. `ws`: the
+/// workspace above (needed when dw or db is wanted).
 void launch_row_norm_bwd(DType dt, bool rms, void* dx, void* dw, void* db, const void* dy, const void* x,
-                         const void* mean, const void* rstd, const void* w, int64_t rows, int64_t D, cudaStream_t s);
+                         const void* mean, const void* rstd, const void* w, void* ws, int64_t rows, int64_t D,
+                         cudaStream_t s);
 
 }  // namespace mpx::cuda
