@@ -173,6 +173,22 @@ TEST_CASE("rms_norm: eps defaults to the dtype's machine epsilon, and the RMSNor
   CHECK(os.str() == "RMSNorm([8], eps=0.5, elementwise_affine=false)");
 }
 
+TEST_CASE("layer_norm with f16 parameters (O3) and on an empty input", "[row_norm]") {
+  Tensor x = seeded({4, 12}, 20).to(kFloat16).set_requires_grad(true);
+  Tensor w = seeded({12}, 21).to(kFloat16).set_requires_grad(true), b = seeded({12}, 22).to(kFloat16).set_requires_grad(true);
+  Tensor y = layer_norm(x, {12}, w, b);
+  CHECK(testing::close(y, reference(false, x, 12, w, b, 1e-5), 2e-3, 0.0, 1.0));
+  sum(y * seeded({4, 12}, 23).to(kFloat16)).backward();
+  CHECK(w.grad().dtype() == kFloat16);
+  CHECK(b.grad().dtype() == kFloat16);
+  CHECK(x.grad().dtype() == kFloat16);
+  // No rows: the composite defines the (empty) result and its gradient.
+  Tensor e = zeros({0, 5}).set_requires_grad(true);
+  Tensor ye = layer_norm(e, {5}, ones({5}), zeros({5}));
+  CHECK(ye.sizes() == IntList{0, 5});
+  CHECK(rms_norm(e, {5}).sizes() == IntList{0, 5});
+}
+
 TEST_CASE("layer_norm and rms_norm run in f32 under autocast and error on bad input", "[row_norm]") {
   const Tensor x = seeded({2, 6}, 14).to(kFloat16), w = ones({6});
   {
