@@ -19,6 +19,7 @@
 #include "ops/reduction.h"
 #include "amp/autocast.h"
 #include "amp/cast_cache.h"
+#include "nn/modules.h"
 
 namespace mpx::amp {
 namespace {
@@ -227,11 +228,12 @@ void initialize(const std::vector<ModelRef>& models, const std::vector<Optimizer
     nn::Module& net = *m.module;
     if (p.cast_model_type) {
       const DType t = *p.cast_model_type;
-      // apex's convert_network: batch norms stay f32 (bit-exact: restored from their own state).
+      // apex's convert_network: batch norms stay f32 (bit-exact: restored from their own state),
+      // and so do the row norms (LayerNorm, RMSNorm), whose statistics run in f32 anyway.
       std::vector<std::pair<std::shared_ptr<nn::Module>, nn::StateDict>> keep;
       if (p.keep_batchnorm_fp32.value_or(false) && t != kFloat32)
         for (const auto& sub : net.modules())
-          if (sub->is_batchnorm()) {
+          if (sub->is_batchnorm() || sub->as<nn::LayerNormImpl>() || sub->as<nn::RMSNormImpl>()) {
             nn::StateDict sd;
             for (const auto& [k, v] : sub->state_dict()) sd.insert(k, v.clone());
             keep.emplace_back(sub, std::move(sd));

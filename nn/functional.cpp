@@ -73,6 +73,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 Tensor layer_norm(const Tensor& x, const LayerNormFuncOptions& o) {
   return mpx::layer_norm(x, o.normalized_shape(), o.weight(), o.bias(), o.eps());
 }
+Tensor rms_norm(const Tensor& x, const RMSNormFuncOptions& o) {
+  return mpx::rms_norm(x, o.normalized_shape(), o.weight(), o.eps().value_or(-1.0));
+}
 Tensor group_norm(const Tensor& x, const GroupNormFuncOptions& o) {
   return mpx::group_norm(x, o.num_groups(), o.weight(), o.bias(), o.eps());
 }

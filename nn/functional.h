@@ -5,6 +5,7 @@
 
 #include "core/tensor.h"
 #include "nn/options.h"
+#include "nn/rnn_options.h"
 
 namespace mpx::nn::functional {
 
@@ -43,6 +44,8 @@ Tensor adaptive_avg_pool2d(const Tensor& x, const AdaptiveAvgPool2dFuncOptions& 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const BatchNormFuncOptions& options = {});
 Tensor layer_norm(const Tensor& x, const LayerNormFuncOptions& options);
+/// x / sqrt(mean(x^2) + eps) * weight over the trailing normalized_shape dims (PyTorch's F.rms_norm).
+Tensor rms_norm(const Tensor& x, const RMSNormFuncOptions& options);
 Tensor group_norm(const Tensor& x, const GroupNormFuncOptions& options);
 
 // ---- losses ----

@@ -227,6 +227,25 @@ void LayerNormImpl::pretty_print(std::ostream& os) const {
      << ", elementwise_affine=" << bool_str(options.elementwise_affine()) << ")";
 }
 
+RMSNormImpl::RMSNormImpl(const RMSNormOptions& o) : options(o) {
+  MPX_CHECK(!o.normalized_shape().empty(), "RMSNorm: normalized_shape must not be empty");
+  MPX_CHECK(!o.eps() || *o.eps() >= 0.0, "RMSNorm: eps must be non-negative, got ", *o.eps());
+  if (o.elementwise_affine()) weight = register_parameter("weight", empty(o.normalized_shape()));
+  reset_parameters();
+}
+void RMSNormImpl::reset_parameters() {
+  if (options.elementwise_affine()) init::ones_(weight);
+}
+Tensor RMSNormImpl::forward(const Tensor& x) {
+  return F::rms_norm(x, F::RMSNormFuncOptions(options.normalized_shape()).weight(weight).eps(options.eps()));
+}
+void RMSNormImpl::pretty_print(std::ostream& os) const {
+  os << "RMSNorm(" << shape_str(options.normalized_shape()) << ", eps=";
+  if (options.eps()) os << *options.eps();
+  else os << "None";
+  os << ", elementwise_affine=" << bool_str(options.elementwise_affine()) << ")";
+}
+
 GroupNormImpl::GroupNormImpl(const GroupNormOptions& o) : options(o) {
   check_positive(o.num_groups(), "GroupNorm", "num_groups");
   MPX_CHECK(o.num_channels() % o.num_groups() == 0, "GroupNorm: num_channels (", o.num_channels(),

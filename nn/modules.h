@@ -8,6 +8,7 @@
 #include "nn/container.h"
 #include "nn/module.h"
 #include "nn/options.h"
+#include "nn/rnn_options.h"
 
 namespace mpx::nn {
 
@@ -145,6 +146,22 @@ class LayerNormImpl : public Module {
   Tensor bias;
 };
 MPX_MODULE(LayerNorm);
+
+/// RMS norm over the trailing normalized_shape dims (PyTorch's nn.RMSNorm): weight ones; eps
+/// unset uses the input dtype's machine epsilon.
+class RMSNormImpl : public Module {
+ public:
+  explicit RMSNormImpl(const RMSNormOptions& options);
+  explicit RMSNormImpl(IntList normalized_shape) : RMSNormImpl(RMSNormOptions(std::move(normalized_shape))) {}
+  void reset_parameters();
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "RMSNorm"; }
+  void pretty_print(std::ostream& os) const override;
+
+  RMSNormOptions options;
+  Tensor weight;
+};
+MPX_MODULE(RMSNorm);
 
 /// Group norm of [N, C, *]; weight ones, bias zeros (per channel).
 class GroupNormImpl : public Module {

@@ -1,5 +1,6 @@
 // Normalization ops: batch_norm on its own kernels (running statistics, f32 statistics for
-// low-precision input), layer_norm and group_norm composed from differentiable ops.
+// low-precision input) and group_norm composed from differentiable ops (the row norms
+// layer_norm and rms_norm live in ops/row_norm.cpp).
 #include "ops/norm.h"
 
 #include <array>
@@ -295,31 +296,6 @@ Tensor batch_norm_add_relu(const Tensor& x, const Tensor& z, const Tensor& runni
 Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                        const Tensor& bias, bool training, double momentum, double eps) {
   return bn_relu(x, Tensor(), running_mean, running_var, weight, bias, training, momentum, eps);
-}
-
-Tensor layer_norm(const Tensor& x0, const IntList& normalized_shape, const Tensor& weight0, const Tensor& bias0,
-                  double eps) {
-  MPX_CHECK(x0.defined(), "layer_norm: input is undefined");
-  auto in = ops::autocast(OpId::layer_norm, {x0, weight0, bias0});
-  const Tensor &x = in[0], &w = in[1], &b = in[2];
-  const int64_t k = static_cast<int64_t>(normalized_shape.size());
-  MPX_CHECK(is_floating(x.dtype()), "layer_norm: input must be floating point, got ", ops::describe(x));
-  bool match = k >= 1 && k <= x.dim();
-  for (int64_t i = 0; match && i < k; ++i) match = x.size(x.dim() - k + i) == normalized_shape[i];
-  MPX_CHECK(match, "layer_norm: normalized_shape ", shape_str(normalized_shape),
-            " must be non-empty and equal the trailing dims of input ", ops::describe(x));
-  MPX_CHECK(!w.defined() || w.sizes() == normalized_shape, "layer_norm: weight ", ops::describe(w),
-            " must have shape normalized_shape ", shape_str(normalized_shape));
-  MPX_CHECK(!b.defined() || b.sizes() == normalized_shape, "layer_norm: bias ", ops::describe(b),
-            " must have shape normalized_shape ", shape_str(normalized_shape));
-  IntList dims;
-  for (int64_t i = x.dim() - k; i < x.dim(); ++i) dims.push_back(i);
-  const DType sd = stat_dtype(x.dtype());
-  Tensor xf = x.to(sd);
-  Tensor y = (xf - mean(xf, dims, true)) * rsqrt(var(xf, dims, false, true) + eps);
-  if (w.defined()) y = y * w.to(sd);
-  if (b.defined()) y = y + b.to(sd);
-  return y.to(x.dtype());
 }
 
 Tensor group_norm(const Tensor& x0, int64_t num_groups, const Tensor& weight0, const Tensor& bias0, double eps) {

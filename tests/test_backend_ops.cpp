@@ -22,6 +22,7 @@
 #include "ops/norm.h"
 #include "ops/pooling.h"
 #include "ops/reduction.h"
+#include "ops/rnn.h"
 #include "ops/shape.h"
 #include "test_util.h"
 
@@ -265,6 +266,24 @@ std::map<std::string, Case> kernel_cases() {
     Tensor x = s.leaf({6, 5});
     Tensor t = s.target(6, 5);
     return with_grads(s, nll_loss(x, t, Reduction::Sum), {x});
+  };
+  // Row norms and recurrent cells (ops/row_norm.cpp, ops/rnn.cpp).
+  m["layer_norm_fwd"] = m["layer_norm_bwd"] = [](Sample& s) {
+    Tensor x = s.leaf({5, 33}), w = s.param({33}, true), b = s.param({33}, true);
+    return with_grads(s, layer_norm(x, {33}, w, b), {x, w, b});
+  };
+  m["rms_norm_fwd"] = m["rms_norm_bwd"] = [](Sample& s) {
+    Tensor x = s.leaf({5, 33}), w = s.param({33}, true);
+    return with_grads(s, rms_norm(x, {33}, w, 1e-5), {x, w});
+  };
+  m["lstm_cell_fused"] = m["lstm_cell_fused_backward"] = [](Sample& s) {
+    Tensor gates = s.leaf({3, 8}), c = s.leaf({3, 2});
+    auto [h, cn] = lstm_cell_fused(gates, c);
+    return with_grads(s, cat({h, cn}, 1), {gates, c});
+  };
+  m["gru_cell_fused"] = m["gru_cell_fused_backward"] = [](Sample& s) {
+    Tensor gi = s.leaf({3, 6}), gh = s.leaf({3, 6}), h = s.leaf({3, 2});
+    return with_grads(s, gru_cell_fused(gi, gh, h), {gi, gh, h});
   };
   return m;
 }

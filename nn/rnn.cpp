@@ -1,0 +1,151 @@
+// The recurrent layers: parameters registered under PyTorch's names, forward through ops/rnn.
+#include "nn/rnn.h"
+
+#include <cmath>
+#include <ostream>
+
+#include "nn/init.h"
+#include "ops/op_utils.h"
+#include "ops/rnn.h"
+
+namespace mpx::nn {
+namespace {
+
+std::string bool_text(bool b) { return b ? "true" : "false"; }
+
+void check_sizes(const char* op, int64_t input_size, int64_t hidden_size) {
+  MPX_CHECK(input_size > 0 && hidden_size > 0, op, ": input_size and hidden_size must be positive, got ", input_size,
+            " and ", hidden_size);
+}
+
+// Registers the flat parameters of a G-gate multi-layer RNN in PyTorch's order and names.
+template <typename Opts>
+std::vector<Tensor> register_rnn(Module& m, const char* op, const Opts& o, int64_t G) {
+  check_sizes(op, o.input_size(), o.hidden_size());
+  MPX_CHECK(o.num_layers() >= 1, op, ": num_layers must be at least 1, got ", o.num_layers());
+  MPX_CHECK(o.dropout() >= 0.0 && o.dropout() <= 1.0, op, ": dropout must be in [0, 1], got ", o.dropout());
+  const int64_t H = o.hidden_size(), dirs = o.bidirectional() ? 2 : 1;
+  std::vector<Tensor> flat;
+  for (int64_t l = 0; l < o.num_layers(); ++l)
+    for (int64_t d = 0; d < dirs; ++d) {
+      const std::string sfx = "_l" + std::to_string(l) + (d ? "_reverse" : "");
+      const int64_t in = l == 0 ? o.input_size() : dirs * H;
+      flat.push_back(m.register_parameter("weight_ih" + sfx, empty({G * H, in})));
+      flat.push_back(m.register_parameter("weight_hh" + sfx, empty({G * H, H})));
+      if (o.bias()) {
+        flat.push_back(m.register_parameter("bias_ih" + sfx, empty({G * H})));
+        flat.push_back(m.register_parameter("bias_hh" + sfx, empty({G * H})));
+      }
+    }
+  return flat;
+}
+
+// PyTorch's RNN initialization: every parameter uniform(-1/sqrt(H), 1/sqrt(H)).
+void init_uniform(const std::vector<Tensor>& ps, int64_t hidden_size) {
+  const double k = 1.0 / std::sqrt(static_cast<double>(hidden_size));
+  for (const Tensor& p : ps)
+    if (p.defined()) init::uniform_(p, -k, k);
+}
+
+template <typename Opts>
+RnnArgs args_of(const Opts& o, bool training) {
+  RnnArgs a;
+  a.has_biases = o.bias();
+  a.num_layers = o.num_layers();
+  a.dropout = o.dropout();
+  a.train = training;
+  a.bidirectional = o.bidirectional();
+  a.batch_first = o.batch_first();
+  return a;
+}
+
+template <typename Opts>
+void print_rnn(std::ostream& os, const char* name, const Opts& o) {
+  os << name << "(" << o.input_size() << ", " << o.hidden_size() << ", num_layers=" << o.num_layers()
+     << ", bias=" << bool_text(o.bias()) << ", batch_first=" << bool_text(o.batch_first())
+     << ", dropout=" << o.dropout() << ", bidirectional=" << bool_text(o.bidirectional()) << ")";
+}
+}  // namespace
+
+// ---------------------------------------------------------------- LSTM, GRU
+
+LSTMImpl::LSTMImpl(const LSTMOptions& o) : options(o) {
+  flat_weights_ = register_rnn(*this, "LSTM", o, 4);
+  reset_parameters();
+}
+void LSTMImpl::reset_parameters() { init_uniform(flat_weights_, options.hidden_size()); }
+std::tuple<Tensor, std::tuple<Tensor, Tensor>> LSTMImpl::forward(const Tensor& input,
+                                                                 std::optional<std::tuple<Tensor, Tensor>> hx) {
+  Tensor h0, c0;
+  if (hx) std::tie(h0, c0) = *hx;
+  auto [out, hn, cn] = mpx::lstm(input, h0, c0, flat_weights_, args_of(options, is_training()));
+  return {out, {hn, cn}};
+}
+void LSTMImpl::pretty_print(std::ostream& os) const { print_rnn(os, "LSTM", options); }
+
+GRUImpl::GRUImpl(const GRUOptions& o) : options(o) {
+  flat_weights_ = register_rnn(*this, "GRU", o, 3);
+  reset_parameters();
+}
+void GRUImpl::reset_parameters() { init_uniform(flat_weights_, options.hidden_size()); }
+std::tuple<Tensor, Tensor> GRUImpl::forward(const Tensor& input, const Tensor& hx) {
+  auto [out, hn] = mpx::gru(input, hx, flat_weights_, args_of(options, is_training()));
+  return {out, hn};
+}
+void GRUImpl::pretty_print(std::ostream& os) const { print_rnn(os, "GRU", options); }
+
+// ---------------------------------------------------------------- cells
+
+namespace {
+// Registers a cell's weight_ih, weight_hh (and biases) for G gates.
+template <typename Cell>
+void register_cell(Cell& m, const char* op, int64_t G) {
+  const auto& o = m.options;
+  check_sizes(op, o.input_size(), o.hidden_size());
+  const int64_t H = o.hidden_size();
+  m.weight_ih = m.register_parameter("weight_ih", empty({G * H, o.input_size()}));
+  m.weight_hh = m.register_parameter("weight_hh", empty({G * H, H}));
+  if (o.bias()) {
+    m.bias_ih = m.register_parameter("bias_ih", empty({G * H}));
+    m.bias_hh = m.register_parameter("bias_hh", empty({G * H}));
+  }
+}
+// A zero state for input x ([N, I] or [I]).
+Tensor zero_state(const Tensor& x, int64_t H) {
+  MPX_CHECK(x.defined(), "RNN cell: input is undefined");
+  return x.dim() == 1 ? zeros({H}, x.options()) : zeros({x.size(0), H}, x.options());
+}
+void print_cell(std::ostream& os, const char* name, const RNNCellOptions& o) {
+  os << name << "(" << o.input_size() << ", " << o.hidden_size() << ", bias=" << bool_text(o.bias()) << ")";
+}
+}  // namespace
+
+LSTMCellImpl::LSTMCellImpl(const LSTMCellOptions& o) : options(o) {
+  register_cell(*this, "LSTMCell", 4);
+  reset_parameters();
+}
+void LSTMCellImpl::reset_parameters() {
+  init_uniform({weight_ih, weight_hh, bias_ih, bias_hh}, options.hidden_size());
+}
+std::tuple<Tensor, Tensor> LSTMCellImpl::forward(const Tensor& input, std::optional<std::tuple<Tensor, Tensor>> hx) {
+  Tensor h, c;
+  if (hx) std::tie(h, c) = *hx;
+  if (!h.defined()) h = zero_state(input, options.hidden_size());
+  if (!c.defined()) c = zero_state(input, options.hidden_size());
+  auto [h1, c1] = mpx::lstm_cell(input, h, c, weight_ih, weight_hh, bias_ih, bias_hh);
+  return {h1, c1};
+}
+void LSTMCellImpl::pretty_print(std::ostream& os) const { print_cell(os, "LSTMCell", options); }
+
+GRUCellImpl::GRUCellImpl(const GRUCellOptions& o) : options(o) {
+  register_cell(*this, "GRUCell", 3);
+  reset_parameters();
+}
+void GRUCellImpl::reset_parameters() { init_uniform({weight_ih, weight_hh, bias_ih, bias_hh}, options.hidden_size()); }
+Tensor GRUCellImpl::forward(const Tensor& input, const Tensor& hx) {
+  const Tensor h = hx.defined() ? hx : zero_state(input, options.hidden_size());
+  return mpx::gru_cell(input, h, weight_ih, weight_hh, bias_ih, bias_hh);
+}
+void GRUCellImpl::pretty_print(std::ostream& os) const { print_cell(os, "GRUCell", options); }
+
+}  // namespace mpx::nn

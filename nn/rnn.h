@@ -1,0 +1,90 @@
+// Recurrent layers: nn::LSTM, nn::GRU, nn::LSTMCell, nn::GRUCell (LibTorch's API, PyTorch's parameter
+// names, layouts and initialization).
+#pragma once
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "nn/module.h"
+#include "nn/rnn_options.h"
+
+namespace mpx::nn {
+
+/// Multi-layer LSTM. Parameters per layer k (and "_reverse" for the second direction):
+/// weight_ih_l{k} [4H, in], weight_hh_l{k} [4H, H], bias_ih_l{k} [4H], bias_hh_l{k} [4H] (gate
+/// order i, f, g, o), all uniform(-1/sqrt(H), 1/sqrt(H)). The cell-by-cell loop runs on the device's
+/// GEMMs and the fused pointwise cell (cuDNN's RNN is not used yet).
+class LSTMImpl : public Module {
+ public:
+  explicit LSTMImpl(const LSTMOptions& options);
+  LSTMImpl(int64_t input_size, int64_t hidden_size) : LSTMImpl(LSTMOptions(input_size, hidden_size)) {}
+  void reset_parameters();
+  /// input [T, N, I] ([N, T, I] with batch_first, [T, I] unbatched); hx = (h0, c0), each
+  /// [L*D, N, H], zeros when absent. Returns (output [T, N, D*H], (h_n, c_n)).
+  std::tuple<Tensor, std::tuple<Tensor, Tensor>> forward(const Tensor& input,
+                                                         std::optional<std::tuple<Tensor, Tensor>> hx = {});
+  std::string name() const override { return "LSTM"; }
+  void pretty_print(std::ostream& os) const override;
+  /// The parameters in PyTorch's flat order (per layer, per direction: w_ih, w_hh, b_ih, b_hh).
+  const std::vector<Tensor>& flat_weights() const { return flat_weights_; }
+
+  LSTMOptions options;
+
+ private:
+  std::vector<Tensor> flat_weights_;
+};
+MPX_MODULE(LSTM);
+
+/// Multi-layer GRU (gate order r, z, n); parameters as LSTM's with 3H rows.
+class GRUImpl : public Module {
+ public:
+  explicit GRUImpl(const GRUOptions& options);
+  GRUImpl(int64_t input_size, int64_t hidden_size) : GRUImpl(GRUOptions(input_size, hidden_size)) {}
+  void reset_parameters();
+  /// input as LSTM's; hx [L*D, N, H] (undefined: zeros). Returns (output, h_n).
+  std::tuple<Tensor, Tensor> forward(const Tensor& input, const Tensor& hx = {});
+  std::string name() const override { return "GRU"; }
+  void pretty_print(std::ostream& os) const override;
+  const std::vector<Tensor>& flat_weights() const { return flat_weights_; }
+
+  GRUOptions options;
+
+ private:
+  std::vector<Tensor> flat_weights_;
+};
+MPX_MODULE(GRU);
+
+/// One LSTM step: weight_ih [4H, I], weight_hh [4H, H], bias_ih, bias_hh [4H].
+class LSTMCellImpl : public Module {
+ public:
+  explicit LSTMCellImpl(const LSTMCellOptions& options);
+  LSTMCellImpl(int64_t input_size, int64_t hidden_size) : LSTMCellImpl(LSTMCellOptions(input_size, hidden_size)) {}
+  void reset_parameters();
+  /// input [N, I] (or [I]); hx = (h, c) [N, H], zeros when absent. Returns (h', c').
+  std::tuple<Tensor, Tensor> forward(const Tensor& input, std::optional<std::tuple<Tensor, Tensor>> hx = {});
+  std::string name() const override { return "LSTMCell"; }
+  void pretty_print(std::ostream& os) const override;
+
+  LSTMCellOptions options;
+  Tensor weight_ih, weight_hh, bias_ih, bias_hh;
+};
+MPX_MODULE(LSTMCell);
+
+/// One GRU step: weight_ih [3H, I], weight_hh [3H, H], bias_ih, bias_hh [3H].
+class GRUCellImpl : public Module {
+ public:
+  explicit GRUCellImpl(const GRUCellOptions& options);
+  GRUCellImpl(int64_t input_size, int64_t hidden_size) : GRUCellImpl(GRUCellOptions(input_size, hidden_size)) {}
+  void reset_parameters();
+  /// input [N, I] (or [I]); hx [N, H], zeros when undefined. Returns h'.
+  Tensor forward(const Tensor& input, const Tensor& hx = {});
+  std::string name() const override { return "GRUCell"; }
+  void pretty_print(std::ostream& os) const override;
+
+  GRUCellOptions options;
+  Tensor weight_ih, weight_hh, bias_ih, bias_hh;
+};
+MPX_MODULE(GRUCell);
+
+}  // namespace mpx::nn

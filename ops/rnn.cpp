@@ -1,0 +1,360 @@
+// LSTM and GRU: the fused pointwise cells (kernel forward and backward, a differentiable backward
+// formula when the backward is recorded), the cells with their GEMMs, and the sequence ops that
+// loop over time, directions and layers.
+#include "ops/rnn.h"
+
+#include <tuple>
+
+#include "ops/activation.h"
+#include "ops/elementwise.h"
+#include "ops/linalg.h"
+#include "ops/op_utils.h"
+#include "ops/shape.h"
+
+namespace mpx {
+namespace {
+using autograd::FunctionNode;
+
+DType compute_dtype(DType dt) { return dt == kFloat64 ? kFloat64 : kFloat32; }
+
+// A gradient in `like`'s dtype, dense; zeros when the output received none.
+Tensor dense_grad(const Tensor& g, const Tensor& like) {
+  if (!g.defined()) return zeros(like.sizes(), like.options());
+  return (g.dtype() == like.dtype() ? g : g.to(like.dtype())).contiguous();
+}
+
+// The fused cells' checks: gates a [N, ka*H] (and `like_a`, of a's shape) beside a state s [N, H],
+// all of one floating dtype on one device.
+void check_cell_inputs(const char* op, const Tensor& a, int64_t ka, const Tensor& s, const tensor_list& like_a) {
+  MPX_CHECK(a.defined() && s.defined(), op, ": inputs must be defined");
+  MPX_CHECK(a.dim() == 2 && s.dim() == 2 && a.size(0) == s.size(0) && a.size(1) == ka * s.size(1), op,
+            ": expected gates [N, ", ka, "H] and state [N, H], got ", ops::describe(a), " and ", ops::describe(s));
+  MPX_CHECK(is_floating(a.dtype()), op, ": inputs must be floating point, got ", ops::describe(a));
+  tensor_list all = like_a;
+  all.push_back(a);
+  all.push_back(s);
+  for (const Tensor& t : like_a)
+    MPX_CHECK(t.defined() && t.sizes() == a.sizes(), op, ": ", ops::describe(t), " must have the shape of ",
+              ops::describe(a));
+  for (const Tensor& t : all)
+    MPX_CHECK(t.dtype() == a.dtype(), op, ": inputs must share one dtype, got ", ops::describe(t), " beside ",
+              ops::describe(a));
+  ops::common_device(op, all);
+}
+
+// LSTM cell gradients written with differentiable ops (create_graph), in the compute dtype.
+tensor_list lstm_cell_backward_composite(const Tensor& dh0, const Tensor& dc0, const Tensor& gates, const Tensor& c) {
+  const DType cd = compute_dtype(gates.dtype());
+  tensor_list q = chunk(gates.to(cd), 4, 1);
+  Tensor cp = c.to(cd);
+  Tensor i = sigmoid(q[0]), f = sigmoid(q[1]), g = tanh(q[2]), o = sigmoid(q[3]);
+  Tensor tc = tanh(f * cp + i * g);
+  Tensor dh = dh0.defined() ? dh0.to(cd) : zeros(cp.sizes(), cp.options());
+  Tensor dct = dh * o * (1.0 - tc * tc);
+  if (dc0.defined()) dct = dct + dc0.to(cd);
+  Tensor dgates = cat({dct * g * i * (1.0 - i), dct * cp * f * (1.0 - f), dct * i * (1.0 - g * g),
+                       dh * tc * o * (1.0 - o)},
+                      1);
+  return {dgates.to(gates.dtype()), (dct * f).to(c.dtype())};
+}
+
+// GRU cell gradients written with differentiable ops (create_graph), in the compute dtype.
+tensor_list gru_cell_backward_composite(const Tensor& dh0, const Tensor& gi0, const Tensor& gh0, const Tensor& h0) {
+  const DType cd = compute_dtype(gi0.dtype());
+  tensor_list gi = chunk(gi0.to(cd), 3, 1), gh = chunk(gh0.to(cd), 3, 1);
+  Tensor h = h0.to(cd), dh = dh0.to(cd);
+  Tensor r = sigmoid(gi[0] + gh[0]), z = sigmoid(gi[1] + gh[1]), n = tanh(gi[2] + r * gh[2]);
+  Tensor dnp = dh * (1.0 - z) * (1.0 - n * n);
+  Tensor drp = dnp * gh[2] * r * (1.0 - r), dzp = dh * (h - n) * z * (1.0 - z);
+  return {cat({drp, dzp, dnp}, 1).to(gi0.dtype()), cat({drp, dzp, dnp * r}, 1).to(gh0.dtype()),
+          (dh * z).to(h0.dtype())};
+}
+
+// The steps of a [T, ...] tensor as the outputs of one node, whose backward stacks their
+// gradients in one copy (T selects would each scatter into a zero tensor of the full size).
+tensor_list unbind_steps(const Tensor& t) {
+  const int64_t T = t.size(0);
+  tensor_list steps;
+  {
+    NoGradGuard ng;
+    for (int64_t i = 0; i < T; ++i) steps.push_back(t.select(0, i));
+  }
+  autograd::record("UnbindBackward", {t}, steps, [T](FunctionNode& self, const tensor_list& g) -> tensor_list {
+    const auto& meta = self.output_meta[0];
+    tensor_list parts;
+    for (int64_t i = 0; i < T; ++i)
+      parts.push_back(g[static_cast<size_t>(i)].defined()
+                          ? g[static_cast<size_t>(i)]
+                          : zeros(meta.sizes, TensorOptions(meta.dtype).device(meta.device)));
+    return {stack(parts, 0)};
+  });
+  return steps;
+}
+}  // namespace
+
+std::pair<Tensor, Tensor> lstm_cell_fused(const Tensor& gates0, const Tensor& c0) {
+  check_cell_inputs("lstm_cell_fused", gates0, 4, c0, {});
+  const Tensor gates = gates0.contiguous(), c = c0.contiguous();
+  const int64_t N = c.size(0), H = c.size(1);
+  Tensor h = empty({N, H}, c.options()), cn = empty({N, H}, c.options()), act = empty({N, 4 * H}, c.options());
+  if (c.numel() > 0) {
+    NoGradGuard ng;
+    dispatch::kernel<OpId::lstm_cell_fused>(c.device(), c.dtype())(h, cn, act, gates, c);
+  }
+  auto backward = [](FunctionNode& self, const tensor_list& g) -> tensor_list {
+    Tensor gates = self.saved(0), c = self.saved(1), cn = self.saved(2), act = self.saved(3);
+    if (GradMode::is_enabled()) {
+      tensor_list r = lstm_cell_backward_composite(g[0], g[1], gates, c);
+      for (size_t i = 0; i < r.size(); ++i)
+        if (!self.next_edges[i].valid()) r[i] = Tensor();
+      return r;
+    }
+    Tensor dgates = empty(gates.sizes(), gates.options());
+    Tensor dc = self.next_edges[1].valid() ? empty(c.sizes(), c.options()) : Tensor();
+    if (c.numel() > 0) {
+      // An undefined gradient is zero to the kernel.
+      const Tensor dh = g[0].defined() ? dense_grad(g[0], c) : Tensor(), dcn = g[1].defined() ? dense_grad(g[1], c) : Tensor();
+      dispatch::kernel<OpId::lstm_cell_fused_backward>(c.device(), c.dtype())(dgates, dc, dh, dcn, act, c, cn);
+    }
+    return {self.next_edges[0].valid() ? dgates : Tensor(), dc};
+  };
+  if (auto n = autograd::record("LstmCellBackward", {gates, c}, {h, cn}, backward)) {
+    n->save(gates);
+    n->save(c);
+    n->save(cn, true);
+    n->save(act);
+  }
+  return {h, cn};
+}
+
+Tensor gru_cell_fused(const Tensor& gi0, const Tensor& gh0, const Tensor& h0) {
+  check_cell_inputs("gru_cell_fused", gi0, 3, h0, {gh0});
+  const Tensor gi = gi0.contiguous(), gh = gh0.contiguous(), hp = h0.contiguous();
+  const int64_t N = hp.size(0), H = hp.size(1);
+  Tensor h = empty({N, H}, hp.options()), ws = empty({N, 4 * H}, hp.options());
+  if (hp.numel() > 0) {
+    NoGradGuard ng;
+    dispatch::kernel<OpId::gru_cell_fused>(hp.device(), hp.dtype())(h, ws, gi, gh, hp);
+  }
+  auto backward = [](FunctionNode& self, const tensor_list& g) -> tensor_list {
+    Tensor gi = self.saved(0), gh = self.saved(1), hp = self.saved(2), ws = self.saved(3);
+    const Tensor dh = dense_grad(g[0], hp);
+    tensor_list r;
+    if (GradMode::is_enabled()) {
+      r = gru_cell_backward_composite(dh, gi, gh, hp);
+    } else {
+      r = {empty(gi.sizes(), gi.options()), empty(gh.sizes(), gh.options()), empty(hp.sizes(), hp.options())};
+      if (hp.numel() > 0)
+        dispatch::kernel<OpId::gru_cell_fused_backward>(hp.device(), hp.dtype())(r[0], r[1], r[2], dh, ws, hp);
+    }
+    for (size_t i = 0; i < r.size(); ++i)
+      if (!self.next_edges[i].valid()) r[i] = Tensor();
+    return r;
+  };
+  if (auto n = autograd::record("GruCellBackward", {gi, gh, hp}, {h}, backward))
+    for (const Tensor& t : {gi, gh, hp, ws}) n->save(t);
+  return h;
+}
+
+namespace {
+// The cell ops' checks of x, the states and the weights (G gates); returns whether x is unbatched.
+bool check_cell(const char* op, int64_t G, const Tensor& x, const tensor_list& states, const Tensor& w_ih,
+                const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh) {
+  MPX_CHECK(x.defined() && w_ih.defined() && w_hh.defined(), op, ": input and weights must be defined");
+  MPX_CHECK(x.dim() == 1 || x.dim() == 2, op, ": expected input [N, input_size] or [input_size], got ",
+            ops::describe(x));
+  MPX_CHECK(w_hh.dim() == 2 && w_hh.size(0) == G * w_hh.size(1), op, ": weight_hh ", ops::describe(w_hh),
+            " must be [", G, "*hidden_size, hidden_size]");
+  const int64_t H = w_hh.size(1);
+  MPX_CHECK(w_ih.dim() == 2 && w_ih.size(0) == G * H && w_ih.size(1) == x.size(x.dim() - 1), op, ": weight_ih ",
+            ops::describe(w_ih), " must be [", G * H, ", ", x.size(x.dim() - 1), "] for input ", ops::describe(x));
+  for (const Tensor* b : {&b_ih, &b_hh})
+    MPX_CHECK(!b->defined() || (b->dim() == 1 && b->size(0) == G * H), op, ": bias ", ops::describe(*b),
+              " must be [", G * H, "]");
+  IntList sshape = x.dim() == 2 ? IntList{x.size(0), H} : IntList{H};
+  for (const Tensor& s : states)
+    MPX_CHECK(s.defined() && s.sizes() == sshape, op, ": state ", ops::describe(s), " must be ", shape_str(sshape),
+              " for input ", ops::describe(x), " and hidden_size ", H);
+  tensor_list all = {x, w_ih, w_hh, b_ih, b_hh};
+  for (const Tensor& s : states) all.push_back(s);
+  for (const Tensor& t : all)
+    MPX_CHECK(!t.defined() || t.dtype() == x.dtype(), op, ": every input must have the input's dtype (",
+              dtype_name(x.dtype()), "), got ", ops::describe(t), "; convert them or use autocast");
+  MPX_CHECK(is_floating(x.dtype()), op, ": input must be floating point, got ", ops::describe(x));
+  ops::common_device(op, all);
+  return x.dim() == 1;
+}
+}  // namespace
+
+std::pair<Tensor, Tensor> lstm_cell(const Tensor& x0, const Tensor& h0, const Tensor& c0, const Tensor& w_ih0,
+                                    const Tensor& w_hh0, const Tensor& b_ih0, const Tensor& b_hh0) {
+  auto in = ops::autocast(OpId::lstm, {x0, h0, c0, w_ih0, w_hh0, b_ih0, b_hh0});
+  const bool unbatched = check_cell("lstm_cell", 4, in[0], {in[1], in[2]}, in[3], in[4], in[5], in[6]);
+  auto batch = [&](const Tensor& t) { return unbatched ? t.unsqueeze(0) : t; };
+  Tensor gates = add(linear(batch(in[0]), in[3], in[5]), linear(batch(in[1]), in[4], in[6]));
+  auto [h, c] = lstm_cell_fused(gates, batch(in[2]));
+  if (unbatched) return {h.squeeze(0), c.squeeze(0)};
+  return {h, c};
+}
+
+Tensor gru_cell(const Tensor& x0, const Tensor& h0, const Tensor& w_ih0, const Tensor& w_hh0, const Tensor& b_ih0,
+                const Tensor& b_hh0) {
+  auto in = ops::autocast(OpId::gru, {x0, h0, w_ih0, w_hh0, b_ih0, b_hh0});
+  const bool unbatched = check_cell("gru_cell", 3, in[0], {in[1]}, in[2], in[3], in[4], in[5]);
+  auto batch = [&](const Tensor& t) { return unbatched ? t.unsqueeze(0) : t; };
+  Tensor h = gru_cell_fused(linear(batch(in[0]), in[2], in[4]), linear(batch(in[1]), in[3], in[5]), batch(in[1]));
+  return unbatched ? h.squeeze(0) : h;
+}
+
+namespace {
+// What lstm and gru share: checks, the time-major batched view of the input, the state per
+// (layer, direction), and the layer loop. `step` runs one direction of one layer over x [T, N, In]
+// from its initial states and weights, returning (outputs [T, N, H], final states...).
+struct SeqPlan {
+  int64_t T = 0, N = 0, H = 0, dirs = 1, per = 2;  // per: tensors per (layer, direction)
+  bool unbatched = false;
+  Tensor x;  // [T, N, I]
+};
+
+SeqPlan check_seq(const char* op, int64_t G, const Tensor& input, const tensor_list& states,
+                  const tensor_list& params, const RnnArgs& a) {
+  MPX_CHECK(input.defined(), op, ": input is undefined");
+  MPX_CHECK(input.dim() == 2 || input.dim() == 3, op, ": expected input [T, N, input_size] (batch_first: [N, T, ",
+            "input_size]) or unbatched [T, input_size], got ", ops::describe(input));
+  MPX_CHECK(is_floating(input.dtype()), op, ": input must be floating point, got ", ops::describe(input));
+  MPX_CHECK(a.num_layers >= 1, op, ": num_layers must be at least 1, got ", a.num_layers);
+  MPX_CHECK(a.dropout >= 0.0 && a.dropout <= 1.0, op, ": dropout must be in [0, 1], got ", a.dropout);
+  SeqPlan p;
+  p.dirs = a.bidirectional ? 2 : 1;
+  p.per = a.has_biases ? 4 : 2;
+  MPX_CHECK(static_cast<int64_t>(params.size()) == a.num_layers * p.dirs * p.per, op, ": expected ",
+            a.num_layers * p.dirs * p.per, " parameter tensors (", a.num_layers, " layers x ", p.dirs,
+            " directions x ", p.per, "), got ", params.size());
+  p.unbatched = input.dim() == 2;
+  p.x = p.unbatched ? input.unsqueeze(1) : a.batch_first ? input.transpose(0, 1) : input;
+  p.T = p.x.size(0);
+  p.N = p.x.size(1);
+  MPX_CHECK(p.T >= 1, op, ": the sequence is empty (input ", ops::describe(input), ")");
+  const Tensor& w_hh0 = params[1];
+  MPX_CHECK(w_hh0.defined() && w_hh0.dim() == 2 && w_hh0.size(0) == G * w_hh0.size(1), op, ": weight_hh_l0 ",
+            ops::describe(w_hh0), " must be [", G, "*hidden_size, hidden_size]");
+  p.H = w_hh0.size(1);
+  for (int64_t l = 0; l < a.num_layers; ++l)
+    for (int64_t d = 0; d < p.dirs; ++d) {
+      const size_t k = static_cast<size_t>((l * p.dirs + d) * p.per);
+      const int64_t in = l == 0 ? p.x.size(2) : p.dirs * p.H;
+      const IntList want[4] = {{G * p.H, in}, {G * p.H, p.H}, {G * p.H}, {G * p.H}};
+      static const char* names[4] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
+      for (int64_t j = 0; j < p.per; ++j) {
+        const Tensor& t = params[k + static_cast<size_t>(j)];
+        MPX_CHECK(t.defined() && t.sizes() == want[j], op, ": ", names[j], "_l", l, d ? "_reverse" : "", " ",
+                  ops::describe(t), " must be ", shape_str(want[j]), " (input ", ops::describe(input),
+                  ", hidden_size ", p.H, ")");
+        MPX_CHECK(t.dtype() == input.dtype(), op, ": ", names[j], "_l", l, " ", ops::describe(t),
+                  " must have the input's dtype ", dtype_name(input.dtype()), "; convert it or use autocast");
+      }
+    }
+  const IntList sshape = p.unbatched ? IntList{a.num_layers * p.dirs, p.H} : IntList{a.num_layers * p.dirs, p.N, p.H};
+  for (const Tensor& s : states) {
+    MPX_CHECK(!s.defined() || s.sizes() == sshape, op, ": initial state ", ops::describe(s), " must be ",
+              shape_str(sshape), " (num_layers * directions, batch, hidden_size)");
+    MPX_CHECK(!s.defined() || s.dtype() == input.dtype(), op, ": initial state ", ops::describe(s),
+              " must have the input's dtype ", dtype_name(input.dtype()));
+  }
+  tensor_list all = params;
+  all.push_back(input);
+  for (const Tensor& s : states) all.push_back(s);
+  ops::common_device(op, all);
+  return p;
+}
+
+// State (layer, direction) idx: [N, H], from the given initial states or zeros.
+Tensor initial_state(const SeqPlan& p, const Tensor& s, int64_t idx) {
+  if (!s.defined()) return zeros({p.N, p.H}, p.x.options());
+  const Tensor t = s.select(0, idx);
+  return p.unbatched ? t.unsqueeze(0) : t;
+}
+
+// Runs the layers: `run(x, idx, w, states...)` returns one direction's outputs [T, N, H] and
+// its final states; outputs of both directions are concatenated, dropout applied between layers.
+template <typename Run>
+std::pair<Tensor, std::vector<tensor_list>> run_layers(const SeqPlan& p, const tensor_list& params, const RnnArgs& a,
+                                                       Run run) {
+  Tensor x = p.x;
+  std::vector<tensor_list> finals;  // per (layer, direction): the final states
+  for (int64_t l = 0; l < a.num_layers; ++l) {
+    tensor_list outs;
+    for (int64_t d = 0; d < p.dirs; ++d) {
+      const int64_t idx = l * p.dirs + d;
+      const size_t k = static_cast<size_t>(idx * p.per);
+      const Tensor *w = &params[k];
+      auto [out, st] = run(x, idx, d == 1, w[0], w[1], a.has_biases ? w[2] : Tensor(), a.has_biases ? w[3] : Tensor());
+      outs.push_back(out);
+      finals.push_back(st);
+    }
+    x = p.dirs == 2 ? cat(outs, 2) : outs[0];
+    if (a.train && a.dropout > 0.0 && l + 1 < a.num_layers) x = dropout(x, a.dropout, true);
+  }
+  Tensor out = p.unbatched ? x.squeeze(1) : a.batch_first ? x.transpose(0, 1).contiguous() : x;
+  return {out, finals};
+}
+
+// Stacks the k-th final state of every (layer, direction): [L*D, N, H] ([L*D, H] unbatched).
+Tensor stack_states(const SeqPlan& p, const std::vector<tensor_list>& finals, size_t k) {
+  tensor_list s;
+  for (const auto& f : finals) s.push_back(p.unbatched ? f[k].squeeze(0) : f[k]);
+  return stack(s, 0);
+}
+}  // namespace
+
+std::tuple<Tensor, Tensor, Tensor> lstm(const Tensor& input0, const Tensor& h00, const Tensor& c00,
+                                        const tensor_list& params0, const RnnArgs& a) {
+  tensor_list all = {input0, h00, c00};
+  all.insert(all.end(), params0.begin(), params0.end());
+  all = ops::autocast(OpId::lstm, all);
+  const Tensor &input = all[0], &h0 = all[1], &c0 = all[2];
+  const tensor_list params(all.begin() + 3, all.end());
+  const SeqPlan p = check_seq("lstm", 4, input, {h0, c0}, params, a);
+  auto run = [&](const Tensor& x, int64_t idx, bool reverse, const Tensor& w_ih, const Tensor& w_hh,
+                 const Tensor& b_ih, const Tensor& b_hh) -> std::pair<Tensor, tensor_list> {
+    Tensor h = initial_state(p, h0, idx), c = initial_state(p, c0, idx);
+    // The input projections of every step in one GEMM, both biases folded in.
+    const Tensor bias = b_ih.defined() ? add(b_ih, b_hh) : Tensor();
+    const tensor_list gi = unbind_steps(linear(x.reshape({p.T * p.N, x.size(2)}), w_ih, bias).view({p.T, p.N, -1}));
+    const Tensor w_hh_t = w_hh.t();
+    tensor_list out(static_cast<size_t>(p.T));
+    for (int64_t s = 0; s < p.T; ++s) {
+      const size_t t = static_cast<size_t>(reverse ? p.T - 1 - s : s);
+      std::tie(h, c) = lstm_cell_fused(addmm(gi[t], h, w_hh_t), c);
+      out[t] = h;
+    }
+    return {stack(out, 0), {h, c}};
+  };
+  auto [out, finals] = run_layers(p, params, a, run);
+  return {out, stack_states(p, finals, 0), stack_states(p, finals, 1)};
+}
+
+std::pair<Tensor, Tensor> gru(const Tensor& input0, const Tensor& h00, const tensor_list& params0, const RnnArgs& a) {
+  tensor_list all = {input0, h00};
+  all.insert(all.end(), params0.begin(), params0.end());
+  all = ops::autocast(OpId::gru, all);
+  const Tensor &input = all[0], &h0 = all[1];
+  const tensor_list params(all.begin() + 2, all.end());
+  const SeqPlan p = check_seq("gru", 3, input, {h0}, params, a);
+  auto run = [&](const Tensor& x, int64_t idx, bool reverse, const Tensor& w_ih, const Tensor& w_hh,
+                 const Tensor& b_ih, const Tensor& b_hh) -> std::pair<Tensor, tensor_list> {
+    Tensor h = initial_state(p, h0, idx);
+    const tensor_list gi = unbind_steps(linear(x.reshape({p.T * p.N, x.size(2)}), w_ih, b_ih).view({p.T, p.N, -1}));
+    tensor_list out(static_cast<size_t>(p.T));
+    for (int64_t s = 0; s < p.T; ++s) {
+      const size_t t = static_cast<size_t>(reverse ? p.T - 1 - s : s);
+      h = gru_cell_fused(gi[t], linear(h, w_hh, b_hh), h);
+      out[t] = h;
+    }
+    return {stack(out, 0), {h}};
+  };
+  auto [out, finals] = run_layers(p, params, a, run);
+  return {out, stack_states(p, finals, 0)};
+}
+
+}  // namespace mpx

@@ -1,0 +1,48 @@
+// Recurrent ops: the fused LSTM/GRU cells (pointwise kernels), the cells with their GEMMs, and the
+// multi-layer, optionally bidirectional sequence ops lstm and gru (PyTorch's torch.lstm / torch.gru).
+#pragma once
+#include <tuple>
+#include <utility>
+
+#include "core/tensor.h"
+
+namespace mpx {
+
+/// The pointwise half of an LSTM step (gate order i, f, g, o): gates [N, 4H] are the summed
+/// pre-activations, c [N, H]; returns (h', c') with c' = f*c + i*g, h' = o*tanh(c'). One kernel
+/// forward and one backward (f32 math for f16/bf16). gates and c share dtype and device.
+std::pair<Tensor, Tensor> lstm_cell_fused(const Tensor& gates, const Tensor& c);
+/// The pointwise half of a GRU step (gate order r, z, n): gi = x W_ih^T + b_ih, gh = h W_hh^T + b_hh
+/// ([N, 3H] each), h [N, H]; returns h' = (1 - z)*n + z*h with n = tanh(gi_n + r*gh_n).
+Tensor gru_cell_fused(const Tensor& gi, const Tensor& gh, const Tensor& h);
+
+/// One LSTM step (PyTorch's torch.lstm_cell): x [N, I] (or [I]), h and c [N, H] (or [H]),
+/// w_ih [4H, I], w_hh [4H, H], biases [4H] optional. Returns (h', c'). Autocast: lower, as PyTorch.
+std::pair<Tensor, Tensor> lstm_cell(const Tensor& x, const Tensor& h, const Tensor& c, const Tensor& w_ih,
+                                    const Tensor& w_hh, const Tensor& b_ih = {}, const Tensor& b_hh = {});
+/// One GRU step (torch.gru_cell): w_ih [3H, I], w_hh [3H, H], biases [3H] optional. Returns h'.
+Tensor gru_cell(const Tensor& x, const Tensor& h, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih = {},
+                const Tensor& b_hh = {});
+
+/// Options of the sequence ops (PyTorch's torch.lstm/gru arguments after hx and params).
+struct RnnArgs {
+  bool has_biases = true;
+  int64_t num_layers = 1;
+  double dropout = 0.0;  ///< applied to the outputs of every layer but the last, in training
+  bool train = false;
+  bool bidirectional = false;
+  bool batch_first = false;
+};
+
+/// Multi-layer LSTM over input [T, N, I] ([N, T, I] with batch_first; [T, I] unbatched).
+/// params: per layer, per direction (forward, then reverse): w_ih, w_hh, then b_ih, b_hh when
+/// has_biases (PyTorch's flat order). h0, c0 [L*D, N, H] (D = 2 when bidirectional; [L*D, H]
+/// unbatched), undefined: zeros. Returns (output [T, N, D*H], h_n, c_n). The input projections of
+/// a layer run as one GEMM over all steps; each step is one GEMM and the fused cell. Autocast
+/// (policy lower) casts the input, states and weights to the autocast dtype.
+std::tuple<Tensor, Tensor, Tensor> lstm(const Tensor& input, const Tensor& h0, const Tensor& c0,
+                                        const tensor_list& params, const RnnArgs& args);
+/// Multi-layer GRU, as lstm with one state: returns (output, h_n).
+std::pair<Tensor, Tensor> gru(const Tensor& input, const Tensor& h0, const tensor_list& params, const RnnArgs& args);
+
+}  // namespace mpx
