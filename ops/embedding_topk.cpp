@@ -115,7 +115,7 @@ std::tuple<Tensor, Tensor> topk(const Tensor& self0, int64_t k, int64_t dim0, bo
   MPX_CHECK(self0.defined(), op, ": input is undefined");
   Tensor x = ops::autocast(OpId::topk, {self0})[0];
   MPX_CHECK(x.dtype() != kBool, op, ": bool tensors are not supported, got ", ops::describe(x));
-  const int64_t dim = wrap_dim(dim0, std::max<int64_t>(x.dim(), 1), op);
+  const int64_t dim = wrap_dim(dim0, std::max<int64_t>(x.dim(), 1), "topk: dim");
   const bool scalar = x.dim() == 0;
   if (scalar) x = x.reshape({1});
   MPX_CHECK(k >= 0 && k <= x.size(dim), op, ": k (", k, ") must be in [0, ", x.size(dim), "], the size of dim ", dim,

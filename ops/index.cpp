@@ -97,6 +97,10 @@ void check_numeric(const char* op, const Tensor& t) {
             "; convert to an integer or floating dtype first");
 }
 
+int64_t wrap(const char* op, int64_t dim, int64_t ndim) {
+  return wrap_dim(dim, std::max<int64_t>(ndim, 1), (std::string(op) + ": dim").c_str());
+}
+
 std::string dim_range(int64_t dim, const Tensor& self) {
   return " for dim " + std::to_string(dim) + " of self " + ops::describe(self);
 }
@@ -200,6 +204,9 @@ Tensor scatter_impl(bool add, const Tensor& self, int64_t dim, const Tensor& idx
 void check_scatter_shapes(const char* op, const Tensor& self, int64_t dim, const Tensor& index, const Tensor* src) {
   MPX_CHECK(index.dim() == self.dim(), op, ": index ", ops::describe(index), " must have as many dims as self ",
             ops::describe(self));
+  if (src)
+    MPX_CHECK(src->dim() == self.dim(), op, ": src ", ops::describe(*src), " must have as many dims as self ",
+              ops::describe(self));
   for (int64_t d = 0; d < self.dim(); ++d) {
     MPX_CHECK(d == dim || index.size(d) <= self.size(d), op, ": index ", ops::describe(index),
               " is larger than self ", ops::describe(self), " in dim ", d, " (only dim ", dim, " may differ)");
@@ -207,9 +214,6 @@ void check_scatter_shapes(const char* op, const Tensor& self, int64_t dim, const
       MPX_CHECK(index.size(d) <= src->size(d), op, ": index ", ops::describe(index), " is larger than src ",
                 ops::describe(*src), " in dim ", d);
   }
-  if (src)
-    MPX_CHECK(src->dim() == self.dim(), op, ": src ", ops::describe(*src), " must have as many dims as self ",
-              ops::describe(self));
 }
 
 Tensor scatter_common(const char* op, bool add, const Tensor& self0, int64_t dim0, const Tensor& index, const Tensor& src0) {
@@ -219,7 +223,7 @@ Tensor scatter_common(const char* op, bool add, const Tensor& self0, int64_t dim
   const Tensor &self = in[0], &src = in[1];
   if (add) check_numeric(op, self);
   check_same(op, self, "src", src);
-  const int64_t dim = wrap_dim(dim0, std::max<int64_t>(self.dim(), 1), op);
+  const int64_t dim = wrap(op, dim0, self.dim());
   // 0-d tensors act as 1-d of one element (PyTorch allows them).
   if (self.dim() == 0)
     return scatter_common(op, add, self.reshape({1}), dim, index.reshape({-1}), src.reshape({-1})).reshape({});
@@ -237,7 +241,7 @@ Tensor index_select(const Tensor& self0, int64_t dim0, const Tensor& index) {
   check_defined(op, "index", index);
   Tensor x = ops::autocast(OpId::index_select, {self0})[0];
   MPX_CHECK(index.dim() <= 1, op, ": index must be 1-d (or 0-d), got ", ops::describe(index));
-  const int64_t dim = wrap_dim(dim0, std::max<int64_t>(x.dim(), 1), op);
+  const int64_t dim = wrap(op, dim0, x.dim());
   const bool scalar = x.dim() == 0;
   if (scalar) x = x.reshape({1});
   const Tensor idx = checked_index(op, index, x, x.size(dim), dim_range(dim, x)).reshape({-1});
@@ -257,7 +261,7 @@ Tensor index_add(const Tensor& self0, int64_t dim0, const Tensor& index, const T
   MPX_CHECK(index.dim() <= 1, op, ": index must be 1-d (or 0-d), got ", ops::describe(index));
   MPX_CHECK(is_floating(self.dtype()) || alpha == std::trunc(alpha), op, ": alpha ", alpha,
             " must be a whole number for the integer self ", ops::describe(self));
-  const int64_t dim = wrap_dim(dim0, std::max<int64_t>(self.dim(), 1), op);
+  const int64_t dim = wrap(op, dim0, self.dim());
   const IntList orig = self.sizes();
   if (self.dim() == 0) self = self.reshape({1});
   if (src.dim() == 0) src = src.reshape({1});
@@ -277,7 +281,7 @@ Tensor gather(const Tensor& self0, int64_t dim0, const Tensor& index) {
   check_defined(op, "self", self0);
   check_defined(op, "index", index);
   Tensor self = ops::autocast(OpId::gather, {self0})[0];
-  const int64_t dim = wrap_dim(dim0, std::max<int64_t>(self.dim(), 1), op);
+  const int64_t dim = wrap(op, dim0, self.dim());
   if (self.dim() == 0) {
     MPX_CHECK(index.numel() == 1 && index.dim() <= 1, op, ": a 0-d self takes a one-element index, got ",
               ops::describe(index));
