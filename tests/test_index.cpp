@@ -205,7 +205,7 @@ TEST_CASE("tril and triu keep the triangle of the last two dims for any diagonal
   CHECK(same(triu(ones({3, 3}, kBool), 1), bools({false, true, true, false, false, true, false, false, false}, {3, 3})));
 }
 
-TEST_CASE("embedding gathers rows for any index shape; its backward sums duplicates and skips padding_idx", "[index]") {
+TEST_CASE("embedding gathers rows for any index shape, its backward sums duplicates and skips padding_idx", "[index]") {
   const Tensor w = randn_f({5, 3}, 14).set_requires_grad(true);
   const Tensor idx = idx64({4, 0, 4, 2, 1, 4}, {2, 3});
   const Tensor e = embedding(w, idx.to(kInt32), 1);
@@ -279,7 +279,8 @@ TEST_CASE("f64 gradchecks of every differentiable index op", "[index][gradcheck]
   CHECK(gradcheck([&](const tensor_list& in) { return where(c, -1.5, in[0]); }, {leaf({2, 3})}) == "");
   CHECK(gradcheck([&](const tensor_list& in) { return tril(in[0], -1) + triu(in[0], 1); }, {leaf({2, 3, 4})}) == "");
   const Tensor ie = idx64({3, 0, 3, 1, 2, 0}, {3, 2});
-  CHECK(gradcheck([&](const tensor_list& in) { return embedding(in[0], ie, 2); }, {leaf({4, 3})}) == "");
+  // padding_idx withholds a true derivative by design (tested above), so the gradcheck goes without it.
+  CHECK(gradcheck([&](const tensor_list& in) { return embedding(in[0], ie); }, {leaf({4, 3})}) == "");
   CHECK(gradcheck([&](const tensor_list& in) { return std::get<0>(topk(in[0], 2, 0, false)); }, {leaf({5, 3})}) == "");
   // Second order: the backward ops are differentiable too.
   CHECK(testing::gradgradcheck([&](const tensor_list& in) { return embedding(in[0], ie, 2) * embedding(in[0], ie, 2); },
