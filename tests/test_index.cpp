@@ -423,3 +423,41 @@ TEST_CASE("index errors name the op, the bad value, its position and the valid r
   CHECK_THROWS_WITH(multinomial(ones({2}), 0), Contains("num_samples must be positive"));
   CHECK_THROWS_WITH(multinomial(ones({2}, kInt64), 1), Contains("probs must be floating"));
 }
+
+TEST_CASE("empty inputs, strided indices and inputs large enough for the threaded paths", "[index]") {
+  const Tensor x = randn_f({3, 4}, 50);
+  CHECK(gather(x, 1, idx64({}, {3, 0})).sizes() == IntList{3, 0});
+  CHECK(same(scatter_add(x, 1, idx64({}, {3, 0}), randn_f({3, 0}, 1)), x));
+  CHECK(embedding(x, idx64({}, {2, 0})).sizes() == IntList{2, 0, 4});
+  CHECK(index_select(zeros({0, 4}), 1, idx64({1, 1})).sizes() == IntList{0, 2});
+  CHECK(std::get<0>(topk(zeros({0, 5}), 2, 1)).sizes() == IntList{0, 2});
+  CHECK(tril(zeros({2, 0, 3})).sizes() == IntList{2, 0, 3});
+  // A transposed (non-contiguous) index tensor.
+  const Tensor it = idx64({0, 1, 2, 3, 3, 2}, {2, 3}).t();  // [3, 2]
+  CHECK(same(gather(x, 1, it), ref_gather(x, 1, it.contiguous())));
+
+  // Sizes past the kernels' chunking (inner dims over 4096 elements, many rows), duplicates included.
+  const Tensor big = randn_f({3, 5, 5000}, 51), src = randn_f({3, 4, 5000}, 52);
+  const Tensor dup = idx64({4, 1, 4, 0});
+  const Tensor out = index_add(big, 1, dup, src);
+  auto ref = vals(big);
+  const auto sv = vals(src);
+  const int64_t rows[] = {4, 1, 4, 0};
+  for (int o = 0; o < 3; ++o)
+    for (int j = 0; j < 4; ++j)
+      for (int i = 0; i < 5000; ++i) ref[(o * 5 + rows[j]) * 5000 + i] += sv[(o * 4 + j) * 5000 + i];
+  CHECK(testing::close(out, from(ref, {3, 5, 5000}), 1e-6));
+  manual_seed(53);
+  const Tensor bi = randint(0, 5, {3, 4, 5000});
+  CHECK(testing::close(scatter_add(big, 1, bi, src), ref_scatter(big, 1, bi, src, true), 1e-6));
+  CHECK(same(gather(big, 1, bi), ref_gather(big, 1, bi)));
+  CHECK(same(index_select(big.transpose(0, 2), 0, idx64({4999, 0, 17})), ref_index_select(big.transpose(0, 2), 0, {4999, 0, 17})));
+  CHECK(same(tril(big, 3), tril(big.contiguous(), 3)));
+  const Tensor w = randn_f({50, 700}, 54);
+  const Tensor ei = randint(0, 50, {300});
+  const Tensor wl = w.detach().set_requires_grad(true);
+  embedding(wl, ei).backward(ones({300, 700}));
+  std::vector<double> counts(50, 0.0);
+  for (double v : vals(ei)) counts[static_cast<size_t>(v)] += 1;
+  CHECK(same(wl.grad().select(1, 699), from(counts, {50}).to(kFloat32)));
+}
