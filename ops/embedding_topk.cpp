@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/cuda.h"
 #include "core/random.h"
 #include "ops/elementwise.h"
 #include "ops/index.h"
@@ -152,8 +153,9 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement) {
   MPX_CHECK(C > 0, op, ": probs ", ops::describe(probs), " has no categories");
   MPX_CHECK(replacement || num_samples <= C, op, ": cannot draw ", num_samples, " samples without replacement from ",
             C, " categories");
-  {
-    // The distributions are checked on the host (a copy from a GPU: correctness first).
+  // The distributions are checked on the host (a copy from a GPU: correctness first; not while a
+  // CUDA graph is captured, where nothing may be read back: a row without mass then draws 0).
+  if (!cuda::is_capturing()) {
     NoGradGuard ng;
     const Tensor h = p.cpu().to(kFloat64).contiguous();
     const double* d = h.data_ptr<double>();

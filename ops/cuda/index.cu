@@ -1,5 +1,4 @@
-// CUDA kernels of the index family: gathers/scatters along a dim, masked fill, triangles, embedding (atomic and
-// sorted deterministic backward), topk (a block per lane) and multinomial (the CPU kernel's arithmetic). Launchers take POD arguments.
+// CUDA kernels of the index family (gathers/scatters, masked fill, triangles, embedding, topk, multinomial) and their POD launchers.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -15,6 +14,9 @@
 #include "ops/cuda/index_launch.h"
 #include "ops/cuda/launch.h"
 
+// Gathers and scatters copy elements as words of the element's size; the embedding backward sums
+// by atomics or, deterministic, over runs of radix-sorted indices; topk selects with a block per
+// lane; multinomial repeats the CPU kernel's f64 arithmetic, so both devices draw the same samples.
 namespace mpx::cuda {
 namespace {
 
