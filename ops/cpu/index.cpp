@@ -227,39 +227,36 @@ template <typename T> struct Embedding {
 };
 
 template <typename T> struct EmbeddingBackward {
-  // The CPU's order is always fixed (indices in order per column), so `deterministic` changes nothing.
+  // The CPU's order is always fixed (each row sums its gradients in index order), so
+  // `deterministic` changes nothing here.
   static void run(const Tensor& grad_weight, const Tensor& grad, const Tensor& indices, int64_t padding_idx, bool) {
     using A = acc_t<T>;
     const int64_t N = indices.numel(), V = grad_weight.size(0), D = grad_weight.size(1);
     const T* g = static_cast<const T*>(grad.raw_data());
     const int64_t* idx = indices.data_ptr<int64_t>();
     T* gw = static_cast<T*>(grad_weight.raw_data());
-    std::vector<A> buf;
-    A* acc;
-    if constexpr (std::is_same_v<A, T>) {
-      acc = gw;
-    } else {
-      buf.resize(static_cast<size_t>(V * D));
-      acc = buf.data();
-    }
-    constexpr int64_t kCols = 256;
-    const int64_t chunks = (D + kCols - 1) / kCols;
-    // Threads own column blocks (whole columns of the table), so every sum runs in index order.
-    parallel_for(chunks, 1, [&](int64_t b, int64_t e) {
-      for (int64_t c = b; c < e; ++c) {
-        const int64_t d0 = c * kCols, d1 = std::min(D, d0 + kCols);
-        for (int64_t v = 0; v < V; ++v) std::fill(acc + v * D + d0, acc + v * D + d1, A(0));
-        for (int64_t n = 0; n < N; ++n) {
-          const int64_t v = idx[n];
-          if (v == padding_idx || v < 0 || v >= V) continue;
-          for (int64_t d = d0; d < d1; ++d) acc[v * D + d] += static_cast<A>(g[n * D + d]);
-        }
+    // Threads own ranges of table rows, each scanning all indices for its own: whole rows are
+    // summed contiguously, and f16/bf16 need only their range's f32 rows.
+    parallel_for(V, std::max<int64_t>(1, (V + 63) / 64), [&](int64_t v0, int64_t v1) {
+      std::vector<A> buf;
+      A* acc;
+      if constexpr (std::is_same_v<A, T>) {
+        acc = gw + v0 * D;
+      } else {
+        buf.resize(static_cast<size_t>((v1 - v0) * D));
+        acc = buf.data();
       }
+      std::fill(acc, acc + (v1 - v0) * D, A(0));
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t v = idx[n];
+        if (v < v0 || v >= v1 || v == padding_idx) continue;
+        A* row = acc + (v - v0) * D;
+        const T* gr = g + n * D;
+        for (int64_t d = 0; d < D; ++d) row[d] += static_cast<A>(gr[d]);
+      }
+      if constexpr (!std::is_same_v<A, T>)
+        for (int64_t i = 0; i < (v1 - v0) * D; ++i) gw[v0 * D + i] = static_cast<T>(acc[i]);
     });
-    if constexpr (!std::is_same_v<A, T>)
-      parallel_for(V * D, kGrain, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) gw[i] = static_cast<T>(acc[i]);
-      });
   }
 };
 
