@@ -62,6 +62,8 @@ TEST_CASE("cuda index_select, gather, scatter, masked_fill, tril/triu move exact
     const Tensor m = gt(sample({5, 1}, kFloat32, 3), 0.0);
     check_exact(masked_fill(gpu(x), gpu(m), 1.0), masked_fill(x, m, 1.0), "masked_fill");
     check_exact(masked_fill(gpu(xt), gpu(m.t()), 0.0), masked_fill(xt, m.t(), 0.0), "masked_fill strided");
+    check_exact(where(gpu(m), gpu(x), 1.0), where(m, x, 1.0), "where with a scalar other");
+    check_exact(where(gpu(m), 0.0, gpu(xt)), where(m, 0.0, xt), "where with a scalar input");
     check_exact(tril(gpu(x), -1), tril(x, -1), "tril");
     check_exact(triu(gpu(xt), 1), triu(xt, 1), "triu strided");
   }
@@ -109,6 +111,16 @@ TEST_CASE("cuda embedding: forward exact, backward (atomic and deterministic) ma
     const Tensor g1 = autograd::grad({sum(embedding(wg, gpu(idx), -1, true) * gpu(g))}, {wg})[0];
     const Tensor g2 = autograd::grad({sum(embedding(wg, gpu(idx), -1, true) * gpu(g))}, {wg})[0];
     CHECK(testing::max_abs_diff(g1.cpu(), g2.cpu()) == 0.0);
+  }
+  // masked_fill's gradient reaches self and the 0-d value on the device as on the CPU.
+  {
+    const Tensor x = sample({6, 5}, kFloat32, 15), m = gt(sample({5}, kFloat32, 16), 0.0), g = sample({6, 5}, kFloat32, 17);
+    const Tensor xc = x.detach().set_requires_grad(true), vc = full({}, 2.0).set_requires_grad(true);
+    const Tensor xg = gpu(x).detach().set_requires_grad(true), vg = gpu(full({}, 2.0)).set_requires_grad(true);
+    const tensor_list rc = autograd::grad({sum(masked_fill(xc, m, vc) * g)}, {xc, vc});
+    const tensor_list rg = autograd::grad({sum(masked_fill(xg, gpu(m), vg) * gpu(g))}, {xg, vg});
+    check_exact(rg[0], rc[0], "masked_fill gradient of self");
+    testing::check_cuda_close(rg[1], rc[1], kFloat32, "masked_fill gradient of value");
   }
   // embedding_renorm_ on the device.
   Tensor w = sample({10, 4}, kFloat32, 9) * 3.0, wd = gpu(w);
