@@ -36,10 +36,11 @@ Tensor masked_fill(const Tensor& self, const Tensor& mask, double value);
 /// masked_fill with a 0-d `value` tensor (converted to self's dtype); differentiable in self
 /// and in value (which gets the sum of the gradient over the filled positions).
 Tensor masked_fill(const Tensor& self, const Tensor& mask, const Tensor& value);
-/// cond ? a : b with a scalar b, on the masked_fill kernel: no tensor of b is made. The
-/// result keeps a's dtype (f32 for an integer a with a fractional b, as PyTorch promotes).
+/// cond ? a : b with a scalar b, on the masked_fill kernel: no tensor of b is made (only the
+/// negated bool condition, one byte per element). The result keeps a's dtype (f32 for an
+/// integer a with a fractional b, as PyTorch promotes). Differentiable in a.
 Tensor where(const Tensor& cond, const Tensor& a, double b);
-/// cond ? a : b with a scalar a (see the overload above).
+/// cond ? a : b with a scalar a (see the overload above; the condition is used as it is).
 Tensor where(const Tensor& cond, double a, const Tensor& b);
 /// The lower triangle of the last two dims: elements with col - row <= diagonal, zeros elsewhere.
 Tensor tril(const Tensor& self, int64_t diagonal = 0);
