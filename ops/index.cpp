@@ -57,7 +57,7 @@ Tensor checked_index(const char* op, const Tensor& index, const Tensor& self, in
   return idx;
 }
 
-double representable(const char* op, double v, DType dt) {
+double representable(const char* op, double v, DType dt, bool overflow_to_inf) {
   if (dt == kBool) {
     MPX_CHECK(v == 0.0 || v == 1.0, op, ": value ", v, " is not a bool (0 or 1) for a bool tensor");
     return v;
@@ -73,7 +73,8 @@ double representable(const char* op, double v, DType dt) {
   if (!std::isfinite(v) || dt == kFloat64) return v;
   NoGradGuard ng;
   const double r = full({}, v, TensorOptions(dt)).item_double();
-  MPX_CHECK(std::isfinite(r), op, ": value ", v, " overflows ", dtype_name(dt));
+  MPX_CHECK(overflow_to_inf || std::isfinite(r), op, ": value ", v, " overflows ", dtype_name(dt),
+            "; use a smaller value or infinity");
   return r;
 }
 
@@ -415,14 +416,14 @@ Tensor where(const Tensor& cond, const Tensor& a0, double b) {
     NoGradGuard ng;
     keep = eq(cond, 0.0);  // b goes where cond is false
   }
-  return masked_fill_impl(a, keep, index_detail::representable("where", b, a.dtype()), Tensor());
+  return masked_fill_impl(a, keep, index_detail::representable("where", b, a.dtype(), true), Tensor());
 }
 
 Tensor where(const Tensor& cond, double a, const Tensor& b0) {
   check_defined("where", "other", b0);
   const Tensor b = b0.to(scalar_result_type(b0, a));
   check_mask("where", b, cond, "condition");
-  return masked_fill_impl(b, cond, index_detail::representable("where", a, b.dtype()), Tensor());
+  return masked_fill_impl(b, cond, index_detail::representable("where", a, b.dtype(), true), Tensor());
 }
 
 }  // namespace mpx

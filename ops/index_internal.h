@@ -14,7 +14,8 @@ std::string position_str(const IntList& shape, int64_t flat);
 /// read back at once (skipped while a CUDA graph is being captured: the kernels guard memory).
 Tensor checked_index(const char* op, const Tensor& index, const Tensor& self, int64_t bound, const std::string& range);
 /// value as stored in dtype dt; an error naming op when dt cannot hold it (a fraction or an
-/// out-of-range number in an integer dtype, not 0/1 for bool, a finite value that overflows f16/bf16).
-double representable(const char* op, double value, DType dt);
+/// out-of-range number in an integer dtype, not 0/1 for bool, a finite value that overflows
+/// f16/bf16 unless `overflow_to_inf`, where's PyTorch behaviour: where(m, x_f16, -1e9) gives -inf).
+double representable(const char* op, double value, DType dt, bool overflow_to_inf = false);
 
 }  // namespace mpx::index_detail

@@ -185,6 +185,11 @@ TEST_CASE("masked_fill broadcasts its mask and where's scalar forms agree with t
   const Tensor wi = where(bools({true, false}), tensor<int64_t>({3, 4}), 0.5);
   CHECK(wi.dtype() == kFloat32);
   CHECK(same(wi, tensor<float>({3.0f, 0.5f})));
+  // where rounds a too large scalar to infinity in f16 (PyTorch's result); masked_fill refuses it.
+  const double inf = std::numeric_limits<double>::infinity();
+  CHECK(same(where(bools({1, 0}), tensor<float>({1, 2}).to(kFloat16), -1e9), tensor<double>({1, -inf})));
+  CHECK(same(where(bools({1, 0}), 1e9, tensor<float>({1, 2}).to(kFloat16)), tensor<double>({inf, 2})));
+  CHECK(same(masked_fill(zeros({2}, kBFloat16), bools({1, 0}), -inf), tensor<double>({-inf, 0})));
 }
 
 TEST_CASE("tril and triu keep the triangle of the last two dims for any diagonal", "[index]") {
