@@ -7,6 +7,7 @@
 #include "ops/activation.h"
 #include "ops/conv.h"
 #include "ops/elementwise.h"
+#include "ops/index.h"
 #include "ops/linalg.h"
 #include "ops/loss.h"
 #include "ops/norm.h"
@@ -142,35 +143,23 @@ Tensor pad(const Tensor& x, const PadFuncOptions& o) {
   Tensor outside;
   {
     NoGradGuard ng;
-    outside = mpx::mul(mpx::sub(ones_like(mask), mask), o.value());
+    outside = mpx::eq(mask, 0.0);
   }
-  return mpx::add(out, outside);
+  return mpx::masked_fill(out, outside, o.value());
 }
 
-Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx) {
-  MPX_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32, "embedding: indices must be i64 or i32, got ",
-            ops::describe(indices));
-  MPX_CHECK(weight.dim() == 2, "embedding: weight must be [num_embeddings, dim], got ", ops::describe(weight));
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx,
+                 std::optional<double> max_norm, double norm_type) {
+  MPX_CHECK(weight.defined() && weight.dim() == 2, "embedding: weight must be [num_embeddings, dim], got ",
+            weight.defined() ? ops::describe(weight) : std::string("undefined"));
   const int64_t n = weight.size(0);
-  Tensor idx = indices.dtype() == kInt64 ? indices : indices.to(kInt64);
-  if (idx.numel() > 0) {
-    const int64_t lo = idx.min().item<int64_t>(), hi = idx.max().item<int64_t>();
-    MPX_CHECK(lo >= 0 && hi < n, "embedding: indices must be in [0, ", n, "), got values in [", lo, ", ", hi, "]");
+  int64_t pad = -1;
+  if (padding_idx) {
+    pad = *padding_idx < 0 ? *padding_idx + n : *padding_idx;
+    MPX_CHECK(pad >= 0 && pad < n, "embedding: padding_idx ", *padding_idx, " is out of range for ", n, " embeddings");
   }
-  // A one-hot matmul: O(N * num_embeddings), fine for the small vocabularies mpx's models use.
-  Tensor oh;
-  {
-    NoGradGuard ng;
-    oh = mpx::one_hot(idx.reshape({-1}), n).to(weight.dtype());
-    if (padding_idx) {
-      const int64_t pi = *padding_idx < 0 ? *padding_idx + n : *padding_idx;
-      MPX_CHECK(pi >= 0 && pi < n, "embedding: padding_idx ", *padding_idx, " is out of range for ", n, " embeddings");
-      oh.select(1, pi).zero_();
-    }
-  }
-  IntList shape = indices.sizes();
-  shape.push_back(weight.size(1));
-  return mpx::mm(oh, weight).reshape(shape);
+  if (max_norm) mpx::embedding_renorm_(weight, indices, *max_norm, norm_type);
+  return mpx::embedding(weight, indices, pad);
 }
 
 }  // namespace mpx::nn::functional

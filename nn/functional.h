@@ -65,8 +65,11 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const SmoothL1L
 Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
 /// Constant padding; negative pads crop.
 Tensor pad(const Tensor& x, const PadFuncOptions& options);
-/// Rows of `weight` [num_embeddings, dim] selected by the i64 `indices` -> [*indices.shape, dim].
-/// With padding_idx, that row receives no gradient (and reads as zeros).
-Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt);
+/// Rows of `weight` [num_embeddings, dim] selected by the i64 or i32 `indices` -> [*indices.shape, dim],
+/// in the weight's dtype (also under autocast). With padding_idx (negative counts from the end)
+/// that row receives no gradient; with max_norm, the rows looked up are first renormalized in
+/// place to a norm_type-norm of at most max_norm (mpx::embedding_renorm_, as PyTorch).
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt,
+                 std::optional<double> max_norm = std::nullopt, double norm_type = 2.0);
 
 }  // namespace mpx::nn::functional

@@ -288,10 +288,13 @@ void EmbeddingImpl::reset_parameters() {
     weight.select(0, *options.padding_idx()).zero_();
   }
 }
-Tensor EmbeddingImpl::forward(const Tensor& indices) { return F::embedding(indices, weight, options.padding_idx()); }
+Tensor EmbeddingImpl::forward(const Tensor& indices) {
+  return F::embedding(indices, weight, options.padding_idx(), options.max_norm(), options.norm_type());
+}
 void EmbeddingImpl::pretty_print(std::ostream& os) const {
   os << "Embedding(num_embeddings=" << options.num_embeddings() << ", embedding_dim=" << options.embedding_dim();
   if (options.padding_idx()) os << ", padding_idx=" << *options.padding_idx();
+  if (options.max_norm()) os << ", max_norm=" << *options.max_norm();
   os << ")";
 }
 

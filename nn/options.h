@@ -111,6 +111,9 @@ struct EmbeddingOptions {
   MPX_ARG(int64_t, num_embeddings);
   MPX_ARG(int64_t, embedding_dim);
   MPX_ARG(std::optional<int64_t>, padding_idx) = std::nullopt;
+  /// Rows looked up with a norm above max_norm are renormalized in place first (PyTorch's max_norm).
+  MPX_ARG(std::optional<double>, max_norm) = std::nullopt;
+  MPX_ARG(double, norm_type) = 2.0;
 };
 
 /// `inplace` is accepted for source compatibility; mpx always computes out of place.

@@ -17,6 +17,7 @@
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "ops/formulas.h"
+#include "ops/index.h"
 #include "ops/linalg.h"
 #include "ops/loss.h"
 #include "ops/norm.h"
@@ -284,6 +285,49 @@ std::map<std::string, Case> kernel_cases() {
   m["gru_cell_fused"] = m["gru_cell_fused_backward"] = [](Sample& s) {
     Tensor gi = s.leaf({3, 6}), gh = s.leaf({3, 6}), h = s.leaf({3, 2});
     return with_grads(s, gru_cell_fused(gi, gh, h), {gi, gh, h});
+  };
+  // Index family (ops/index.h): duplicate indices, so the accumulating kernels add.
+  const auto ix = [](Sample& s, const std::vector<int64_t>& v, const IntList& shape) {
+    return tensor<int64_t>(v, shape).to(s.dev);
+  };
+  m["index_select"] = [ix](Sample& s) {
+    Tensor x = s.leaf({4, 5});
+    return with_grads(s, index_select(x, 0, ix(s, {3, 0, 3}, {3})), {x});
+  };
+  m["index_add"] = [ix](Sample& s) {
+    Tensor x = s.leaf({4, 5}), src = s.leaf({4, 3});
+    return with_grads(s, index_add(x, 1, ix(s, {4, 0, 4}, {3}), src, 1.5), {x, src});
+  };
+  m["gather"] = [ix](Sample& s) {
+    Tensor x = s.leaf({3, 5});
+    return with_grads(s, gather(x, 1, ix(s, {4, 0, 4, 1, 2, 2}, {3, 2})), {x});
+  };
+  m["scatter"] = [ix](Sample& s) {
+    Tensor x = s.leaf({3, 5}), src = s.leaf({3, 3});
+    return with_grads(s, scatter(x, 1, ix(s, {4, 0, 1, 3, 2, 0}, {3, 2}), src), {x, src});
+  };
+  m["scatter_add"] = [ix](Sample& s) {
+    Tensor x = s.leaf({3, 5}), src = s.leaf({2, 5});
+    return with_grads(s, scatter_add(x, 0, ix(s, {2, 0, 2, 2, 1, 2, 2, 0, 0, 0}, {2, 5}), src), {x, src});
+  };
+  m["masked_fill"] = [](Sample& s) {
+    Tensor x = s.leaf({4, 6});
+    return with_grads(s, masked_fill(x, gt(s.randn({6}), 0.0), -2.5), {x});
+  };
+  m["tril"] = [](Sample& s) { Tensor x = s.leaf({2, 4, 5}); return with_grads(s, tril(x, -1), {x}); };
+  m["triu"] = [](Sample& s) { Tensor x = s.leaf({2, 4, 5}); return with_grads(s, triu(x.transpose(1, 2), 1), {x}); };
+  m["embedding"] = m["embedding_backward"] = [ix](Sample& s) {
+    Tensor w = s.leaf({6, 4});
+    return with_grads(s, embedding(w, ix(s, {1, 5, 1, 0, 3, 1}, {2, 3}), 3), {w});
+  };
+  m["topk"] = [](Sample& s) {
+    auto [v, i] = topk(s.randn({5, 9}), 3, 1);
+    return tensor_list{v, i};
+  };
+  m["multinomial"] = [](Sample& s) {
+    Tensor p = s.positive({3, 6});
+    manual_seed(7);
+    return tensor_list{multinomial(p, 4, false), multinomial(p, 5, true)};
   };
   return m;
 }

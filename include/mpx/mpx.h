@@ -19,6 +19,7 @@
 #include "ops/activation.h"
 #include "ops/loss.h"
 #include "ops/rnn.h"
+#include "ops/index.h"
 #include "ops/amp.h"
 #include "ops/profiler.h"
 #include "core/serialize.h"
