@@ -18,6 +18,7 @@
 #include "ops/norm.h"
 #include "ops/activation.h"
 #include "ops/loss.h"
+#include "ops/attention.h"
 #include "ops/amp.h"
 #include "ops/profiler.h"
 #include "core/serialize.h"
