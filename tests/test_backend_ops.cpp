@@ -13,6 +13,7 @@
 #include "core/cuda.h"
 #include "core/random.h"
 #include "ops/activation.h"
+#include "ops/attention.h"
 #include "ops/conv.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
@@ -262,6 +263,13 @@ std::map<std::string, Case> kernel_cases() {
   m["log_softmax"] = m["log_softmax_backward"] = [](Sample& s) {
     Tensor x = s.leaf({4, 10});
     return with_grads(s, log_softmax(x, 1), {x});
+  };
+  m["sdpa_fused"] = m["sdpa_fused_backward"] = [](Sample& s) {
+    // Grouped heads, a bool mask (the same for every dtype: drawn from the rounded values) and
+    // sizes that are not multiples of the kernels' tiles.
+    Tensor q = s.leaf({2, 4, 9, 8}), k = s.leaf({2, 2, 70, 8}), v = s.leaf({2, 2, 70, 6});
+    Tensor mask = gt(s.randn({9, 70}), -1.0);
+    return with_grads(s, scaled_dot_product_attention(q, k, v, mask, 0.0, false, std::nullopt, true), {q, k, v});
   };
   m["nll_loss"] = m["nll_loss_backward"] = [](Sample& s) {
     Tensor x = s.leaf({6, 5});

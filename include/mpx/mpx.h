@@ -20,6 +20,7 @@
 #include "ops/loss.h"
 #include "ops/rnn.h"
 #include "ops/index.h"
+#include "ops/attention.h"
 #include "ops/amp.h"
 #include "ops/profiler.h"
 #include "core/serialize.h"

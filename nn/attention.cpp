@@ -1,0 +1,311 @@
+// MultiheadAttention and the Transformer layers: PyTorch's forward passes on the fused attention op.
+#include "nn/attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include "autograd/grad_mode.h"
+#include "nn/functional.h"
+#include "nn/init.h"
+#include "ops/activation.h"
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/linalg.h"
+#include "ops/op_utils.h"
+#include "ops/reduction.h"
+
+namespace mpx::nn {
+namespace F = functional;
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// A bool mask (true = masked out, MultiheadAttention's convention) as -inf/0 in dtype; a floating one cast.
+Tensor additive_mask(const Tensor& m, DType dt) {
+  if (m.dtype() == kBool) {
+    NoGradGuard ng;
+    const TensorOptions o = TensorOptions(dt).device(m.device());
+    return where(m, full({}, -kInf, o), zeros({}, o));
+  }
+  MPX_CHECK(is_floating(m.dtype()), "MultiheadAttention: masks must be bool (true = ignore) or floating (added), got ",
+            ops::describe(m));
+  return m.to(dt);
+}
+
+// The -inf/0 mask of key j > query i, [L, S].
+Tensor causal_mask(int64_t L, int64_t S, DType dt, Device dev) {
+  NoGradGuard ng;
+  const TensorOptions o = TensorOptions(dt).device(dev);
+  const Tensor i = arange(static_cast<double>(L), TensorOptions(kInt64).device(dev)).reshape({L, 1});
+  const Tensor j = arange(static_cast<double>(S), TensorOptions(kInt64).device(dev)).reshape({1, S});
+  return where(gt(j, i), full({}, -kInf, o), zeros({}, o));
+}
+
+Tensor activation(const std::string& name, const Tensor& x) {
+  if (name == "relu") return mpx::relu(x);
+  return mpx::gelu(x);
+}
+
+void check_activation(const char* module, const std::string& a) {
+  MPX_CHECK(a == "relu" || a == "gelu", module, ": activation must be \"relu\" or \"gelu\", got \"", a, "\"");
+}
+}  // namespace
+
+// ---------------------------------------------------------------- MultiheadAttention
+
+MultiheadAttentionImpl::MultiheadAttentionImpl(const MultiheadAttentionOptions& o) : options(o) {
+  const int64_t E = o.embed_dim();
+  MPX_CHECK(E > 0 && o.num_heads() > 0, "MultiheadAttention: embed_dim (", E, ") and num_heads (", o.num_heads(),
+            ") must be positive");
+  MPX_CHECK(E % o.num_heads() == 0, "MultiheadAttention: embed_dim (", E, ") must be divisible by num_heads (",
+            o.num_heads(), ")");
+  MPX_CHECK(o.kdim() > 0 && o.vdim() > 0, "MultiheadAttention: kdim (", o.kdim(), ") and vdim (", o.vdim(),
+            ") must be positive");
+  MPX_CHECK(!o.add_bias_kv() && !o.add_zero_attn(),
+            "MultiheadAttention: add_bias_kv and add_zero_attn are not supported; leave them false");
+  MPX_CHECK(o.dropout() >= 0.0 && o.dropout() <= 1.0, "MultiheadAttention: dropout must be in [0, 1], got ",
+            o.dropout());
+  head_dim = E / o.num_heads();
+  qkv_same_embed_dim = o.kdim() == E && o.vdim() == E;
+  // PyTorch's registration order, so state dicts list the same keys in the same order.
+  if (qkv_same_embed_dim) {
+    in_proj_weight = register_parameter("in_proj_weight", empty({3 * E, E}));
+  } else {
+    q_proj_weight = register_parameter("q_proj_weight", empty({E, E}));
+    k_proj_weight = register_parameter("k_proj_weight", empty({E, o.kdim()}));
+    v_proj_weight = register_parameter("v_proj_weight", empty({E, o.vdim()}));
+  }
+  if (o.bias()) in_proj_bias = register_parameter("in_proj_bias", empty({3 * E}));
+  out_proj = register_module("out_proj", Linear(LinearOptions(E, E).bias(o.bias())));
+  reset_parameters();
+}
+
+void MultiheadAttentionImpl::reset_parameters() {
+  if (qkv_same_embed_dim) {
+    init::xavier_uniform_(in_proj_weight);
+  } else {
+    init::xavier_uniform_(q_proj_weight);
+    init::xavier_uniform_(k_proj_weight);
+    init::xavier_uniform_(v_proj_weight);
+  }
+  if (in_proj_bias.defined()) init::zeros_(in_proj_bias);
+  if (out_proj->bias.defined()) init::zeros_(out_proj->bias);
+}
+
+void MultiheadAttentionImpl::pretty_print(std::ostream& os) const {
+  os << "MultiheadAttention(embed_dim=" << options.embed_dim() << ", num_heads=" << options.num_heads()
+     << ", dropout=" << options.dropout() << ", batch_first=" << (options.batch_first() ? "true" : "false") << ")";
+}
+
+std::tuple<Tensor, Tensor> MultiheadAttentionImpl::forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                           const Tensor& key_padding_mask, bool need_weights,
+                                                           const Tensor& attn_mask, bool average_attn_weights,
+                                                           bool is_causal) {
+  const int64_t E = options.embed_dim(), nh = options.num_heads(), hd = head_dim;
+  MPX_CHECK(query.defined() && key.defined() && value.defined(), "MultiheadAttention: query, key and value must be defined");
+  MPX_CHECK((query.dim() == 3 || query.dim() == 2) && key.dim() == query.dim() && value.dim() == query.dim(),
+            "MultiheadAttention: query, key and value must all be 3-d ([L, N, E], or [N, L, E] with batch_first) or "
+            "all 2-d (unbatched), got query ", ops::describe(query), ", key ", ops::describe(key), ", value ",
+            ops::describe(value));
+  const bool batched = query.dim() == 3;
+  // Work in [L, N, E].
+  Tensor q = query, k = key, v = value, kpm = key_padding_mask;
+  if (!batched) {
+    q = q.unsqueeze(1), k = k.unsqueeze(1), v = v.unsqueeze(1);
+    if (kpm.defined()) kpm = kpm.unsqueeze(0);
+  } else if (options.batch_first()) {
+    q = q.transpose(0, 1), k = k.transpose(0, 1), v = v.transpose(0, 1);
+  }
+  const int64_t L = q.size(0), N = q.size(1), S = k.size(0);
+  MPX_CHECK(q.size(2) == E && k.size(2) == options.kdim() && v.size(2) == options.vdim(),
+            "MultiheadAttention: expected query, key and value features ", E, ", ", options.kdim(), ", ",
+            options.vdim(), ", got query ", ops::describe(query), ", key ", ops::describe(key), ", value ",
+            ops::describe(value));
+  MPX_CHECK(k.size(1) == N && v.size(1) == N && v.size(0) == S, "MultiheadAttention: key ", ops::describe(key),
+            " and value ", ops::describe(value), " must match query's batch (", N, ") and each other's length");
+
+  Tensor wq, wk, wv, bq, bk, bv;
+  if (qkv_same_embed_dim) {
+    wq = in_proj_weight.narrow(0, 0, E), wk = in_proj_weight.narrow(0, E, E), wv = in_proj_weight.narrow(0, 2 * E, E);
+  } else {
+    wq = q_proj_weight, wk = k_proj_weight, wv = v_proj_weight;
+  }
+  if (in_proj_bias.defined())
+    bq = in_proj_bias.narrow(0, 0, E), bk = in_proj_bias.narrow(0, E, E), bv = in_proj_bias.narrow(0, 2 * E, E);
+  // [L, N, E] -> [N, heads, L, head_dim] views (the fused kernel takes any strides but the last).
+  auto heads = [&](const Tensor& x, int64_t len) { return x.reshape({len, N, nh, hd}).permute({1, 2, 0, 3}); };
+  const Tensor qh = heads(mpx::linear(q, wq, bq), L), kh = heads(mpx::linear(k, wk, bk), S), vh = heads(mpx::linear(v, wv, bv), S);
+
+  // One additive mask broadcastable to [N, heads, L, S].
+  const DType mdt = qh.dtype();
+  Tensor mask;
+  if (attn_mask.defined()) {
+    Tensor am = additive_mask(attn_mask, mdt);
+    if (am.dim() == 2) {
+      MPX_CHECK(am.size(0) == L && am.size(1) == S, "MultiheadAttention: a 2-d attn_mask must be [L, S] = [", L, ", ",
+                S, "], got ", ops::describe(attn_mask));
+      am = am.reshape({1, 1, L, S});
+    } else {
+      MPX_CHECK(am.dim() == 3 && am.size(0) == N * nh && am.size(1) == L && am.size(2) == S,
+                "MultiheadAttention: attn_mask must be [L, S] or [N * num_heads, L, S] = [", N * nh, ", ", L, ", ", S,
+                "], got ", ops::describe(attn_mask));
+      am = am.reshape({N, nh, L, S});
+    }
+    mask = am;
+  }
+  if (kpm.defined()) {
+    MPX_CHECK(kpm.dim() == 2 && kpm.size(0) == N && kpm.size(1) == S, "MultiheadAttention: key_padding_mask must be [N, S] = [",
+              N, ", ", S, "], got ", ops::describe(key_padding_mask));
+    const Tensor pm = additive_mask(kpm, mdt).reshape({N, 1, 1, S});
+    mask = mask.defined() ? mask + pm : pm;
+  }
+  // is_causal alone goes to the fused kernel as a flag; next to other masks it becomes one.
+  bool causal_flag = false;
+  if (is_causal && !attn_mask.defined()) {
+    if (mask.defined() || need_weights) {
+      const Tensor cm = causal_mask(L, S, mdt, qh.device()).reshape({1, 1, L, S});
+      mask = mask.defined() ? mask + cm : cm;
+    } else {
+      causal_flag = true;
+    }
+  }
+  const double p = is_training() ? options.dropout() : 0.0;
+
+  Tensor out, weights;
+  if (!need_weights) {
+    out = mpx::scaled_dot_product_attention(qh, kh, vh, mask, p, causal_flag);
+  } else {
+    Tensor s = mpx::matmul(qh * (1.0 / std::sqrt(static_cast<double>(hd))), kh.transpose(-2, -1));
+    if (mask.defined()) s = s + mask;
+    Tensor w = mpx::softmax(s, -1);
+    if (p > 0.0) w = mpx::dropout(w, p, true);
+    out = mpx::matmul(w.to(vh.dtype()), vh);
+    weights = average_attn_weights ? mpx::mean(w, {1}) : w;
+  }
+  // [N, heads, L, hd] -> [L, N, E] -> out_proj.
+  Tensor o = out_proj(out.permute({2, 0, 1, 3}).reshape({L, N, E}));
+  if (!batched) {
+    o = o.squeeze(1);
+    if (weights.defined()) weights = weights.squeeze(0);
+  } else if (options.batch_first()) {
+    o = o.transpose(0, 1);
+  }
+  return {o, weights};
+}
+
+// ---------------------------------------------------------------- TransformerEncoderLayer
+
+TransformerEncoderLayerImpl::TransformerEncoderLayerImpl(const TransformerEncoderLayerOptions& o) : options(o) {
+  check_activation("TransformerEncoderLayer", o.activation());
+  MPX_CHECK(o.dim_feedforward() > 0, "TransformerEncoderLayer: dim_feedforward must be positive, got ",
+            o.dim_feedforward());
+  self_attn = register_module("self_attn", MultiheadAttention(MultiheadAttentionOptions(o.d_model(), o.nhead())
+                                                                  .dropout(o.dropout())
+                                                                  .bias(o.bias())
+                                                                  .batch_first(o.batch_first())));
+  linear1 = register_module("linear1", Linear(LinearOptions(o.d_model(), o.dim_feedforward()).bias(o.bias())));
+  dropout = register_module("dropout", Dropout(o.dropout()));
+  linear2 = register_module("linear2", Linear(LinearOptions(o.dim_feedforward(), o.d_model()).bias(o.bias())));
+  norm1 = register_module("norm1", LayerNorm(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())));
+  norm2 = register_module("norm2", LayerNorm(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())));
+  dropout1 = register_module("dropout1", Dropout(o.dropout()));
+  dropout2 = register_module("dropout2", Dropout(o.dropout()));
+}
+
+Tensor TransformerEncoderLayerImpl::forward(const Tensor& src, const Tensor& src_mask,
+                                            const Tensor& src_key_padding_mask, bool is_causal) {
+  auto sa = [&](const Tensor& x) {
+    return dropout1(std::get<0>(self_attn->forward(x, x, x, src_key_padding_mask, false, src_mask, true, is_causal)));
+  };
+  auto ff = [&](const Tensor& x) {
+    return dropout2(linear2(dropout(activation(options.activation(), linear1(x)))));
+  };
+  Tensor x = src;
+  if (options.norm_first()) {
+    x = x + sa(norm1(x));
+    x = x + ff(norm2(x));
+  } else {
+    x = norm1(x + sa(x));
+    x = norm2(x + ff(x));
+  }
+  return x;
+}
+
+// ---------------------------------------------------------------- TransformerDecoderLayer
+
+TransformerDecoderLayerImpl::TransformerDecoderLayerImpl(const TransformerDecoderLayerOptions& o) : options(o) {
+  check_activation("TransformerDecoderLayer", o.activation());
+  MPX_CHECK(o.dim_feedforward() > 0, "TransformerDecoderLayer: dim_feedforward must be positive, got ",
+            o.dim_feedforward());
+  const auto mha = MultiheadAttentionOptions(o.d_model(), o.nhead())
+                       .dropout(o.dropout())
+                       .bias(o.bias())
+                       .batch_first(o.batch_first());
+  self_attn = register_module("self_attn", MultiheadAttention(mha));
+  multihead_attn = register_module("multihead_attn", MultiheadAttention(mha));
+  linear1 = register_module("linear1", Linear(LinearOptions(o.d_model(), o.dim_feedforward()).bias(o.bias())));
+  dropout = register_module("dropout", Dropout(o.dropout()));
+  linear2 = register_module("linear2", Linear(LinearOptions(o.dim_feedforward(), o.d_model()).bias(o.bias())));
+  norm1 = register_module("norm1", LayerNorm(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())));
+  norm2 = register_module("norm2", LayerNorm(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())));
+  norm3 = register_module("norm3", LayerNorm(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())));
+  dropout1 = register_module("dropout1", Dropout(o.dropout()));
+  dropout2 = register_module("dropout2", Dropout(o.dropout()));
+  dropout3 = register_module("dropout3", Dropout(o.dropout()));
+}
+
+Tensor TransformerDecoderLayerImpl::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
+                                            const Tensor& memory_mask, const Tensor& tgt_key_padding_mask,
+                                            const Tensor& memory_key_padding_mask, bool tgt_is_causal,
+                                            bool memory_is_causal) {
+  auto sa = [&](const Tensor& x) {
+    return dropout1(std::get<0>(self_attn->forward(x, x, x, tgt_key_padding_mask, false, tgt_mask, true, tgt_is_causal)));
+  };
+  auto mha = [&](const Tensor& x) {
+    return dropout2(std::get<0>(multihead_attn->forward(x, memory, memory, memory_key_padding_mask, false, memory_mask,
+                                                        true, memory_is_causal)));
+  };
+  auto ff = [&](const Tensor& x) {
+    return dropout3(linear2(dropout(activation(options.activation(), linear1(x)))));
+  };
+  Tensor x = tgt;
+  if (options.norm_first()) {
+    x = x + sa(norm1(x));
+    x = x + mha(norm2(x));
+    x = x + ff(norm3(x));
+  } else {
+    x = norm1(x + sa(x));
+    x = norm2(x + mha(x));
+    x = norm3(x + ff(x));
+  }
+  return x;
+}
+
+// ---------------------------------------------------------------- TransformerEncoder
+
+TransformerEncoderImpl::TransformerEncoderImpl(const TransformerEncoderOptions& o) : options(o) {
+  MPX_CHECK(!o.encoder_layer().is_empty(), "TransformerEncoder: encoder_layer is empty");
+  MPX_CHECK(o.num_layers() >= 0, "TransformerEncoder: num_layers must be non-negative, got ", o.num_layers());
+  layers = register_module("layers", ModuleList());
+  const StateDict proto = o.encoder_layer()->state_dict();
+  for (int64_t i = 0; i < o.num_layers(); ++i) {
+    TransformerEncoderLayer layer(o.encoder_layer()->options);
+    layer->load_state_dict(proto);  // PyTorch deep-copies the layer: every copy starts equal
+    layer->train(o.encoder_layer()->is_training());
+    layers->push_back(layer);
+  }
+  if (!o.norm().is_empty()) norm = register_module("norm", o.norm());
+}
+
+Tensor TransformerEncoderImpl::forward(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask,
+                                       bool is_causal) {
+  Tensor x = src;
+  for (const auto& m : *layers) {
+    auto* layer = m->as<TransformerEncoderLayerImpl>();
+    x = layer->forward(x, mask, src_key_padding_mask, is_causal);
+  }
+  if (!norm.is_empty()) x = norm(x);
+  return x;
+}
+
+}  // namespace mpx::nn

@@ -1,0 +1,156 @@
+// Attention modules with PyTorch's parameter names: MultiheadAttention, TransformerEncoderLayer / DecoderLayer, TransformerEncoder.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <tuple>
+
+#include "core/arg.h"
+#include "core/tensor.h"
+#include "nn/container.h"
+#include "nn/module.h"
+#include "nn/modules.h"
+
+namespace mpx::nn {
+
+/// Options of MultiheadAttention (LibTorch's names); kdim and vdim default to embed_dim.
+struct MultiheadAttentionOptions {
+  MultiheadAttentionOptions(int64_t embed_dim, int64_t num_heads)
+      : embed_dim_(embed_dim), num_heads_(num_heads), kdim_(embed_dim), vdim_(embed_dim) {}
+  MPX_ARG(int64_t, embed_dim);
+  MPX_ARG(int64_t, num_heads);
+  MPX_ARG(double, dropout) = 0.0;
+  MPX_ARG(bool, bias) = true;
+  /// Only false is supported (PyTorch's extra learned key/value row is not implemented).
+  MPX_ARG(bool, add_bias_kv) = false;
+  /// Only false is supported.
+  MPX_ARG(bool, add_zero_attn) = false;
+  MPX_ARG(int64_t, kdim);
+  MPX_ARG(int64_t, vdim);
+  /// Inputs and outputs [N, L, E] instead of [L, N, E].
+  MPX_ARG(bool, batch_first) = false;
+};
+
+/// PyTorch's nn.MultiheadAttention. Parameters: in_proj_weight [3E, E] and in_proj_bias [3E]
+/// (or q_proj_weight, k_proj_weight, v_proj_weight when kdim or vdim differ from embed_dim),
+/// out_proj.weight, out_proj.bias: state dicts load from and into PyTorch's.
+class MultiheadAttentionImpl : public Module {
+ public:
+  MultiheadAttentionImpl(int64_t embed_dim, int64_t num_heads)
+      : MultiheadAttentionImpl(MultiheadAttentionOptions(embed_dim, num_heads)) {}
+  explicit MultiheadAttentionImpl(const MultiheadAttentionOptions& options);
+  /// PyTorch's init: xavier_uniform_ projections, zero biases (out_proj.weight keeps Linear's init).
+  void reset_parameters();
+  /// query [L, N, E] (batch_first: [N, L, E]; unbatched [L, E]), key [S, N, kdim], value
+  /// [S, N, vdim]. key_padding_mask [N, S] (bool: true = ignore that key; floating: added);
+  /// attn_mask [L, S] or [N * num_heads, L, S] (same conventions). is_causal without attn_mask
+  /// masks future keys (PyTorch requires the mask as well and treats the flag as a hint).
+  /// Returns (output like query with embed_dim features, weights [N, L, S] averaged over heads
+  /// or [N, num_heads, L, S]; undefined unless need_weights). need_weights = false runs the
+  /// fused scaled_dot_product_attention; need_weights = true builds the weights explicitly
+  /// (a row with every key masked then gives NaN, as in PyTorch; the fused path gives 0).
+  /// Dropout on the weights applies only in training mode.
+  std::tuple<Tensor, Tensor> forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                     const Tensor& key_padding_mask = {}, bool need_weights = true,
+                                     const Tensor& attn_mask = {}, bool average_attn_weights = true,
+                                     bool is_causal = false);
+  std::string name() const override { return "MultiheadAttention"; }
+  void pretty_print(std::ostream& os) const override;
+
+  MultiheadAttentionOptions options;
+  int64_t head_dim = 0;
+  bool qkv_same_embed_dim = true;
+  Tensor in_proj_weight, q_proj_weight, k_proj_weight, v_proj_weight, in_proj_bias;
+  Linear out_proj{nullptr};
+};
+MPX_MODULE(MultiheadAttention);
+
+/// Options of TransformerEncoderLayer / TransformerDecoderLayer (PyTorch's defaults).
+struct TransformerLayerOptions {
+  TransformerLayerOptions(int64_t d_model, int64_t nhead) : d_model_(d_model), nhead_(nhead) {}
+  MPX_ARG(int64_t, d_model);
+  MPX_ARG(int64_t, nhead);
+  MPX_ARG(int64_t, dim_feedforward) = 2048;
+  MPX_ARG(double, dropout) = 0.1;
+  /// "relu" or "gelu".
+  MPX_ARG(std::string, activation) = "relu";
+  MPX_ARG(double, layer_norm_eps) = 1e-5;
+  MPX_ARG(bool, batch_first) = false;
+  /// Pre-norm (x + f(norm(x))) instead of post-norm (norm(x + f(x))).
+  MPX_ARG(bool, norm_first) = false;
+  MPX_ARG(bool, bias) = true;
+};
+using TransformerEncoderLayerOptions = TransformerLayerOptions;
+using TransformerDecoderLayerOptions = TransformerLayerOptions;
+
+/// PyTorch's nn.TransformerEncoderLayer: self_attn, linear1, dropout, linear2, norm1, norm2,
+/// dropout1, dropout2 (the same names and state-dict keys).
+class TransformerEncoderLayerImpl : public Module {
+ public:
+  TransformerEncoderLayerImpl(int64_t d_model, int64_t nhead)
+      : TransformerEncoderLayerImpl(TransformerEncoderLayerOptions(d_model, nhead)) {}
+  explicit TransformerEncoderLayerImpl(const TransformerEncoderLayerOptions& options);
+  /// src [S, N, E] (batch_first: [N, S, E]); src_mask and src_key_padding_mask as in
+  /// MultiheadAttention; is_causal masks future positions.
+  Tensor forward(const Tensor& src, const Tensor& src_mask = {}, const Tensor& src_key_padding_mask = {},
+                 bool is_causal = false);
+  std::string name() const override { return "TransformerEncoderLayer"; }
+
+  TransformerEncoderLayerOptions options;
+  MultiheadAttention self_attn{nullptr};
+  Linear linear1{nullptr}, linear2{nullptr};
+  Dropout dropout{nullptr}, dropout1{nullptr}, dropout2{nullptr};
+  LayerNorm norm1{nullptr}, norm2{nullptr};
+};
+MPX_MODULE(TransformerEncoderLayer);
+
+/// PyTorch's nn.TransformerDecoderLayer: self_attn, multihead_attn, linear1, dropout, linear2,
+/// norm1, norm2, norm3, dropout1, dropout2, dropout3.
+class TransformerDecoderLayerImpl : public Module {
+ public:
+  TransformerDecoderLayerImpl(int64_t d_model, int64_t nhead)
+      : TransformerDecoderLayerImpl(TransformerDecoderLayerOptions(d_model, nhead)) {}
+  explicit TransformerDecoderLayerImpl(const TransformerDecoderLayerOptions& options);
+  /// tgt [T, N, E] and memory [S, N, E] (batch_first: batch first); masks as in MultiheadAttention.
+  Tensor forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask = {}, const Tensor& memory_mask = {},
+                 const Tensor& tgt_key_padding_mask = {}, const Tensor& memory_key_padding_mask = {},
+                 bool tgt_is_causal = false, bool memory_is_causal = false);
+  std::string name() const override { return "TransformerDecoderLayer"; }
+
+  TransformerDecoderLayerOptions options;
+  MultiheadAttention self_attn{nullptr}, multihead_attn{nullptr};
+  Linear linear1{nullptr}, linear2{nullptr};
+  Dropout dropout{nullptr}, dropout1{nullptr}, dropout2{nullptr}, dropout3{nullptr};
+  LayerNorm norm1{nullptr}, norm2{nullptr}, norm3{nullptr};
+};
+MPX_MODULE(TransformerDecoderLayer);
+
+/// Options of TransformerEncoder: the layer to copy num_layers times and an optional final norm.
+struct TransformerEncoderOptions {
+  TransformerEncoderOptions(TransformerEncoderLayer encoder_layer, int64_t num_layers)
+      : encoder_layer_(std::move(encoder_layer)), num_layers_(num_layers) {}
+  TransformerEncoderOptions(const TransformerEncoderLayerOptions& layer, int64_t num_layers)
+      : encoder_layer_(TransformerEncoderLayer(layer)), num_layers_(num_layers) {}
+  MPX_ARG(TransformerEncoderLayer, encoder_layer);
+  MPX_ARG(int64_t, num_layers);
+  /// Applied after the last layer when set (PyTorch's `norm`).
+  MPX_ARG(LayerNorm, norm) = nullptr;
+};
+
+/// PyTorch's nn.TransformerEncoder: layers.0 ... layers.{n-1}, each starting as a copy of
+/// encoder_layer's parameters (PyTorch deep-copies it), then the optional norm.
+class TransformerEncoderImpl : public Module {
+ public:
+  TransformerEncoderImpl(TransformerEncoderLayer encoder_layer, int64_t num_layers)
+      : TransformerEncoderImpl(TransformerEncoderOptions(std::move(encoder_layer), num_layers)) {}
+  explicit TransformerEncoderImpl(const TransformerEncoderOptions& options);
+  Tensor forward(const Tensor& src, const Tensor& mask = {}, const Tensor& src_key_padding_mask = {},
+                 bool is_causal = false);
+  std::string name() const override { return "TransformerEncoder"; }
+
+  TransformerEncoderOptions options;
+  ModuleList layers{nullptr};
+  LayerNorm norm{nullptr};
+};
+MPX_MODULE(TransformerEncoder);
+
+}  // namespace mpx::nn

@@ -1,0 +1,31 @@
+// Launchers of the CUDA fused-attention kernels (POD arguments, shared by ops/cuda/attention.cu and ops/cuda/attention.cpp).
+#pragma once
+#include <cstdint>
+
+#include "ops/cuda/launch.h"
+
+namespace mpx::cuda {
+
+/// Shapes, element strides and parameters of one attention call. q [B, H, L, E], k [B, Hk, S, E],
+/// v [B, Hk, S, Ev] with unit last stride; mask (optional) a [B, H, L, S] view in the compute
+/// type (f32; f64 for f64); out, dout, dq, dk, dv contiguous.
+struct SdpaGeom {
+  int64_t B = 0, H = 0, Hk = 0, L = 0, S = 0, E = 0, Ev = 0;
+  int64_t sq[4] = {}, sk[4] = {}, sv[4] = {}, sm[4] = {};
+  double scale = 1.0, dropout_p = 0.0;
+  bool causal = false;
+  uint64_t seed = 0, offset = 0;
+};
+
+/// Largest head dim (E and Ev) the kernels take.
+inline constexpr int64_t kSdpaMaxHeadDim = 256;
+
+/// out and lse ([B, H, L], compute type) of the forward; dt in f32, f64, f16, bf16.
+void launch_sdpa_forward(DType dt, const SdpaGeom& g, void* out, void* lse, const void* q, const void* k,
+                         const void* v, const void* mask, cudaStream_t s);
+/// dq, dk, dv (written whole); `rowdot` is compute-type scratch of B * H * L elements.
+void launch_sdpa_backward(DType dt, const SdpaGeom& g, void* dq, void* dk, void* dv, void* rowdot, const void* dout,
+                          const void* q, const void* k, const void* v, const void* out, const void* lse,
+                          const void* mask, cudaStream_t s);
+
+}  // namespace mpx::cuda

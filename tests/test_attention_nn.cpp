@@ -1,0 +1,286 @@
+// nn::MultiheadAttention and the Transformer layers against per-head references built from their own parameters; state-dict names.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "autograd/engine.h"
+#include "core/random.h"
+#include "nn/attention.h"
+#include "ops/activation.h"
+#include "ops/elementwise.h"
+#include "ops/linalg.h"
+#include "ops/norm.h"
+#include "ops/reduction.h"
+#include "ops/shape.h"
+#include "test_util.h"
+
+using namespace mpx;
+using testing::rel_err;
+
+namespace {
+
+Tensor randn_f64(const IntList& shape, uint64_t seed) {
+  manual_seed(seed);
+  return randn(shape, TensorOptions(kFloat64));
+}
+
+// -inf where a bool mask is true (MultiheadAttention's "ignore"), the values of a float mask.
+Tensor additive(const Tensor& m) {
+  if (m.dtype() != kBool) return m.to(kFloat64);
+  return where(m, full({}, -INFINITY, kFloat64), zeros({}, kFloat64));
+}
+
+struct MhaRef {
+  Tensor out, weights;  // [L, N, E], [N, heads, L, S]
+};
+
+// nn.MultiheadAttention's definition head by head on 2-d slices, in [L, N, E] layout.
+MhaRef reference_mha(nn::MultiheadAttentionImpl& m, const Tensor& query, const Tensor& key, const Tensor& value,
+                     const Tensor& kpm, const Tensor& attn_mask, bool is_causal = false) {
+  const int64_t E = m.options.embed_dim(), nh = m.options.num_heads(), hd = E / nh;
+  const int64_t L = query.size(0), N = query.size(1), S = key.size(0);
+  const Tensor wq = m.qkv_same_embed_dim ? m.in_proj_weight.narrow(0, 0, E) : m.q_proj_weight;
+  const Tensor wk = m.qkv_same_embed_dim ? m.in_proj_weight.narrow(0, E, E) : m.k_proj_weight;
+  const Tensor wv = m.qkv_same_embed_dim ? m.in_proj_weight.narrow(0, 2 * E, E) : m.v_proj_weight;
+  const Tensor& b = m.in_proj_bias;
+  tensor_list outs, ws;
+  for (int64_t n = 0; n < N; ++n) {
+    tensor_list heads, wh;
+    for (int64_t h = 0; h < nh; ++h) {
+      auto proj = [&](const Tensor& x, const Tensor& w, int64_t part) {
+        Tensor y = mm(x.select(1, n), w.narrow(0, h * hd, hd).t());
+        return b.defined() ? y + b.narrow(0, part * E + h * hd, hd) : y;
+      };
+      const Tensor qh = proj(query, wq, 0), kh = proj(key, wk, 1), vh = proj(value, wv, 2);
+      Tensor s = mm(qh, kh.t()) / std::sqrt(static_cast<double>(hd));
+      if (attn_mask.defined()) s = s + additive(attn_mask.dim() == 2 ? attn_mask : attn_mask[n * nh + h]);
+      if (kpm.defined()) s = s + additive(kpm[n]).reshape({1, S});
+      if (is_causal)
+        for (int64_t i = 0; i < L; ++i)
+          for (int64_t j = i + 1; j < S; ++j) s.data_ptr<double>()[i * S + j] = -INFINITY;
+      const Tensor w = softmax(s, 1);
+      heads.push_back(mm(w, vh));
+      wh.push_back(w);
+    }
+    Tensor o = cat(heads, 1);  // [L, E]
+    o = mm(o, m.out_proj->weight.t());
+    if (m.out_proj->bias.defined()) o = o + m.out_proj->bias;
+    outs.push_back(o);
+    ws.push_back(stack(wh, 0));
+  }
+  return {stack(outs, 1), stack(ws, 0)};
+}
+
+nn::MultiheadAttention make_mha(nn::MultiheadAttentionOptions o) {
+  manual_seed(42);
+  nn::MultiheadAttention m(o);
+  m->to(kFloat64);
+  m->eval();
+  // Non-zero biases, so a bias used in the wrong place shows.
+  NoGradGuard ng;
+  for (auto& p : m->parameters())
+    if (p.dim() == 1) p.copy_(randn_f64(p.sizes(), 7) * 0.5);
+  return m;
+}
+
+std::vector<std::string> keys(const nn::Module& m) {
+  std::vector<std::string> k;
+  for (const auto& item : m.state_dict()) k.push_back(item.key());
+  return k;
+}
+
+}  // namespace
+
+TEST_CASE("MultiheadAttention equals its definition: masks, need_weights, batch_first", "[nn][attention]") {
+  const int64_t L = 5, S = 7, N = 3, E = 8, nh = 2;
+  const Tensor q = randn_f64({L, N, E}, 1), k = randn_f64({S, N, E}, 2), v = randn_f64({S, N, E}, 3);
+  Tensor kpm = gt(randn_f64({N, S}, 4), 0.8);
+  kpm.data_ptr<bool>()[0] = false;  // at least one key visible per row of sample 0
+  const Tensor bool_mask = gt(randn_f64({L, S}, 5), 1.0);
+  const Tensor float_mask = randn_f64({N * nh, L, S}, 6);
+  struct Case {
+    const char* name;
+    Tensor kpm, mask;
+  };
+  const std::vector<Case> cases = {{"no mask", {}, {}},
+                                   {"key_padding_mask", kpm, {}},
+                                   {"bool attn_mask [L, S]", {}, bool_mask},
+                                   {"float attn_mask [N * heads, L, S] and key_padding_mask", kpm, float_mask}};
+  for (bool batch_first : {false, true}) {
+    auto m = make_mha(nn::MultiheadAttentionOptions(E, nh).batch_first(batch_first));
+    for (const Case& c : cases) {
+      const MhaRef ref = reference_mha(*m, q, k, v, c.kpm, c.mask);
+      auto in = [&](const Tensor& t) { return batch_first ? t.transpose(0, 1) : t; };
+      for (bool need_weights : {true, false}) {
+        for (bool average : {true, false}) {
+          INFO(c.name << (batch_first ? " batch_first" : "") << " need_weights " << need_weights << " average " << average);
+          auto [out, w] = m(in(q), in(k), in(v), c.kpm, need_weights, c.mask, average);
+          CHECK(rel_err(out, in(ref.out)) < 1e-12);
+          if (!need_weights) {
+            CHECK(!w.defined());
+          } else {
+            CHECK(rel_err(w, average ? mean(ref.weights, {1}) : ref.weights) < 1e-12);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("MultiheadAttention: kdim/vdim, is_causal, unbatched input, gradients", "[nn][attention]") {
+  const int64_t L = 4, S = 6, N = 2, E = 6;
+  auto m = make_mha(nn::MultiheadAttentionOptions(E, 3).kdim(5).vdim(7));
+  CHECK(keys(*m) == std::vector<std::string>{"q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias",
+                                              "out_proj.weight", "out_proj.bias"});
+  const Tensor q = randn_f64({L, N, E}, 1), k = randn_f64({S, N, 5}, 2), v = randn_f64({S, N, 7}, 3);
+  CHECK(rel_err(std::get<0>(m(q, k, v)), reference_mha(*m, q, k, v, {}, {}).out) < 1e-12);
+
+  auto s = make_mha(nn::MultiheadAttentionOptions(E, 2));
+  const Tensor x = randn_f64({L, N, E}, 4);
+  const Tensor causal_ref = reference_mha(*s, x, x, x, {}, {}, true).out;
+  CHECK(rel_err(std::get<0>(s(x, x, x, Tensor(), false, Tensor(), true, true)), causal_ref) < 1e-12);
+  CHECK(rel_err(std::get<0>(s(x, x, x, Tensor(), true, Tensor(), true, true)), causal_ref) < 1e-12);
+  // Unbatched [L, E].
+  auto [o1, w1] = s(x.select(1, 1), x.select(1, 1), x.select(1, 1));
+  CHECK(o1.sizes() == IntList{L, E});
+  CHECK(w1.sizes() == IntList{L, L});
+  CHECK(rel_err(o1, reference_mha(*s, x, x, x, {}, {}).out.select(1, 1)) < 1e-12);
+  // Gradients reach every parameter.
+  sum(std::get<0>(s(x, x, x, Tensor(), false))).backward();
+  for (const auto& p : s->parameters()) CHECK(p.grad().defined());
+  // Bad shapes.
+  CHECK_THROWS_WITH(s(x, x, x, ones({N, L + 1}, kBool)), Catch::Contains("key_padding_mask"));
+  CHECK_THROWS_WITH(s(x, x, x, Tensor(), true, ones({L, L + 1}, kBool)), Catch::Contains("attn_mask"));
+  CHECK_THROWS_WITH(s(x, x, randn_f64({L, N, E + 1}, 5)), Catch::Contains("features"));
+  CHECK_THROWS_WITH(nn::MultiheadAttention(5, 2), Catch::Contains("divisible"));
+  CHECK_THROWS_WITH(nn::MultiheadAttention(nn::MultiheadAttentionOptions(4, 2).add_bias_kv(true)),
+                    Catch::Contains("add_bias_kv"));
+}
+
+TEST_CASE("MultiheadAttention uses PyTorch's init and names", "[nn][attention]") {
+  nn::MultiheadAttention m(16, 4);
+  CHECK(keys(*m) == std::vector<std::string>{"in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"});
+  CHECK(m->in_proj_weight.sizes() == IntList{48, 16});
+  CHECK(max(abs(m->in_proj_bias)).item<double>() == 0.0);
+  CHECK(max(abs(m->out_proj->bias)).item<double>() == 0.0);
+  // xavier_uniform_ on [48, 16]: bound sqrt(6 / (16 + 48)).
+  CHECK(max(abs(m->in_proj_weight)).item<double>() <= std::sqrt(6.0 / 64.0));
+}
+
+namespace {
+Tensor ln(const nn::LayerNorm& n, const Tensor& x) {
+  return layer_norm(x, {x.size(-1)}, n->weight, n->bias, n->options.eps());
+}
+Tensor lin(const nn::Linear& l, const Tensor& x) { return matmul(x, l->weight.t()) + l->bias; }
+Tensor act(const std::string& a, const Tensor& x) { return a == "relu" ? relu(x) : gelu(x); }
+}  // namespace
+
+TEST_CASE("TransformerEncoderLayer: post-norm and pre-norm equal their definitions", "[nn][attention]") {
+  const int64_t S = 6, N = 2, E = 8;
+  const Tensor x = randn_f64({S, N, E}, 1);
+  Tensor kpm = gt(randn_f64({N, S}, 2), 0.5);
+  kpm.data_ptr<bool>()[0] = false;
+  for (bool norm_first : {false, true}) {
+    for (const char* a : {"relu", "gelu"}) {
+      INFO("norm_first " << norm_first << " " << a);
+      manual_seed(9);
+      nn::TransformerEncoderLayer layer(
+          nn::TransformerEncoderLayerOptions(E, 2).dim_feedforward(16).norm_first(norm_first).activation(a));
+      layer->to(kFloat64);
+      layer->eval();
+      auto sa = [&](const Tensor& t) { return reference_mha(*layer->self_attn, t, t, t, kpm, {}).out; };
+      auto ff = [&](const Tensor& t) { return lin(layer->linear2, act(a, lin(layer->linear1, t))); };
+      Tensor ref = x;
+      if (norm_first) {
+        ref = ref + sa(ln(layer->norm1, ref));
+        ref = ref + ff(ln(layer->norm2, ref));
+      } else {
+        ref = ln(layer->norm1, ref + sa(ref));
+        ref = ln(layer->norm2, ref + ff(ref));
+      }
+      CHECK(rel_err(layer(x, Tensor(), kpm), ref) < 1e-12);
+    }
+  }
+  nn::TransformerEncoderLayer layer(nn::TransformerEncoderLayerOptions(E, 2).dim_feedforward(16));
+  CHECK(keys(*layer) == std::vector<std::string>{"self_attn.in_proj_weight", "self_attn.in_proj_bias",
+                                                 "self_attn.out_proj.weight", "self_attn.out_proj.bias",
+                                                 "linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias",
+                                                 "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias"});
+  CHECK_THROWS_WITH(nn::TransformerEncoderLayer(nn::TransformerEncoderLayerOptions(E, 2).activation("tanh")),
+                    Catch::Contains("activation"));
+}
+
+TEST_CASE("TransformerDecoderLayer equals its definition, batch_first and causal self-attention", "[nn][attention]") {
+  const int64_t T = 5, S = 7, N = 2, E = 8;
+  const Tensor tgt = randn_f64({T, N, E}, 1), mem = randn_f64({S, N, E}, 2);
+  for (bool norm_first : {false, true}) {
+    INFO("norm_first " << norm_first);
+    manual_seed(3);
+    nn::TransformerDecoderLayer layer(nn::TransformerDecoderLayerOptions(E, 2).dim_feedforward(12).norm_first(norm_first));
+    layer->to(kFloat64);
+    layer->eval();
+    auto sa = [&](const Tensor& t) { return reference_mha(*layer->self_attn, t, t, t, {}, {}, true).out; };
+    auto ca = [&](const Tensor& t) { return reference_mha(*layer->multihead_attn, t, mem, mem, {}, {}).out; };
+    auto ff = [&](const Tensor& t) { return lin(layer->linear2, relu(lin(layer->linear1, t))); };
+    Tensor ref = tgt;
+    if (norm_first) {
+      ref = ref + sa(ln(layer->norm1, ref));
+      ref = ref + ca(ln(layer->norm2, ref));
+      ref = ref + ff(ln(layer->norm3, ref));
+    } else {
+      ref = ln(layer->norm1, ref + sa(ref));
+      ref = ln(layer->norm2, ref + ca(ref));
+      ref = ln(layer->norm3, ref + ff(ref));
+    }
+    CHECK(rel_err(layer(tgt, mem, Tensor(), Tensor(), Tensor(), Tensor(), true), ref) < 1e-12);
+  }
+  manual_seed(3);
+  nn::TransformerDecoderLayer bf(nn::TransformerDecoderLayerOptions(E, 2).dim_feedforward(12).batch_first(true));
+  bf->to(kFloat64);
+  bf->eval();
+  nn::TransformerDecoderLayer sf(nn::TransformerDecoderLayerOptions(E, 2).dim_feedforward(12));
+  sf->to(kFloat64);
+  sf->eval();
+  sf->load_state_dict(bf->state_dict());
+  CHECK(rel_err(bf(tgt.transpose(0, 1), mem.transpose(0, 1)), sf(tgt, mem).transpose(0, 1)) < 1e-12);
+  std::vector<std::string> want;
+  for (const char* p : {"self_attn", "multihead_attn"})
+    for (const char* s : {".in_proj_weight", ".in_proj_bias", ".out_proj.weight", ".out_proj.bias"})
+      want.push_back(std::string(p) + s);
+  for (const char* s : {"linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias", "norm1.weight",
+                        "norm1.bias", "norm2.weight", "norm2.bias", "norm3.weight", "norm3.bias"})
+    want.push_back(s);
+  CHECK(keys(*bf) == want);
+}
+
+TEST_CASE("TransformerEncoder stacks copies of its layer and the final norm", "[nn][attention]") {
+  const int64_t S = 5, N = 2, E = 8;
+  manual_seed(4);
+  nn::TransformerEncoderLayer proto(nn::TransformerEncoderLayerOptions(E, 2).dim_feedforward(16).batch_first(true));
+  nn::TransformerEncoder enc(nn::TransformerEncoderOptions(proto, 2).norm(nn::LayerNorm(nn::LayerNormOptions({E}))));
+  enc->to(kFloat64);
+  enc->eval();
+  proto->to(kFloat64);
+  proto->eval();
+  const auto k = keys(*enc);
+  REQUIRE(k.size() == 2 * 12 + 2);
+  CHECK(k.front() == "layers.0.self_attn.in_proj_weight");
+  CHECK(k[12] == "layers.1.self_attn.in_proj_weight");
+  CHECK(k.back() == "norm.bias");
+  // Every copy starts as the prototype.
+  auto& l0 = enc->layers->at<nn::TransformerEncoderLayerImpl>(0);
+  auto& l1 = enc->layers->at<nn::TransformerEncoderLayerImpl>(1);
+  CHECK(testing::same_values(l0.linear1->weight, proto->linear1->weight));
+  CHECK(testing::same_values(l1.self_attn->in_proj_weight, proto->self_attn->in_proj_weight));
+  CHECK(!l0.linear1->weight.is_same(l1.linear1->weight));
+  const Tensor x = randn_f64({N, S, E}, 5);
+  const Tensor ref = layer_norm(proto(proto(x, Tensor(), Tensor(), true), Tensor(), Tensor(), true), {E},
+                                enc->norm->weight, enc->norm->bias);
+  const Tensor out = enc(x, Tensor(), Tensor(), true);
+  CHECK(rel_err(out, ref) < 1e-12);
+  sum(out).backward();
+  for (const auto& p : enc->parameters()) CHECK(p.grad().defined());
+}
