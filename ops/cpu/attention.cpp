@@ -129,7 +129,6 @@ template <typename A> struct Operands {
   Strides4 sq, sk, sv, sm;
   int64_t B, H, Hk, L, S, E, Ev;
   int64_t Ep, Evp;  // head dims padded to the micro-kernel's width
-  int64_t Sp;       // keys padded to whole key blocks
   double scale;
   bool causal;
   double p;
@@ -142,7 +141,6 @@ template <typename A> struct Operands {
     B = qa.size(0), H = qa.size(1), L = qa.size(2), E = qa.size(3);
     Hk = ka.size(1), S = ka.size(2), Ev = va.size(3);
     Ep = round_up(std::max<int64_t>(E, 1), kNr), Evp = round_up(std::max<int64_t>(Ev, 1), kNr);
-    Sp = round_up(std::max<int64_t>(S, 1), kBk);
     scale = prm.scale;
     causal = prm.causal;
     p = prm.dropout_p;
