@@ -325,7 +325,7 @@ template <typename T> struct SdpaBackward {
     T* dq_p = dq.data_ptr<T>();
     T* dk_p = dk.data_ptr<T>();
     T* dv_p = dv.data_ptr<T>();
-    const int64_t E = o.E, Ev = o.Ev, Ep = o.Ep, Evp = o.Evp, L = o.L, S = o.S, G = o.H / o.Hk;
+    const int64_t E = o.E, Ev = o.Ev, Ep = o.Ep, Evp = o.Evp, L = o.L, S = o.S, G = o.Hk > 0 ? o.H / o.Hk : 0;
     const int64_t Sp = round_up(std::max<int64_t>(S, 1), kBk);
     const A sc = static_cast<A>(o.scale);
     const HeadRows<A> kr(o.k, o.sk, o.B, o.Hk, S, E, Ep);
