@@ -12,3 +12,4 @@
 #include "nn/utils.h"
 #include "nn/distributed.h"
 #include "nn/sync_batchnorm.h"
+#include "nn/attention.h"

@@ -304,6 +304,10 @@ TEST_CASE("a row with every key masked gives 0 and zero gradients on both paths"
   const Tensor out = scaled_dot_product_attention(q, k, v);
   CHECK(out.sizes() == IntList{1, 1, 3, 5});
   CHECK(max(abs(out)).item<double>() == 0.0);
+  // No heads at all.
+  CHECK(scaled_dot_product_attention(zeros({2, 0, 3, 4}, kFloat64), zeros({2, 0, 5, 4}, kFloat64),
+                                     zeros({2, 0, 5, 6}, kFloat64))
+            .sizes() == IntList{2, 0, 3, 6});
   // No query (L = 0): an empty result and zero key gradients.
   const Tensor q0 = zeros({1, 1, 0, 4}, kFloat64).set_requires_grad(true), k0 = randn_f64({1, 1, 3, 4}, 2).set_requires_grad(true);
   const Tensor o0 = scaled_dot_product_attention(q0, k0, k0);

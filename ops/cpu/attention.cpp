@@ -17,13 +17,17 @@ namespace mpx::cpu {
 namespace {
 using kernels::SdpaParams;
 
-// Tile sizes: a [kBq, E] query block meets [kBk, E] key blocks; with E = 64 the working set
-// (query, transposed keys, values, scores, output accumulator) stays within L2. Tiles are
-// padded with zeros to multiples of the micro-kernel's kMr x kNr, so no product has an edge case.
-constexpr int64_t kMr = 4, kNr = 16;
-constexpr int64_t kBq = 64;  // a multiple of kMr
-constexpr int64_t kBk = 64;  // a multiple of kNr
-inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+// Tile sizes: a block of kBq queries meets blocks of kBk keys; with head dims up to 64 the
+// working set (transposed query block, score tile, output accumulator) stays within L2.
+// Scores are kept transposed, [keys, queries]: the key rows of K and V then feed the products
+// as they lie in memory (no per-call transposes), and the softmax over keys becomes
+// elementwise work across the rows of the tile, vectorized over queries.
+constexpr int64_t kMr = 6, kNr = 16;
+constexpr int64_t kBq = 64;  // a multiple of kNr
+constexpr int64_t kBk = 64;
+constexpr int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+// Rows a product may write for an m-row operand (a partial block of kMr rows is stored whole).
+constexpr int64_t kBqRows = round_up(kBq, kMr), kBkRows = round_up(kBk, kMr);
 
 // exp(x) for x <= 0 (scores minus their running max), vectorizable (no libm call, no branch;
 // this file is compiled with -fno-trapping-math so GCC if-converts the selects): 2^n * p(r)
@@ -48,42 +52,53 @@ inline double exp_nonpos(double x) { return std::exp(x); }
 
 template <typename A> constexpr A kNegInf = -std::numeric_limits<A>::infinity();
 
-// C[m, n] (=, or += with Acc) op(A) B for dense row-major tiles: op(A) is [m, k] read as
-// A[i * lda + p], or with TransA stored [k, m] and read as A[p * lda + i]; B is [k, n]. m is a
-// multiple of kMr and n of kNr. A kMr x kNr block of C lives in vector registers (GCC vector
-// extensions: 8 AVX2 registers for f32) while k runs, so each loaded row of B feeds kMr FMAs.
+// C[m, n] (=, or += with Acc) op(A) B for row-major tiles: op(A) is [m, k] read as
+// A[i * lda + p], or with TransA stored [k, m] and read as A[p * lda + i]; B is [k, n] with n a
+// multiple of kNr. Rows of op(A) past m read as 0 (so A needs no padding rows) but C has room
+// for m rounded up to kMr rows. A kMr x kNr block of C lives in vector registers (GCC vector
+// extensions: 12 of the 16 AVX2 registers) while k runs, so each loaded row of B feeds kMr FMAs.
+constexpr int kNv = 2;  // vectors per row of a block of C
 template <typename S> struct VecOf {
   typedef S type __attribute__((vector_size(32)));
   // The same vector at element alignment, for loads and stores straight from the tiles.
   typedef S unaligned __attribute__((vector_size(32), __may_alias__, aligned(sizeof(S))));
 };
-template <bool TransA, bool Acc, typename S>
-void tile_gemm(S* __restrict c, int64_t ldc, const S* __restrict a, int64_t lda, const S* __restrict b, int64_t ldb,
-               int64_t m, int64_t n, int64_t k) {
+// One kMr x (NV vectors) block of C at (i, j); Partial: only `rows` rows of op(A) are real.
+template <bool TransA, bool Acc, bool Partial, typename S>
+inline void gemm_block(S* __restrict c, int64_t ldc, const S* __restrict a, int64_t lda, const S* __restrict b,
+                       int64_t ldb, int64_t i, int64_t j, int64_t k, int64_t rows) {
   using V = typename VecOf<S>::type;
   using U = typename VecOf<S>::unaligned;
   constexpr int W = 32 / sizeof(S);
-  constexpr int NV = 2;  // vectors per row of the block: 16 floats or 8 doubles
-  constexpr int NB = NV * W;
-  for (int64_t i = 0; i < m; i += kMr)
-    for (int64_t j = 0; j < n; j += NB) {
-      V acc[kMr][NV];
-      for (int r = 0; r < kMr; ++r)
-        for (int v = 0; v < NV; ++v) acc[r][v] = V{};
-      for (int64_t p = 0; p < k; ++p) {
-        V bv[NV];
-        for (int v = 0; v < NV; ++v) bv[v] = *reinterpret_cast<const U*>(b + p * ldb + j + v * W);
-        for (int r = 0; r < kMr; ++r) {
-          const S x = TransA ? a[p * lda + i + r] : a[(i + r) * lda + p];
-          for (int v = 0; v < NV; ++v) acc[r][v] += x * bv[v];
-        }
-      }
-      for (int r = 0; r < kMr; ++r)
-        for (int v = 0; v < NV; ++v) {
-          U* cv = reinterpret_cast<U*>(c + (i + r) * ldc + j + v * W);
-          *cv = Acc ? *cv + acc[r][v] : acc[r][v];
-        }
+  V acc[kMr][kNv];
+  for (int r = 0; r < kMr; ++r)
+    for (int v = 0; v < kNv; ++v) acc[r][v] = V{};
+  for (int64_t p = 0; p < k; ++p) {
+    V bv[kNv];
+    for (int v = 0; v < kNv; ++v) bv[v] = *reinterpret_cast<const U*>(b + p * ldb + j + v * W);
+    for (int r = 0; r < kMr; ++r) {
+      if (Partial && r >= rows) break;
+      const S x = TransA ? a[p * lda + i + r] : a[(i + r) * lda + p];
+      for (int v = 0; v < kNv; ++v) acc[r][v] += x * bv[v];
     }
+  }
+  for (int r = 0; r < kMr; ++r)
+    for (int v = 0; v < kNv; ++v) {
+      U* cv = reinterpret_cast<U*>(c + (i + r) * ldc + j + v * W);
+      *cv = Acc ? *cv + acc[r][v] : acc[r][v];
+    }
+}
+template <bool TransA, bool Acc, typename S>
+void tile_gemm(S* __restrict c, int64_t ldc, const S* __restrict a, int64_t lda, const S* __restrict b, int64_t ldb,
+               int64_t m, int64_t n, int64_t k) {
+  constexpr int64_t NB = kNv * 32 / sizeof(S);  // 16 floats or 8 doubles
+  for (int64_t i = 0; i < m; i += kMr) {
+    const int64_t rows = std::min<int64_t>(kMr, m - i);
+    for (int64_t j = 0; j < n; j += NB) {
+      if (rows == kMr) gemm_block<TransA, Acc, false>(c, ldc, a, lda, b, ldb, i, j, k, rows);
+      else gemm_block<TransA, Acc, true>(c, ldc, a, lda, b, ldb, i, j, k, rows);
+    }
+  }
 }
 
 // A [B, H, rows, cols] view's element strides.
@@ -114,7 +129,6 @@ template <typename A> struct Operands {
   Strides4 sq, sk, sv, sm;
   int64_t B, H, Hk, L, S, E, Ev;
   int64_t Ep, Evp;  // head dims padded to the micro-kernel's width
-  int64_t Sp;       // keys padded to whole key blocks
   double scale;
   bool causal;
   double p;
@@ -127,7 +141,6 @@ template <typename A> struct Operands {
     B = qa.size(0), H = qa.size(1), L = qa.size(2), E = qa.size(3);
     Hk = ka.size(1), S = ka.size(2), Ev = va.size(3);
     Ep = round_up(std::max<int64_t>(E, 1), kNr), Evp = round_up(std::max<int64_t>(Ev, 1), kNr);
-    Sp = round_up(std::max<int64_t>(S, 1), kBk);
     scale = prm.scale;
     causal = prm.causal;
     p = prm.dropout_p;
@@ -157,74 +170,71 @@ void load_tile(A* dst, int64_t ld, int64_t rows_total, const A* src, int64_t rs,
     }
   }
 }
-// Key/value heads repacked once per call, zero-padded to whole tiles, so every tile product
-// reads them in place: [B * Hk, rows_p, cols_p] (rows as stored), or with `transpose`
-// [B * Hk, cols, rows_p] (column r of a head is its row r). O(S * E) memory, like the inputs.
+// Key or value heads copied once per call with their rows zero-padded to a multiple of kNr
+// elements, [B * Hk, rows, cols_p], for products that read whole vectors of a row (only where
+// the head dim is not such a multiple already). O(S * E) memory, like the inputs.
 template <typename A>
-Tensor pack_heads(const A* src, const Strides4& st, int64_t B, int64_t Hk, int64_t rows, int64_t cols, int64_t rows_p,
-                  int64_t cols_p, bool transpose) {
-  const int64_t per = transpose ? cols * rows_p : rows_p * cols_p;
-  Tensor packed = empty({std::max<int64_t>(B * Hk * per, 1)}, TensorOptions(dtype_v<A>));
+Tensor pack_heads(const A* src, const Strides4& st, int64_t B, int64_t Hk, int64_t rows, int64_t cols, int64_t cols_p) {
+  Tensor packed = empty({std::max<int64_t>(B * Hk * rows * cols_p, 1)}, TensorOptions(dtype_v<A>));
   A* base = packed.data_ptr<A>();
   parallel_for(B * Hk, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const A* __restrict in = src + st.at(t / Hk, t % Hk, 0);
-      A* __restrict out = base + t * per;
-      const int64_t rs = st.s[2];
-      if (transpose) {
-        // Row blocks small enough to stay in L1 while each column of them is written out contiguously.
-        for (int64_t c = 0; c < cols; ++c) std::fill(out + c * rows_p + rows, out + (c + 1) * rows_p, A(0));
-        for (int64_t r0 = 0; r0 < rows; r0 += 64) {
-          const int64_t r1 = std::min(rows, r0 + 64);
-          for (int64_t c = 0; c < cols; ++c) {
-            A* __restrict oc = out + c * rows_p;
-            for (int64_t r = r0; r < r1; ++r) oc[r] = in[r * rs + c];
-          }
-        }
-      } else {
-        load_tile(out, cols_p, rows_p, in, rs, rows, cols);
-      }
-    }
+    for (int64_t t = t0; t < t1; ++t)
+      load_tile(base + t * rows * cols_p, cols_p, rows, src + st.at(t / Hk, t % Hk, 0), st.s[2], rows, cols);
   });
   return packed;
 }
 
-// Max and sum over a kBk-wide row in 8 lanes (plain reductions would not vectorize).
-template <typename A> A row_max(const A* row) {
-  A m8[8];
-  for (int l = 0; l < 8; ++l) m8[l] = kNegInf<A>;
-  for (int64_t j = 0; j < kBk; j += 8)
-    for (int l = 0; l < 8; ++l) m8[l] = row[j + l] > m8[l] ? row[j + l] : m8[l];
-  A m = m8[0];
-  for (int l = 1; l < 8; ++l) m = m8[l] > m ? m8[l] : m;
-  return m;
-}
-template <typename A> A row_sum(const A* row) {
-  A s8[8] = {};
-  for (int64_t j = 0; j < kBk; j += 8)
-    for (int l = 0; l < 8; ++l) s8[l] += row[j + l];
-  A s = 0;
-  for (int l = 0; l < 8; ++l) s += s8[l];
-  return s;
+// The rows of one key/value head as a product reads them: in place when each row holds whole
+// vectors (the head dim a multiple of kNr, unit stride), else from a padded copy.
+template <typename A> struct HeadRows {
+  Tensor packed;
+  const A* base;
+  Strides4 st;
+  int64_t ld;
+  HeadRows(const A* src, const Strides4& s, int64_t B, int64_t Hk, int64_t rows, int64_t cols, int64_t cols_p)
+      : base(src), st(s), ld(s.s[2]) {
+    if (cols == cols_p) return;
+    packed = pack_heads(src, s, B, Hk, rows, cols, cols_p);
+    base = packed.data_ptr<A>();
+    st.s[0] = Hk * rows * cols_p, st.s[1] = rows * cols_p, st.s[2] = cols_p, st.s[3] = 1;
+    ld = cols_p;
+  }
+  const A* row(int64_t b, int64_t hk, int64_t j) const { return base + st.at(b, hk, j); }
+};
+
+// n rows of `cols` elements (row stride rs) transposed into a cols x kBq tile (row r of the
+// source is column r), zero in columns n..kBq.
+template <typename A> void load_tile_t(A* dst, const A* src, int64_t rs, int64_t n, int64_t cols) {
+  for (int64_t c = 0; c < cols; ++c) {
+    A* __restrict d = dst + c * kBq;
+    for (int64_t r = 0; r < n; ++r) d[r] = src[r * rs + c];
+    std::fill(d + n, d + kBq, A(0));
+  }
 }
 
-// Scaled, masked scores of one tile in place: key j of query i (global j0 + j, i0 + i) gets
-// -inf when it lies past the block's end, past the causal diagonal, or under a -inf mask.
-// Columns past the causal limit may hold anything (the products skip them): they are only written.
+// The transposed score tile of keys [j0, j0 + nk) and queries [i0, i0 + bq), scaled and masked
+// in place: -inf past the causal diagonal, under a -inf mask, in the padding columns up to bqn
+// and in the padding rows up to nk rounded to kMr.
 template <typename A>
-void mask_scores(A* s, const Operands<A>& o, int64_t b, int64_t h, int64_t i0, int64_t bq, int64_t j0, int64_t bk) {
+void mask_scores_t(A* st, const Operands<A>& o, int64_t b, int64_t h, int64_t i0, int64_t bq, int64_t bqn, int64_t j0,
+                   int64_t nk) {
   const A sc = static_cast<A>(o.scale);
-  for (int64_t i = 0; i < bq; ++i) {
-    A* row = s + i * kBk;
-    const int64_t limit = o.causal ? std::clamp<int64_t>(i0 + i + 1 - j0, 0, bk) : bk;
-    if (o.mask) {
-      const A* mr = o.mask + o.sm.at(b, h, i0 + i) + j0 * o.sm.s[3];
-      const int64_t ms = o.sm.s[3];
-      for (int64_t j = 0; j < limit; ++j) row[j] = row[j] * sc + mr[j * ms];
-    } else {
-      for (int64_t j = 0; j < limit; ++j) row[j] *= sc;
+  for (int64_t j = 0; j < round_up(nk, kMr); ++j) {
+    A* row = st + j * kBq;
+    if (j >= nk) {
+      std::fill(row, row + bqn, kNegInf<A>);
+      continue;
     }
-    for (int64_t j = limit; j < kBk; ++j) row[j] = kNegInf<A>;
+    const int64_t first = o.causal ? std::clamp<int64_t>(j0 + j - i0, 0, bq) : 0;  // key j0 + j <= query
+    std::fill(row, row + first, kNegInf<A>);
+    if (o.mask) {
+      const A* mc = o.mask + o.sm.at(b, h, i0) + (j0 + j) * o.sm.s[3];
+      const int64_t ms = o.sm.s[2];
+      for (int64_t i = first; i < bq; ++i) row[i] = row[i] * sc + mc[i * ms];
+    } else {
+      for (int64_t i = first; i < bq; ++i) row[i] *= sc;
+    }
+    std::fill(row + bq, row + bqn, kNegInf<A>);
   }
 }
 
@@ -236,51 +246,57 @@ template <typename T> struct SdpaForward {
     const Operands<A> o(qa, ka, va, mask, prm);
     T* out_p = out.data_ptr<T>();
     A* lse_p = lse.data_ptr<A>();
-    const int64_t E = o.E, Ev = o.Ev, Evp = o.Evp, L = o.L, S = o.S, Sp = o.Sp;
+    const int64_t E = o.E, Ev = o.Ev, Evp = o.Evp, L = o.L, S = o.S;
     const int64_t nqb = (L + kBq - 1) / kBq;
-    const Tensor kt_all = pack_heads(o.k, o.sk, o.B, o.Hk, S, E, Sp, E, true);     // [.., E, Sp]
-    const Tensor v_all = pack_heads(o.v, o.sv, o.B, o.Hk, S, Ev, Sp, Evp, false);  // [.., Sp, Evp]
-    const A* kt_p = kt_all.data_ptr<A>();
-    const A* v_pk = v_all.data_ptr<A>();
+    const HeadRows<A> vr(o.v, o.sv, o.B, o.Hk, S, Ev, Evp);
     // One task per (b, h, query block); each writes its own rows only.
     parallel_for(o.B * o.H * nqb, 1, [&](int64_t t0, int64_t t1) {
       Tensor h1, h2, h3;
-      A* qt = scratch<A>(h1, kBq * E);
-      A* st = scratch<A>(h2, kBq * kBk);
-      A* acc = scratch<A>(h3, kBq * Evp);
-      A m[kBq], l[kBq];
+      A* qt = scratch<A>(h1, E * kBq);     // the query block transposed, [E, kBq]
+      A* st = scratch<A>(h2, kBkRows * kBq);   // scores, then weights, [keys, queries]
+      A* acc = scratch<A>(h3, kBqRows * Evp);  // unnormalized output rows
+      A m[kBq], l[kBq], safe[kBq], alpha[kBq];
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t qb = t % nqb, bh = t / nqb, b = bh / o.H, h = bh % o.H, hk = o.kv_head(h);
-        const int64_t i0 = qb * kBq, bq = std::min(kBq, L - i0), bqp = round_up(bq, kMr);
-        load_tile(qt, E, bqp, o.q + o.sq.at(b, h, i0), o.sq.s[2], bq, E);
-        std::fill(acc, acc + bqp * Evp, A(0));
+        const int64_t i0 = qb * kBq, bq = std::min(kBq, L - i0), bqn = round_up(bq, kNr);
+        load_tile_t(qt, o.q + o.sq.at(b, h, i0), o.sq.s[2], bq, E);
+        std::fill(acc, acc + kBqRows * Evp, A(0));
         std::fill(m, m + kBq, kNegInf<A>);
         std::fill(l, l + kBq, A(0));
         const int64_t s_end = o.causal ? std::min(S, i0 + bq) : S;
         for (int64_t j0 = 0; j0 < s_end; j0 += kBk) {
-          // bk keys in the block, nk of them visible to some row (causal: up to the last row).
+          // Keys of the block that some query of the block may see (causal: up to its last query).
           const int64_t bk = std::min(kBk, S - j0), nk = o.causal ? std::min(bk, i0 + bq - j0) : bk;
-          const A* kt = kt_p + (b * o.Hk + hk) * E * Sp + j0;
-          const A* vb = v_pk + ((b * o.Hk + hk) * Sp + j0) * Evp;
-          tile_gemm<false, false>(st, kBk, qt, E, kt, Sp, bqp, round_up(nk, kNr), E);
-          mask_scores(st, o, b, h, i0, bq, j0, bk);
-          for (int64_t i = 0; i < bqp; ++i) {
-            A* row = st + i * kBk;
-            const A mx = i < bq ? std::max(m[i], row_max(row)) : kNegInf<A>;
-            if (mx == kNegInf<A>) {  // padding, or every key so far masked: nothing to add
-              std::fill(row, row + kBk, A(0));
-              continue;
-            }
-            const A alpha = exp_nonpos(m[i] - mx);
-            for (int64_t j = 0; j < kBk; ++j) row[j] = exp_nonpos(row[j] - mx);
-            m[i] = mx;
-            l[i] = l[i] * alpha + row_sum(row);
-            if (o.p > 0.0)
-              for (int64_t j = 0; j < bk; ++j) row[j] *= o.dropout_factor(b, h, i0 + i, j0 + j);
-            A* ar = acc + i * Evp;
-            for (int64_t c = 0; c < Evp; ++c) ar[c] *= alpha;
+          const int64_t nkm = round_up(nk, kMr);
+          tile_gemm<false, false>(st, kBq, o.k + o.sk.at(b, hk, j0), o.sk.s[2], qt, kBq, nk, bqn, E);
+          mask_scores_t(st, o, b, h, i0, bq, bqn, j0, nk);
+          // Online softmax down the key rows, all queries at once.
+          for (int64_t i = 0; i < bqn; ++i) alpha[i] = m[i];
+          for (int64_t j = 0; j < nkm; ++j) {
+            const A* row = st + j * kBq;
+            for (int64_t i = 0; i < bqn; ++i) alpha[i] = row[i] > alpha[i] ? row[i] : alpha[i];
           }
-          tile_gemm<false, true>(acc, Evp, st, kBk, vb, Evp, bqp, Evp, nk);
+          for (int64_t i = 0; i < bqn; ++i) {
+            // A query that has seen only masked keys keeps weight 0 (its max stays -inf).
+            safe[i] = alpha[i] == kNegInf<A> ? A(0) : alpha[i];
+            const A prev = m[i];
+            m[i] = alpha[i];
+            alpha[i] = exp_nonpos(prev - safe[i]);
+            l[i] *= alpha[i];
+          }
+          for (int64_t j = 0; j < nkm; ++j) {
+            A* row = st + j * kBq;
+            for (int64_t i = 0; i < bqn; ++i) {
+              row[i] = exp_nonpos(row[i] - safe[i]);
+              l[i] += row[i];
+            }
+          }
+          if (o.p > 0.0)
+            for (int64_t j = 0; j < nk; ++j)
+              for (int64_t i = 0; i < bq; ++i) st[j * kBq + i] *= o.dropout_factor(b, h, i0 + i, j0 + j);
+          for (int64_t i = 0; i < bq; ++i)
+            for (int64_t c = 0; c < Evp; ++c) acc[i * Evp + c] *= alpha[i];
+          tile_gemm<true, true>(acc, Evp, st, kBq, vr.row(b, hk, j0), vr.ld, bq, Evp, nk);
         }
         T* orow = out_p + ((b * o.H + h) * L + i0) * Ev;
         A* lrow = lse_p + (b * o.H + h) * L + i0;
@@ -309,80 +325,77 @@ template <typename T> struct SdpaBackward {
     T* dq_p = dq.data_ptr<T>();
     T* dk_p = dk.data_ptr<T>();
     T* dv_p = dv.data_ptr<T>();
-    const int64_t E = o.E, Ev = o.Ev, Ep = o.Ep, Evp = o.Evp, L = o.L, S = o.S, G = o.H / o.Hk;
-    const int64_t Sp = o.Sp;
+    const int64_t E = o.E, Ev = o.Ev, Ep = o.Ep, Evp = o.Evp, L = o.L, S = o.S, G = o.Hk > 0 ? o.H / o.Hk : 0;
+    const int64_t Sp = round_up(std::max<int64_t>(S, 1), kBk);
     const A sc = static_cast<A>(o.scale);
-    const Tensor kt_all = pack_heads(o.k, o.sk, o.B, o.Hk, S, E, Sp, E, true);     // [.., E, Sp]
-    const Tensor k_all = pack_heads(o.k, o.sk, o.B, o.Hk, S, E, Sp, Ep, false);    // [.., Sp, Ep]
-    const Tensor vt_all = pack_heads(o.v, o.sv, o.B, o.Hk, S, Ev, Sp, Ev, true);   // [.., Ev, Sp]
-    const A* kt_p = kt_all.data_ptr<A>();
-    const A* k_pk = k_all.data_ptr<A>();
-    const A* vt_p = vt_all.data_ptr<A>();
+    const HeadRows<A> kr(o.k, o.sk, o.B, o.Hk, S, E, Ep);
     // One task per (b, kv head): it owns its keys' dk/dv (the grouped query heads are summed in
     // order, so results do not depend on the thread count) and the dq rows of its query heads.
     parallel_for(o.B * o.Hk, 1, [&](int64_t t0, int64_t t1) {
-      Tensor h1, h2, h3, h4, h5, h6, h7;
-      A* dk_acc = scratch<A>(h1, Sp * Ep);
-      A* dv_acc = scratch<A>(h2, Sp * Evp);
-      A* qt = scratch<A>(h3, kBq * Ep);
-      A* gt = scratch<A>(h4, kBq * Evp);
-      A* pt = scratch<A>(h5, kBq * kBk);
-      A* dst = scratch<A>(h6, kBq * kBk);
-      A* dq_acc = scratch<A>(h7, kBq * Ep);
-      A D[kBq];
+      Tensor h1, h2, h3, h4, h5, h6, h7, h8, h9;
+      A* dk_acc = scratch<A>(h1, (Sp + kMr) * Ep);
+      A* dv_acc = scratch<A>(h2, (Sp + kMr) * Evp);
+      A* qt = scratch<A>(h3, E * kBq);      // query block transposed
+      A* qp = scratch<A>(h4, kBq * Ep);     // query block, rows padded
+      A* gt = scratch<A>(h5, Ev * kBq);     // dO block transposed
+      A* gp = scratch<A>(h6, kBq * Evp);    // dO block, rows padded
+      A* pt = scratch<A>(h7, kBkRows * kBq);   // weights, [keys, queries]
+      A* dst = scratch<A>(h8, kBkRows * kBq);  // dP, then dS, [keys, queries]
+      A* dq_acc = scratch<A>(h9, kBqRows * Ep);
+      A D[kBq], lsafe[kBq];
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t b = t / o.Hk, hk = t % o.Hk;
         std::fill(dk_acc, dk_acc + Sp * Ep, A(0));
         std::fill(dv_acc, dv_acc + Sp * Evp, A(0));
         for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
           for (int64_t i0 = 0; i0 < L; i0 += kBq) {
-            const int64_t bq = std::min(kBq, L - i0), bqp = round_up(bq, kMr);
+            const int64_t bq = std::min(kBq, L - i0), bqn = round_up(bq, kNr);
             const int64_t row0 = (b * o.H + h) * L + i0;
-            load_tile(qt, Ep, bqp, o.q + o.sq.at(b, h, i0), o.sq.s[2], bq, E);
-            load_tile(gt, Evp, bqp, g_p + row0 * Ev, Ev, bq, Ev);
-            for (int64_t i = 0; i < bq; ++i) {
+            const A* qsrc = o.q + o.sq.at(b, h, i0);
+            load_tile_t(qt, qsrc, o.sq.s[2], bq, E);
+            load_tile(qp, Ep, bq, qsrc, o.sq.s[2], bq, E);
+            load_tile_t(gt, g_p + row0 * Ev, Ev, bq, Ev);
+            load_tile(gp, Evp, bq, g_p + row0 * Ev, Ev, bq, Ev);
+            for (int64_t i = 0; i < bqn; ++i) {
               A d = 0;
-              for (int64_t c = 0; c < Ev; ++c) d += gt[i * Evp + c] * o_p[(row0 + i) * Ev + c];
+              if (i < bq)
+                for (int64_t c = 0; c < Ev; ++c) d += gp[i * Evp + c] * o_p[(row0 + i) * Ev + c];
               D[i] = d;
+              // A query with every key masked (lse -inf) gets weights exp(s - inf) = 0.
+              const A li = i < bq ? lse_p[row0 + i] : A(0);
+              lsafe[i] = li == kNegInf<A> ? std::numeric_limits<A>::infinity() : li;
             }
-            std::fill(dq_acc, dq_acc + bqp * Ep, A(0));
+            std::fill(dq_acc, dq_acc + kBqRows * Ep, A(0));
             const int64_t s_end = o.causal ? std::min(S, i0 + bq) : S;
             for (int64_t j0 = 0; j0 < s_end; j0 += kBk) {
               const int64_t bk = std::min(kBk, S - j0), nk = o.causal ? std::min(bk, i0 + bq - j0) : bk;
-              const int64_t nkp = round_up(nk, kNr);  // columns the products compute (the rest: unused)
-              const int64_t head = b * o.Hk + hk;
-              const A* kt = kt_p + head * E * Sp + j0;
-              const A* kb = k_pk + (head * Sp + j0) * Ep;
-              const A* vt = vt_p + head * Ev * Sp + j0;
-              tile_gemm<false, false>(pt, kBk, qt, Ep, kt, Sp, bqp, nkp, E);
-              mask_scores(pt, o, b, h, i0, bq, j0, bk);
-              tile_gemm<false, false>(dst, kBk, gt, Evp, vt, Sp, bqp, nkp, Ev);
-              for (int64_t i = 0; i < bqp; ++i) {
-                A* prow = pt + i * kBk;
-                A* drow = dst + i * kBk;
-                const A li = i < bq ? lse_p[row0 + i] : kNegInf<A>;
-                if (li == kNegInf<A>) {  // padding, or every key masked: no gradient through this row
-                  std::fill(prow, prow + nkp, A(0));
-                  std::fill(drow, drow + nkp, A(0));
-                  continue;
-                }
-                const A di = D[i];
-                for (int64_t j = 0; j < nkp; ++j) prow[j] = exp_nonpos(prow[j] - li);
-                if (o.p > 0.0) {
+              const int64_t nkm = round_up(nk, kMr);
+              tile_gemm<false, false>(pt, kBq, o.k + o.sk.at(b, hk, j0), o.sk.s[2], qt, kBq, nk, bqn, E);
+              mask_scores_t(pt, o, b, h, i0, bq, bqn, j0, nk);
+              tile_gemm<false, false>(dst, kBq, o.v + o.sv.at(b, hk, j0), o.sv.s[2], gt, kBq, nk, bqn, Ev);
+              for (int64_t j = 0; j < nkm; ++j) {
+                A* prow = pt + j * kBq;
+                A* drow = dst + j * kBq;
+                if (o.p > 0.0 && j < nk) {
                   // prow becomes the dropped weights (dv's factor); dS = P * (Z * dP - D).
-                  for (int64_t j = 0; j < bk; ++j) {
-                    const A z = o.dropout_factor(b, h, i0 + i, j0 + j);
-                    drow[j] = prow[j] * (z * drow[j] - di) * sc;
-                    prow[j] *= z;
+                  for (int64_t i = 0; i < bqn; ++i) {
+                    const A p = exp_nonpos(prow[i] - lsafe[i]);
+                    const A z = i < bq ? o.dropout_factor(b, h, i0 + i, j0 + j) : A(0);
+                    drow[i] = p * (z * drow[i] - D[i]) * sc;
+                    prow[i] = p * z;
                   }
                 } else {
-                  for (int64_t j = 0; j < nkp; ++j) drow[j] = prow[j] * (drow[j] - di) * sc;
+                  for (int64_t i = 0; i < bqn; ++i) {
+                    const A p = exp_nonpos(prow[i] - lsafe[i]);
+                    drow[i] = p * (drow[i] - D[i]) * sc;
+                    prow[i] = p;
+                  }
                 }
               }
               // dv += P^T dO, dk += dS^T q, dq += dS k (dS already carries the scale).
-              tile_gemm<true, true>(dv_acc + j0 * Evp, Evp, pt, kBk, gt, Evp, nkp, Evp, bqp);
-              tile_gemm<true, true>(dk_acc + j0 * Ep, Ep, dst, kBk, qt, Ep, nkp, Ep, bqp);
-              tile_gemm<false, true>(dq_acc, Ep, dst, kBk, kb, Ep, bqp, Ep, nk);
+              tile_gemm<false, true>(dv_acc + j0 * Evp, Evp, pt, kBq, gp, Evp, nk, Evp, bq);
+              tile_gemm<false, true>(dk_acc + j0 * Ep, Ep, dst, kBq, qp, Ep, nk, Ep, bq);
+              tile_gemm<true, true>(dq_acc, Ep, dst, kBq, kr.row(b, hk, j0), kr.ld, bq, Ep, nk);
             }
             T* dqo = dq_p + row0 * E;
             for (int64_t i = 0; i < bq; ++i)
