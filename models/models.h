@@ -7,6 +7,7 @@
 #include "core/arg.h"
 #include "models/alexnet.h"
 #include "models/dcgan.h"
+#include "models/gpt.h"
 #include "models/resnet.h"
 #include "models/small_cnn.h"
 #include "models/vgg.h"

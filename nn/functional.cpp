@@ -21,14 +21,7 @@ namespace mpx::nn::functional {
 Tensor relu(const Tensor& x, const ReLUFuncOptions&) { return mpx::relu(x); }
 Tensor relu6(const Tensor& x, const ReLU6FuncOptions&) { return mpx::clamp(x, 0.0, 6.0); }
 Tensor leaky_relu(const Tensor& x, const LeakyReLUFuncOptions& o) { return mpx::leaky_relu(x, o.negative_slope()); }
-Tensor gelu(const Tensor& x, const GELUFuncOptions& o) {
-  if (o.approximate() == "none") return mpx::gelu(x);
-  MPX_CHECK(o.approximate() == "tanh", "gelu: approximate must be \"none\" or \"tanh\", got \"", o.approximate(), "\"");
-  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-  const double k = std::sqrt(2.0 / M_PI);
-  Tensor inner = mpx::mul(mpx::add(x, mpx::mul(mpx::pow(x, 3.0), 0.044715)), k);
-  return mpx::mul(mpx::mul(x, 0.5), mpx::add(mpx::tanh(inner), 1.0));
-}
+Tensor gelu(const Tensor& x, const GELUFuncOptions& o) { return mpx::gelu(x, o.approximate()); }
 Tensor silu(const Tensor& x) { return mpx::silu(x); }
 Tensor sigmoid(const Tensor& x) { return mpx::sigmoid(x); }
 Tensor tanh(const Tensor& x) { return mpx::tanh(x); }

@@ -154,6 +154,43 @@ Tensor threshold_backward(const Tensor& g0, const Tensor& x0, double thr) {
   return out;
 }
 
+Tensor gelu_backward(const Tensor& g0, const Tensor& x0, double form) {
+  auto in = ops::autocast(OpId::gelu_backward, {g0, x0});
+  const DType dt = ops::result_type(in);
+  MPX_CHECK(is_floating(dt), "gelu_backward: grad and x must be floating, got ", ops::describe(in[0]), " and ",
+            ops::describe(in[1]));
+  const IntList shape = broadcast_shapes(in[0].sizes(), in[1].sizes(), "gelu_backward");
+  Tensor out = empty(shape, ops::elementwise_options(dt, in[0].device(), shape, in));
+  {
+    NoGradGuard ng;
+    dispatch::kernel<OpId::gelu_backward>(out.device(), dt)(out, in[0].to(dt).expand(shape), in[1].to(dt).expand(shape),
+                                                           form);
+  }
+  // d/dgrad = gelu'(x) (this kernel again); d/dx = grad * gelu''(x), in differentiable ops.
+  if (auto n = autograd::record("GeluBackwardBackward", {in[0], in[1]}, {out},
+                                [form](FunctionNode& self, const tensor_list& g) -> tensor_list {
+                                  const Tensor &gy = self.saved(0), &x = self.saved(1);
+                                  Tensor second;
+                                  if (form == 0.0) {
+                                    // phi(x) (2 - x^2)
+                                    second = exp(x * x * -0.5) * 0.3989422804014327 * (2.0 - x * x);
+                                  } else {
+                                    // u = k (x + c x^3), t = tanh(u): (1 - t^2) (u' - x t u'^2 + 3 c k x^2)
+                                    const double k = 0.7978845608028654, c = 0.044715;
+                                    const Tensor x2 = x * x;
+                                    const Tensor t = tanh((x + x2 * x * c) * k);
+                                    const Tensor du = (x2 * (3.0 * c) + 1.0) * k;
+                                    second = (1.0 - t * t) * (du - x * t * du * du + x2 * (3.0 * c * k));
+                                  }
+                                  return {ops::reduce_grad(gelu_backward(g[0], x, form), gy),
+                                          ops::reduce_grad(g[0] * gy * second, x)};
+                                })) {
+    n->save(in[0]);
+    n->save(in[1]);
+  }
+  return out;
+}
+
 // ---- binary ----
 Tensor add(const Tensor& a, const Tensor& b, double alpha) { return binary<OpId::add>(a, b, alpha); }
 Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return binary<OpId::sub>(a, b, alpha); }

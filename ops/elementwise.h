@@ -29,6 +29,9 @@ Tensor clamp_max(const Tensor& x, double hi);
 Tensor affine(const Tensor& x, double scale, double shift);
 /// grad where x > threshold, else 0 (relu's backward, itself differentiable in grad).
 Tensor threshold_backward(const Tensor& grad, const Tensor& x, double threshold);
+/// grad * gelu'(x) in one kernel (gelu's backward; `form` 0 is the erf form, 1 the tanh form),
+/// itself differentiable in grad and x.
+Tensor gelu_backward(const Tensor& grad, const Tensor& x, double form);
 
 // ---- binary, with numpy broadcasting and PyTorch's type promotion ----
 Tensor add(const Tensor& a, const Tensor& b, double alpha = 1.0);

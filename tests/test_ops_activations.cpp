@@ -94,6 +94,29 @@ TEST_CASE("prelu matches PyTorch for one slope and a slope per channel, with gra
   CHECK_THROWS_WITH(prelu(x, zeros({3}, kFloat64)), Catch::Contains("prelu"));
 }
 
+TEST_CASE("gelu_backward is gelu's derivative times grad in one kernel, and differentiable in both inputs", "[ops][activation]") {
+  for (double form : {0.0, 1.0}) {
+    INFO("form " << form);
+    Tensor x = tensor(std::vector<double>{-3.7, -2.2, -0.9, -0.1, 0.4, 1.3, 2.6, 4.1}, {}, TensorOptions(kFloat64));
+    Tensor g = tensor(std::vector<double>{0.5, -1.0, 2.0, 0.25, -0.75, 1.5, 3.0, -2.0}, {}, TensorOptions(kFloat64));
+    // The derivative by central differences of the f64 reference.
+    const auto ref = form == 0.0 ? gelu_ref : gelu_tanh_ref;
+    for (DType dt : {kFloat64, kFloat32}) {
+      const Tensor got = gelu_backward(g.to(dt), x.to(dt), form).to(kFloat64);
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const double xi = x.data_ptr<double>()[i], h = 1e-5;
+        const double want = g.data_ptr<double>()[i] * (ref(xi + h) - ref(xi - h)) / (2 * h);
+        INFO(dtype_name(dt) << " x " << xi);
+        CHECK(std::abs(got.data_ptr<double>()[i] - want) <= (dt == kFloat64 ? 1e-8 : 1e-5) * (1.0 + std::abs(want)));
+      }
+    }
+    g.set_requires_grad(true);
+    x.set_requires_grad(true);
+    testing::Fn f = [form](const tensor_list& in) { return gelu_backward(in[0], in[1], form); };
+    CHECK(gradcheck(f, {g, x}) == "");
+  }
+}
+
 TEST_CASE("gelu, silu and hardswish keep the input dtype under autocast, as PyTorch's CUDA autocast lists do", "[ops][activation]") {
   // None is on PyTorch's fp32 list (exp, log, softplus, pow, ... are): they run as they come.
   CHECK(op_policy(OpId::gelu) == CastPolicy::none);

@@ -7,6 +7,7 @@
 #include "ops/activation.h"
 #include "ops/cpu/loops.h"
 #include "ops/dispatch.h"
+#include "ops/formulas.h"
 
 namespace mpx::cpu {
 namespace {
@@ -19,9 +20,9 @@ template <typename T> struct Softmax {
     const T* x = static_cast<const T*>(in.raw_data());
     T* y = static_cast<T*>(out.raw_data());
     const int64_t lanes = outer * inner;
-    parallel_for(lanes, std::max<int64_t>(1, kGrain / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {
-      std::vector<A> buf(n);
-      for (int64_t l = b; l < e; ++l) {
+    parallel_for(lanes, std::max<int64_t>(1, kGrain / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t end) {
+      std::vector<A> buf(n), e(n);
+      for (int64_t l = b; l < end; ++l) {
         const int64_t base = (l / inner) * n * inner + (l % inner);
         A mx = -std::numeric_limits<A>::infinity();
         for (int64_t k = 0; k < n; ++k) {
@@ -31,14 +32,16 @@ template <typename T> struct Softmax {
         }
         // An all -inf lane: subtracting -inf would give NaN; keep the inputs as they are.
         const A shift = std::isinf(mx) && mx < 0 ? A(0) : mx;
+        // The exponentials in one vectorized pass (formulas::exp), then their sum in order.
+        for (int64_t k = 0; k < n; ++k) e[k] = formulas::exp(buf[k] - shift);
         A s = 0;
-        for (int64_t k = 0; k < n; ++k) s += std::exp(buf[k] - shift);
+        for (int64_t k = 0; k < n; ++k) s += e[k];
         if (log) {
           const A ls = std::log(s);
           for (int64_t k = 0; k < n; ++k) y[base + k * inner] = static_cast<T>(buf[k] - shift - ls);
         } else {
           const A inv = A(1) / s;
-          for (int64_t k = 0; k < n; ++k) y[base + k * inner] = static_cast<T>(std::exp(buf[k] - shift) * inv);
+          for (int64_t k = 0; k < n; ++k) y[base + k * inner] = static_cast<T>(e[k] * inv);
         }
       }
     });
@@ -64,7 +67,7 @@ template <typename T> struct SoftmaxBackward {
         for (int64_t k = 0; k < n; ++k) {
           const int64_t i = base + k * inner;
           const A gv = static_cast<A>(gp[i]), yv = static_cast<A>(y[i]);
-          o[i] = static_cast<T>(log ? gv - std::exp(yv) * s : yv * (gv - s));
+          o[i] = static_cast<T>(log ? gv - formulas::exp(yv) * s : yv * (gv - s));
         }
       }
     });

@@ -2,6 +2,8 @@
 // it natively), Eigen otherwise: f32/f64 directly on the strided operands, f16/bf16 through f32 copies.
 #include <Eigen/Core>
 
+#include <vector>
+
 #include "ops/cpu/loops.h"
 #include "ops/dispatch.h"
 #include "ops/backends.h"
@@ -113,15 +115,47 @@ template <typename T> struct Bmm {
   }
 };
 
-// linear's fused forms: bias (and bias + ReLU) as oneDNN post-ops. The bias-gradient form and
-// every case oneDNN does not run return false, and the op layer computes them unfused.
+// bias[i] = sum_j a[i, j] in f32 for a [n, k] with a unit stride in either dim, rounded once.
+template <typename T>
+void row_sums(const Tensor& bias, const Tensor& a) {
+  const int64_t n = a.size(0), k = a.size(1), s0 = a.stride(0), s1 = a.stride(1);
+  const T* pa = static_cast<const T*>(a.raw_data());
+  T* pb = static_cast<T*>(bias.raw_data());
+  std::vector<float> acc(static_cast<size_t>(n), 0.0f);
+  if (s0 == 1) {
+    // a is a transposed g [k, n]: add its rows, each a contiguous run of n, in order.
+    for (int64_t j = 0; j < k; ++j) {
+      const T* row = pa + j * s1;
+      for (int64_t i = 0; i < n; ++i) acc[static_cast<size_t>(i)] += static_cast<float>(row[i]);
+    }
+  } else {
+    parallel_for(n, 16, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        float sum = 0.0f;
+        for (int64_t j = 0; j < k; ++j) sum += static_cast<float>(pa[i * s0 + j * s1]);
+        acc[static_cast<size_t>(i)] = sum;
+      }
+    });
+  }
+  for (int64_t i = 0; i < n; ++i) pb[i] = static_cast<T>(acc[static_cast<size_t>(i)]);
+}
+
+// linear's fused forms: bias (and bias + ReLU) as oneDNN post-ops, and the weight gradient with
+// the bias gradient beside it. Every case oneDNN does not run returns false, and the op layer
+// computes it unfused.
 template <typename T> struct GemmEpilogueKernel {
   static bool run(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
                   kernels::GemmEpilogue epilogue) {
 #ifdef MPX_WITH_ONEDNN
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) {
-      if (epilogue == kernels::GemmEpilogue::kBiasGrad || out.numel() == 0 || a.size(1) == 0) return false;
-      return onednn::matmul(out, a, b, 1.0, 0.0, bias, epilogue == kernels::GemmEpilogue::kBiasRelu);
+      if (out.numel() == 0 || a.size(1) == 0) return false;
+      if (epilogue != kernels::GemmEpilogue::kBiasGrad)
+        return onednn::matmul(out, a, b, 1.0, 0.0, bias, epilogue == kernels::GemmEpilogue::kBiasRelu);
+      // The weight gradient g^T x on oneDNN, and the bias gradient (row sums of a = g^T) in the
+      // same call: one f32 pass over g instead of a separate reduction op.
+      if (!bias.is_contiguous() || bias.dtype() != out.dtype() || !onednn::matmul(out, a, b, 1.0, 0.0)) return false;
+      row_sums<T>(bias, a);
+      return true;
     }
 #endif
     return false;

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -61,6 +62,39 @@ inline IntList memory_order(const Tensor& t) {
 }
 
 namespace detail {
+// An input read as a flat array, or one value broadcast to every element (all strides 0).
+template <typename T> struct FlatIn {
+  const T* p;
+  T operator()(int64_t i) const { return p[i]; }
+};
+template <typename T> struct ScalarIn {
+  T v;
+  T operator()(int64_t) const { return v; }
+};
+
+// The flat loop with input K onwards chosen as FlatIn or ScalarIn: each combination is its own
+// loop, so a tensor-times-number op vectorizes as a tensor-times-tensor one does.
+template <size_t K, typename OutT, typename InTuple, typename F, typename... Acc>
+void flat_loop(OutT* o, int64_t n, F& f, const std::array<const void*, std::tuple_size_v<InTuple>>& base,
+               const std::array<bool, std::tuple_size_v<InTuple>>& scalar, Acc... acc) {
+  if constexpr (K == std::tuple_size_v<InTuple>) {
+    parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) o[i] = f(acc(i)...);
+    });
+  } else {
+    using T = std::tuple_element_t<K, InTuple>;
+    const T* p = static_cast<const T*>(base[K]);
+    if (scalar[K]) flat_loop<K + 1, OutT, InTuple>(o, n, f, base, scalar, acc..., ScalarIn<T>{*p});
+    else flat_loop<K + 1, OutT, InTuple>(o, n, f, base, scalar, acc..., FlatIn<T>{p});
+  }
+}
+
+inline bool all_strides_zero(const Tensor& t) {
+  for (int64_t s : t.strides())
+    if (s != 0) return false;
+  return true;
+}
+
 // elementwise() for a row-major out.
 template <typename OutT, typename... InT, typename F>
 void elementwise_row_major(const Tensor& out, F f, const std::conditional_t<true, Tensor, InT>&... ins) {
@@ -69,6 +103,15 @@ void elementwise_row_major(const Tensor& out, F f, const std::conditional_t<true
   if (n == 0) return;
   OutT* o = static_cast<OutT*>(out.raw_data());
   std::array<const void*, K> base = {ins.raw_data()...};
+  if constexpr (K >= 1 && K <= 2) {
+    // Contiguous inputs beside broadcast numbers (x * 0.5, a bias of one value).
+    const std::array<bool, K> scalar = {all_strides_zero(ins)...};
+    const bool mixed = ((ins.is_contiguous() || all_strides_zero(ins)) && ... && true);
+    if (mixed && (scalar[0] || scalar[K - 1])) {
+      flat_loop<0, OutT, std::tuple<InT...>>(o, n, f, base, scalar);
+      return;
+    }
+  }
   bool flat = ((ins.is_contiguous()) && ... && true);
   if (flat) {
     parallel_for(n, kGrain, [&](int64_t b, int64_t e) {

@@ -1,5 +1,5 @@
 // CUDA kernels of the row norms: one block per row for the statistics and dx (f32 accumulation,
-// f64 for f64), one thread per column for the parameter gradients.
+// f64 for f64); the parameter gradients summed over tiles of rows, then the tiles in order.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
