@@ -1,5 +1,6 @@
 // f32 and bf16 conv2d forward / input gradient / weight gradient on oneDNN primitives (built only with MPX_WITH_ONEDNN).
 #include "ops/cpu/conv_onednn.h"
+#include "ops/cpu/onednn_util.h"
 
 #include <omp.h>
 
@@ -15,6 +16,34 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 namespace mpx::cpu::onednn {
+
+dnnl::engine& engine() {
+  static auto* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *e;
+}
+
+dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+void* buffer(int slot, size_t bytes) {
+  struct Buf {
+    void* p = nullptr;
+    size_t n = 0;
+    ~Buf() { std::free(p); }
+  };
+  thread_local std::array<Buf, 6> bufs;
+  Buf& b = bufs[static_cast<size_t>(slot)];
+  if (b.n < bytes) {
+    std::free(b.p);
+    b.n = (bytes + 63) / 64 * 64;
+    b.p = std::aligned_alloc(64, b.n);
+    MPX_CHECK(b.p != nullptr, "oneDNN: could not allocate ", b.n, " bytes of scratch memory");
+  }
+  return b.p;
+}
+
 namespace {
 using kernels::Conv2dParams;
 using md = dnnl::memory::desc;
@@ -31,37 +60,6 @@ int layout_of(const Tensor& t) {
   return -1;
 }
 
-// The engine and the primitive cache are never destroyed, so no exit-time destructor order
-// can leave a primitive outliving its engine.
-dnnl::engine& engine() {
-  static auto* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);
-  return *e;
-}
-
-// A stream per thread: streams are cheap, and this keeps callers on different threads apart.
-dnnl::stream& stream() {
-  thread_local dnnl::stream s(engine());
-  return s;
-}
-
-// Per-thread, grow-only, 64-byte-aligned buffers for reordered operands (slot = the operand's
-// index, at most 4) and the primitive's scratchpad (slot 4), so steady-state training allocates nothing here.
-void* buffer(int slot, size_t bytes) {
-  struct Buf {
-    void* p = nullptr;
-    size_t n = 0;
-    ~Buf() { std::free(p); }
-  };
-  thread_local std::array<Buf, 5> bufs;
-  Buf& b = bufs[static_cast<size_t>(slot)];
-  if (b.n < bytes) {
-    std::free(b.p);
-    b.n = (bytes + 63) / 64 * 64;
-    b.p = std::aligned_alloc(64, b.n);
-    MPX_CHECK(b.p != nullptr, "conv2d (oneDNN): could not allocate ", b.n, " bytes of scratch memory");
-  }
-  return b.p;
-}
 
 // One operand of a primitive: its layout in the tensor and the one the primitive runs in.
 struct Arg {

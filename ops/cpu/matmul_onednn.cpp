@@ -1,11 +1,11 @@
 // f32 and bf16 matrix products (mm, bmm, linear with its bias/ReLU epilogue) on oneDNN's matmul primitive.
 #include "ops/cpu/matmul_onednn.h"
+#include "ops/cpu/onednn_util.h"
 
 #include <omp.h>
 
 #include <array>
 #include <bit>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -20,32 +20,6 @@ namespace mpx::cpu::onednn {
 namespace {
 using md = dnnl::memory::desc;
 using dt = dnnl::memory::data_type;
-
-dnnl::engine& engine() {
-  static auto* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);  // never destroyed: see conv_onednn.cpp
-  return *e;
-}
-dnnl::stream& stream() {
-  thread_local dnnl::stream s(engine());
-  return s;
-}
-
-// The primitive's scratchpad: per thread, grow-only, so a training step allocates nothing here.
-void* scratch(size_t bytes) {
-  struct Buf {
-    void* p = nullptr;
-    size_t n = 0;
-    ~Buf() { std::free(p); }
-  };
-  thread_local Buf b;
-  if (b.n < bytes) {
-    std::free(b.p);
-    b.n = (bytes + 63) / 64 * 64;
-    b.p = std::aligned_alloc(64, b.n);
-    MPX_CHECK(b.p != nullptr, "matmul (oneDNN): could not allocate ", b.n, " bytes of scratch memory");
-  }
-  return b.p;
-}
 
 std::optional<dt> type_of(DType d) {
   if (d == kFloat32) return dt::f32;
@@ -155,7 +129,7 @@ bool matmul(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, d
       {DNNL_ARG_WEIGHTS, mem(e->b, b)},
       {DNNL_ARG_DST, mem(e->out, out)},
       {DNNL_ARG_SCRATCHPAD,
-       dnnl::memory(e->scratch, engine(), scratch(std::max<size_t>(e->scratch.get_size(), 64)))}};
+       dnnl::memory(e->scratch, engine(), buffer(5, std::max<size_t>(e->scratch.get_size(), 64)))}};
   if (bias.defined()) args.emplace(DNNL_ARG_BIAS, mem(e->bias, bias));
   dnnl::stream& s = stream();
   e->prim.execute(s, args);
