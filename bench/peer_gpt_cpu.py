@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch peer of bench/bench_gpt_cpu: the same GPT, initial weights (DIR/init.safetensors), token
 stream (DIR/tokens.bin) and batches; prints one JSON line like the mpx program."""
-import argparse, json, math, os, resource, time
+import argparse, json, os, resource, sys, time
 
 import torch
 import torch.nn as nn
@@ -57,6 +57,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (inductor)")
+    ap.add_argument("--profile", action="store_true", help="print PyTorch's per-op CPU time of the measured steps")
     a = ap.parse_args()
     L, H, C, T = PRESETS[a.model]
     V = 128
@@ -68,7 +69,11 @@ def main():
     model = torch.compile(net) if a.compile else net
     span = text.numel() - T - 1
     times, losses = [], {}
+    prof = None
     for s in range(a.steps):
+        if a.profile and s == a.warmup:
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            prof.__enter__()
         starts = [((s * a.batch + i) * 9973) % span for i in range(a.batch)]
         x = torch.stack([text[st:st + T] for st in starts])
         y = torch.stack([text[st + 1:st + T + 1] for st in starts]).reshape(-1)
@@ -85,6 +90,9 @@ def main():
             times.append(dt)
         if s == 0 or (s + 1) % 100 == 0:
             losses[str(s + 1)] = round(l, 4)
+    if prof is not None:
+        prof.__exit__(None, None, None)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25), file=sys.stderr)
     times.sort()
     med = times[len(times) // 2] if times else 0.0
     print(json.dumps({"framework": "pytorch" + ("-compile" if a.compile else ""), "version": torch.__version__,

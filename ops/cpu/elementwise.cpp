@@ -47,7 +47,17 @@ struct Binary {
       else if constexpr (requires(A x) { F::keep(x, x, 0.0); })
         elementwise<T, T, T>(out, [alpha](T x, T y) {
           return keep_or_zero(F::keep(static_cast<A>(x), static_cast<A>(y), alpha), x); }, a, b);
-      else
+      else if constexpr (std::is_same_v<F, formulas::Formula<OpId::gelu_backward>>) {
+        // As gelu's forward: a compile-time form keeps libm's erff out of the tanh form's loop.
+        const auto run_form = [&](auto form) {
+          elementwise<T, T, T>(out, [](T x, T y) {
+            return from_acc<T>(F::template fwd<A>(static_cast<A>(x), static_cast<A>(y),
+                                                  static_cast<double>(decltype(form)::value)));
+          }, a, b);
+        };
+        if (alpha == 0.0) run_form(std::integral_constant<int, 0>{});
+        else run_form(std::integral_constant<int, 1>{});
+      } else
         elementwise<T, T, T>(out, [alpha](T x, T y) {
           return from_acc<T>(F::template fwd<A>(static_cast<A>(x), static_cast<A>(y), alpha)); }, a, b);
     }
