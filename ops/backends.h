@@ -2,12 +2,9 @@
 #pragma once
 #include <string>
 
-#include "core/dtype.h"
-
 namespace mpx {
-/// "oneDNN 2.6.3 (CPU ISA avx2)" or "Eigen (built without oneDNN)".
+/// "oneDNN 2.6.3 (CPU ISA avx2), bf16 ..." or "Eigen (built without oneDNN)". With oneDNN, f32
+/// products run on it, bf16 where the CPU has AVX-512, f16 and f64 never (they keep Eigen's f32
+/// accumulation on exactly rounded copies).
 std::string cpu_matmul_backend();
-/// Whether mm/bmm/linear in `dt` run on oneDNN here (f32 always with oneDNN; bf16 where the CPU has
-/// AVX-512; f16 and f64 never: they keep Eigen's exact f32 accumulation on rounded copies).
-bool cpu_matmul_onednn(DType dt);
 }  // namespace mpx

@@ -174,14 +174,6 @@ MPX_REGISTER_KERNELS(cpu_linalg) {
 
 namespace mpx {
 
-bool cpu_matmul_onednn(DType dt) {
-#ifdef MPX_WITH_ONEDNN
-  return dt == kFloat32 || (dt == kBFloat16 && cpu::onednn::matmul_bf16_native());
-#else
-  return false;
-#endif
-}
-
 std::string cpu_matmul_backend() {
 #ifdef MPX_WITH_ONEDNN
   return cpu::onednn::version() + ", bf16 " + (cpu::onednn::matmul_bf16_native() ? "native" : "on Eigen with f32 copies");
