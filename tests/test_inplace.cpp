@@ -198,3 +198,34 @@ TEST_CASE("in-place arithmetic with a number: PyTorch's values, rounded once, in
   f.add_(-INFINITY);
   CHECK(std::isnan(f.data_ptr<float>()[2]));
 }
+
+TEST_CASE("copy_ into strided views writes exactly the view's elements, in every layout of source and destination", "[inplace][copy]") {
+  NoGradGuard ng;
+  manual_seed(11);
+  // The q/k/v slices of a [B, T, 3C] buffer (narrow's backward), a transposed source, a
+  // broadcast row, a dtype change, and a destination whose inner dim is strided.
+  const Tensor src = randn({2, 5, 6});
+  for (int64_t part = 0; part < 3; ++part) {
+    Tensor buf = full({2, 5, 18}, -7.0);
+    buf.narrow(2, part * 6, 6).copy_(src);
+    const Tensor back = buf.narrow(2, part * 6, 6);
+    CHECK(equal(back, src));
+    CHECK(sum(ne(buf, -7.0).to(kInt64)).item<int64_t>() == src.numel());  // nothing outside the slice
+  }
+  Tensor buf = zeros({6, 9, 4});
+  const Tensor tr = randn({4, 4, 5}).transpose(1, 2);
+  buf.narrow(0, 1, 4).narrow(1, 2, 5).copy_(tr);  // a transposed source into a strided slice
+  CHECK(equal(buf.narrow(0, 1, 4).narrow(1, 2, 5), tr));
+  CHECK(sum(ne(buf, 0.0).to(kInt64)).item<int64_t>() == tr.numel());
+  Tensor t = zeros({4, 5, 9});
+  t.narrow(2, 2, 6).copy_(src.select(0, 0).narrow(0, 0, 1).expand({4, 5, 6}));  // a broadcast row
+  CHECK(equal(t.narrow(2, 2, 6), src.select(0, 0).narrow(0, 0, 1).expand({4, 5, 6})));
+  Tensor h = zeros({2, 5, 12}, TensorOptions(kFloat16));
+  h.narrow(2, 3, 6).copy_(src);  // f32 into f16, rounded once
+  CHECK(equal(h.narrow(2, 3, 6), src.to(kFloat16)));
+  Tensor col = zeros({6, 4});
+  col.t().copy_(randn({4, 6}).contiguous());  // destination strided in its last dim: the general path
+  Tensor want = randn({4, 6});
+  col.t().copy_(want);
+  CHECK(equal(col.t(), want));
+}

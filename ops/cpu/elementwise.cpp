@@ -90,6 +90,38 @@ template <typename D, typename S> D convert(S v) {
   else if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) return static_cast<D>(static_cast<float>(v));
   else return static_cast<D>(v);
 }
+// out[r, :] = src[r, :] for every row r of the last dim, when out's last dim is contiguous and
+// its other dims have non-zero strides (no element written twice). Returns false otherwise.
+template <typename D, typename S>
+bool copy_by_rows(const Tensor& out, const Tensor& src) {
+  const int64_t nd = out.dim();
+  if (nd == 0 || out.numel() == 0 || out.stride(nd - 1) != 1 || out.sizes() != src.sizes()) return false;
+  for (int64_t d = 0; d < nd - 1; ++d)
+    if (out.size(d) > 1 && out.stride(d) == 0) return false;
+  const int64_t inner = out.size(nd - 1), rows = out.numel() / inner, s_in = src.stride(nd - 1);
+  D* o = static_cast<D*>(out.raw_data());
+  const S* s = static_cast<const S*>(src.raw_data());
+  parallel_for(rows, std::max<int64_t>(1, kGrain / inner), [&](int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r) {
+      int64_t rem = r, oo = 0, so = 0;
+      for (int64_t d = nd - 2; d >= 0; --d) {
+        const int64_t idx = rem % out.size(d);
+        rem /= out.size(d);
+        oo += idx * out.stride(d);
+        so += idx * src.stride(d);
+      }
+      D* orow = o + oo;
+      const S* srow = s + so;
+      if (s_in == 1) {
+        for (int64_t i = 0; i < inner; ++i) orow[i] = convert<D>(srow[i]);
+      } else {
+        for (int64_t i = 0; i < inner; ++i) orow[i] = convert<D>(srow[i * s_in]);
+      }
+    }
+  });
+  return true;
+}
+
 template <typename D> struct Copy {
   static void run(const Tensor& out, const Tensor& src) {
     visit_dtype(src.dtype(), [&]<typename S>() {
@@ -123,6 +155,9 @@ template <typename D> struct Copy {
         }
         return;
       }
+      // A destination whose rows are contiguous and never overlap (copy_ into a slice, the
+      // backward of narrow): row by row in parallel, each row one vectorizable run.
+      if (copy_by_rows<D, S>(out, src)) return;
       // Any other strided destination (copy_ into a view): walk both in logical order.
       D* o = static_cast<D*>(out.impl()->storage->data.get());
       std::vector<int64_t> dst_offsets;
