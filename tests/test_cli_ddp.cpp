@@ -283,3 +283,25 @@ TEST_CASE("mpx train --nproc-per-node 2 re-launches itself under mpirun, and say
   CHECK(has(bad.out, "--nproc-per-node expects a number of processes"));
 #endif
 }
+
+TEST_CASE("mpirun -np 2 mpx gpt equals one process with twice the batch, within float rounding", "[cli][ddp][gpt]") {
+  if (!have_mpi()) return;
+  if (!fs::exists("/usr/share/common-licenses")) {
+    mpx::testing::skip_test("no /usr/share/common-licenses (mpx gpt's default corpus) on this machine");
+    return;
+  }
+#ifdef MPX_MPIRUN
+  const fs::path two = tmp("gpt_np2"), one = tmp("gpt_np1");
+  const std::string flags = "gpt --context 32 --steps 8 --eval-interval 8 --eval-iters 2 --print-freq 4 --opt-level O0";
+  const CliRun b = mpirun(2, flags + " -b 4 --out " + q(two));
+  INFO(b.out);
+  REQUIRE(b.rc == 0);
+  CHECK(has(b.out, "per rank x 2 ranks"));
+  CHECK(count(b.out, "mpx gpt: gpt-tiny") == 1);  // rank 0 alone prints
+  const CliRun a = run_mpx(flags + " -b 8 --out " + q(one));
+  INFO(a.out);
+  REQUIRE(a.rc == 0);
+  CHECK(last_metric(two / "metrics.csv", "loss") == Approx(last_metric(one / "metrics.csv", "loss")).epsilon(1e-4));
+  CHECK(last_metric(two / "eval.csv", "val_loss") == Approx(last_metric(one / "eval.csv", "val_loss")).epsilon(1e-4));
+#endif
+}

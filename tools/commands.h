@@ -7,6 +7,8 @@ namespace mpx::cli {
 int run_train(int argc, char** argv);
 /// `mpx dcgan`: DCGAN with two optimizers and three loss scalers (apex's DCGAN example).
 int run_dcgan(int argc, char** argv);
+/// `mpx gpt`: language-model training (GPT-2 family, LSTM) on text or token shards, sampling and generation.
+int run_gpt(int argc, char** argv);
 /// `mpx bench`: O0-O3 speed (and PyTorch peer) or accuracy tables with CSV/JSON/Markdown/SVG output.
 int run_bench(int argc, char** argv);
 /// `mpx info`: version, build options, CPU features and CUDA devices.

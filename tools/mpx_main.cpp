@@ -1,4 +1,4 @@
-// The mpx command line's entry point: dispatches to train, dcgan, bench and info and turns every failure into a one-line error.
+// The mpx command line's entry point: dispatches to train, dcgan, gpt, bench and info and turns every failure into a one-line error.
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -18,6 +18,7 @@ int usage(FILE* to) {
                "usage: mpx <command> [flags]   (mpx <command> --help for its flags; mpx --version; docs/cli.md)\n"
                "  train   train a classifier (apex's imagenet main_amp.py flags); default: small CNN on Fashion-MNIST\n"
                "  dcgan   train a DCGAN with three loss scalers; writes sample grids as PNG\n"
+               "  gpt     train a GPT-2 or LSTM language model on text or token shards; sample and generate text\n"
                "  info    version, build options, CPU features, CUDA devices\n"
                "  bench   O0-O3 speed/memory table (with a PyTorch peer) or accuracy table; CSV, JSON, Markdown, SVG\n");
   return to == stderr ? 2 : 0;
@@ -50,20 +51,21 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   // Training shares machines; bench times a machine it has to itself (and its PyTorch peer
   // would inherit the policy), so it keeps OpenMP's default.
-  if (cmd == "train" || cmd == "dcgan") mpx::cli::prefer_passive_openmp(argv);
+  if (cmd == "train" || cmd == "dcgan" || cmd == "gpt") mpx::cli::prefer_passive_openmp(argv);
   if (cmd == "--version" || cmd == "version") {
     std::printf("mpx %s\n", MPX_VERSION_STRING);
     return 0;
   }
   try {
     // `--nproc-per-node N` re-runs this very command line under mpirun (torchrun's convenience).
-    if (cmd == "train" || cmd == "dcgan") mpx::cli::relaunch_under_mpirun(cmd, argc, argv);
+    if (cmd == "train" || cmd == "dcgan" || cmd == "gpt") mpx::cli::relaunch_under_mpirun(cmd, argc, argv);
     if (cmd == "train") return mpx::cli::run_train(argc - 2, argv + 2);
     if (cmd == "dcgan") return mpx::cli::run_dcgan(argc - 2, argv + 2);
+    if (cmd == "gpt") return mpx::cli::run_gpt(argc - 2, argv + 2);
     if (cmd == "info") return mpx::cli::run_info(argc - 2, argv + 2);
     if (cmd == "-h" || cmd == "--help" || cmd == "help") return usage(stdout);
     if (cmd == "bench") return mpx::cli::run_bench(argc - 2, argv + 2);
-    const std::string near = mpx::cli::closest(cmd, {"train", "dcgan", "info", "bench", "help"});
+    const std::string near = mpx::cli::closest(cmd, {"train", "dcgan", "gpt", "info", "bench", "help"});
     std::fprintf(stderr, "mpx: unknown command '%s'%s; run mpx --help\n", cmd.c_str(),
                  near.empty() ? "" : (" (did you mean " + near + "?)").c_str());
     return 2;

@@ -1,0 +1,440 @@
+// `mpx gpt`: language-model training (GPT-2 family, LSTM) with apex's flags, token data, evaluation, sampling and generation; data-parallel under mpirun.
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+
+#include "models/gpt_hf.h"
+#include "tools/commands.h"
+#include "tools/common.h"
+#include "tools/gpt_parts.h"
+#include "tools/metrics.h"
+#include "tools/progress.h"
+#include "tools/ranks.h"
+#include "tools/run_dir.h"
+#include "tools/threads.h"
+
+namespace mpx::cli {
+
+namespace fs = std::filesystem;
+namespace F = nn::functional;
+
+namespace {
+
+// The flags that define the run; a checkpoint stores them and a resumed run adopts them.
+const std::vector<std::string> kRunFlags = {
+    "--arch", "--text", "--tokens", "--val-tokens", "--val-fraction", "--context", "--batch-size", "--grad-accum",
+    "--steps", "--lr", "--min-lr", "--warmup", "--weight-decay", "--beta1", "--beta2", "--eps", "--clip-grad",
+    "--dropout", "--opt-level", "--dtype", "--keep-batchnorm-fp32", "--loss-scale", "--seed", "--eval-interval",
+    "--eval-iters", "--pretrained"};
+// Run flags a resumed run may change without a warning (they do not change the steps trained so far).
+const std::vector<std::string> kFreeFlags = {"--steps", "--eval-interval", "--eval-iters"};
+
+Args make_args() {
+  Args a("mpx gpt", "mpx gpt [flags]");
+  a.option({"-a", "--arch"}, "NAME", "gpt-tiny, gpt-mini, gpt2, gpt2-medium, gpt2-large, gpt2-xl or lstm-lm", "gpt-tiny")
+      .option({"--text"}, "FILE", "train on a text file's bytes (character vocabulary from the file)")
+      .option({"--tokens"}, "GLOB", "train on llm.c token shards (.bin files, GPT-2 token ids)")
+      .option({"--val-tokens"}, "GLOB", "validation shards (default: the tail of the training tokens)")
+      .option({"--val-fraction"}, "X", "the tail of the tokens held out for validation without --val-tokens", "0.1")
+      .option({"--context"}, "N", "tokens per sequence; 0 = the model's context", "0")
+      .option({"-b", "--batch-size"}, "N", "sequences per micro-step and rank", "16")
+      .option({"--grad-accum"}, "N", "micro-steps accumulated into one optimizer step", "1")
+      .option({"--steps"}, "N", "optimizer steps in total (counting resumed ones)", "300")
+      .option({"--lr"}, "X", "peak learning rate (AdamW)", "0.001")
+      .option({"--min-lr"}, "X", "the cosine's floor; default: lr / 10")
+      .option({"--warmup"}, "N", "linear warmup steps; default: min(100, steps / 10)")
+      .option({"--weight-decay", "--wd"}, "X", "AdamW weight decay of matrices and embeddings (not biases, norms)", "0.1")
+      .option({"--beta1"}, "X", "AdamW beta1", "0.9")
+      .option({"--beta2"}, "X", "AdamW beta2", "0.95")
+      .option({"--eps"}, "X", "AdamW epsilon", "1e-8")
+      .option({"--clip-grad"}, "X", "clip the gradient norm (of the FP32 masters) to X; 0 = off", "1.0")
+      .option({"--dropout"}, "X", "dropout of embeddings, attention and residuals (GPT-2 used 0.1)", "0.0");
+  add_amp_flags(a, "O1");
+  a.set_default("--dtype", "bf16");
+  a.option({"--eval-interval"}, "N", "evaluate, sample and checkpoint every N steps (and at the end)", "100")
+      .option({"--eval-iters"}, "N", "validation batches per evaluation", "20")
+      .option({"--sample"}, "N", "print N sampled tokens at each evaluation (with --generate: tokens generated)", "0")
+      .option({"--temperature"}, "X", "sampling temperature; 0 = always the most likely token", "1.0")
+      .option({"--top-k"}, "N", "sample among the k most likely tokens; 0 = all", "0")
+      .option({"--generate"}, "PROMPT", "with --resume: print --sample tokens (200 when 0) after PROMPT and exit")
+      .option({"--pretrained"}, "FILE", "start from Hugging Face GPT-2 weights (model.safetensors); GPT-2 archs only")
+      .option({"--export-hf"}, "FILE", "at the end, write the weights in Hugging Face GPT-2 layout (transformers loads it)")
+      .option({"--resume"}, "PATH", "continue from a checkpoint.safetensors of mpx gpt")
+      .flag({"--deterministic"}, "bit-identical runs: fixed threads, seeded everything, deterministic kernels")
+      .option({"--print-freq", "-p"}, "N", "log a line every N steps", "10")
+      .option({"--prof"}, "N", "stop after N steps (writing a checkpoint), -1 = off", "-1")
+      .option({"--device"}, "cpu|cuda[:i]", "where to train", "cpu")
+      .option({"--seed"}, "N", "seed of the weights, the data order, dropout and sampling", "0")
+      .option({"--out"}, "DIR", "where checkpoint.safetensors, metrics.csv/.jsonl, eval.csv/.jsonl and loss.svg go",
+              "out/gpt")
+      .flag({"--overwrite"}, "replace another run's files in --out instead of refusing to start")
+      .option({"--threads"}, "N", "CPU threads (OpenMP) per rank; default: OMP_NUM_THREADS, else this rank's share")
+      .option({"--nproc-per-node", "--nproc_per_node"}, "N", "start N ranks on this machine under mpirun");
+  return a;
+}
+
+// The micro-batches of a run as a pure function of (seed, global micro-step): every rank walks
+// its DistributedSampler shard of the shuffled windows, epoch after epoch, so a resumed run
+// reads exactly what an uninterrupted one would.
+class MicroBatches {
+ public:
+  MicroBatches(std::shared_ptr<const data::TokenStream> s, int64_t context, int64_t batch, const Ranks& rk, uint64_t seed,
+               bool shuffle)
+      : windows_(std::move(s), context),
+        sampler_(windows_.size(), rk.rank, rk.world, shuffle, seed, /*drop_last=*/true),
+        batch_(batch) {}
+  /// Micro-batches per pass over this rank's shard.
+  int64_t per_epoch() const { return sampler_.size() / batch_; }
+  int64_t windows() const { return windows_.size(); }
+  data::Batch get(int64_t micro) {
+    const int64_t epoch = micro / per_epoch(), k = micro % per_epoch();
+    if (epoch != epoch_) order_ = sampler_.indices(epoch), epoch_ = epoch;
+    std::vector<int64_t> idx(order_.begin() + k * batch_, order_.begin() + (k + 1) * batch_);
+    data::Batch b;
+    if (!windows_.get_batch(idx, std::vector<uint64_t>(idx.size(), 0), b)) {
+      std::vector<data::Example> ex;
+      for (int64_t i : idx) ex.push_back(windows_.get(i));
+      b = data::collate(ex);
+    }
+    return b;
+  }
+
+ private:
+  data::TokenWindows windows_;
+  data::DistributedSampler sampler_;
+  int64_t batch_, epoch_ = -1;
+  std::vector<int64_t> order_;
+};
+
+std::string hex(const std::string& s) {
+  static const char* d = "0123456789abcdef";
+  std::string h;
+  for (unsigned char c : s) h += d[c >> 4], h += d[c & 15];
+  return h;
+}
+
+std::string unhex(const std::string& h, const std::string& path) {
+  auto v = [&](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    MPX_ERROR("checkpoint ", path, ": its vocabulary (vocab.chars) is damaged; use the checkpoint the run wrote");
+  };
+  MPX_CHECK(h.size() % 2 == 0, "checkpoint ", path, ": its vocabulary (vocab.chars) is damaged");
+  std::string s;
+  for (size_t i = 0; i < h.size(); i += 2) s += static_cast<char>(v(h[i]) * 16 + v(h[i + 1]));
+  return s;
+}
+
+}  // namespace
+
+int run_gpt(int argc, char** argv) {
+  const Ranks rk = join_ranks();
+  Args args = make_args();
+  Metadata ck_meta;
+  TensorDict ck;
+  if (!parse_resumable(args, argc, argv, "gpt", kRunFlags, kFreeFlags, ck_meta, ck)) return 0;
+  const std::string resume = args.str("--resume");
+  const std::string arch = args.str("--arch");
+  const int64_t batch = args.integer("--batch-size", 1), accum = args.integer("--grad-accum", 1);
+  const int64_t steps = args.integer("--steps", 1), context_flag = args.integer("--context", 0);
+  const double lr = args.number("--lr", 0.0);
+  const double min_lr = args.str("--min-lr").empty() ? lr / 10 : args.number("--min-lr", 0.0);
+  const int64_t warmup = args.str("--warmup").empty() ? std::min<int64_t>(100, steps / 10) : args.integer("--warmup", 0);
+  const double wd = args.number("--weight-decay", 0.0), clip = args.number("--clip-grad", 0.0);
+  const double dropout = args.number("--dropout", 0.0), val_fraction = args.number("--val-fraction", 0.0);
+  if (dropout >= 1) throw UsageError("--dropout must be below 1, got " + args.str("--dropout"));
+  if (val_fraction >= 1) throw UsageError("--val-fraction must be below 1, got " + args.str("--val-fraction"));
+  const int64_t eval_interval = args.integer("--eval-interval", 1), eval_iters = args.integer("--eval-iters", 0);
+  const int64_t n_sample = args.integer("--sample", 0), top_k = args.integer("--top-k", 0);
+  const double temperature = args.number("--temperature", 0.0);
+  const int64_t print_freq = args.integer("--print-freq", 1), prof = args.integer("--prof", -1);
+  const uint64_t seed = static_cast<uint64_t>(args.integer("--seed", 0));
+  const bool deterministic = args.on("--deterministic"), generating = args.given("--generate");
+  const Device device = parse_device(args.str("--device"));
+  const std::string out = args.str("--out"), pretrained = args.str("--pretrained");
+  if (generating && resume.empty() && pretrained.empty())
+    throw UsageError("--generate needs a model: --resume CHECKPOINT (of mpx gpt) or --pretrained FILE (GPT-2 weights)");
+  if (args.given("--nproc-per-node"))
+    throw UsageError("mpx gpt: --nproc-per-node starts mpirun itself; under mpirun drop it");
+  amp::Options amp_opts = amp_options(args, 1);
+
+  if (args.given("--threads")) omp_set_num_threads(static_cast<int>(args.integer("--threads", 1)));
+  else if (deterministic && !meta_str(ck_meta, "threads").empty())
+    omp_set_num_threads(static_cast<int>(meta_int(ck_meta, "threads", resume, 1, 4096)));
+  else if (rk.distributed()) omp_set_num_threads(default_threads(0, rk.local_world));
+  if (deterministic) {
+    cuda::cudnn_deterministic(true);
+    cuda::cudnn_benchmark(false);
+  }
+
+  // Data first: the vocabulary sizes the model.
+  const std::string stored = meta_str(ck_meta, "vocab.chars").empty() ? "" : unhex(meta_str(ck_meta, "vocab.chars"), resume);
+  TokenData d = open_token_data(args.str("--text"), args.str("--tokens"), args.str("--val-tokens"), val_fraction, stored);
+  manual_seed(seed);
+  LanguageModel lm = make_language_model(arch, d.vocab_size, context_flag, dropout);
+  const int64_t context = lm.n_ctx;
+  if (!pretrained.empty()) {
+    if (!lm.gpt) throw UsageError("--pretrained loads GPT-2 weights; --arch " + arch + " is not a GPT-2 model");
+    Metadata pm;
+    TensorDict hf = load_tensors(pretrained, &pm);
+    try {
+      models::load_hf_gpt2(*lm.gpt, hf);
+    } catch (const std::exception& e) {
+      MPX_ERROR("--pretrained ", pretrained, " does not fit --arch ", arch, " with a vocabulary of ", d.vocab_size,
+                " (", e.what(), "); GPT-2 checkpoints need --tokens data (GPT-2 ids) and the arch of their size");
+    }
+  }
+  lm.net.ptr()->to(device);
+
+  if (generating) {  // inference only: no output folder, no optimizer
+    if (!resume.empty()) get_module(*lm.net.ptr(), "model", ck, resume);
+    if (amp_opts.opt_level_ != "O0") amp::initialize(lm.net, amp_opts.verbosity(0));
+    const int64_t n = n_sample > 0 ? n_sample : 200;
+    const std::vector<int64_t> ids =
+        generate(lm, prompt_ids(d, args.str("--generate")), n, temperature, top_k, seed, device);
+    std::printf("%s\n", ids_text(d, ids).c_str());
+    return 0;
+  }
+
+  MicroBatches train_batches(d.train, context, batch, rk, seed, /*shuffle=*/true);
+  MPX_CHECK(train_batches.per_epoch() > 0, "mpx gpt: ", d.source, " gives ", train_batches.windows(),
+            " training windows of ", context + 1, " tokens, fewer than one batch of ", batch,
+            rk.distributed() ? " per rank" : "", "; lower --batch-size or --context, or give more text");
+  std::optional<MicroBatches> val_batches;
+  if (d.val && d.val->size() > context) val_batches.emplace(d.val, context, batch, rk, seed, /*shuffle=*/false);
+
+  const auto adamw = optim::AdamWOptions(lr).betas(optim::Betas(args.number("--beta1", 0.0), args.number("--beta2", 0.0)))
+                         .eps(args.number("--eps", 0.0)).weight_decay(wd);
+  optim::AdamW opt(decay_groups(*lm.net.ptr(), adamw), adamw);
+  amp::reset();
+  amp_opts.verbosity(0);
+  amp::initialize(lm.net, opt, amp_opts);
+
+  const std::string run_id = meta_str(ck_meta, "run.id").empty() ? new_run_id() : meta_str(ck_meta, "run.id");
+  const RunFiles files{"gpt", {"checkpoint.safetensors", "metrics.csv", "metrics.jsonl", "eval.csv", "eval.jsonl", "loss.svg"}, {}};
+  std::string canonical;
+  for (const auto& f : kRunFlags) canonical += f + "=" + args.str(f) + " ";
+  for (const char* f : {"--prof", "--resume"}) canonical += std::string(f) + "=" + args.str(f) + " ";
+  check_same_flags("mpx gpt", canonical);
+  const std::string ck_path = rk.leader() ? claim_out(out, files, run_id, resume, args.on("--overwrite"))
+                                          : (fs::path(out) / "checkpoint.safetensors").string();
+
+  int64_t start = 0;
+  if (!resume.empty()) {
+    start = restore_checkpoint(ck_meta, resume, 0, [&] {
+              get_module(*lm.net.ptr(), "model", ck, resume);
+              get_optimizer(opt, "opt", ck, ck_meta, resume);
+            }).global_step;
+    const int64_t ck_world = meta_str(ck_meta, "world_size").empty() ? 1 : meta_int(ck_meta, "world_size", resume, 1, 1 << 20);
+    if (ck_world != rk.world && rk.leader())
+      std::fprintf(stderr, "mpx gpt: warning: --resume %s was written by %lld rank(s), this run has %d: the ranks read "
+                   "other windows from here on, so the run will not match an uninterrupted one\n",
+                   resume.c_str(), static_cast<long long>(ck_world), rk.world);
+  }
+  std::shared_ptr<nn::DistributedDataParallelImpl> ddp;
+  nn::AnyModule net = lm.net;
+  if (rk.data_parallel()) {
+    ddp = std::make_shared<nn::DistributedDataParallelImpl>(lm.net);
+    net = nn::AnyModule(ddp);
+  }
+
+  const int threads = omp_get_max_threads();
+  const int64_t tokens_per_step = batch * context * accum * rk.world;
+  const DType low = amp::properties().opt_level == "O0" ? kFloat32 : amp_opts.dtype_;
+  const double peak = device_peak_flops(device, low);
+  if (rk.leader())
+    std::printf("mpx gpt: %s (%.2f M parameters, vocabulary %lld, context %lld) on %s: %lld training and %lld validation "
+                "tokens; %lld tokens per step (batch %s x %lld accumulated), AdamW lr %g -> %g (warmup %lld), %s %s, %s, "
+                "%d thread%s%s\n",
+                arch.c_str(), static_cast<double>(lm.params) / 1e6, static_cast<long long>(d.vocab_size),
+                static_cast<long long>(context), d.source.c_str(), static_cast<long long>(d.train->size()),
+                static_cast<long long>(d.val ? d.val->size() : 0), static_cast<long long>(tokens_per_step),
+                batch_per_rank_text(batch, rk).c_str(), static_cast<long long>(accum), lr, min_lr,
+                static_cast<long long>(warmup), amp::properties().opt_level.c_str(),
+                amp::properties().opt_level == "O0" ? "f32" : (low == kBFloat16 ? "bf16" : "f16"), device.str().c_str(),
+                threads, threads == 1 ? "" : "s", rk.distributed() ? " per rank" : "");
+  if (start >= steps) {
+    std::printf("nothing to do: the checkpoint already trained %lld of %lld steps (raise --steps to train more)\n",
+                static_cast<long long>(start), static_cast<long long>(steps));
+    return 0;
+  }
+
+  MetricsLog log(out, "metrics"), eval_log(out, "eval");
+  if (rk.leader()) {
+    const std::string from = resume.empty() ? "" : fs::path(resume).parent_path().string();
+    log.resume("step", static_cast<double>(start), from.empty() ? "" : (fs::path(from) / "metrics.csv").string());
+    eval_log.resume("step", static_cast<double>(start), from.empty() ? "" : (fs::path(from) / "eval.csv").string());
+  }
+
+  auto cross_entropy = [&](const Tensor& logits, const Tensor& y) {
+    // In f32 whatever the level, as PyTorch's autocast runs cross_entropy.
+    return F::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(kFloat32), y.reshape({-1}));
+  };
+  // Mean validation loss over the first --eval-iters batches of every rank's shard (NaN without validation data).
+  auto evaluate = [&]() -> double {
+    if (!val_batches || eval_iters == 0) return NAN;
+    nn::Module& m = *lm.net.ptr();
+    m.eval();
+    double sum = 0, n = 0;
+    {
+      NoGradGuard ng;
+      const int64_t k = std::min(eval_iters, val_batches->per_epoch());
+      for (int64_t i = 0; i < k; ++i) {
+        data::Batch b = val_batches->get(i);
+        sum += cross_entropy(lm.net(b.data.to(device)), b.target.to(device)).item<double>();
+        n += 1;
+      }
+    }
+    m.train();
+    const std::vector<double> v = sum_over_ranks({sum, n});
+    return v[1] > 0 ? v[0] / v[1] : NAN;
+  };
+  auto save_checkpoint = [&](int64_t step_done) {
+    if (!rk.leader()) return;
+    TensorDict t;
+    Metadata m;
+    put_module(*lm.net.ptr(), "model", t);
+    put_optimizer(opt, "opt", t, m);
+    put_amp_and_rng(m);
+    m["mpx.checkpoint"] = "gpt";
+    m["mpx.version"] = MPX_VERSION_STRING;
+    for (const auto& f : kRunFlags) m["flag." + f] = args.str(f);
+    m["epoch"] = "0";
+    m["step_in_epoch"] = std::to_string(step_done);
+    m["global_step"] = std::to_string(step_done);
+    m["threads"] = std::to_string(omp_get_max_threads());
+    m["run.id"] = run_id;
+    m["world_size"] = std::to_string(rk.world);
+    if (d.chars) m["vocab.chars"] = hex(d.vocab.chars);
+    save_checkpoint_file(t, m, ck_path);
+  };
+  auto write_chart = [&] {
+    if (!rk.leader()) return;
+    write_svg((fs::path(out) / "loss.svg").string(), "mpx gpt: " + arch + ", " + amp::properties().opt_level,
+              {Panel{"loss", "step", "cross-entropy (nats per token)",
+                     {Series{"train", log.column("step", "loss")}, Series{"validation", eval_log.column("step", "val_loss")}}}});
+  };
+  auto eval_and_sample = [&](int64_t step_done) {
+    const double vl = evaluate();
+    if (rk.leader()) {
+      if (std::isfinite(vl)) {
+        eval_log.append({{"step", static_cast<double>(step_done)},
+                         {"tokens", static_cast<double>(step_done * tokens_per_step)},
+                         {"val_loss", vl},
+                         {"val_ppl", std::exp(vl)}});
+        std::printf("step %lld: validation loss %.4f, perplexity %.2f\n", static_cast<long long>(step_done), vl, std::exp(vl));
+      }
+      if (n_sample > 0) {
+        const std::vector<int64_t> ids = generate(lm, prompt_ids(d, ""), n_sample, temperature, top_k,
+                                                  seed + static_cast<uint64_t>(step_done), device);
+        std::printf("--- sample at step %lld ---\n%s\n---\n", static_cast<long long>(step_done), ids_text(d, ids).c_str());
+      }
+      std::fflush(stdout);
+    }
+    return vl;
+  };
+
+  install_interrupt_handler();
+  const auto run_start = std::chrono::steady_clock::now();
+  auto window_start = run_start;
+  int64_t window_tokens = 0, iterations = 0;
+  Tensor loss_sum;  // this print window's summed micro-step losses, on the device until printed
+  int64_t loss_n = 0;
+  double last_val = NAN, grad_norm = 0;
+  for (int64_t step = start; step < steps; ++step) {
+    if ((prof >= 0 && iterations >= prof) || (rk.distributed() ? any_rank(interrupted()) : interrupted())) {
+      save_checkpoint(step);
+      write_chart();
+      if (interrupted()) {
+        std::printf("interrupted by %s at step %lld; checkpoint saved, continue with: mpx gpt --resume %s\n",
+                    interrupt_name().c_str(), static_cast<long long>(step), ck_path.c_str());
+        return interrupt_exit_code();
+      }
+      std::printf("Profiling ended at iteration %lld; wrote %s\n", static_cast<long long>(iterations), ck_path.c_str());
+      return 0;
+    }
+    const double step_lr = gpt_lr_at(step, lr, min_lr, warmup, steps);
+    for (auto& g : opt.param_groups()) g.set_lr(step_lr);
+    opt.zero_grad();
+    for (int64_t a = 0; a < accum; ++a) {
+      data::Batch b = train_batches.get(step * accum + a);
+      Tensor x = b.data.to(device, true), y = b.target.to(device, true);
+      const bool last = a == accum - 1;
+      // DDP reduces once per optimizer step: the micro-steps before the last keep their gradients local.
+      std::optional<nn::DistributedDataParallelImpl::NoSyncGuard> local;
+      if (ddp && !last) local.emplace(*ddp);
+      Tensor loss = cross_entropy(net(x), y);
+      amp::scale_loss(accum > 1 ? loss / static_cast<double>(accum) : loss, opt,
+                      amp::ScaleLossOptions().delay_unscale(!last))
+          .backward();
+      loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
+      ++loss_n;
+    }
+    if (clip > 0) grad_norm = nn::utils::clip_grad_norm_(amp::master_params(opt), clip);
+    opt.step();
+    ++iterations;
+    window_tokens += tokens_per_step;
+    const int64_t done = step + 1;
+    if (done % print_freq == 0 || done == steps) {
+      const double mean_loss = sum_over_ranks({loss_sum.item<double>() / static_cast<double>(loss_n)})[0] / rk.world;
+      const auto now = std::chrono::steady_clock::now();
+      const double secs = std::chrono::duration<double>(now - window_start).count();
+      const double tps = secs > 0 ? static_cast<double>(window_tokens) / secs : 0;
+      const double mfu = peak > 0 ? tps * lm.flops_per_token / (peak * rk.world) : NAN;
+      if (rk.leader()) {
+        char extra[160] = "";
+        int off = 0;
+        if (amp::properties().opt_level != "O0")
+          off += std::snprintf(extra + off, sizeof extra - off, " | scale %g", amp::loss_scale(0));
+        off += std::snprintf(extra + off, sizeof extra - off, " | skipped %lld", static_cast<long long>(amp::skipped_steps(opt)));
+        if (clip > 0) off += std::snprintf(extra + off, sizeof extra - off, " | grad norm %.3f", grad_norm);
+        if (std::isfinite(mfu)) std::snprintf(extra + off, sizeof extra - off, " | MFU %.1f%%", 100 * mfu);
+        std::printf("step %lld/%lld | loss %.4f | lr %.3g | %.0f tok/s | %.1f ms/step%s\n", static_cast<long long>(done),
+                    static_cast<long long>(steps), mean_loss, step_lr, tps,
+                    1e3 * secs / static_cast<double>(window_tokens / tokens_per_step), extra);
+        std::fflush(stdout);
+        log.append({{"step", static_cast<double>(done)},
+                    {"tokens", static_cast<double>(done * tokens_per_step)},
+                    {"loss", mean_loss},
+                    {"lr", step_lr},
+                    {"tokens_per_s", tps},
+                    {"loss_scale", amp::properties().opt_level == "O0" ? 1.0 : amp::loss_scale(0)},
+                    {"skipped", static_cast<double>(amp::skipped_steps(opt))},
+                    {"grad_norm", grad_norm}});
+      }
+      MPX_CHECK(std::isfinite(mean_loss) || amp::properties().opt_level != "O0",
+                "mpx gpt: the loss is ", mean_loss, " at step ", done, " in f32: training diverged; lower --lr (now ", lr,
+                ") or raise --warmup");
+      loss_sum = Tensor();
+      loss_n = 0;
+      window_tokens = 0;
+      window_start = std::chrono::steady_clock::now();
+    }
+    if (done % eval_interval == 0 || done == steps) {
+      last_val = eval_and_sample(done);
+      save_checkpoint(done);
+      write_chart();
+      window_start = std::chrono::steady_clock::now();  // evaluation is not training time
+    }
+  }
+  if (rk.leader() && !args.str("--export-hf").empty()) {
+    if (!lm.gpt) throw UsageError("--export-hf writes GPT-2 weights; --arch " + arch + " is not a GPT-2 model");
+    save_tensors(models::hf_gpt2_state(*lm.gpt), args.str("--export-hf"), {{"format", "pt"}});
+    std::printf("wrote %s (Hugging Face GPT-2 layout)\n", args.str("--export-hf").c_str());
+  }
+  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  if (rk.leader()) {
+    if (std::isfinite(last_val))
+      std::printf("done in %s: validation loss %.4f (perplexity %.2f); checkpoint, metrics and loss.svg in %s\n",
+                  format_duration(total).c_str(), last_val, std::exp(last_val), out.c_str());
+    else
+      std::printf("done in %s: checkpoint, metrics and loss.svg in %s\n", format_duration(total).c_str(), out.c_str());
+  }
+  return 0;
+}
+
+}  // namespace mpx::cli

@@ -1,0 +1,253 @@
+// `mpx gpt`'s pieces: language models by name, token data (text, shards, the default corpus), lr schedule, sampling, device peaks.
+#include "tools/gpt_parts.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "models/lstm_lm.h"
+#include "tools/cli_args.h"
+
+namespace mpx::cli {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> lm_archs() {
+  std::vector<std::string> a = models::GPTConfig::presets();
+  a.push_back("lstm-lm");
+  return a;
+}
+
+LanguageModel make_language_model(const std::string& arch, int64_t vocab, int64_t context, double dropout) {
+  LanguageModel lm;
+  lm.arch = arch;
+  if (arch == "lstm-lm") {
+    models::LSTMLMConfig c;
+    c.vocab_size = vocab;
+    c.dropout = dropout;
+    auto m = std::make_shared<models::LSTMLMImpl>(c);
+    lm.net = nn::AnyModule(m);
+    lm.n_ctx = context > 0 ? context : 256;  // a recurrent model takes any length; this is the window
+  } else {
+    const std::vector<std::string> known = lm_archs();
+    if (std::find(known.begin(), known.end(), arch) == known.end()) {
+      const std::string near = closest(arch, known);
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      throw UsageError("--arch " + arch + " is not a language model" + (near.empty() ? "" : " (did you mean " + near + "?)") +
+                       "; known: " + list);
+    }
+    models::GPTConfig c = models::GPTConfig::preset(arch, vocab);
+    c.dropout = dropout;
+    if (context > c.n_ctx)
+      throw UsageError("--context " + std::to_string(context) + " is longer than " + arch + "'s " +
+                       std::to_string(c.n_ctx) + " learned positions; use --context " + std::to_string(c.n_ctx) +
+                       " or less");
+    lm.gpt = std::make_shared<models::GPTImpl>(c);
+    lm.net = nn::AnyModule(lm.gpt);
+    lm.n_ctx = context > 0 ? context : c.n_ctx;
+  }
+  std::set<const void*> seen;
+  int64_t n = 0, positions = 0;
+  for (const auto& [name, p] : lm.net.ptr()->named_parameters()) {
+    if (!seen.insert(p.raw_data()).second) continue;
+    n += p.numel();
+    if (name == "wpe.weight") positions = p.numel();
+  }
+  lm.params = n;
+  // PaLM's estimate (nanoGPT's estimate_mfu): 6 FLOPs per weight and token, positions excluded,
+  // plus the attention products, 12 L C T per token.
+  lm.flops_per_token = 6.0 * static_cast<double>(n - positions);
+  if (lm.gpt)
+    lm.flops_per_token += 12.0 * static_cast<double>(lm.gpt->config.n_layer * lm.gpt->config.n_embd * lm.n_ctx);
+  return lm;
+}
+
+std::string default_corpus_path() { return "/usr/share/common-licenses"; }
+
+namespace {
+
+// The texts of a folder's regular files, in name order, each once (links to a file already read are skipped).
+std::string read_folder_texts(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    MPX_ERROR("mpx gpt: no data given and the default corpus ", dir,
+              " is missing; give a text file with --text FILE or token shards with --tokens GLOB");
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  std::set<fs::path> seen;
+  std::string text;
+  for (const auto& f : files) {
+    if (!fs::is_regular_file(f, ec) || !seen.insert(fs::canonical(f, ec)).second) continue;
+    std::ifstream in(f, std::ios::binary);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    text += ss.str();
+  }
+  MPX_CHECK(!text.empty(), "mpx gpt: the default corpus ", dir, " holds no text; give --text FILE or --tokens GLOB");
+  return text;
+}
+
+// A text held in memory as character ids (the default corpus).
+class MemoryTokens : public data::TokenStream {
+ public:
+  MemoryTokens(std::vector<int32_t> ids, int64_t vocab, std::string name)
+      : ids_(std::move(ids)), vocab_(vocab), name_(std::move(name)) {}
+  int64_t size() const override { return static_cast<int64_t>(ids_.size()); }
+  void read(int64_t begin, int64_t n, int64_t* out) const override {
+    MPX_CHECK(begin >= 0 && n >= 0 && begin + n <= size(), "tokens [", begin, ", ", begin + n, ") outside ", name_);
+    for (int64_t i = 0; i < n; ++i) out[i] = ids_[static_cast<size_t>(begin + i)];
+  }
+  int64_t vocab_size() const override { return vocab_; }
+  std::string describe() const override { return name_; }
+
+ private:
+  std::vector<int32_t> ids_;
+  int64_t vocab_;
+  std::string name_;
+};
+
+}  // namespace
+
+TokenData open_token_data(const std::string& text, const std::string& tokens, const std::string& val_tokens,
+                          double val_fraction, const std::string& stored_chars) {
+  if (!text.empty() && !tokens.empty()) throw UsageError("give --text FILE or --tokens GLOB, not both");
+  if (!val_tokens.empty() && tokens.empty()) throw UsageError("--val-tokens needs --tokens (a text file holds out its tail)");
+  TokenData d;
+  std::shared_ptr<const data::TokenStream> all;
+  if (!tokens.empty()) {
+    all = data::open_token_shards(tokens);
+    d.vocab_size = all->vocab_size();
+    d.source = all->describe();
+  } else {
+    d.chars = true;
+    if (!stored_chars.empty()) d.vocab = data::CharVocab::from_chars(stored_chars);
+    if (!text.empty()) {
+      all = data::open_text(text, d.vocab);
+      d.source = "text " + text;
+    } else {
+      const std::string dir = default_corpus_path();
+      const std::string corpus = read_folder_texts(dir);
+      if (stored_chars.empty()) d.vocab = data::CharVocab::from_text(corpus);
+      all = std::make_shared<MemoryTokens>(d.vocab.encode(corpus), d.vocab.size(), "the texts of " + dir);
+      d.source = "the license texts of " + dir + " (no --text or --tokens given)";
+    }
+    d.vocab_size = d.vocab.size();
+  }
+  if (!val_tokens.empty()) {
+    d.train = all;
+    d.val = data::open_token_shards(val_tokens, d.vocab_size);
+  } else {
+    const int64_t n = all->size(), held = static_cast<int64_t>(std::floor(static_cast<double>(n) * val_fraction));
+    d.train = held > 0 ? data::slice(all, 0, n - held) : all;
+    if (held > 0) d.val = data::slice(all, n - held, n);
+  }
+  return d;
+}
+
+double gpt_lr_at(int64_t step, double lr, double min_lr, int64_t warmup, int64_t steps) {
+  if (step < warmup) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  if (step >= steps) return min_lr;
+  const double t = static_cast<double>(step - warmup) / static_cast<double>(std::max<int64_t>(1, steps - warmup));
+  return min_lr + 0.5 * (1.0 + std::cos(M_PI * t)) * (lr - min_lr);
+}
+
+std::vector<optim::ParamGroup> decay_groups(nn::Module& m, const optim::AdamWOptions& options) {
+  std::vector<Tensor> decay, none;
+  std::set<const void*> seen;
+  for (const Tensor& p : m.parameters()) {
+    if (!seen.insert(p.raw_data()).second) continue;
+    (p.dim() >= 2 ? decay : none).push_back(p);
+  }
+  std::vector<optim::ParamGroup> g;
+  g.emplace_back(decay, std::make_unique<optim::AdamWOptions>(options));
+  if (!none.empty()) {
+    optim::AdamWOptions o = options;
+    o.weight_decay(0.0);
+    g.emplace_back(none, std::make_unique<optim::AdamWOptions>(o));
+  }
+  return g;
+}
+
+std::vector<int64_t> generate(const LanguageModel& lm, std::vector<int64_t> ids, int64_t n, double temperature,
+                              int64_t top_k, uint64_t seed, Device device) {
+  MPX_CHECK(!ids.empty(), "generation needs a prompt of at least one token");
+  random::Generator& gen = random::default_generator();
+  const uint64_t saved_seed = gen.current_seed(), saved_offset = gen.offset();
+  manual_seed(seed);
+  nn::Module& m = *lm.net.ptr();
+  const bool was_training = m.is_training();
+  m.eval();
+  {
+    NoGradGuard ng;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t len = std::min<int64_t>(static_cast<int64_t>(ids.size()), lm.n_ctx);
+      std::vector<int64_t> window(ids.end() - len, ids.end());
+      Tensor x = tensor(window, {1, len}).to(device);
+      Tensor logits = lm.net(x).select(1, len - 1).select(0, 0).to(Device::cpu(), kFloat32);  // [V]
+      int64_t next = 0;
+      if (temperature <= 0) {
+        next = std::get<1>(topk(logits, 1)).item<int64_t>();
+      } else {
+        logits = logits / temperature;
+        if (top_k > 0 && top_k < logits.size(0)) {
+          const double kth = std::get<0>(topk(logits, top_k)).select(0, top_k - 1).item<double>();
+          logits = masked_fill(logits, logits < kth, -INFINITY);
+        }
+        next = multinomial(softmax(logits, 0), 1).item<int64_t>();
+      }
+      ids.push_back(next);
+    }
+  }
+  if (was_training) m.train();
+  gen.set_state(saved_seed, saved_offset);
+  return ids;
+}
+
+std::string ids_text(const TokenData& d, const std::vector<int64_t>& ids) {
+  if (d.chars) return d.vocab.decode(ids);
+  std::string s = "[";
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? " " : "") + std::to_string(ids[i]);
+  return s + "]";
+}
+
+std::vector<int64_t> prompt_ids(const TokenData& d, const std::string& prompt) {
+  if (d.chars) {
+    const std::vector<int32_t> v = d.vocab.encode(prompt.empty() ? std::string(1, d.vocab.chars[0]) : prompt);
+    return {v.begin(), v.end()};
+  }
+  std::vector<int64_t> ids;
+  std::string tok;
+  std::istringstream in(prompt);
+  while (std::getline(in, tok, ' ')) {
+    std::istringstream parts(tok);
+    std::string p;
+    while (std::getline(parts, p, ',')) {
+      if (p.empty()) continue;
+      char* end = nullptr;
+      const long long v = std::strtoll(p.c_str(), &end, 10);
+      if (*end != '\0' || v < 0 || v >= d.vocab_size)
+        throw UsageError("--generate: token data take a prompt of GPT-2 token ids in [0, " + std::to_string(d.vocab_size) +
+                         ") separated by spaces or commas; '" + p + "' is not one");
+      ids.push_back(v);
+    }
+  }
+  if (ids.empty()) ids.push_back(50256);  // GPT-2's <|endoftext|> starts a text
+  return ids;
+}
+
+double device_peak_flops(Device device, DType dtype) {
+  if (!device.is_cuda() || (dtype != kBFloat16 && dtype != kFloat16)) return 0;
+  const std::string name = cuda::device_properties(device.index).name;
+  // Dense Tensor Core peaks from NVIDIA's data sheets (no sparsity).
+  if (name.find("H100") != std::string::npos) return name.find("PCIe") != std::string::npos ? 756e12 : 989e12;
+  if (name.find("H200") != std::string::npos) return 989e12;
+  if (name.find("A100") != std::string::npos) return 312e12;
+  return 0;
+}
+
+}  // namespace mpx::cli
