@@ -4,7 +4,7 @@ option(MPX_FUZZ "This tree is the libFuzzer build: clang, ASan + UBSan, the targ
 set(MPX_FUZZ_TESTS AUTO CACHE STRING "Build the fuzz targets beside the main build and run each briefly as a test (label fuzz): AUTO, ON or OFF")
 set_property(CACHE MPX_FUZZ_TESTS PROPERTY STRINGS AUTO ON OFF)
 set(MPX_FUZZ_SECONDS 20 CACHE STRING "Seconds each fuzz test runs")
-set(MPX_FUZZ_NAMES safetensors idx cifar10 image checkpoint_meta)
+set(MPX_FUZZ_NAMES safetensors idx cifar10 image checkpoint_meta token_shard)
 
 if(MPX_FUZZ)
   if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")

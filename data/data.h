@@ -1,4 +1,4 @@
-// The data pipeline in one include: datasets, samplers, the loader and transforms.
+// The data pipeline in one include: datasets, token streams, samplers, the loader and transforms.
 #pragma once
 
 #include "data/dataloader.h"
@@ -10,4 +10,5 @@
 #include "data/jpeg.h"
 #include "data/prefetcher.h"
 #include "data/sampler.h"
+#include "data/text.h"
 #include "data/transforms.h"

@@ -25,12 +25,14 @@ struct CharVocab {
   std::string decode(const std::vector<int64_t>& ids) const;
 };
 
-/// A read-only sequence of token ids in [0, vocab).
+/// A read-only sequence of token ids in [0, vocab). Reads are const and safe from several
+/// threads at once (loader workers share one stream).
 class TokenStream {
  public:
   virtual ~TokenStream() = default;
   virtual int64_t size() const = 0;
-  /// Copies tokens [begin, begin + n) into `out` as i64 (the range must lie inside the stream).
+  /// Copies tokens [begin, begin + n) into `out` as i64; throws when the range leaves the stream
+  /// or a token read is not below vocab_size().
   virtual void read(int64_t begin, int64_t n, int64_t* out) const = 0;
   /// One more than the largest id the stream may hold (the model's vocabulary must be at least this).
   virtual int64_t vocab_size() const = 0;
@@ -39,15 +41,18 @@ class TokenStream {
 };
 
 /// The bytes of a text file as character ids of `vocab` (or of the file's own vocabulary when
-/// `vocab` is empty). Throws naming the file when it cannot be read, is empty, or holds a
-/// byte outside a given vocabulary.
+/// `vocab` is empty: it is then filled in, for the caller to store). Throws naming the file when
+/// it is missing, cannot be read, is empty, or holds a byte outside a given vocabulary (with the
+/// byte's offset). The ids are held in memory, one byte per character.
 std::shared_ptr<TokenStream> open_text(const std::string& path, CharVocab& vocab);
 
-/// llm.c's token shards (`.bin`: a 256 x int32 header, magic 20240520, version 1, the token
-/// count, then that many uint16 tokens), in the sorted order of the files matching `glob`
-/// (a file, or a pattern with * and ?), concatenated. Every header is checked up front: a
-/// missing file, a wrong magic or version, a count the file is too short or too long for is an
-/// mpx::Error naming the file and the byte offset. The shards are memory-mapped, not read.
+/// llm.c's token shards (`.bin`: a 256 x int32 little-endian header, magic 20240520, version 1,
+/// the token count, then that many little-endian uint16 tokens), in the byte-wise sorted order of
+/// the files matching `glob` (a file, or a POSIX glob pattern with * and ?), concatenated. Every
+/// header is checked up front: no matching file, a file shorter than the header, a wrong magic or
+/// version, a negative count, a count the file is too short or too long for is an mpx::Error
+/// naming the file and the byte offset. The shards are memory-mapped, not read, so a token at or
+/// above `vocab_size` is found when read() reaches it (an mpx::Error naming file and offset).
 std::shared_ptr<TokenStream> open_token_shards(const std::string& glob, int64_t vocab_size = 50257);
 
 /// Tokens [begin, end) of another stream (a validation tail, a held-out part).
@@ -62,11 +67,14 @@ class TokenWindows : public Dataset {
  public:
   /// Throws when the stream holds fewer than context + 1 tokens, or context/stride < 1.
   TokenWindows(std::shared_ptr<const TokenStream> tokens, int64_t context, int64_t stride = 0 /* = context */);
+  /// (N - context - 1) / stride + 1 for a stream of N tokens: every window whose shifted target
+  /// fits; the tokens past the last one are left out.
   int64_t size() const override;
   Example get(int64_t index) const override;
   bool get_batch(const std::vector<int64_t>& indices, const std::vector<uint64_t>& sample_seeds,
                  Batch& out) const override;
   int64_t context() const { return context_; }
+  int64_t stride() const { return stride_; }
   const TokenStream& tokens() const { return *tokens_; }
 
  private:

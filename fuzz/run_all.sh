@@ -8,7 +8,7 @@ build=${2:-$here/../build}
 logs=$build/fuzz-logs
 mkdir -p "$logs"
 status=0
-for name in safetensors idx cifar10 image checkpoint_meta; do
+for name in safetensors idx cifar10 image checkpoint_meta token_shard; do
   bin=$build/fuzz-build/fuzz/fuzz_$name
   (cd "$logs" && bash "$here/run.sh" "$bin" "$name" "$seconds") > "$logs/$name.log" 2>&1
   rc=$?
