@@ -111,7 +111,7 @@ TEST_CASE("mpx gpt --arch lstm-lm trains the LSTM language model at O0", "[cli][
   CHECK(loss.back() < loss.front() - 0.5);
 }
 
-TEST_CASE("mpx gpt: a run stopped by --prof and resumed ends bit for bit where an unbroken one does; generation is "
+TEST_CASE("mpx gpt: a run stopped by --prof and resumed ends bit for bit where an unbroken one does, and generation is "
           "deterministic under a seed", "[cli][gpt]") {
   if (!fs::exists("/usr/share/common-licenses")) return;
   const fs::path whole = tmp("whole"), parts = tmp("parts");
@@ -197,5 +197,5 @@ TEST_CASE("mpx gpt: bad flags and data are clear errors", "[cli][gpt]") {
   }
   r = err("--text " + q(dir / "short.txt"));
   CHECK(r.rc == 1);
-  CHECK(has(r.out, "lower --batch-size or --context"));
+  CHECK(has(r.out, "use a shorter context or more tokens"));
 }

@@ -217,7 +217,9 @@ std::string ids_text(const TokenData& d, const std::vector<int64_t>& ids) {
 
 std::vector<int64_t> prompt_ids(const TokenData& d, const std::string& prompt) {
   if (d.chars) {
-    const std::vector<int32_t> v = d.vocab.encode(prompt.empty() ? std::string(1, d.vocab.chars[0]) : prompt);
+    // An empty prompt starts a new line (nanoGPT's choice), or the first character without one.
+    const bool nl = d.vocab.chars.find('\n') != std::string::npos;
+    const std::vector<int32_t> v = d.vocab.encode(prompt.empty() ? std::string(1, nl ? '\n' : d.vocab.chars[0]) : prompt);
     return {v.begin(), v.end()};
   }
   std::vector<int64_t> ids;
