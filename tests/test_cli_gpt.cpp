@@ -139,6 +139,25 @@ TEST_CASE("mpx gpt: a run stopped by --prof and resumed ends bit for bit where a
   CHECK(g.out == h.out);  // greedy decoding does not draw
 }
 
+TEST_CASE("mpx gpt --grad-accum 2 with half the batch equals the whole batch in one step, within float rounding",
+          "[cli][gpt]") {
+  if (!fs::exists("/usr/share/common-licenses")) return;
+  const fs::path whole = tmp("accum1"), halves = tmp("accum2");
+  // Validation reads --eval-iters batches of -b sequences: twice as many halves see the same windows.
+  const std::string flags = "gpt --context 32 --steps 6 --print-freq 3 --eval-interval 6 --opt-level O0";
+  const CliRun a = run_mpx(flags + " -b 8 --eval-iters 2 --out " + q(whole)),
+               b = run_mpx(flags + " -b 4 --grad-accum 2 --eval-iters 4 --out " + q(halves));
+  INFO(a.out << b.out);
+  REQUIRE(a.rc == 0);
+  REQUIRE(b.rc == 0);
+  CHECK(has(b.out, "256 tokens per step (batch 4 x 2 accumulated)"));
+  const std::vector<double> la = column(whole / "metrics.csv", "loss"), lb = column(halves / "metrics.csv", "loss");
+  REQUIRE(la.size() == 2);
+  REQUIRE(lb.size() == 2);
+  for (size_t i = 0; i < la.size(); ++i) CHECK(lb[i] == Approx(la[i]).epsilon(1e-4));
+  CHECK(column(halves / "eval.csv", "val_loss")[0] == Approx(column(whole / "eval.csv", "val_loss")[0]).epsilon(1e-4));
+}
+
 TEST_CASE("mpx gpt on llm.c token shards: trains, exports Hugging Face weights that --pretrained loads again", "[cli][gpt]") {
   const fs::path dir = tmp("shards");
   std::vector<uint16_t> tok;
