@@ -214,6 +214,14 @@ TEST_CASE("mpx gpt: bad flags and data are clear errors", "[cli][gpt]") {
   {
     std::ofstream(dir / "short.txt") << "tiny";
   }
+  // A static scale that overflows every step names the scale, and its advice works.
+  if (fs::exists("/usr/share/common-licenses")) {
+    const std::string small = "--context 32 -b 4 --steps 4 --print-freq 4 --eval-interval 4 --eval-iters 1 --dtype f16 ";
+    r = err(small + "--loss-scale 1e30");
+    CHECK(r.rc == 1);
+    CHECK(has(r.out, "the static --loss-scale 1e30 overflows the gradients: lower it or use --loss-scale dynamic"));
+    CHECK(run_mpx("gpt " + small + "--loss-scale dynamic --out " + q(dir / "dyn")).rc == 0);
+  }
   r = err("--text " + q(dir / "short.txt"));
   CHECK(r.rc == 1);
   CHECK(has(r.out, "use a shorter context or more tokens"));

@@ -345,6 +345,10 @@ int run_gpt(int argc, char** argv) {
   Tensor loss_sum;  // this print window's summed micro-step losses, on the device until printed
   int64_t loss_n = 0;
   double last_val = NAN, grad_norm = 0;
+  int64_t skipped_at_window = amp::skipped_steps(opt), window_first_step = start;
+  auto last_checkpoint = [&]() -> std::string {
+    return fs::exists(ck_path) ? "; the last checkpoint is " + ck_path : "";
+  };
   for (int64_t step = start; step < steps; ++step) {
     if ((prof >= 0 && iterations >= prof) || (rk.distributed() ? any_rank(interrupted()) : interrupted())) {
       save_checkpoint(step);
@@ -406,9 +410,26 @@ int run_gpt(int argc, char** argv) {
                     {"skipped", static_cast<double>(amp::skipped_steps(opt))},
                     {"grad_norm", grad_norm}});
       }
-      MPX_CHECK(std::isfinite(mean_loss) || amp::properties().opt_level != "O0",
-                "mpx gpt: the loss is ", mean_loss, " at step ", done, " in f32: training diverged; lower --lr (now ", lr,
-                ") or raise --warmup");
+      if (!std::isfinite(mean_loss)) {
+        // A loss scale guards the backward only: a non-finite loss comes from the forward pass.
+        const bool f16 = amp::properties().opt_level != "O0" && low == kFloat16;
+        MPX_ERROR("training diverged: the loss is ", mean_loss, " at step ", done, "; ",
+                  f16 ? "the f16 forward pass overflowed (f16 ends at 65504): use --dtype bf16, or lower --lr (now " : "lower --lr (now ",
+                  lr, ") or raise --warmup", last_checkpoint());
+      }
+      const int64_t skipped_now = amp::skipped_steps(opt);
+      if (skipped_now - skipped_at_window == done - window_first_step) {
+        // Every step of the window overflowed: with a static scale that is the scale's doing.
+        const bool fixed = !amp::properties().dynamic_loss_scale;
+        MPX_ERROR("training stalled: all ", done - window_first_step, " steps up to step ", done,
+                  " were skipped for non-finite gradients at loss scale ", amp::loss_scale(0), "; ",
+                  fixed ? "the static --loss-scale " + args.str("--loss-scale") +
+                              " overflows the gradients: lower it or use --loss-scale dynamic"
+                        : "lower --lr (now " + args.str("--lr") + ")",
+                  last_checkpoint());
+      }
+      skipped_at_window = skipped_now;
+      window_first_step = done;
       loss_sum = Tensor();
       loss_n = 0;
       window_tokens = 0;
