@@ -1,5 +1,7 @@
-# GPT rows of peer_bench.py (mpx bench --peer): a PyTorch twin of mpx's models::GPT with the same
-# parameter names, started from the weights and token batch mpx bench wrote to MODEL_init.safetensors.
+# GPT rows of bench/peer_bench.py: a PyTorch twin of mpx's models::GPT started from mpx bench's weights and batch.
+#
+# mpx bench --peer writes GPT_DIR/MODEL_init.safetensors (the initial f32 weights under mpx's
+# parameter names, and the token batch as "bench.tokens"); build_gpt loads it strictly.
 import json
 import os
 import struct
