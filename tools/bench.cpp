@@ -15,14 +15,16 @@ std::string g_cmdline;
 Args make_args() {
   Args a("mpx bench", "mpx bench [--accuracy] [flags]");
   a.option({"--models"}, "LIST",
-           "comma-separated models: resnet18/34/50/101/152, resnet20, vgg11..vgg19[_bn], alexnet, small_cnn, dcgan "
+           "comma-separated models: resnet18/34/50/101/152, resnet20, vgg11..vgg19[_bn], alexnet, small_cnn, dcgan, "
+           "and in speed mode the GPT presets gpt-tiny, gpt-mini, gpt2[-medium|-large|-xl] (rated in tokens/s) "
            "(default: resnet18,dcgan on the CPU, resnet18,resnet50,vgg16,dcgan on CUDA; accuracy: small_cnn)")
       .option({"--opt-levels"}, "LIST",
               "comma-separated apex opt levels; O3-bnf32 is O3 with keep_batchnorm_fp32=True (apex's fastest recipe) "
               "(default: O0,O1,O2,O3; on CUDA also O3-bnf32)")
       .option({"--dtype"}, "LIST", "low precision(s) of O1-O3: f16, bf16 or f16,bf16 (O0 always runs f32 once)", "f16")
       .option({"--device"}, "cpu|cuda[:i]", "where to run", "cpu")
-      .option({"--batch", "-b"}, "N", "images per step (default: 32 on the CPU, 128 on CUDA; accuracy: 128)")
+      .option({"--batch", "-b"}, "N", "images (GPT rows: sequences) per step (default: 32 on the CPU, 128 on CUDA; GPT rows 16 "
+                                      "on the CPU, 8 on CUDA; accuracy: 128)")
       .option({"--steps"}, "N", "timed steps per window (default: 3 on the CPU, 10 on CUDA)")
       .option({"--warmup"}, "N", "untimed steps before the windows (default: 1 on the CPU, 5 on CUDA)")
       .option({"--windows"}, "N", "timed windows; images/s is their median, the spread their min-max", "3")
@@ -36,7 +38,8 @@ Args make_args() {
       .option({"--channels-last"}, "on|off",
               "models and inputs in channels-last (NHWC) layout, as Tensor Cores want (default: on for CUDA, off on "
               "the CPU; the peer follows)")
-      .option({"--out"}, "DIR", "where bench.csv/.json/.md/.svg (or accuracy.*) go", "out/bench")
+      .option({"--out"}, "DIR", "where bench.csv/.json/.md/.svg (or accuracy.*) go; with --peer also each GPT's "
+                                  "MODEL_init.safetensors (its initial weights and batch, which the peer loads)", "out/bench")
       .option({"--seed"}, "N", "seed of the weights and the synthetic data (the same for every level)", "0")
       .option({"--threads"}, "N", "CPU threads (OpenMP; the peer gets the same); default: OMP_NUM_THREADS or all cores")
       .flag({"--peer"}, "also run bench/peer_bench.py (PyTorch) on the same rows: speed mode adds mpx/PyTorch ratios, "
