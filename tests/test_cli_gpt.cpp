@@ -14,6 +14,7 @@ namespace fs = std::filesystem;
 using mpx::testing::CliRun;
 using mpx::testing::has;
 using mpx::testing::q;
+using mpx::testing::require_same_model;
 using mpx::testing::read_file;
 using mpx::testing::run_mpx;
 
@@ -43,22 +44,6 @@ std::vector<double> column(const fs::path& csv, const std::string& name) {
       if (k == at) v.push_back(std::stod(cell));
   }
   return v;
-}
-
-// Every "model." tensor of two checkpoints equal, byte for byte.
-void require_same_model(const fs::path& a, const fs::path& b) {
-  const mpx::TensorDict ta = mpx::load_tensors(a.string()), tb = mpx::load_tensors(b.string());
-  int compared = 0;
-  for (const auto& [name, t] : ta) {
-    if (name.rfind("model.", 0) != 0) continue;
-    INFO(name);
-    REQUIRE(tb.count(name) == 1);
-    const mpx::Tensor x = t.contiguous(), y = tb.at(name).contiguous();
-    REQUIRE(y.numel() == x.numel());
-    CHECK(std::memcmp(x.raw_data(), y.raw_data(), static_cast<size_t>(x.numel()) * x.element_size()) == 0);
-    ++compared;
-  }
-  CHECK(compared > 0);
 }
 
 // An llm.c token shard of `tokens`.
