@@ -11,6 +11,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/cuda.h"
+#include "core/random.h"
 #include "core/serialize.h"
 #include "ops/op_utils.h"
 
@@ -148,7 +149,8 @@ ParamState& Optimizer::state_for(const Tensor& p) {
 }
 
 DType Optimizer::state_dtype(const Tensor& p) const {
-  return master_weights_ || !is_reduced_float(p.dtype()) ? compute_dtype_for(p) : p.dtype();
+  if (master_weights_ || !is_reduced_float(p.dtype())) return compute_dtype_for(p);
+  return stochastic_rounding_ && !low_precision_state_ ? kFloat32 : p.dtype();
 }
 
 ParamState& Optimizer::state(const Tensor& param) { return state_for(find_param(param)); }
@@ -182,8 +184,19 @@ std::vector<Tensor> Optimizer::master_params() {
 }
 
 void Optimizer::set_master_weights(bool on) {
+  MPX_CHECK(!on || !stochastic_rounding_, name_, ": set_master_weights(true): stochastic rounding is on, which "
+            "replaces master weights; call set_stochastic_rounding(false) first (or keep master weights off)");
   master_weights_ = on;
   sync_masters();
+}
+
+void Optimizer::set_stochastic_rounding(bool on, const StochasticRoundingOptions& options) {
+  MPX_CHECK(!on || !master_weights_, name_, ": stochastic rounding is for f16/bf16 parameters without FP32 master "
+            "weights, and this optimizer keeps masters (which hold every update exactly, making the rounding moot); "
+            "call set_master_weights(false) first, or with amp use master_weights(false) at O2, or O3");
+  stochastic_rounding_ = on;
+  low_precision_state_ = on && options.low_precision_state();
+  rounding_seed_ = options.seed().value_or(random::default_generator().current_seed());
 }
 
 void Optimizer::sync_masters() {
@@ -246,7 +259,11 @@ Tensor Optimizer::step(const LossClosure& closure) {
   for (auto& [id, hook] : hooks_)
     if (!hook(*this)) return loss;
   NoGradGuard ng;
-  for (auto& g : param_groups_) step_group(g);
+  uint32_t first_id = 0;
+  for (auto& g : param_groups_) {
+    step_group(g, first_id);
+    first_id += static_cast<uint32_t>(g.params().size());
+  }
   return loss;
 }
 
@@ -354,12 +371,13 @@ Tensor Optimizer::step_gradient(const Tensor& p) const {
   return grad;
 }
 
-void Optimizer::step_group(ParamGroup& group) {
+void Optimizer::step_group(ParamGroup& group, uint32_t first_id) {
   const OptimizerOptions& opts = group.options();
   const std::vector<std::string> names = buffer_names(opts);
   // Gather every parameter with a gradient into its (device, dtype) batch...
   std::vector<StepBatch> batches;
-  for (const Tensor& p : group.params()) {
+  for (size_t pi = 0; pi < group.params().size(); ++pi) {
+    const Tensor& p = group.params()[pi];
     Tensor grad = step_gradient(p);
     if (!grad.defined()) continue;
     ParamState& st = state_for(p);
@@ -376,6 +394,7 @@ void Optimizer::step_group(ParamGroup& group) {
     b.ts.steps.push_back(st.step);
     b.ts.fresh.push_back(fresh ? 1 : 0);
     if (device_count) b.ts.counts.push_back(st.count);
+    b.ts.ids.push_back(first_id + static_cast<uint32_t>(pi));
     b.items.push_back(std::move(item));
   }
   // ...then one fused step per batch, with amp's skip flag and unscale where they are set.
@@ -385,6 +404,8 @@ void Optimizer::step_group(ParamGroup& group) {
       if (amp_inv_scale_.defined())
         b.ts.inv_scale = amp_inv_scale_.device() == b.device ? amp_inv_scale_ : amp_inv_scale_.to(b.device);
     }
+    b.ts.stochastic_rounding = stochastic_rounding_;
+    b.ts.seed = rounding_seed_;
     apply(opts, b.ts, b.device, b.dtype);
     for (auto& item : b.items) {
       const Tensor& master = state_for(item.param).master;

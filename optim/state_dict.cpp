@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <set>
 
 #include "core/serialize.h"
@@ -48,6 +49,11 @@ OptimizerState Optimizer::state_dict() const {
     s.tensors[gp + "params"] = ids.empty() ? empty({0}, TensorOptions(kInt64)) : tensor<int64_t>(ids);
     for (const auto& [k, v] : grp.options().to_map()) s.scalars[gp + k] = v;
     if (grp.has_initial_lr()) s.scalars[gp + "initial_lr"] = grp.initial_lr();
+  }
+  if (stochastic_rounding_) {
+    s.scalars["stochastic_rounding.enabled"] = 1.0;
+    s.scalars["stochastic_rounding.low_precision_state"] = low_precision_state_ ? 1.0 : 0.0;
+    s.tensors["stochastic_rounding.seed"] = tensor<int64_t>({static_cast<int64_t>(rounding_seed_)});
   }
   return s;
 }
@@ -151,6 +157,21 @@ void Optimizer::load_state_dict(const OptimizerState& s) {
       if (any) new_state[p.impl()] = std::move(ns);
     }
   }
+  // The rounding mode is this optimizer's configuration (amp sets it, as it sets masters); the
+  // seed is the state of its draws.
+  std::optional<uint64_t> seed;
+  for (const char* k : {"stochastic_rounding.enabled", "stochastic_rounding.low_precision_state"})
+    if (auto it = s.scalars.find(k); it != s.scalars.end()) {
+      MPX_CHECK(it->second == 0 || it->second == 1, who, "'", k, "' must be 0 or 1, got ", it->second);
+      used.insert(k);
+    }
+  if (auto it = s.tensors.find("stochastic_rounding.seed"); it != s.tensors.end()) {
+    const Tensor& t = it->second;
+    MPX_CHECK(t.defined() && t.dtype() == kInt64 && t.numel() == 1, who,
+              "'stochastic_rounding.seed' must be one i64 value, got ", t.defined() ? ops::describe(t) : "undefined");
+    seed = static_cast<uint64_t>(t.cpu().contiguous().data_ptr<int64_t>()[0]);
+    used.insert(it->first);
+  }
   for (const auto& [k, v] : s.tensors)
     MPX_CHECK(used.count(k), who, "unexpected entry '", k, "' (no parameter or group of this optimizer has it)");
   for (const auto& [k, v] : s.scalars)
@@ -162,6 +183,7 @@ void Optimizer::load_state_dict(const OptimizerState& s) {
     if (new_initial[g] >= 0) param_groups_[g].set_initial_lr(new_initial[g]);
   }
   state_ = std::move(new_state);
+  if (seed) rounding_seed_ = *seed;
 }
 
 }  // namespace mpx::optim
@@ -184,7 +206,8 @@ void load(optim::Optimizer& optimizer, const std::string& path) {
             "'): the file is not an optimizer state written by mpx::save(optimizer, path)");
   s.optimizer = meta.count("optimizer") ? meta.at("optimizer") : "";
   for (const auto& [k, v] : meta) {
-    if (k.rfind("state.", 0) != 0 && k.rfind("param_groups.", 0) != 0) continue;
+    if (k.rfind("state.", 0) != 0 && k.rfind("param_groups.", 0) != 0 && k.rfind("stochastic_rounding.", 0) != 0)
+      continue;
     char* end = nullptr;
     const double d = std::strtod(v.c_str(), &end);
     MPX_CHECK(!v.empty() && end && *end == '\0', "load(optimizer, '", path, "'): metadata entry '",
