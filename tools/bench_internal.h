@@ -11,7 +11,17 @@ namespace mpx::cli::bench {
 
 /// O3 with keep_batchnorm_fp32=True, apex's fastest ImageNet recipe, as a level of its own.
 inline constexpr const char* kO3BnF32 = "O3-bnf32";
-inline const std::vector<std::string> kLevels = {"O0", "O1", "O2", "O3", kO3BnF32};
+/// Beyond apex, without master weights: O2 rounding the updates to nearest or stochastically,
+/// O3 stochastically (amp::Options::stochastic_rounding).
+inline const std::vector<std::string> kLevels = {"O0", "O1", "O2", "O3", kO3BnF32, "O2-nomasters", "O2-sr", "O3-sr"};
+/// The amp options of a level of kLevels in the low precision `low`.
+amp::Options level_options(const std::string& level, DType low, int num_losses);
+/// `mpx train`'s amp flags for a level of kLevels (the accuracy mode).
+std::vector<std::string> level_train_flags(const std::string& level);
+/// Whether the PyTorch peer has a recipe for the level (it has none without masters).
+bool peer_level(const std::string& level);
+/// The peer status of rows of a level it has no recipe for.
+inline constexpr const char* kNoPeerRecipe = "no recipe in the peer: torch.optim has no stochastic rounding";
 
 /// One (level, dtype) pair to run: O0 runs once in f32 whatever --dtype says.
 struct Variant {
