@@ -1,4 +1,4 @@
-// `mpx gpt` end to end: the default corpus, loss falling at O1 bf16/f16, the LSTM model, resume bit for bit, generation, token shards, Hugging Face export, bad input.
+// `mpx gpt` end to end: the default corpus, loss falling at O1 bf16/f16, the LSTM model, resume bit for bit (with stochastic rounding too), generation, token shards, Hugging Face export, bad input.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -124,6 +124,28 @@ TEST_CASE("mpx gpt: a run stopped by --prof and resumed ends bit for bit where a
   CHECK(g.out == h.out);  // greedy decoding does not draw
 }
 
+TEST_CASE("mpx gpt --stochastic-rounding without masters: a stopped and resumed run adopts the flags and ends bit for "
+          "bit where an unbroken one does", "[cli][gpt]") {
+  if (!fs::exists("/usr/share/common-licenses")) return;
+  const fs::path whole = tmp("sr_whole"), parts = tmp("sr_parts");
+  const std::string flags = kTiny + " --steps 8 --eval-interval 4 --opt-level O2 --dtype bf16 --master-weights false "
+                                    "--stochastic-rounding --deterministic";
+  const CliRun w = run_mpx(flags + " --out " + q(whole));
+  INFO(w.out);
+  REQUIRE(w.rc == 0);
+  REQUIRE(run_mpx(flags + " --prof 3 --out " + q(parts)).rc == 0);
+  mpx::Metadata meta;
+  mpx::load_tensors((parts / "checkpoint.safetensors").string(), &meta);
+  CHECK(meta.at("flag.--stochastic-rounding") == "1");
+  CHECK(meta.at("optimizer.stochastic_rounding.enabled") == "1");
+  const CliRun go = run_mpx("gpt --resume " + q(parts / "checkpoint.safetensors"));
+  INFO(go.out);
+  REQUIRE(go.rc == 0);
+  CHECK(!has(go.out, "warning"));
+  require_same_model(whole / "checkpoint.safetensors", parts / "checkpoint.safetensors");
+  CHECK(column(whole / "metrics.csv", "loss") == column(parts / "metrics.csv", "loss"));
+}
+
 TEST_CASE("mpx gpt --grad-accum 2 with half the batch equals the whole batch in one step, within float rounding",
           "[cli][gpt]") {
   if (!fs::exists("/usr/share/common-licenses")) return;
@@ -196,6 +218,15 @@ TEST_CASE("mpx gpt: bad flags and data are clear errors", "[cli][gpt]") {
   CHECK(has(r.out, "not a GPT-2 model"));
   r = err("--text " + q(dir / "a") + " --tokens " + q(dir / "b"));
   CHECK(r.rc == 2);
+  r = err("--opt-level O2 --stochastic-rounding");
+  CHECK(r.rc == 2);
+  CHECK(has(r.out, "add --master-weights false"));
+  r = err("--opt-level O1 --stochastic-rounding");
+  CHECK(r.rc == 2);
+  CHECK(has(r.out, "use --opt-level O3, or O2 with --master-weights false"));
+  r = err("--opt-level O3 --low-precision-state");
+  CHECK(r.rc == 2);
+  CHECK(has(r.out, "add --stochastic-rounding"));
   {
     std::ofstream(dir / "short.txt") << "tiny";
   }

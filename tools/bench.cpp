@@ -19,7 +19,8 @@ Args make_args() {
            "and in speed mode the GPT presets gpt-tiny, gpt-mini, gpt2[-medium|-large|-xl] (rated in tokens/s) "
            "(default: resnet18,dcgan on the CPU, resnet18,resnet50,vgg16,dcgan on CUDA; accuracy: small_cnn)")
       .option({"--opt-levels"}, "LIST",
-              "comma-separated apex opt levels; O3-bnf32 is O3 with keep_batchnorm_fp32=True (apex's fastest recipe) "
+              "comma-separated apex opt levels; O3-bnf32 is O3 with keep_batchnorm_fp32=True (apex's fastest recipe); "
+              "without master weights: O2-nomasters (rounded to nearest), O2-sr and O3-sr (stochastic rounding) "
               "(default: O0,O1,O2,O3; on CUDA also O3-bnf32)")
       .option({"--dtype"}, "LIST", "low precision(s) of O1-O3: f16, bf16 or f16,bf16 (O0 always runs f32 once)", "f16")
       .option({"--device"}, "cpu|cuda[:i]", "where to run", "cpu")
@@ -88,6 +89,25 @@ void check_items(const std::string& flag, const std::vector<std::string>& items,
                      "; choose from " + all);
   }
 }
+
+amp::Options level_options(const std::string& level, DType low, int num_losses) {
+  const std::string apex = level.substr(0, 2);  // O0..O3
+  auto o = amp::Options().opt_level(apex).dtype(low).num_losses(num_losses).verbosity(0);
+  if (level == kO3BnF32) o.keep_batchnorm_fp32(true);
+  if (level == "O2-nomasters" || level == "O2-sr") o.master_weights(false);
+  if (level == "O2-sr" || level == "O3-sr") o.stochastic_rounding(true);
+  return o;
+}
+
+std::vector<std::string> level_train_flags(const std::string& level) {
+  std::vector<std::string> f = {"--opt-level", level.substr(0, 2)};
+  if (level == kO3BnF32) f.insert(f.end(), {"--keep-batchnorm-fp32", "True"});
+  if (level == "O2-nomasters" || level == "O2-sr") f.insert(f.end(), {"--master-weights", "False"});
+  if (level == "O2-sr" || level == "O3-sr") f.push_back("--stochastic-rounding");
+  return f;
+}
+
+bool peer_level(const std::string& level) { return level.size() == 2 || level == kO3BnF32; }
 
 std::vector<Variant> variants(const std::vector<std::string>& levels, const std::vector<std::string>& dtypes) {
   std::vector<Variant> v;

@@ -52,12 +52,13 @@ int run_accuracy(const Args& args) {
       const fs::path dir = out / (m + "_" + v.level + "_" + v.dtype);
       std::vector<std::string> a = {"--arch", m, "--dataset", args.str("--dataset"), "--batch-size",
                                     std::to_string(batch), "--epochs", std::to_string(epochs), "--lr", args.str("--lr"),
-                                    "--opt-level", v.level == kO3BnF32 ? "O3" : v.level, "--dtype", v.dtype == "f32" ? "f16" : v.dtype, "--seed",
+                                    "--dtype", v.dtype == "f32" ? "f16" : v.dtype, "--seed",
                                     args.str("--seed"), "--out", dir.string(), "--limit-train", args.str("--limit-train"),
                                     "--limit-test", args.str("--limit-test"), "--device", args.str("--device"),
                                     "--overwrite"};  // a rerun of the table replaces the previous one's runs
       if (args.given("--data")) a.insert(a.end(), {"--data", args.str("--data")});
-      if (v.level == kO3BnF32) a.insert(a.end(), {"--keep-batchnorm-fp32", "True"});
+      const std::vector<std::string> level = level_train_flags(v.level);
+      a.insert(a.end(), level.begin(), level.end());
       if (args.given("--image-size")) a.insert(a.end(), {"--image-size", args.str("--image-size")});
       std::printf("\n== %s %s %s (mpx train", m.c_str(), v.level.c_str(), v.dtype.c_str());
       for (const auto& s : a) std::printf(" %s", s.c_str());
@@ -127,6 +128,7 @@ int run_accuracy(const Args& args) {
     if (peer) {
       auto it = peer_rows.find(r.model + "/" + r.v.level + "/" + r.v.dtype);
       if (it != peer_rows.end()) pa = it->second;
+      else if (!peer_level(r.v.level)) pa.status = kNoPeerRecipe;
       else if (!peer_failure.empty()) pa.status = "peer failed (" + peer_failure + ")";
       else pa.status = "the peer reported no such row";
     }

@@ -65,6 +65,7 @@ SpeedResult bench_gpt(const std::string& model, const Variant& v, const SpeedCon
     time_windows(g, step, mem, r);
     r.loss_scale = amp::loss_scale(0);
     r.skipped = static_cast<double>(amp::skipped_steps(opt));
+    r.state_bytes = state_bytes_per_element({&opt});
     r.final_loss = loss.item<double>();
   }
   amp::reset();

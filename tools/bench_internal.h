@@ -13,7 +13,17 @@ namespace mpx::cli::bench {
 
 /// O3 with keep_batchnorm_fp32=True, apex's fastest ImageNet recipe, as a level of its own.
 inline constexpr const char* kO3BnF32 = "O3-bnf32";
-inline const std::vector<std::string> kLevels = {"O0", "O1", "O2", "O3", kO3BnF32};
+/// Beyond apex, without master weights: O2 rounding the updates to nearest or stochastically,
+/// O3 stochastically (amp::Options::stochastic_rounding).
+inline const std::vector<std::string> kLevels = {"O0", "O1", "O2", "O3", kO3BnF32, "O2-nomasters", "O2-sr", "O3-sr"};
+/// The amp options of a level of kLevels in the low precision `low`.
+amp::Options level_options(const std::string& level, DType low, int num_losses);
+/// `mpx train`'s amp flags for a level of kLevels (the accuracy mode).
+std::vector<std::string> level_train_flags(const std::string& level);
+/// Whether the PyTorch peer has a recipe for the level (it has none without masters).
+bool peer_level(const std::string& level);
+/// The peer status of rows of a level it has no recipe for.
+inline constexpr const char* kNoPeerRecipe = "no recipe in the peer: torch.optim has no stochastic rounding";
 
 /// One (level, dtype) pair to run: O0 runs once in f32 whatever --dtype says.
 struct Variant {
@@ -46,6 +56,7 @@ struct SpeedConfig {
 struct SpeedResult {
   std::vector<double> window_ips;
   double step_ms = NAN, peak_mib = NAN, loss_scale = NAN, final_loss = NAN;
+  double state_bytes = NAN;  ///< weights, f32 masters and optimizer state per parameter element
   double skipped = NAN;
   int64_t params = 0;
   int64_t batch = 0;    ///< samples per step (set by time_windows)
@@ -70,6 +81,9 @@ struct MemProbe {
 void time_windows(const SpeedConfig& c, const std::function<void()>& step, const MemProbe& mem, SpeedResult& r);
 /// amp's options for a row's level and dtype (O3-bnf32: O3 with keep_batchnorm_fp32).
 amp::Options level_options(const Variant& v, int num_losses);
+/// Bytes per parameter element of the weights, their f32 masters and the optimizers' state
+/// (gradients, which every level has, not counted).
+double state_bytes_per_element(const std::vector<optim::Optimizer*>& opts);
 
 /// Whether `model` names a GPT-2 preset (models::GPTConfig::presets()), which speed mode runs as a GPT row.
 bool is_gpt(const std::string& model);

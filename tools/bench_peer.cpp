@@ -72,7 +72,9 @@ std::string peer_prefix(const Args& args, int threads, const std::vector<std::st
     return "";
   }
   for (const auto& m : models) ml += (ml.empty() ? "" : ",") + m;
-  for (const auto& l : levels) ll += (ll.empty() ? "" : ",") + l;
+  for (const auto& l : levels)
+    if (peer_level(l)) ll += (ll.empty() ? "" : ",") + l;
+  if (ll.empty()) return "";  // no level the peer has a recipe for: nothing to run, nothing failed
   for (const auto& d : dtypes) dl += (dl.empty() ? "" : ",") + d;
   return "OMP_NUM_THREADS=" + std::to_string(threads) + " " + shell_quote(args.str("--python")) + " " +
          shell_quote(script);

@@ -87,13 +87,24 @@ void time_windows(const SpeedConfig& c, const std::function<void()>& step, const
 }
 
 amp::Options level_options(const Variant& v, int num_losses) {
-  auto o = amp::Options()
-               .opt_level(v.level == kO3BnF32 ? "O3" : v.level)
-               .dtype(v.dtype == "bf16" ? kBFloat16 : kFloat16)
-               .num_losses(num_losses)
-               .verbosity(0);
-  if (v.level == kO3BnF32) o.keep_batchnorm_fp32(true);
-  return o;
+  return bench::level_options(v.level, v.dtype == "bf16" ? kBFloat16 : kFloat16, num_losses);
+}
+
+// What the optimizers keep per parameter element: the parameter, its f32 master and its state
+// buffers (momentum, Adam's moments), in bytes; gradients, which every level has, not counted.
+double state_bytes_per_element(const std::vector<optim::Optimizer*>& opts) {
+  double bytes = 0, elements = 0;
+  for (optim::Optimizer* o : opts)
+    for (const Tensor& p : o->parameters()) {
+      elements += static_cast<double>(p.numel());
+      bytes += static_cast<double>(p.numel() * p.element_size());
+      if (!o->has_state(p)) continue;
+      const optim::ParamState& st = o->state(p);
+      if (st.master.defined()) bytes += static_cast<double>(st.master.numel() * st.master.element_size());
+      for (const auto& [name, b] : st.buffers)
+        if (b.defined()) bytes += static_cast<double>(b.numel() * b.element_size());
+    }
+  return elements > 0 ? bytes / elements : NAN;
 }
 
 namespace {
@@ -129,6 +140,7 @@ SpeedResult bench_classifier(const std::string& model, const Variant& v, const S
       time_windows(c, step, mem, r);
       r.loss_scale = amp::loss_scale(0);
       r.skipped = static_cast<double>(amp::skipped_steps(opt));
+      r.state_bytes = state_bytes_per_element({&opt});
     } else {
       // A captured step must not wait for the host. amp::scale_loss's apex path reports overflows
       // through host read-backs (event queries), which a capture forbids, so the graph runs
@@ -138,6 +150,8 @@ SpeedResult bench_classifier(const std::string& model, const Variant& v, const S
       const amp::Properties props = amp::properties();
       optim::SGD opt(net.ptr()->parameters(), optim::SGDOptions(0.01).momentum(0.9).weight_decay(1e-4));
       opt.set_master_weights(props.master_weights.value_or(false));
+      opt.set_stochastic_rounding(props.stochastic_rounding,
+                                  optim::StochasticRoundingOptions().low_precision_state(props.low_precision_state));
       amp::GradScaler scaler(amp::GradScalerOptions().enabled(props.dynamic_loss_scale));
       auto step = [&] {
         opt.zero_grad();
@@ -155,6 +169,7 @@ SpeedResult bench_classifier(const std::string& model, const Variant& v, const S
       time_windows(c, [&] { g.replay(); }, mem, r);
       r.loss_scale = scaler.is_enabled() ? scaler.get_scale() : props.loss_scale;
       r.skipped = static_cast<double>(scaler.skipped_steps());
+      r.state_bytes = state_bytes_per_element({&opt});
     }
     r.final_loss = loss.item<double>();
   }
@@ -204,6 +219,7 @@ SpeedResult bench_dcgan(const Variant& v, const SpeedConfig& c) {
     // The smallest of the three scales: the one closest to overflow trouble.
     r.loss_scale = std::min({amp::loss_scale(0), amp::loss_scale(1), amp::loss_scale(2)});
     r.skipped = static_cast<double>(amp::skipped_steps(optD) + amp::skipped_steps(optG));
+    r.state_bytes = state_bytes_per_element({&optD, &optG});
     r.final_loss = errG.item<double>();
   }
   amp::reset();
@@ -339,6 +355,7 @@ int run_speed(const Args& args) {
         PeerRow& slot = compiled ? r.compiled : r.peer;
         auto it = pr.find(r.model + "/" + r.v.level + "/" + r.v.dtype);
         if (it != pr.end()) slot = it->second;
+        else if (!peer_level(r.v.level)) slot.status = kNoPeerRecipe;
         else if (!failure.empty()) slot.status = "peer failed";
       }
       if (!failure.empty()) std::fprintf(stderr, "mpx bench: warning: %s\n", failure.c_str());
@@ -368,7 +385,7 @@ int run_speed(const Args& args) {
   Table t;
   t.head = {"model", "level", "dtype", "batch", unit, "min-max"};
   if (has_gpt) t.head.push_back("tokens/s");
-  t.head.insert(t.head.end(), {"step ms", "peak MiB", "loss scale", "skipped", "vs O0"});
+  t.head.insert(t.head.end(), {"step ms", "peak MiB", "state B/param", "loss scale", "skipped", "vs O0"});
   if (peer) t.head.push_back("PyTorch" + per);
   if (peer && has_gpt) t.head.push_back("PyTorch tok/s");
   if (peer) t.head.insert(t.head.end(), {"mpx/PyTorch", "PyTorch MiB"});
@@ -388,7 +405,7 @@ int run_speed(const Args& args) {
     std::vector<std::string> cells = {r.model, r.v.level, r.v.dtype, std::to_string(r.r.batch), rate(r.median),
                                       rate(r.lo) + "-" + rate(r.hi)};
     if (has_gpt) cells.push_back(r.r.seq_len > 0 ? rate(tokens(r, r.median)) : "-");
-    cells.insert(cells.end(), {fixed(r.r.step_ms, 1), fixed(r.r.peak_mib, 0), fixed(r.r.loss_scale, 0),
+    cells.insert(cells.end(), {fixed(r.r.step_ms, 1), fixed(r.r.peak_mib, 0), fixed(r.r.state_bytes, 1), fixed(r.r.loss_scale, 0),
                                fixed(r.r.skipped, 0), std::isfinite(r.speedup) ? fixed(r.speedup, 2) + "x" : "n/a"});
     if (peer) {
       cells.push_back(peer_cell(r.peer));
@@ -410,7 +427,8 @@ int run_speed(const Args& args) {
                     num_cell("images_per_s_max", r.hi), num_cell("tokens_per_s", tokens(r, r.median)),
                     num_cell("tokens_per_s_min", tokens(r, r.lo)), num_cell("tokens_per_s_max", tokens(r, r.hi)),
                     num_cell("step_ms", r.r.step_ms),
-                    num_cell("peak_mem_mib", r.r.peak_mib), num_cell("loss_scale", r.r.loss_scale),
+                    num_cell("peak_mem_mib", r.r.peak_mib), num_cell("state_bytes_per_param", r.r.state_bytes),
+                    num_cell("loss_scale", r.r.loss_scale),
                     num_cell("skipped_steps", r.r.skipped), num_cell("speedup_vs_O0", r.speedup),
                     num_cell("final_loss", r.r.final_loss), num_cell("params", static_cast<double>(r.r.params)),
                     num_cell("peer_images_per_s", r.peer.ips), num_cell("peer_images_per_s_min", r.peer.ips_min),
@@ -432,7 +450,8 @@ int run_speed(const Args& args) {
   if (peer && cpu)
     std::printf("PyTorch MiB: what lives between steps plus the step's largest growth in the allocations torch's "
                 "profiler records op by op (a lower bound; torch has no CPU allocator statistics)\n");
-  std::printf("peak MiB: %s; loss scale: amp's at the end (dcgan: the smallest of its three); vs O0: %s over "
+  std::printf("peak MiB: %s; state B/param: bytes per parameter element of the weights, f32 masters and "
+              "optimizer state (not gradients); loss scale: amp's at the end (dcgan: the smallest of its three); vs O0: %s over "
               "O0's of the same model\n", mem_kind.c_str(), unit.c_str());
   if (has_gpt)
     std::printf("samples/s: images/s for image models, sequences/s for GPT rows; tokens/s: sequences/s x n_ctx\n");

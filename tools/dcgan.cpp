@@ -25,7 +25,9 @@ namespace {
 
 const std::vector<std::string> kRunFlags = {"--dataset", "--data", "--batch-size", "--epochs", "--lr", "--beta1",
                                             "--nz", "--ngf", "--ndf", "--opt-level", "--dtype", "--keep-batchnorm-fp32",
-                                            "--loss-scale", "--seed", "--limit-train", "--image-size", "--synthetic"};
+                                            "--loss-scale", "--master-weights", "--stochastic-rounding",
+                                            "--low-precision-state", "--seed", "--limit-train", "--image-size",
+                                            "--synthetic"};
 
 Args make_args() {
   Args a("mpx dcgan", "mpx dcgan [flags] [DATA_DIR]");
@@ -198,11 +200,12 @@ int run_dcgan(int argc, char** argv) {
   const int threads = omp_get_max_threads();
   const std::string batch_text = batch_per_rank_text(batch, rk);
   std::printf("mpx dcgan: %s (%lld images, %lld px, %lld channel%s), batch %s, nz %lld ngf %lld ndf %lld, Adam lr %g, "
-              "%s, 3 loss scalers, %s, %d thread%s%s\n",
+              "%s%s, 3 loss scalers, %s, %d thread%s%s\n",
               dataset.c_str(), static_cast<long long>(d.train->size()), static_cast<long long>(image_size),
               static_cast<long long>(d.channels), d.channels == 1 ? "" : "s", batch_text.c_str(),
               static_cast<long long>(nz), static_cast<long long>(ngf), static_cast<long long>(ndf), lr,
-              amp::properties().opt_level.c_str(), device.str().c_str(), threads, threads == 1 ? "" : "s",
+              amp::properties().opt_level.c_str(), amp_recipe_note().c_str(), device.str().c_str(), threads,
+              threads == 1 ? "" : "s",
               rk.distributed() ? " per rank" : "");
   if (!epochs_left(start_epoch, epochs)) return 0;
   // Rank 0 alone keeps the loss log (its rows are averages over the ranks).

@@ -28,8 +28,8 @@ namespace {
 const std::vector<std::string> kRunFlags = {
     "--arch", "--text", "--tokens", "--val-tokens", "--val-fraction", "--context", "--batch-size", "--grad-accum",
     "--steps", "--lr", "--min-lr", "--warmup", "--weight-decay", "--beta1", "--beta2", "--eps", "--clip-grad",
-    "--dropout", "--opt-level", "--dtype", "--keep-batchnorm-fp32", "--loss-scale", "--seed", "--eval-interval",
-    "--eval-iters", "--pretrained"};
+    "--dropout", "--opt-level", "--dtype", "--keep-batchnorm-fp32", "--loss-scale", "--master-weights",
+    "--stochastic-rounding", "--low-precision-state", "--seed", "--eval-interval", "--eval-iters", "--pretrained"};
 // Run flags a resumed run may change without a warning (they do not change the steps trained so far).
 const std::vector<std::string> kFreeFlags = {"--steps", "--eval-interval", "--eval-iters"};
 
@@ -248,14 +248,15 @@ int run_gpt(int argc, char** argv) {
   const double peak = device_peak_flops(device, low);
   if (rk.leader())
     std::printf("mpx gpt: %s (%.2f M parameters, vocabulary %lld, context %lld) on %s: %lld training and %lld validation "
-                "tokens; %lld tokens per step (batch %s x %lld accumulated), AdamW lr %g -> %g (warmup %lld), %s %s, %s, "
-                "%d thread%s%s\n",
+                "tokens; %lld tokens per step (batch %s x %lld accumulated), AdamW lr %g -> %g (warmup %lld), %s %s%s, "
+                "%s, %d thread%s%s\n",
                 arch.c_str(), static_cast<double>(lm.params) / 1e6, static_cast<long long>(d.vocab_size),
                 static_cast<long long>(context), d.source.c_str(), static_cast<long long>(d.train->size()),
                 static_cast<long long>(d.val ? d.val->size() : 0), static_cast<long long>(tokens_per_step),
                 batch_per_rank_text(batch, rk).c_str(), static_cast<long long>(accum), lr, min_lr,
                 static_cast<long long>(warmup), amp::properties().opt_level.c_str(),
-                amp::properties().opt_level == "O0" ? "f32" : (low == kBFloat16 ? "bf16" : "f16"), device.str().c_str(),
+                amp::properties().opt_level == "O0" ? "f32" : (low == kBFloat16 ? "bf16" : "f16"),
+                amp_recipe_note().c_str(), device.str().c_str(),
                 threads, threads == 1 ? "" : "s", rk.distributed() ? " per rank" : "");
   if (start >= steps) {
     std::printf("nothing to do: the checkpoint already trained %lld of %lld steps (raise --steps to train more)\n",

@@ -22,8 +22,9 @@ namespace {
 // given again, so `mpx train --resume FILE` alone continues the same run.
 const std::vector<std::string> kRunFlags = {
     "--arch", "--dataset", "--data", "--batch-size", "--epochs", "--lr", "--momentum", "--weight-decay",
-    "--schedule", "--opt-level", "--dtype", "--keep-batchnorm-fp32", "--loss-scale", "--seed",
-    "--limit-train", "--limit-test", "--image-size", "--synthetic", "--deterministic", "--sync-bn"};
+    "--schedule", "--opt-level", "--dtype", "--keep-batchnorm-fp32", "--loss-scale", "--master-weights",
+    "--stochastic-rounding", "--low-precision-state", "--seed", "--limit-train", "--limit-test", "--image-size",
+    "--synthetic", "--deterministic", "--sync-bn"};
 
 // What a train run writes to --out (claim_out tells runs apart by these).
 const RunFiles kTrainFiles{"train",
@@ -367,13 +368,14 @@ void TrainRun::announce() {
   const std::string batch_text = batch_per_rank_text(batch_, ranks_);
   std::string lr_batch = std::to_string(batch_);
   if (ranks_.distributed()) lr_batch += " x " + std::to_string(ranks_.world);
-  std::printf("mpx train: %s on %s%s (%lld train / %lld test images%s), batch %s, lr %g (%g x %s/256, %s), %s%s, "
+  std::printf("mpx train: %s on %s%s (%lld train / %lld test images%s), batch %s, lr %g (%g x %s/256, %s), %s%s%s, "
               "%s, %d thread%s%s%s%s\n",
               arch_.c_str(), dataset_.c_str(), detected_.empty() ? "" : " (detected)",
               static_cast<long long>(d_.train->size()), static_cast<long long>(d_.test->size()),
               synthetic_ ? ", synthetic" : "", batch_text.c_str(), base_lr_, base_lr_flag_, lr_batch.c_str(),
               schedule_.c_str(), amp::properties().opt_level.c_str(),
-              amp::properties().opt_level == "O0" ? "" : (" " + dtype).c_str(), device_.str().c_str(), threads_,
+              amp::properties().opt_level == "O0" ? "" : (" " + dtype).c_str(), amp_recipe_note().c_str(),
+              device_.str().c_str(), threads_,
               threads_ == 1 ? "" : "s", ranks_.distributed() ? " per rank" : "", tuner_->enabled() ? " (auto)" : "",
               deterministic_ ? ", deterministic" : "");
   if (sync_bn_) std::printf("synchronized batch norm (--sync-bn): statistics over the global batch\n");
