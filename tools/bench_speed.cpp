@@ -1,5 +1,4 @@
 // `mpx bench`'s speed mode: each (model, level, dtype) row timed in windows, with memory, loss scale and the PyTorch peer.
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -259,7 +258,7 @@ int run_speed(const Args& args) {
   c.windows = args.integer("--windows", 1);
   c.image_size = args.given("--image-size") ? args.integer("--image-size", 8) : small ? 28 : 224;
   c.seed = static_cast<uint64_t>(args.integer("--seed", 0));
-  const int threads = omp_get_max_threads();
+  const int threads = mpx::get_num_threads();
   const std::string mem_kind = cpu ? "CPU tensor bytes, peak of the timed steps" : "CUDA peak allocated in the timed steps";
   const fs::path out = args.str("--out");
   std::error_code ec;
