@@ -78,6 +78,14 @@ TEST_CASE("cli hints: too few images for a batch, and a start epoch past the end
          {"train --limit-train 128 --limit-test 64 -b 32 --epochs 2 --start-epoch 1" + o});
 }
 
+TEST_CASE("cli hints: mpx dcgan's batch hint, followed, trains", "[cli][cli_hints]") {
+  if (!have_fashion()) return;
+  const fs::path out = temp_dir("dcgan");
+  const std::string run = "dcgan --prof 1 --ngf 8 --ndf 8 --out " + q(out) + " --overwrite ";
+  follow(run + "--limit-train 16 -b 32", 1, {"fewer than one batch of 32", "lower --batch-size or raise --limit-train"},
+         {}, {run + "--limit-train 16 -b 16", run + "--limit-train 32 -b 32"});
+}
+
 TEST_CASE("cli hints: mpx gpt's batch and context hints, followed, train", "[cli][cli_hints][gpt]") {
   const fs::path dir = temp_dir("gpt");
   {
