@@ -36,7 +36,9 @@ struct Properties {
 };
 
 /// apex's property table for `opt_level` ("O0".."O3") with f16 replaced by `low` (kFloat16 or
-/// kBFloat16). Throws for any other level.
+/// kBFloat16), except that O1 and O2 in bf16 use a static loss scale of 1 instead of dynamic
+/// scaling (bf16 has f32's range; Options::loss_scale("dynamic") asks for it). Throws for any
+/// other level.
 Properties opt_level_defaults(const std::string& opt_level, DType low = kFloat16);
 
 /// Options of amp::initialize: an opt level plus apex's overrides (each setter chains). Unset

@@ -103,6 +103,13 @@ Properties opt_level_defaults(const std::string& level, DType low) {
     p.master_weights = false;
     p.loss_scale = 1.0;
   }
+  if (low == kBFloat16 && p.dynamic_loss_scale) {
+    // bf16 has f32's exponent range: gradients that fit f32 fit bf16, so scaling them buys
+    // nothing (PyTorch's bf16 autocast recipe has no GradScaler; ROCm apex's bf16 levels use 1).
+    // Dynamic scaling stays available on request (loss_scale("dynamic")).
+    p.dynamic_loss_scale = false;
+    p.loss_scale = 1.0;
+  }
   return p;
 }
 

@@ -1,5 +1,4 @@
 // `mpx bench`: its flags, shared helpers and the choice between the speed and accuracy modes.
-#include <omp.h>
 
 #include <algorithm>
 
@@ -143,7 +142,7 @@ int run_bench(int argc, char** argv) {
   if (!args.parse(argc, argv)) return 0;
   bench::g_cmdline = "mpx bench";
   for (int i = 0; i < argc; ++i) bench::g_cmdline += std::string(" ") + argv[i];
-  if (args.given("--threads")) omp_set_num_threads(static_cast<int>(args.integer("--threads", 1)));
+  if (args.given("--threads")) mpx::set_num_threads(static_cast<int>(args.integer("--threads", 1)));
   const bool accuracy = args.on("--accuracy");
   if (!accuracy) {
     for (const char* f : {"--epochs", "--dataset", "--data", "--lr", "--limit-train", "--limit-test"})

@@ -1,5 +1,4 @@
 // `mpx bench --accuracy`: every level trained by mpx train from the same seed, tabled beside O0 and the PyTorch peer.
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -88,7 +87,7 @@ int run_accuracy(const Args& args) {
   std::string peer_failure;
   std::map<std::string, PeerAccuracy> peer_rows;
   if (peer) {
-    const int threads = omp_get_max_threads();
+    const int threads = mpx::get_num_threads();
     peer_rows = run_peer_accuracy(args, models, levels, dtypes, epochs, batch, threads, peer_failure);
     if (!peer_failure.empty()) std::fprintf(stderr, "mpx bench: warning: %s\n", peer_failure.c_str());
     // The parameter counts say whether the peer's copy of each model is mpx's (the peer reads
@@ -181,11 +180,11 @@ int run_accuracy(const Args& args) {
   const std::string& cmdline = command_line();
   write_records(out.string(), "accuracy", recs,
                  {{"mpx_version", MPX_VERSION_STRING}, {"date", today()}, {"device", device.str()},
-                  {"threads", std::to_string(omp_get_max_threads())}, {"dataset", args.str("--dataset")},
+                  {"threads", std::to_string(mpx::get_num_threads())}, {"dataset", args.str("--dataset")},
                   {"command", cmdline}});
   std::ostringstream md;
   md << "# mpx bench --accuracy\n\n" << today() << ", `" << cmdline << "`, " << device.str() << ", "
-     << omp_get_max_threads() << " thread(s), " << args.str("--dataset") << ", batch " << batch << ", " << epochs
+     << mpx::get_num_threads() << " thread(s), " << args.str("--dataset") << ", batch " << batch << ", " << epochs
      << " epoch(s), every level from seed " << args.str("--seed") << ".";
   if (peer)
     md << " PyTorch columns: bench/peer_bench.py --accuracy, the same recipe (model, data, batch, lr, schedule, "

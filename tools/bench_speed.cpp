@@ -1,5 +1,4 @@
 // `mpx bench`'s speed mode: each (model, level, dtype) row timed in windows, with memory, loss scale and the PyTorch peer.
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -266,7 +265,7 @@ int run_speed(const Args& args) {
   c.windows = args.integer("--windows", 1);
   c.image_size = args.given("--image-size") ? args.integer("--image-size", 8) : small ? 28 : 224;
   c.seed = static_cast<uint64_t>(args.integer("--seed", 0));
-  const int threads = omp_get_max_threads();
+  const int threads = mpx::get_num_threads();
   const bool only_gpt = std::all_of(models.begin(), models.end(), is_gpt);
   std::string batch_text = std::to_string(only_gpt ? c.gpt_batch : c.batch);
   if (has_gpt && !only_gpt && c.gpt_batch != c.batch) batch_text += " (GPT: " + std::to_string(c.gpt_batch) + ")";

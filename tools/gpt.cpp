@@ -1,5 +1,4 @@
 // `mpx gpt`: language-model training (GPT-2 family, LSTM) with apex's flags, token data, evaluation, sampling and generation; data-parallel under mpirun.
-#include <omp.h>
 
 #include <chrono>
 #include <cmath>
@@ -162,10 +161,10 @@ int run_gpt(int argc, char** argv) {
     throw UsageError("mpx gpt: --nproc-per-node starts mpirun itself; under mpirun drop it");
   amp::Options amp_opts = amp_options(args, 1);
 
-  if (args.given("--threads")) omp_set_num_threads(static_cast<int>(args.integer("--threads", 1)));
+  if (args.given("--threads")) mpx::set_num_threads(static_cast<int>(args.integer("--threads", 1)));
   else if (deterministic && !meta_str(ck_meta, "threads").empty())
-    omp_set_num_threads(static_cast<int>(meta_int(ck_meta, "threads", resume, 1, 4096)));
-  else if (rk.distributed()) omp_set_num_threads(default_threads(0, rk.local_world));
+    mpx::set_num_threads(static_cast<int>(meta_int(ck_meta, "threads", resume, 1, 4096)));
+  else if (rk.distributed()) mpx::set_num_threads(default_threads(0, rk.local_world));
   if (deterministic) {
     cuda::cudnn_deterministic(true);
     cuda::cudnn_benchmark(false);
@@ -242,7 +241,7 @@ int run_gpt(int argc, char** argv) {
     net = nn::AnyModule(ddp);
   }
 
-  const int threads = omp_get_max_threads();
+  const int threads = mpx::get_num_threads();
   const int64_t tokens_per_step = batch * context * accum * rk.world;
   const DType low = amp::properties().opt_level == "O0" ? kFloat32 : amp_opts.dtype_;
   const double peak = device_peak_flops(device, low);
@@ -307,7 +306,7 @@ int run_gpt(int argc, char** argv) {
     m["epoch"] = "0";
     m["step_in_epoch"] = std::to_string(step_done);
     m["global_step"] = std::to_string(step_done);
-    m["threads"] = std::to_string(omp_get_max_threads());
+    m["threads"] = std::to_string(mpx::get_num_threads());
     m["run.id"] = run_id;
     m["world_size"] = std::to_string(rk.world);
     if (d.chars) m["vocab.chars"] = hex(d.vocab.chars);

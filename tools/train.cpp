@@ -1,5 +1,4 @@
 // `mpx train`: classification training with apex's main_amp.py flags; flags and the set-up steps (the loop is in train_loop.cpp).
-#include <omp.h>
 
 #include <cmath>
 #include <cstdio>
@@ -189,11 +188,11 @@ bool TrainRun::parse(int argc, char** argv) {
   else ck_path_ = (fs::path(out_) / "checkpoint.safetensors").string();
 
   if (args_.given("--threads")) {
-    omp_set_num_threads(static_cast<int>(args_.integer("--threads", 1)));
+    mpx::set_num_threads(static_cast<int>(args_.integer("--threads", 1)));
   } else if (deterministic_ && !meta_str(ck_meta_, "threads").empty()) {
     // Some CPU kernels (oneDNN convolutions, GEMM blocking) split their reductions by thread
     // count, so a bit-identical continuation needs the thread count the checkpoint was made with.
-    omp_set_num_threads(static_cast<int>(meta_int(ck_meta_, "threads", resume_, 1, 4096)));
+    mpx::set_num_threads(static_cast<int>(meta_int(ck_meta_, "threads", resume_, 1, 4096)));
   }
   // Without an explicit count the default fits a shared machine: this rank's share of the cores
   // less loader workers, and (one rank) the tuner drops to fewer threads while another process
@@ -201,8 +200,8 @@ bool TrainRun::parse(int argc, char** argv) {
   // for the slowest rank, which says nothing about this rank's thread count.
   const bool threads_fixed = args_.given("--threads") || std::getenv("OMP_NUM_THREADS") != nullptr ||
                              (deterministic_ && !meta_str(ck_meta_, "threads").empty());
-  if (!threads_fixed) omp_set_num_threads(default_threads(workers_, ranks_.local_world));
-  threads_ = omp_get_max_threads();
+  if (!threads_fixed) mpx::set_num_threads(default_threads(workers_, ranks_.local_world));
+  threads_ = mpx::get_num_threads();
   tuner_ = std::make_unique<ThreadTuner>(
       threads_, !threads_fixed && !deterministic_ && !device_.is_cuda() && !ranks_.distributed());
   if (deterministic_) {
