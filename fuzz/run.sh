@@ -5,7 +5,7 @@ set -euo pipefail
 bin=$1 name=$2 seconds=$3
 shift 3
 here=$(cd "$(dirname "$0")" && pwd)
-[ -x "$bin" ] || { echo "fuzz/run.sh: $bin is not built (build the main tree first; it makes the fuzz targets)" >&2; exit 1; }
+[ -x "$bin" ] || { echo "fuzz/run.sh: no fuzz target at $bin (from $PWD); build the main tree first, which makes them in BUILD_DIR/fuzz-build/fuzz" >&2; exit 1; }
 corpus=$(mktemp -d)
 # The targets' scratch files go to a folder of this run's own, so runs side by side never share one.
 scratch=$(mktemp -d)

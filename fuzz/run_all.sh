@@ -5,6 +5,10 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 seconds=${1:-600}
 build=${2:-$here/../build}
+[ -d "$build" ] || { echo "fuzz/run_all.sh: no build folder $build (give the main build's folder, e.g. build)" >&2; exit 1; }
+# Absolute, because each target runs from the log folder (where libFuzzer leaves its findings),
+# so a folder given relative to the caller's working directory would no longer resolve there.
+build=$(cd "$build" && pwd)
 logs=$build/fuzz-logs
 mkdir -p "$logs"
 status=0
@@ -13,10 +17,13 @@ for name in safetensors idx cifar10 image checkpoint_meta token_shard; do
   (cd "$logs" && bash "$here/run.sh" "$bin" "$name" "$seconds") > "$logs/$name.log" 2>&1
   rc=$?
   [ $rc -eq 0 ] || status=1
-  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$logs/$name.log" | grep -o '[0-9]*$')
-  peak=$(grep -o 'stat::peak_rss_mb: *[0-9]*' "$logs/$name.log" | grep -o '[0-9]*$')
+  stat() { grep -o "stat::$1: *[0-9]*" "$logs/$name.log" | grep -o '[0-9]*$'; }
+  execs=$(stat number_of_executed_units) rate=$(stat average_exec_per_sec) peak=$(stat peak_rss_mb)
   cov=$(grep -o 'cov: [0-9]*' "$logs/$name.log" | tail -1 | grep -o '[0-9]*')
-  printf '%-16s %s  %10s execs  cov %6s  peak RSS %5s MB\n' "$name" "$([ $rc -eq 0 ] && echo clean || echo FOUND)" \
-    "${execs:-?}" "${cov:-?}" "${peak:-?}"
+  result=clean
+  [ $rc -eq 0 ] || result="FOUND (see $logs/$name.log)"
+  [ -x "$bin" ] || result="NOT BUILT ($bin)"
+  printf '%-16s %10s execs  %7s execs/s  cov %6s  peak RSS %5s MB  %s\n' "$name" "${execs:-?}" "${rate:-?}" \
+    "${cov:-?}" "${peak:-?}" "$result"
 done
 exit $status

@@ -226,6 +226,28 @@ TEST_CASE("cli 2: an --out holding another run is refused unless --overwrite", "
   CHECK(has(csv, "\n2,16,"));
 }
 
+TEST_CASE("cli 2: MPX_MAX_STEPS stops a run as --prof does, --prof wins, a malformed value is refused", "[cli][cli_runs]") {
+  if (!have_fashion()) return;
+  const fs::path out = temp_dir("max_steps");
+  Run r = run_mpx("train " + kTiny + "--epochs 3 --out " + q(out), "2>&1", "MPX_MAX_STEPS=2");
+  INFO(r.out);
+  CHECK(r.rc == 0);
+  CHECK(has(r.out, "MPX_MAX_STEPS=2: stopping after 2 training steps"));
+  CHECK(has(r.out, "Profiling ended at iteration 2 (epoch 1 step 2)"));
+  r = run_mpx("train --resume " + q(out / "checkpoint.safetensors") + " --prof 1", "2>&1", "MPX_MAX_STEPS=2");
+  INFO(r.out);
+  CHECK(r.rc == 0);
+  CHECK(!has(r.out, "MPX_MAX_STEPS"));
+  CHECK(has(r.out, "Profiling ended at iteration 1 (epoch 1 step 3)"));
+  // Evaluation trains nothing, so the cap is not announced.
+  r = run_mpx("train --resume " + q(out / "checkpoint.safetensors") + " -e", "2>&1", "MPX_MAX_STEPS=2");
+  CHECK(r.rc == 0);
+  CHECK(!has(r.out, "MPX_MAX_STEPS"));
+  r = run_mpx("train " + kTiny + "--out " + q(temp_dir("max_steps_bad")), "2>&1", "MPX_MAX_STEPS=2x");
+  CHECK(r.rc == 2);
+  CHECK(has(r.out, "MPX_MAX_STEPS=2x is not a step count (a whole number, 0 or more); unset it to train fully"));
+}
+
 // ---------------------------------------------------------------- 3. no work lost
 
 TEST_CASE("cli 3: a read-only --out fails before training, with the permission problem named", "[cli][cli_runs]") {

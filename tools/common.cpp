@@ -3,12 +3,14 @@
 
 #include "core/metadata.h"
 
+#include "tools/ranks.h"
 #include "tools/run_dir.h"
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <atomic>
 #include <csignal>
 #include <ctime>
@@ -575,6 +577,21 @@ bool parse_resumable(Args& args, int argc, char** argv, const std::string& comma
     }
   }
   return true;
+}
+
+int64_t prof_steps(const Args& args, const std::string& command) {
+  const char* env = std::getenv("MPX_MAX_STEPS");
+  if (args.given("--prof") || env == nullptr || *env == '\0') return args.integer("--prof", -1);
+  const std::string v = env;
+  if (v.size() > 12 || v.find_first_not_of("0123456789") != std::string::npos)
+    throw UsageError("mpx " + command + ": MPX_MAX_STEPS=" + v + " is not a step count (a whole number, 0 or more); "
+                     "unset it to train fully");
+  const int64_t n = std::stoll(v);
+  if (ranks().leader())
+    std::fprintf(stderr, "mpx %s: MPX_MAX_STEPS=%lld: stopping after %lld training step%s, as --prof %lld does\n",
+                 command.c_str(), static_cast<long long>(n), static_cast<long long>(n), n == 1 ? "" : "s",
+                 static_cast<long long>(n));
+  return n;
 }
 
 bool epochs_left(int64_t start_epoch, int64_t epochs) {

@@ -164,6 +164,12 @@ int interrupt_exit_code();
 /// "Ctrl-C" or "SIGTERM".
 std::string interrupt_name();
 
+/// The training-step cap of train, dcgan and gpt: --prof N when given, else the environment's
+/// MPX_MAX_STEPS (tests/docs/run_doc_commands.sh sets it so that every documented command trains
+/// only a few steps), else -1 (off). A malformed MPX_MAX_STEPS is a UsageError; a cap taken from it
+/// is announced on stderr by rank 0, so a run that stops early says why.
+int64_t prof_steps(const Args& args, const std::string& command);
+
 /// When set, mismatch summaries list every name (--verbose).
 void set_verbose(bool v);
 bool verbose();

@@ -98,7 +98,7 @@ int run_dcgan(int argc, char** argv) {
   const int64_t epochs = args.integer("--epochs", 1);
   const double lr = args.number("--lr", 0.0), beta1 = args.number("--beta1", 0.0);
   const int64_t nz = args.integer("--nz", 1), ngf = args.integer("--ngf", 1), ndf = args.integer("--ndf", 1);
-  const int64_t print_freq = args.integer("--print-freq", 1), prof = args.integer("--prof", -1);
+  const int64_t print_freq = args.integer("--print-freq", 1), prof = prof_steps(args, "dcgan");
   const uint64_t seed = static_cast<uint64_t>(args.integer("--seed", 0));
   const int64_t limit_train = args.integer("--limit-train", 0);
   const bool deterministic = args.on("--deterministic"), synthetic = args.on("--synthetic");

@@ -150,9 +150,10 @@ int run_gpt(int argc, char** argv) {
   const int64_t eval_interval = args.integer("--eval-interval", 1), eval_iters = args.integer("--eval-iters", 0);
   const int64_t n_sample = args.integer("--sample", 0), top_k = args.integer("--top-k", 0);
   const double temperature = args.number("--temperature", 0.0);
-  const int64_t print_freq = args.integer("--print-freq", 1), prof = args.integer("--prof", -1);
+  const int64_t print_freq = args.integer("--print-freq", 1);
   const uint64_t seed = static_cast<uint64_t>(args.integer("--seed", 0));
   const bool deterministic = args.on("--deterministic"), generating = args.given("--generate");
+  const int64_t prof = generating ? -1 : prof_steps(args, "gpt");  // --generate trains no step
   const Device device = parse_device(args.str("--device"));
   const std::string out = args.str("--out"), pretrained = args.str("--pretrained");
   if (generating && resume.empty() && pretrained.empty())

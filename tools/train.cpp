@@ -151,7 +151,7 @@ bool TrainRun::parse(int argc, char** argv) {
   wd_ = args_.number("--weight-decay", 0.0);
   schedule_ = args_.choice("--schedule", {"cosine", "apex", "constant"});
   print_freq_ = args_.integer("--print-freq", 1);
-  prof_ = args_.integer("--prof", -1);
+  prof_ = args_.on("--evaluate") ? -1 : prof_steps(args_, "train");  // -e trains no step
   seed_ = static_cast<uint64_t>(args_.integer("--seed", 0));
   limit_train_ = args_.integer("--limit-train", 0), limit_test_ = args_.integer("--limit-test", 0);
   image_size_ = args_.integer("--image-size", 8);
