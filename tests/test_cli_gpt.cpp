@@ -133,11 +133,12 @@ TEST_CASE("mpx gpt --stochastic-rounding without masters: a stopped and resumed 
   const CliRun w = run_mpx(flags + " --out " + q(whole));
   INFO(w.out);
   REQUIRE(w.rc == 0);
-  REQUIRE(run_mpx(flags + " --prof 3 --out " + q(parts)).rc == 0);
+  // Stopped where a progress line falls (kTiny prints every 5 steps), so both runs log the same windows.
+  REQUIRE(run_mpx(flags + " --prof 5 --out " + q(parts)).rc == 0);
   mpx::Metadata meta;
   mpx::load_tensors((parts / "checkpoint.safetensors").string(), &meta);
   CHECK(meta.at("flag.--stochastic-rounding") == "1");
-  CHECK(meta.at("optimizer.stochastic_rounding.enabled") == "1");
+  CHECK(meta.at("opt.stochastic_rounding.enabled") == "1");
   const CliRun go = run_mpx("gpt --resume " + q(parts / "checkpoint.safetensors"));
   INFO(go.out);
   REQUIRE(go.rc == 0);
