@@ -155,10 +155,12 @@ std::string bmp_problem(Reader& r, int64_t file_bytes) {
   }
   le(2);  // planes
   const int64_t bits = le(2);
-  const uint32_t compression = header == 12 ? 0 : le(4);
-  // What stb_image refuses by itself (RLE and other compressions, odd depths, sizes beyond its
-  // 2^24 limit) is left to it; 0 and 3 (bit fields) store plain rows.
-  if (r.eof() || (compression != 0 && compression != 3)) return "";
+  const int32_t compression = header == 12 ? 0 : static_cast<int32_t>(le(4));
+  // What stb_image refuses by itself (other header sizes, RLE and other compressions, odd depths,
+  // sizes beyond its 2^24 limit) is left to it. It reads the compression as a signed number and
+  // refuses only 1, 2 and 4 and above, so a negative one is read as plain rows too (fuzz_image).
+  if (header != 12 && header != 40 && header != 56 && header != 108 && header != 124) return "";
+  if (r.eof() || compression == 1 || compression == 2 || compression >= 4) return "";
   if (bits != 1 && bits != 4 && bits != 8 && bits != 16 && bits != 24 && bits != 32) return "";
   if (w <= 0 || h <= 0 || w > (int64_t{1} << 24) || h > (int64_t{1} << 24)) return "";
   const int64_t row = (w * bits + 7) / 8, stride = (row + 3) / 4 * 4;

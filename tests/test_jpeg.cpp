@@ -270,6 +270,10 @@ TEST_CASE("images: a truncated uncompressed BMP is refused from its header, a wh
   CHECK_THROWS_WITH(read_image(cut), Catch::Contains(cut) && Catch::Contains("corrupt or truncated BMP: its header "
                                                                             "declares 41 x 30 pixels of 24 bits"));
   CHECK_THAT(image_header_problem(cut), Catch::Contains("corrupt or truncated BMP"));
+  // stb_image reads a negative compression field as plain rows too.
+  bytes[30] = bytes[31] = bytes[32] = bytes[33] = 0xff;
+  mpx_test::write_bytes(cut, bytes);
+  CHECK_THROWS_WITH(read_image(cut), Catch::Contains("corrupt or truncated BMP"));
   const std::string found = (std::filesystem::path(MPX_TEST_DATA) / ".." / "fuzz" / "corpus" / "image" /
                              "regress-bmp-truncated.bmp").string();
   CHECK_THROWS_WITH(read_image(found), Catch::Contains("declares 2048 x 1536 pixels"));
