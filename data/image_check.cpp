@@ -1,11 +1,12 @@
-// Image structure checks before decoding, both found by fuzz_image: stb_image 2.27 builds a JPEG
+// Image structure checks before decoding, all found by fuzz_image: stb_image 2.27 builds a JPEG
 // Huffman table of as many codes as a DHT segment declares into a 257-entry array (newer stb
-// versions check the count), and grows its PNG IDAT buffer to each chunk's declared length
-// before reading it, so a 64-byte PNG could make it allocate 2 GB.
+// versions check the count), grows its PNG IDAT buffer to each chunk's declared length before
+// reading it, so a 64-byte PNG could make it allocate 2 GB, and decodes a truncated BMP in full.
 #include "data/image_check.h"
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 namespace mpx::data {
@@ -133,6 +134,43 @@ std::string png_problem(Reader& r, int64_t file_bytes) {
   return "";
 }
 
+// An uncompressed BMP stores every row whole from the header's data offset on, so the file must
+// hold the rows it declares. stb_image reads past the end as zeros instead of failing: an 87-byte
+// BMP declaring 2048 x 1536 pixels was decoded (and allocated) in full, seconds per read under the
+// sanitizers (found by fuzz_image as a timeout), and a few bytes could claim the whole pixel limit.
+std::string bmp_problem(Reader& r, int64_t file_bytes) {
+  auto le = [&r](int bytes) {
+    uint32_t v = 0;
+    for (int i = 0; i < bytes; ++i) v |= static_cast<uint32_t>(std::max(0, r.byte())) << (8 * i);
+    return v;
+  };
+  le(2);  // the second reserved field: the signature check read the first 8 bytes
+  const int64_t offset = le(4);
+  const uint32_t header = le(4);
+  int64_t w = 0, h = 0;
+  if (header == 12) {
+    w = le(2), h = le(2);
+  } else {
+    w = static_cast<int32_t>(le(4)), h = std::abs(int64_t{static_cast<int32_t>(le(4))});  // < 0: top-down rows
+  }
+  le(2);  // planes
+  const int64_t bits = le(2);
+  const int32_t compression = header == 12 ? 0 : static_cast<int32_t>(le(4));
+  // What stb_image refuses by itself (other header sizes, RLE and other compressions, odd depths,
+  // sizes beyond its 2^24 limit) is left to it. It reads the compression as a signed number and
+  // refuses only 1, 2 and 4 and above, so a negative one is read as plain rows too (fuzz_image).
+  if (header != 12 && header != 40 && header != 56 && header != 108 && header != 124) return "";
+  if (r.eof() || compression == 1 || compression == 2 || compression >= 4) return "";
+  if (bits != 1 && bits != 4 && bits != 8 && bits != 16 && bits != 24 && bits != 32) return "";
+  if (w <= 0 || h <= 0 || w > (int64_t{1} << 24) || h > (int64_t{1} << 24)) return "";
+  const int64_t row = (w * bits + 7) / 8, stride = (row + 3) / 4 * 4;
+  const int64_t need = offset + stride * (h - 1) + row;  // the last row's padding may be missing
+  if (need <= file_bytes) return "";
+  return "corrupt or truncated BMP: its header declares " + std::to_string(w) + " x " + std::to_string(h) +
+         " pixels of " + std::to_string(bits) + " bits, " + std::to_string(need) + " bytes with the header, but the file has " +
+         std::to_string(file_bytes);
+}
+
 }  // namespace
 
 std::string image_structure_problem(std::FILE* f) {
@@ -147,6 +185,8 @@ std::string image_structure_problem(std::FILE* f) {
   std::string problem;
   if (!r.eof() && std::equal(sig, sig + 8, kPng)) {
     problem = png_problem(r, file_bytes);
+  } else if (!r.eof() && sig[0] == 'B' && sig[1] == 'M') {
+    problem = bmp_problem(r, file_bytes);
   } else if (sig[0] == 0xff) {  // a JPEG if SOI follows: stb_image skips 0xFF fill bytes before it too
     std::clearerr(f);
     std::fseek(f, start + 1, SEEK_SET);

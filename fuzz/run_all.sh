@@ -12,14 +12,16 @@ build=$(cd "$build" && pwd)
 logs=$build/fuzz-logs
 mkdir -p "$logs"
 status=0
+# A figure of libFuzzer's final statistics in a target's log (-a: a log may hold an input's bytes).
+final_stat() { grep -ao "stat::$2: *[0-9]*" "$logs/$1.log" | tail -1 | grep -o '[0-9]*$'; }
 for name in safetensors idx cifar10 image checkpoint_meta token_shard; do
   bin=$build/fuzz-build/fuzz/fuzz_$name
   (cd "$logs" && bash "$here/run.sh" "$bin" "$name" "$seconds") > "$logs/$name.log" 2>&1
   rc=$?
   [ $rc -eq 0 ] || status=1
-  stat() { grep -o "stat::$1: *[0-9]*" "$logs/$name.log" | grep -o '[0-9]*$'; }
-  execs=$(stat number_of_executed_units) rate=$(stat average_exec_per_sec) peak=$(stat peak_rss_mb)
-  cov=$(grep -o 'cov: [0-9]*' "$logs/$name.log" | tail -1 | grep -o '[0-9]*')
+  execs=$(final_stat "$name" number_of_executed_units) rate=$(final_stat "$name" average_exec_per_sec)
+  peak=$(final_stat "$name" peak_rss_mb)
+  cov=$(grep -ao 'cov: [0-9]*' "$logs/$name.log" | tail -1 | grep -o '[0-9]*')
   result=clean
   [ $rc -eq 0 ] || result="FOUND (see $logs/$name.log)"
   [ -x "$bin" ] || result="NOT BUILT ($bin)"

@@ -9,8 +9,9 @@
 #
 # How the commands run (CTest label `docs`; cmake/docs_test.cmake registers it):
 #   - each in a fresh folder of its own that shows the source tree (README.md, docs/, fuzz/, tools/,
-#     ...) with `build` being BUILD_DIR, so `build/tools/mpx` is this build and every default --out
-#     folder lands in the temporary folder, never in the tree; a folder holds one run (docs/cli.md),
+#     ...) and, as `build/`, BUILD_DIR's entries, so `build/tools/mpx` is this build and every
+#     default --out folder (and build/fuzz-logs) lands in the temporary folder, never in the tree or
+#     the build; a folder holds one run (docs/cli.md),
 #     so separate folders keep one documented run from refusing the next. A command that reads a
 #     file under out/NAME/ (--resume out/train/checkpoint.safetensors) runs in the folder of the
 #     first command that wrote out/NAME, in the docs' order: in a single folder that run would
@@ -165,7 +166,12 @@ while IFS=$'\t' read -r where cmd; do
     for e in "$src"/*; do
       case ${e##*/} in build | out) ;; *) ln -s "$e" "$dir/${e##*/}" ;; esac
     done
-    ln -s "$build" "$dir/build"
+    # build/ holds links to the build's entries, so what a command writes there (fuzz/run_all.sh's
+    # build/fuzz-logs) stays in this folder instead of clobbering a developer's own runs.
+    mkdir "$dir/build"
+    for e in "$build"/*; do
+      case ${e##*/} in fuzz-logs) ;; *) ln -s "$e" "$dir/build/${e##*/}" ;; esac
+    done
     rm -f "$dir/input.txt" && cp "$src/README.md" "$dir/input.txt"
   fi
   t0=$(date +%s.%N)

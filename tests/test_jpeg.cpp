@@ -1,5 +1,5 @@
-// JPEG decoding tests: libjpeg-turbo against stb_image at full size, reduced-size (DCT-scaled)
-// sizes and pixels, region decodes against full decodes, and the errors for broken files.
+// Image decoding tests: libjpeg-turbo against stb_image at full size, reduced-size (DCT-scaled)
+// sizes and pixels, region decodes against full decodes, the errors for broken files, and truncated BMPs.
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -251,4 +251,30 @@ TEST_CASE("jpeg: grey JPEG, PNG and BMP through the pipeline equal the transform
       }
     }
   }
+}
+
+// An uncompressed BMP must hold the rows it declares: stb_image decodes missing ones as zeros, so
+// fuzz_image's 87-byte BMP declaring 2048 x 1536 pixels (fuzz/corpus/image/regress-bmp-truncated.bmp)
+// was decoded in full, seconds per read under the sanitizers.
+TEST_CASE("images: a truncated uncompressed BMP is refused from its header, a whole one decodes", "[data]") {
+  TempDir tmp;
+  std::vector<unsigned char> px(41 * 30 * 3, 77);
+  const std::string bmp = (tmp.path / "whole.bmp").string();
+  REQUIRE(stbi_write_bmp(bmp.c_str(), 41, 30, 3, px.data()));
+  CHECK(read_image(bmp).sizes() == IntList{30, 41, 3});
+  CHECK(image_header_problem(bmp).empty());
+  std::vector<unsigned char> bytes = mpx_test::read_bytes(bmp);
+  bytes.resize(bytes.size() - 200);
+  const std::string cut = (tmp.path / "cut.bmp").string();
+  mpx_test::write_bytes(cut, bytes);
+  CHECK_THROWS_WITH(read_image(cut), Catch::Contains(cut) && Catch::Contains("corrupt or truncated BMP: its header "
+                                                                            "declares 41 x 30 pixels of 24 bits"));
+  CHECK_THAT(image_header_problem(cut), Catch::Contains("corrupt or truncated BMP"));
+  // stb_image reads a negative compression field as plain rows too.
+  bytes[30] = bytes[31] = bytes[32] = bytes[33] = 0xff;
+  mpx_test::write_bytes(cut, bytes);
+  CHECK_THROWS_WITH(read_image(cut), Catch::Contains("corrupt or truncated BMP"));
+  const std::string found = (std::filesystem::path(MPX_TEST_DATA) / ".." / "fuzz" / "corpus" / "image" /
+                             "regress-bmp-truncated.bmp").string();
+  CHECK_THROWS_WITH(read_image(found), Catch::Contains("declares 2048 x 1536 pixels"));
 }
