@@ -202,32 +202,29 @@ TEST_CASE("mpx gpt on llm.c token shards: trains, exports Hugging Face weights t
 TEST_CASE("mpx gpt: bad flags and data are clear errors", "[cli][gpt]") {
   const fs::path dir = tmp("errors");
   auto err = [&](const std::string& a) { return mpx::testing::mpx_err("gpt " + a + " --out " + q(dir / "o")); };
-  CliRun r = err("--arch gpt-tinny");
-  CHECK(r.rc == 2);
-  CHECK(has(r.out, "did you mean gpt-tiny"));
-  r = err("--context 4096");
-  CHECK(r.rc == 2);
-  CHECK(has(r.out, "longer than gpt-tiny's 128 learned positions"));
-  r = err("--text " + q(dir / "missing.txt"));
-  CHECK(r.rc == 1);
-  CHECK(has(r.out, "missing.txt"));
-  r = err("--generate hello");
-  CHECK(r.rc == 2);
-  CHECK(has(r.out, "--generate needs a model"));
-  r = err("--arch lstm-lm --pretrained " + q(dir / "x.safetensors"));
-  CHECK(r.rc == 2);
-  CHECK(has(r.out, "not a GPT-2 model"));
-  r = err("--text " + q(dir / "a") + " --tokens " + q(dir / "b"));
-  CHECK(r.rc == 2);
-  r = err("--opt-level O2 --stochastic-rounding");
-  CHECK(r.rc == 2);
-  CHECK(has(r.out, "add --master-weights false"));
-  r = err("--opt-level O1 --stochastic-rounding");
-  CHECK(r.rc == 2);
-  CHECK(has(r.out, "use --opt-level O3, or O2 with --master-weights false"));
-  r = err("--opt-level O3 --low-precision-state");
-  CHECK(r.rc == 2);
-  CHECK(has(r.out, "add --stochastic-rounding"));
+  struct Case {
+    std::string args;
+    int rc;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"--arch gpt-tinny", 2, "did you mean gpt-tiny"},
+      {"--context 4096", 2, "longer than gpt-tiny's 128 learned positions"},
+      {"--text " + q(dir / "missing.txt"), 1, "missing.txt"},
+      {"--generate hello", 2, "--generate needs a model"},
+      {"--arch lstm-lm --pretrained " + q(dir / "x.safetensors"), 2, "not a GPT-2 model"},
+      {"--text " + q(dir / "a") + " --tokens " + q(dir / "b"), 2, "not both"},
+      {"--opt-level O2 --stochastic-rounding", 2, "add --master-weights false"},
+      {"--opt-level O1 --stochastic-rounding", 2, "use --opt-level O3, or O2 with --master-weights false"},
+      {"--opt-level O3 --low-precision-state", 2, "add --stochastic-rounding"},
+  };
+  CliRun r;
+  for (const Case& c : cases) {
+    INFO(c.args);
+    r = err(c.args);
+    CHECK(r.rc == c.rc);
+    CHECK(has(r.out, c.says));
+  }
   {
     std::ofstream(dir / "short.txt") << "tiny";
   }
