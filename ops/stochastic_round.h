@@ -34,36 +34,38 @@ MPX_HD inline uint32_t f32_bits(float x) {
 #endif
 }
 
+// c ? a : b as a mask: the CPU step loops vectorize only without branches per element.
+MPX_HD inline uint32_t select(bool c, uint32_t a, uint32_t b) {
+  const uint32_t m = 0u - static_cast<uint32_t>(c);
+  return (a & m) | (b & ~m);
+}
+
 /// x rounded stochastically to bf16 bits with the random word r.
 MPX_HD inline uint16_t bf16_bits(float x, uint32_t r) {
   const uint32_t u = f32_bits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // NaN, quieted
   // The carry out of the dropped bits rounds the magnitude up; it never reaches the sign bit.
-  return static_cast<uint16_t>((u + (r >> 16)) >> 16);
+  const uint32_t rounded = (u + (r >> 16)) >> 16;
+  const uint32_t nan = (u >> 16) | 0x40u;  // quieted
+  return static_cast<uint16_t>(select((u & 0x7fffffffu) > 0x7f800000u, nan, rounded));
 }
 
 /// x rounded stochastically to IEEE binary16 bits with the random word r.
 MPX_HD inline uint16_t f16_bits(float x, uint32_t r) {
   const uint32_t u = f32_bits(x);
   const uint32_t sign = (u >> 16) & 0x8000u, ax = u & 0x7fffffffu;
-  uint32_t h;
-  if (ax > 0x7f800000u) {
-    h = 0x7e00u | ((ax >> 13) & 0x3ffu);  // NaN, quieted
-  } else if (ax >= 0x47800000u) {
-    h = 0x7c00u;  // 65536 and up (and inf): past the grid
-  } else if (ax >= 0x38800000u) {
-    // f16 normal: rebias the exponent by 112 and drop 13 bits; a carry into the exponent is the
-    // next binade (from 65504, inf).
-    h = (ax - 0x38000000u + (r >> 19)) >> 13;
-  } else {
-    // f16 subnormal: |x| in units of 2^-24 as a 32.32 fixed-point number (exact: the mantissa
-    // has 24 bits and is shifted right by at least 14).
-    const uint32_t e = ax >> 23;
-    const uint32_t m = (ax & 0x7fffffu) | (e != 0 ? 0x800000u : 0u);
-    const uint32_t shift = 126u - (e != 0 ? e : 1u);
-    const uint64_t fixed = (static_cast<uint64_t>(m) << 32) >> (shift < 63u ? shift : 63u);
-    h = static_cast<uint32_t>((fixed + r) >> 32);
-  }
+  // f16 normal: rebias the exponent by 112 and drop 13 bits; a carry into the exponent is the
+  // next binade (from 65504, inf).
+  const uint32_t normal = (ax - 0x38000000u + (r >> 19)) >> 13;
+  // f16 subnormal: |x| in units of 2^-24 as a 32.32 fixed-point number (exact: the mantissa
+  // has 24 bits and is shifted right by at least 14).
+  const uint32_t e = ax >> 23;
+  const uint32_t m = (ax & 0x7fffffu) | select(e != 0, 0x800000u, 0u);
+  const uint32_t shift = 126u - select(e != 0, e, 1u);
+  const uint64_t fixed = (static_cast<uint64_t>(m) << 32) >> (shift < 63u ? shift : 63u);
+  const uint32_t subnormal = static_cast<uint32_t>((fixed + r) >> 32);
+  uint32_t h = select(ax >= 0x38800000u, normal, subnormal);
+  h = select(ax >= 0x47800000u, 0x7c00u, h);                        // 65536 and up (and inf): past the grid
+  h = select(ax > 0x7f800000u, 0x7e00u | ((ax >> 13) & 0x3ffu), h);  // NaN, quieted
   return static_cast<uint16_t>(sign | h);
 }
 

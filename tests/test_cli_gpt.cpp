@@ -128,8 +128,8 @@ TEST_CASE("mpx gpt --stochastic-rounding without masters: a stopped and resumed 
           "bit where an unbroken one does", "[cli][gpt]") {
   if (!fs::exists("/usr/share/common-licenses")) return;
   const fs::path whole = tmp("sr_whole"), parts = tmp("sr_parts");
-  const std::string flags = kTiny + " --steps 8 --eval-interval 4 --opt-level O2 --dtype bf16 --master-weights false "
-                                    "--stochastic-rounding --deterministic";
+  const std::string flags = kTiny + " --steps 6 --eval-interval 3 --print-freq 3 --eval-iters 2 --opt-level O2 "
+                                    "--dtype bf16 --master-weights false --stochastic-rounding --deterministic";
   const CliRun w = run_mpx(flags + " --out " + q(whole));
   INFO(w.out);
   REQUIRE(w.rc == 0);
@@ -145,6 +145,7 @@ TEST_CASE("mpx gpt --stochastic-rounding without masters: a stopped and resumed 
   CHECK(!has(go.out, "warning"));
   require_same_model(whole / "checkpoint.safetensors", parts / "checkpoint.safetensors");
   CHECK(column(whole / "metrics.csv", "loss") == column(parts / "metrics.csv", "loss"));
+  CHECK(column(whole / "eval.csv", "val_loss") == column(parts / "eval.csv", "val_loss"));
 }
 
 TEST_CASE("mpx gpt --grad-accum 2 with half the batch equals the whole batch in one step, within float rounding",
