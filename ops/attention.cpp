@@ -166,10 +166,28 @@ tensor_list no_double_backward(FunctionNode&, const tensor_list&) {
             "which takes the same arguments");
 }
 
+// An uninitialized [B, H, rows, cols] tensor for a result shaped like `like` (a 4-d q, k or v). On
+// the CPU its dims lie in memory in like's order (largest stride first, the last dim last), so a
+// head-split view of [B, T, H, D] gets a [B, T, H, D]-ordered result whose transpose back is a
+// view: the kernels read and write rows through strides, and no head transpose is copied around
+// the call. The CUDA kernels take contiguous tensors.
+Tensor empty_in_order(const Tensor& like, const IntList& sizes) {
+  if (!like.device().is_cpu()) return empty(sizes, like.options());
+  IntList perm = {0, 1, 2};
+  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return like.stride(a) > like.stride(b); });
+  perm.push_back(3);
+  IntList base(4), inverse(4);
+  for (int64_t i = 0; i < 4; ++i) {
+    base[static_cast<size_t>(i)] = sizes[static_cast<size_t>(perm[static_cast<size_t>(i)])];
+    inverse[static_cast<size_t>(perm[static_cast<size_t>(i)])] = i;
+  }
+  return empty(base, like.options()).permute(inverse);
+}
+
 Tensor fused_attention(const Prepared& p) {
   const Device dev = p.q.device();
   const DType dt = p.q.dtype();
-  Tensor out = empty({p.B, p.H, p.L, p.Ev}, p.q.options());
+  Tensor out = empty_in_order(p.q, {p.B, p.H, p.L, p.Ev});
   Tensor lse = empty({p.B, p.H, p.L}, TensorOptions(p.cdt).device(dev));
   kernels::SdpaParams prm;
   prm.scale = p.scale;
@@ -190,8 +208,9 @@ Tensor fused_attention(const Prepared& p) {
   auto backward = [prm](FunctionNode& self, const tensor_list& g) -> tensor_list {
     const Tensor q = self.saved(0), k = self.saved(1), v = self.saved(2), o = self.saved(3), lse = self.saved(4),
                  mask = self.saved(5);
-    Tensor dout = g[0].to(q.dtype()).contiguous();
-    Tensor dq = empty(q.sizes(), q.options()), dk = empty(k.sizes(), k.options()), dv = empty(v.sizes(), v.options());
+    Tensor dout = g[0].to(q.dtype());
+    if (!q.device().is_cpu() || (dout.stride(3) != 1 && dout.size(3) > 1)) dout = dout.contiguous();
+    Tensor dq = empty_in_order(q, q.sizes()), dk = empty_in_order(k, k.sizes()), dv = empty_in_order(v, v.sizes());
     {
       NoGradGuard ng;
       if (dq.numel() + dk.numel() + dv.numel() > 0)

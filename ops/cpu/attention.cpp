@@ -245,6 +245,7 @@ template <typename T> struct SdpaForward {
     const Tensor qa = widened<T>(q), ka = widened<T>(k), va = widened<T>(v);
     const Operands<A> o(qa, ka, va, mask, prm);
     T* out_p = out.data_ptr<T>();
+    const Strides4 so(out);  // any dense order of dims with unit stride in the last (the op's choice)
     A* lse_p = lse.data_ptr<A>();
     const int64_t E = o.E, Ev = o.Ev, Evp = o.Evp, L = o.L, S = o.S;
     const int64_t nqb = (L + kBq - 1) / kBq;
@@ -298,12 +299,12 @@ template <typename T> struct SdpaForward {
             for (int64_t c = 0; c < Evp; ++c) acc[i * Evp + c] *= alpha[i];
           tile_gemm<true, true>(acc, Evp, st, kBq, vr.row(b, hk, j0), vr.ld, bq, Evp, nk);
         }
-        T* orow = out_p + ((b * o.H + h) * L + i0) * Ev;
+        T* orow = out_p + so.at(b, h, i0);
         A* lrow = lse_p + (b * o.H + h) * L + i0;
         for (int64_t i = 0; i < bq; ++i) {
           // A row with every key masked has l = 0: output 0, lse -inf (PyTorch's fused kernels).
           const A inv = l[i] > A(0) ? A(1) / l[i] : A(0);
-          for (int64_t c = 0; c < Ev; ++c) orow[i * Ev + c] = static_cast<T>(acc[i * Evp + c] * inv);
+          for (int64_t c = 0; c < Ev; ++c) orow[i * so.s[2] + c] = static_cast<T>(acc[i * Evp + c] * inv);
           lrow[i] = l[i] > A(0) ? m[i] + std::log(l[i]) : kNegInf<A>;
         }
       }
@@ -319,8 +320,11 @@ template <typename T> struct SdpaBackward {
     const Tensor qa = widened<T>(q), ka = widened<T>(k), va = widened<T>(v);
     const Tensor ga = widened<T>(dout), oa = widened<T>(out);
     const Operands<A> o(qa, ka, va, mask, prm);
+    // Every tensor here may be a view in any dense order of dims with a unit last stride (the op
+    // keeps the caller's [B, T, H, D] layouts, so no head transposes are copied around the call).
     const A* g_p = ga.data_ptr<A>();
     const A* o_p = oa.data_ptr<A>();
+    const Strides4 sg(ga), so(oa), sdq(dq), sdk(dk), sdv(dv);
     const A* lse_p = lse.data_ptr<A>();
     T* dq_p = dq.data_ptr<T>();
     T* dk_p = dk.data_ptr<T>();
@@ -352,14 +356,16 @@ template <typename T> struct SdpaBackward {
             const int64_t bq = std::min(kBq, L - i0), bqn = round_up(bq, kNr);
             const int64_t row0 = (b * o.H + h) * L + i0;
             const A* qsrc = o.q + o.sq.at(b, h, i0);
+            const A* gsrc = g_p + sg.at(b, h, i0);
+            const A* osrc = o_p + so.at(b, h, i0);
             load_tile_t(qt, qsrc, o.sq.s[2], bq, E);
             load_tile(qp, Ep, bq, qsrc, o.sq.s[2], bq, E);
-            load_tile_t(gt, g_p + row0 * Ev, Ev, bq, Ev);
-            load_tile(gp, Evp, bq, g_p + row0 * Ev, Ev, bq, Ev);
+            load_tile_t(gt, gsrc, sg.s[2], bq, Ev);
+            load_tile(gp, Evp, bq, gsrc, sg.s[2], bq, Ev);
             for (int64_t i = 0; i < bqn; ++i) {
               A d = 0;
               if (i < bq)
-                for (int64_t c = 0; c < Ev; ++c) d += gp[i * Evp + c] * o_p[(row0 + i) * Ev + c];
+                for (int64_t c = 0; c < Ev; ++c) d += gp[i * Evp + c] * osrc[i * so.s[2] + c];
               D[i] = d;
               // A query with every key masked (lse -inf) gets weights exp(s - inf) = 0.
               const A li = i < bq ? lse_p[row0 + i] : A(0);
@@ -397,16 +403,16 @@ template <typename T> struct SdpaBackward {
               tile_gemm<false, true>(dk_acc + j0 * Ep, Ep, dst, kBq, qp, Ep, nk, Ep, bq);
               tile_gemm<true, true>(dq_acc, Ep, dst, kBq, kr.row(b, hk, j0), kr.ld, bq, Ep, nk);
             }
-            T* dqo = dq_p + row0 * E;
+            T* dqo = dq_p + sdq.at(b, h, i0);
             for (int64_t i = 0; i < bq; ++i)
-              for (int64_t c = 0; c < E; ++c) dqo[i * E + c] = static_cast<T>(dq_acc[i * Ep + c]);
+              for (int64_t c = 0; c < E; ++c) dqo[i * sdq.s[2] + c] = static_cast<T>(dq_acc[i * Ep + c]);
           }
         }
-        T* dko = dk_p + (b * o.Hk + hk) * S * E;
-        T* dvo = dv_p + (b * o.Hk + hk) * S * Ev;
+        T* dko = dk_p + sdk.at(b, hk, 0);
+        T* dvo = dv_p + sdv.at(b, hk, 0);
         for (int64_t j = 0; j < S; ++j) {
-          for (int64_t c = 0; c < E; ++c) dko[j * E + c] = static_cast<T>(dk_acc[j * Ep + c]);
-          for (int64_t c = 0; c < Ev; ++c) dvo[j * Ev + c] = static_cast<T>(dv_acc[j * Evp + c]);
+          for (int64_t c = 0; c < E; ++c) dko[j * sdk.s[2] + c] = static_cast<T>(dk_acc[j * Ep + c]);
+          for (int64_t c = 0; c < Ev; ++c) dvo[j * sdv.s[2] + c] = static_cast<T>(dv_acc[j * Evp + c]);
         }
       }
     });
