@@ -3,8 +3,10 @@
 # mpx bench --peer writes GPT_DIR/MODEL_init.safetensors (the initial f32 weights under mpx's
 # parameter names, and the token batch as "bench.tokens"); build_gpt loads it strictly.
 import json
+import math
 import os
 import struct
+import time
 
 import torch
 import torch.nn as nn
@@ -67,8 +69,9 @@ GPT_PRESETS = {"gpt2": (12, 12, 768, 1024), "gpt2-medium": (24, 16, 1024, 1024),
                "gpt2-xl": (48, 25, 1600, 1024), "gpt-tiny": (4, 4, 128, 128), "gpt-mini": (6, 6, 384, 256)}
 
 
-def read_safetensors(path):
-    """The tensors of a safetensors file (what mpx's save_tensors writes), without the safetensors package."""
+def read_safetensors(path, meta=None):
+    """The tensors of a safetensors file (what mpx's save_tensors writes), without the safetensors package;
+    its metadata strings go into `meta` when given a dict."""
     dtypes = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32}
     with open(path, "rb") as f:
         raw = f.read()
@@ -77,6 +80,8 @@ def read_safetensors(path):
     out = {}
     for name, e in json.loads(raw[8:8 + n]).items():
         if name == "__metadata__":
+            if meta is not None:
+                meta.update(e)
             continue
         a, b = e["data_offsets"]
         dt = dtypes[e["dtype"]]
@@ -116,3 +121,73 @@ def build_gpt(model, level, low, a, dev, recipe, tensor_bytes):
         return loss
 
     return step, nparams, lambda: r.live_bytes() + tensor_bytes(x, y), tokens.shape[0]
+
+
+def gpt_lr_at(step, lr, min_lr, warmup, steps):
+    """tools/gpt_parts.cpp's gpt_lr_at: linear warmup, then a cosine to min_lr at `steps`."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if step >= steps:
+        return min_lr
+    t = (step - warmup) / max(1, steps - warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * t)) * (lr - min_lr)
+
+
+def gpt_accuracy_row(model, level, low, a, dev, recipe):
+    """One level of `mpx bench --accuracy` for a GPT preset: mpx gpt's run replayed from
+    MODEL_accuracy.safetensors (the initial weights, every step's windows, the validation windows,
+    the hyper-parameters). Returns (params, train loss of the last 10 steps, final validation loss,
+    wall seconds, training tokens/s)."""
+    path = os.path.join(a.gpt_dir, f"{model}_accuracy.safetensors")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} is missing; mpx bench --accuracy --peer writes it (pass --gpt-dir as its --out)")
+    meta = {}
+    state = read_safetensors(path, meta)
+    data = {k: state.pop(k).long() for k in ("train.x", "train.y", "val.x", "val.y")}
+    L, H, C, T = GPT_PRESETS[model]
+    net = GPT(state["wte.weight"].shape[0], L, H, C, data["train.x"].shape[-1])
+    net.load_state_dict(state, strict=True)
+    nparams = sum(p.numel() for p in net.parameters())
+    f = {k: float(v) for k, v in meta.items() if k != "mpx.bench.model"}
+    steps, warmup, every = int(f["steps"]), int(f["warmup"]), int(f["eval_interval"])
+
+    def adamw(ps):
+        groups = [{"params": [p for p in ps if p.dim() >= 2], "weight_decay": f["weight_decay"]},
+                  {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=f["lr"], betas=(f["beta1"], f["beta2"]), eps=f["eps"])
+
+    r = recipe(net, adamw, level, low, dev)
+
+    def validate():
+        r.net.eval()
+        with torch.no_grad():
+            losses = []
+            for x, y in zip(data["val.x"], data["val.y"]):
+                logits = r.forward(x.to(dev))
+                losses.append(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1).to(dev)).item())
+        r.net.train()
+        return sum(losses) / len(losses)
+
+    recent, val, t_train = [], float("nan"), 0.0
+    t0 = time.perf_counter()
+    for step in range(steps):
+        ts = time.perf_counter()
+        for g in r.opt.param_groups:
+            g["lr"] = gpt_lr_at(step, f["lr"], f["min_lr"], warmup, steps)
+        x, y = data["train.x"][step].to(dev), data["train.y"][step].reshape(-1).to(dev)
+        r.zero_grad()
+        logits = r.forward(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y)
+        r.backward(loss)
+        r.step(clip=f["clip"])
+        lv = loss.item()
+        t_train += time.perf_counter() - ts
+        if not math.isfinite(lv) and r.scaler is None:
+            raise FloatingPointError(f"the loss became {lv} at step {step + 1}")
+        recent = (recent + [lv])[-10:]
+        if (step + 1) % every == 0 or step + 1 == steps:
+            val = validate()
+            print(f"  {model} {level} {'f32' if level == 'O0' else str(low).split('.')[-1]} step {step + 1}/{steps}: "
+                  f"train loss {sum(recent) / len(recent):.4f} | validation loss {val:.4f}", flush=True)
+    tps = steps * data["train.x"].shape[1] * data["train.x"].shape[2] / max(1e-9, t_train)
+    return nparams, sum(recent) / len(recent), val, time.perf_counter() - t0, tps

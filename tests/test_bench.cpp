@@ -208,6 +208,10 @@ TEST_CASE("mpx bench: bad flags give one line and exit code 2, --cuda-graph on t
       {"bench --tf32 --device cpu", "--device cuda"},
       {"bench --accuracy --tf32", "speed mode"},
       {"bench --accuracy --peer --peer-compile", "speed mode"},
+      {"bench --gpt-steps 5", "--accuracy"},
+      {"bench --accuracy --gpt-steps 5", "GPT presets"},
+      {"bench --accuracy --models gpt-tiny,small_cnn", "two mpx bench --accuracy runs"},
+      {"bench --accuracy --models gpt-tiny --epochs 2", "--gpt-steps"},
   };
   for (const auto& [args, what] : cases) {
     INFO(args);
@@ -310,4 +314,50 @@ TEST_CASE("mpx bench --peer: a GPT row starts PyTorch from mpx's weights and bat
   CHECK(number(row[csv.col("peer_tokens_per_s")]) == Approx(128 * number(row[csv.col("peer_images_per_s")])));
   // Two f32 AdamW steps from the same weights on the same batch: only summation order differs.
   CHECK(number(row[csv.col("peer_final_loss")]) == Approx(number(row[csv.col("final_loss")])).epsilon(1e-4));
+}
+
+TEST_CASE("mpx bench --accuracy with a GPT preset: PyTorch replays mpx gpt's run, and the O0 validation losses agree",
+          "[bench][cli]") {
+  const fs::path out = temp_dir("accuracy_gpt");
+  // A text of its own, long enough for windows of 129 characters in both the training part and
+  // the tenth held out for validation.
+  const fs::path text = out / "text.txt";
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 400; ++i) f << "line " << i << ": the quick brown fox jumps over the lazy dog " << (i * 7919) % 1000 << ".\n";
+  }
+  const char* env = std::getenv("MPX_TEST_PYTHON");
+  const std::string python = env && *env ? env : "/usr/bin/python3";
+  const bool peer = std::system(("'" + python + "' -c 'import torch' >/dev/null 2>&1").c_str()) == 0;
+  // O2-sr (bf16 without masters, stochastic rounding) has no PyTorch recipe: its peer cells are n/a with a note.
+  const Run r = run_mpx("bench --accuracy --models gpt-tiny --opt-levels O0,O2-sr --dtype bf16 --gpt-steps 3 --batch 2 "
+                        "--threads 2 --data '" + text.string() + "' --out '" + out.string() + "'" +
+                        (peer ? " --peer --python '" + python + "'" : std::string()));
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  const Csv csv = parse_csv(read(out / "accuracy.csv"));
+  REQUIRE(csv.rows.size() == 2);
+  CHECK(csv.rows[0][csv.col("level")] == "O0");
+  CHECK(csv.rows[1][csv.col("level")] == "O2-sr");
+  for (const auto& row : csv.rows)
+    for (const char* c : {"final_val_loss", "final_train_loss", "tokens_per_s", "wall_s"}) {
+      INFO(c);
+      CHECK(number(row[csv.col(c)]) > 0);
+    }
+  CHECK(number(csv.rows[0][csv.col("val_loss_vs_O0_pct")]) == 0);
+  CHECK(std::isfinite(number(csv.rows[1][csv.col("val_loss_vs_O0_pct")])));
+  CHECK(fs::exists(out / "gpt-tiny_O2-sr_bf16" / "eval.csv"));
+  CHECK(count(read(out / "accuracy.svg"), "<polyline") == 4);
+  if (!peer) {
+    WARN(python << " has no torch: the peer columns were not checked (set MPX_TEST_PYTHON)");
+    return;
+  }
+  CHECK(fs::exists(out / "gpt-tiny_accuracy.safetensors"));
+  const auto& o0 = csv.rows[0];
+  CHECK(o0[csv.col("peer_status")] == "ok");
+  CHECK(csv.rows[1][csv.col("peer_status")].find("no recipe in the peer") != std::string::npos);
+  // The same weights, windows and schedule in f32: three AdamW steps differ only in summation order.
+  CHECK(number(o0[csv.col("peer_final_val_loss")]) == Approx(number(o0[csv.col("final_val_loss")])).epsilon(1e-4));
+  CHECK(number(o0[csv.col("peer_final_train_loss")]) == Approx(number(o0[csv.col("final_train_loss")])).epsilon(1e-4));
+  CHECK(read(out / "accuracy.md").find("| PyTorch val loss |") != std::string::npos);
 }

@@ -15,7 +15,8 @@ Args make_args() {
   Args a("mpx bench", "mpx bench [--accuracy] [flags]");
   a.option({"--models"}, "LIST",
            "comma-separated models: resnet18/34/50/101/152, resnet20, vgg11..vgg19[_bn], alexnet, small_cnn, dcgan, "
-           "and in speed mode the GPT presets gpt-tiny, gpt-mini, gpt2[-medium|-large|-xl] (rated in tokens/s) "
+           "and the GPT presets gpt-tiny, gpt-mini, gpt2[-medium|-large|-xl] (speed: tokens/s; accuracy: validation "
+           "loss after --gpt-steps, in a run of their own) "
            "(default: resnet18,dcgan on the CPU, resnet18,resnet50,vgg16,dcgan on CUDA; accuracy: small_cnn)")
       .option({"--opt-levels"}, "LIST",
               "comma-separated apex opt levels; O3-bnf32 is O3 with keep_batchnorm_fp32=True (apex's fastest recipe); "
@@ -50,10 +51,14 @@ Args make_args() {
       .option({"--peer-script"}, "PATH", "the peer script", MPX_PEER_SCRIPT)
       .flag({"--accuracy"}, "accuracy mode: train each level with mpx train from the same seed and compare")
       .option({"--epochs"}, "N", "accuracy mode: epochs per level", "8")
+      .option({"--gpt-steps"}, "N", "accuracy mode, GPT presets: mpx gpt steps per level (validation every third)",
+              "300")
       .option({"--dataset"}, "NAME", "accuracy mode: fashion-mnist, mnist, cifar10, imagefolder or synthetic",
               "fashion-mnist")
-      .option({"--data"}, "DIR", "accuracy mode: the data set's folder (as mpx train --data)")
-      .option({"--lr"}, "X", "accuracy mode: base learning rate (as mpx train --lr)", "0.1")
+      .option({"--data"}, "DIR", "accuracy mode: the data set's folder (as mpx train --data); GPT presets: a text file "
+                                 "(as mpx gpt --text; default: its corpus)")
+      .option({"--lr"}, "X", "accuracy mode: base learning rate (as mpx train --lr; GPT presets: mpx gpt's peak lr, "
+                             "default 0.001)", "0.1")
       .option({"--limit-train"}, "N", "accuracy mode: use only the first N training images; 0 = all", "0")
       .option({"--limit-test"}, "N", "accuracy mode: use only the first N test images; 0 = all", "0");
   return a;
@@ -145,7 +150,7 @@ int run_bench(int argc, char** argv) {
   if (args.given("--threads")) mpx::set_num_threads(static_cast<int>(args.integer("--threads", 1)));
   const bool accuracy = args.on("--accuracy");
   if (!accuracy) {
-    for (const char* f : {"--epochs", "--dataset", "--data", "--lr", "--limit-train", "--limit-test"})
+    for (const char* f : {"--epochs", "--gpt-steps", "--dataset", "--data", "--lr", "--limit-train", "--limit-test"})
       if (args.given(f)) throw UsageError(std::string(f) + " belongs to the accuracy mode; add --accuracy or drop it");
     return run_speed(args);
   }

@@ -20,11 +20,23 @@ int run_accuracy(const Args& args) {
     if (args.on(f)) throw UsageError(std::string(f) + " is for the speed mode; drop it with --accuracy");
   const Device device = parse_device(args.str("--device"));
   const auto models = split_list("--models", args.given("--models") ? args.str("--models") : "small_cnn");
-  check_items("--models", models, classifier_names());
   const auto levels = split_list("--opt-levels", args.given("--opt-levels") ? args.str("--opt-levels") : "O0,O1,O2,O3");
   check_items("--opt-levels", levels, kLevels);
   const auto dtypes = split_list("--dtype", args.str("--dtype"));
   check_items("--dtype", dtypes, {"f16", "bf16"});
+  const auto gpts = std::count_if(models.begin(), models.end(), is_gpt);
+  if (gpts > 0) {
+    if (gpts != static_cast<std::ptrdiff_t>(models.size()))
+      throw UsageError("--models mixes GPT presets and classifiers; their accuracy tables differ (validation loss "
+                       "against top-1), so run them in two mpx bench --accuracy runs");
+    for (const char* f : {"--epochs", "--dataset", "--limit-train", "--limit-test", "--image-size"})
+      if (args.given(f))
+        throw UsageError(std::string(f) + " is for classifiers; GPT rows train --gpt-steps steps on --data FILE "
+                         "(a text file; default: mpx gpt's corpus)");
+    return run_gpt_accuracy(args, models, levels, dtypes);
+  }
+  if (args.given("--gpt-steps")) throw UsageError("--gpt-steps is for GPT presets in --models; use --epochs here");
+  check_items("--models", models, classifier_names());
   const int64_t epochs = args.integer("--epochs", 1);
   const int64_t batch = args.given("--batch") ? args.integer("--batch", 1) : 128;
   const fs::path out = args.str("--out");

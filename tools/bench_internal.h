@@ -117,9 +117,19 @@ std::map<std::string, PeerAccuracy> run_peer_accuracy(const Args& args, const st
                                                       const std::vector<std::string>& dtypes, int64_t epochs,
                                                       int64_t batch, int threads, std::string& failure);
 
+/// Runs the peer script's accuracy mode for GPT presets on the MODEL_accuracy.safetensors files
+/// in --out (weights, windows and recipe written by run_gpt_accuracy).
+std::map<std::string, PeerAccuracy> run_peer_gpt_accuracy(const Args& args, const std::vector<std::string>& models,
+                                                          const std::vector<std::string>& levels,
+                                                          const std::vector<std::string>& dtypes, int threads,
+                                                          std::string& failure);
 /// The speed table (images/s or, for GPT rows, tokens/s; memory, loss scale, ratios to O0 and PyTorch).
 int run_speed(const Args& args);
 /// The accuracy table: each level trained by mpx train from the same seed.
 int run_accuracy(const Args& args);
+/// The accuracy table of GPT presets: each level trained by mpx gpt on the same text, weights and
+/// windows (--gpt-steps steps), validation loss against O0's and the peer's.
+int run_gpt_accuracy(const Args& args, const std::vector<std::string>& models, const std::vector<std::string>& levels,
+                     const std::vector<std::string>& dtypes);
 
 }  // namespace mpx::cli::bench

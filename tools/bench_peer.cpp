@@ -138,4 +138,28 @@ std::map<std::string, PeerAccuracy> run_peer_accuracy(const Args& args, const st
   return out;
 }
 
+std::map<std::string, PeerAccuracy> run_peer_gpt_accuracy(const Args& args, const std::vector<std::string>& models,
+                                                          const std::vector<std::string>& levels,
+                                                          const std::vector<std::string>& dtypes, int threads,
+                                                          std::string& failure) {
+  std::map<std::string, PeerAccuracy> out;
+  std::string ml, ll, dl;
+  const std::string prefix = peer_prefix(args, threads, models, levels, dtypes, ml, ll, dl, failure);
+  if (prefix.empty()) return out;
+  std::ostringstream cmd;
+  cmd << prefix << " --accuracy --models " << ml << " --opt-levels " << ll << " --dtype " << dl << " --gpt-dir "
+      << shell_quote(args.str("--out")) << " --device " << (parse_device(args.str("--device")).is_cuda() ? "cuda" : "cpu")
+      << " --threads " << threads << " 2>&1";
+  // acc,model,level,dtype,params,nan,nan,train_loss,val_loss,wall_s,tokens_per_s,status
+  stream_peer(args, cmd.str(), "acc,", 12, failure, [&](const std::vector<std::string>& f) {
+    PeerAccuracy r;
+    r.params = std::atoll(f[4].c_str());
+    r.train_loss = peer_num(f[7]), r.test_loss = peer_num(f[8]), r.wall_s = peer_num(f[9]), r.ips = peer_num(f[10]);
+    r.status = f[11];
+    for (size_t i = 12; i < f.size(); ++i) r.status += ";" + f[i];
+    out[f[1] + "/" + f[2] + "/" + f[3]] = r;
+  });
+  return out;
+}
+
 }  // namespace mpx::cli::bench

@@ -76,39 +76,6 @@ Args make_args() {
   return a;
 }
 
-// The micro-batches of a run as a pure function of (seed, global micro-step): every rank walks
-// its DistributedSampler shard of the shuffled windows, epoch after epoch, so a resumed run
-// reads exactly what an uninterrupted one would.
-class MicroBatches {
- public:
-  MicroBatches(std::shared_ptr<const data::TokenStream> s, int64_t context, int64_t batch, const Ranks& rk, uint64_t seed,
-               bool shuffle)
-      : windows_(std::move(s), context),
-        sampler_(windows_.size(), rk.rank, rk.world, shuffle, seed, /*drop_last=*/true),
-        batch_(batch) {}
-  /// Micro-batches per pass over this rank's shard.
-  int64_t per_epoch() const { return sampler_.size() / batch_; }
-  int64_t windows() const { return windows_.size(); }
-  data::Batch get(int64_t micro) {
-    const int64_t epoch = micro / per_epoch(), k = micro % per_epoch();
-    if (epoch != epoch_) order_ = sampler_.indices(epoch), epoch_ = epoch;
-    std::vector<int64_t> idx(order_.begin() + k * batch_, order_.begin() + (k + 1) * batch_);
-    data::Batch b;
-    if (!windows_.get_batch(idx, std::vector<uint64_t>(idx.size(), 0), b)) {
-      std::vector<data::Example> ex;
-      for (int64_t i : idx) ex.push_back(windows_.get(i));
-      b = data::collate(ex);
-    }
-    return b;
-  }
-
- private:
-  data::TokenWindows windows_;
-  data::DistributedSampler sampler_;
-  int64_t batch_, epoch_ = -1;
-  std::vector<int64_t> order_;
-};
-
 std::string hex(const std::string& s) {
   static const char* d = "0123456789abcdef";
   std::string h;
