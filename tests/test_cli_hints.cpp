@@ -99,3 +99,34 @@ TEST_CASE("cli hints: mpx gpt's batch and context hints, followed, train", "[cli
          {base + "-b 8 --context 127", base + "-b 32 --context 31"});
   follow(base + "-b 4 --context 4096", 2, {"use --context 128 or less"}, {}, {base + "-b 4 --context 128"});
 }
+
+TEST_CASE("cli hints: mpx dcgan's image-size hint, followed, trains", "[cli][cli_hints]") {
+  const fs::path out = temp_dir("dcgan_size");
+  const std::string run = "dcgan --dataset synthetic --prof 1 --ngf 8 --ndf 8 -b 16 --out " + q(out) + " --overwrite ";
+  follow(run + "--image-size 48", 1, {"take 28, 32 or 64 px", "the data are 48 px", "use --image-size 64, 32 or 28"},
+         {}, {run + "--image-size 32", run + "--image-size 28"});
+}
+
+TEST_CASE("cli hints: mpx bench's small_cnn size and mode hints, followed, run", "[cli][cli_hints][bench]") {
+  const fs::path out = temp_dir("bench");
+  const std::string speed = "bench --models small_cnn --opt-levels O0 --batch 4 --steps 1 --warmup 0 --windows 1 --out " +
+                            q(out / "speed") + " ";
+  follow(speed + "--image-size 32", 1, {"small_cnn takes 28x28 images", "--image-size 28"}, {},
+         {speed + "--image-size 28", speed + "--small-input"});
+  // A speed-mode flag in the accuracy mode: dropping it, as the message says, runs the accuracy table.
+  const std::string accuracy = "bench --accuracy --models small_cnn --opt-levels O0 --dataset synthetic --image-size 28 "
+                               "--epochs 1 --limit-train 128 --limit-test 64 --batch 64 --out " + q(out / "acc") + " ";
+  follow(accuracy + "--steps 2", 2, {"--steps belongs to the speed mode", "drop it with --accuracy"}, {}, {accuracy});
+  follow("bench --epochs 1 --models small_cnn", 2, {"--epochs belongs to the accuracy mode", "add --accuracy"}, {},
+         {accuracy});
+}
+
+TEST_CASE("cli hints: --gpu-decode names what it needs on a machine without it", "[cli][cli_hints]") {
+  // The advice (a CUDA device, image files, nvJPEG) cannot be followed on a CPU-only machine; the
+  // messages are checked, and dropping --gpu-decode, which each allows, trains.
+  const fs::path out = temp_dir("gpu_decode");
+  const std::string run = "train --dataset synthetic --image-size 28 --limit-train 64 --limit-test 32 -b 32 --epochs 1 "
+                          "--out " + q(out) + " --overwrite ";
+  follow(run + "--gpu-decode --device cpu", 2, {"--gpu-decode decodes on the GPU", "add --device cuda"}, {}, {run});
+  follow(run + "--gpu-decode --device cuda", 2, {"it needs --dataset imagefolder"}, {}, {});
+}

@@ -131,7 +131,7 @@ int run_dcgan(int argc, char** argv) {
   d.train = limit(d.train, limit_train);
   image_size = d.image_size;
   MPX_CHECK(image_size == 28 || image_size == 32 || image_size == 64, "mpx dcgan: the DCGAN models take 28, 32 or 64 px ",
-            "images, the data are ", image_size, " px; use --image-size 64 or 32 with imagefolder");
+            "images, the data are ", image_size, " px; use --image-size 64, 32 or 28");
   auto loader_opts =
       data::DataLoaderOptions(batch).shuffle(true).drop_last(true).workers(workers).seed(seed).pin_memory(device.is_cuda());
   if (rk.distributed()) loader_opts.rank(rk.rank).world_size(rk.world);  // a DistributedSampler shard per rank
