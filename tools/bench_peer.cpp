@@ -42,6 +42,13 @@ void stream_peer(const Args& args, const std::string& cmd, const std::string& ta
   while (std::fgets(buf, sizeof buf, p)) {
     line = buf;
     if (!line.empty() && line.back() == '\n') line.pop_back();
+    // The script's first line is "torch VERSION, device, N threads": figures against a PyTorch
+    // from before 2.0 (Debian 12's is 1.13) understate what users run today.
+    if (line.rfind("torch ", 0) == 0 && std::atoi(line.c_str() + 6) < 2)
+      std::fprintf(stderr, "mpx bench: warning: the peer runs PyTorch %s, older than 2.x; its figures are not what "
+                   "a current PyTorch does: pass --python with a PyTorch 2 (e.g. a virtual environment with torch "
+                   "from PyPI)\n", line.substr(6, line.find(',') == std::string::npos ? std::string::npos
+                                                                                      : line.find(',') - 6).c_str());
     if (line.rfind(tag, 0) != 0) {
       std::printf("  peer| %s\n", line.c_str());
       std::fflush(stdout);
