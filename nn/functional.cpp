@@ -37,6 +37,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) { retur
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Conv2dFuncOptions& o) {
   return mpx::conv2d(x, weight, o.bias(), o.stride(), o.padding(), o.dilation(), o.groups());
 }
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Conv1dFuncOptions& o) {
+  return mpx::conv1d(x, weight, o.bias(), o.stride(), o.padding(), o.dilation(), o.groups());
+}
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const ConvTranspose2dFuncOptions& o) {
   return mpx::conv_transpose2d(x, weight, o.bias(), o.stride(), o.padding(), o.output_padding(), o.groups(),
                                o.dilation());

@@ -28,6 +28,8 @@ Tensor dropout(const Tensor& x, const DropoutFuncOptions& options = {});
 /// x @ w^T + b.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Conv2dFuncOptions& options = {});
+/// x [N, C, L] or [C, L], weight [out, C/groups, k] (PyTorch's F.conv1d).
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Conv1dFuncOptions& options = {});
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const ConvTranspose2dFuncOptions& options = {});
 
 // ---- pooling ----

@@ -84,6 +84,40 @@ void Conv2dImpl::pretty_print(std::ostream& os) const {
   os << ")";
 }
 
+// ---------------------------------------------------------------- Conv1d
+
+Conv1dImpl::Conv1dImpl(const Conv1dOptions& o) : options(o) {
+  check_positive(o.in_channels(), "Conv1d", "in_channels");
+  check_positive(o.out_channels(), "Conv1d", "out_channels");
+  check_positive(o.kernel_size(), "Conv1d", "kernel_size");
+  check_positive(o.groups(), "Conv1d", "groups");
+  MPX_CHECK(o.in_channels() % o.groups() == 0 && o.out_channels() % o.groups() == 0, "Conv1d: in_channels (",
+            o.in_channels(), ") and out_channels (", o.out_channels(), ") must be divisible by groups (", o.groups(),
+            ")");
+  weight = register_parameter("weight", empty({o.out_channels(), o.in_channels() / o.groups(), o.kernel_size()}));
+  if (o.bias()) bias = register_parameter("bias", empty({o.out_channels()}));
+  reset_parameters();
+}
+void Conv1dImpl::reset_parameters() { reset_weight_and_bias(weight, bias); }
+Tensor Conv1dImpl::forward(const Tensor& x) {
+  return F::conv1d(x, weight,
+                   F::Conv1dFuncOptions()
+                       .bias(bias)
+                       .stride(options.stride())
+                       .padding(options.padding())
+                       .dilation(options.dilation())
+                       .groups(options.groups()));
+}
+void Conv1dImpl::pretty_print(std::ostream& os) const {
+  os << "Conv1d(" << options.in_channels() << ", " << options.out_channels() << ", kernel_size=(" << options.kernel_size()
+     << ",), stride=(" << options.stride() << ",)";
+  if (options.padding() != 0) os << ", padding=(" << options.padding() << ",)";
+  if (options.dilation() != 1) os << ", dilation=(" << options.dilation() << ",)";
+  if (options.groups() != 1) os << ", groups=" << options.groups();
+  if (!options.bias()) os << ", bias=false";
+  os << ")";
+}
+
 // ---------------------------------------------------------------- ConvTranspose2d
 
 ConvTranspose2dImpl::ConvTranspose2dImpl(const ConvTranspose2dOptions& o) : options(o) {

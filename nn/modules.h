@@ -49,6 +49,23 @@ class Conv2dImpl : public Module {
 };
 MPX_MODULE(Conv2d);
 
+/// 1-d convolution over [N, C, L] (or [C, L]), weight [out, in/groups, k]; PyTorch's default init.
+class Conv1dImpl : public Module {
+ public:
+  Conv1dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
+      : Conv1dImpl(Conv1dOptions(in_channels, out_channels, kernel_size)) {}
+  explicit Conv1dImpl(const Conv1dOptions& options);
+  void reset_parameters();
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "Conv1d"; }
+  void pretty_print(std::ostream& os) const override;
+
+  Conv1dOptions options;
+  Tensor weight;
+  Tensor bias;
+};
+MPX_MODULE(Conv1d);
+
 /// Transposed 2-d convolution, weight [in, out/groups, kh, kw]; PyTorch's default init.
 class ConvTranspose2dImpl : public Module {
  public:

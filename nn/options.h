@@ -66,6 +66,19 @@ struct Conv2dOptions {
   MPX_ARG(bool, bias) = true;
 };
 
+struct Conv1dOptions {
+  Conv1dOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
+      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
+  MPX_ARG(int64_t, in_channels);
+  MPX_ARG(int64_t, out_channels);
+  MPX_ARG(int64_t, kernel_size);
+  MPX_ARG(int64_t, stride) = 1;
+  MPX_ARG(int64_t, padding) = 0;
+  MPX_ARG(int64_t, dilation) = 1;
+  MPX_ARG(int64_t, groups) = 1;
+  MPX_ARG(bool, bias) = true;
+};
+
 struct ConvTranspose2dOptions {
   ConvTranspose2dOptions(int64_t in_channels, int64_t out_channels, ExpandingArray2 kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
@@ -264,6 +277,14 @@ struct Conv2dFuncOptions {
   MPX_ARG(ExpandingArray2, stride) = 1;
   MPX_ARG(ExpandingArray2, padding) = 0;
   MPX_ARG(ExpandingArray2, dilation) = 1;
+  MPX_ARG(int64_t, groups) = 1;
+};
+struct Conv1dFuncOptions {
+  Conv1dFuncOptions() = default;
+  MPX_ARG(Tensor, bias) = {};
+  MPX_ARG(int64_t, stride) = 1;
+  MPX_ARG(int64_t, padding) = 0;
+  MPX_ARG(int64_t, dilation) = 1;
   MPX_ARG(int64_t, groups) = 1;
 };
 struct ConvTranspose2dFuncOptions {

@@ -180,6 +180,24 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, Pair stride,
   return conv2d_impl(x, w, b, p);
 }
 
+Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, int64_t padding, int64_t dilation,
+              int64_t groups) {
+  MPX_CHECK(x.defined() && w.defined(), "conv1d: input and weight must be defined");
+  MPX_CHECK(x.dim() == 2 || x.dim() == 3, "conv1d: input ", ops::describe(x), " must be [N, C, L] or unbatched [C, L]");
+  MPX_CHECK(w.dim() == 3, "conv1d: weight ", ops::describe(w), " must be [out_channels, in_channels / groups, kernel]");
+  MPX_CHECK(stride > 0 && dilation > 0 && padding >= 0 && groups > 0, "conv1d: stride (", stride, ") and dilation (",
+            dilation, ") and groups (", groups, ") must be positive, padding (", padding, ") non-negative");
+  MPX_CHECK(x.size(-2) == w.size(1) * groups, "conv1d: input ", ops::describe(x), " has ", x.size(-2),
+            " channels but weight ", ops::describe(w), " with groups=", groups, " expects ", w.size(1) * groups,
+            " (C must equal weight.size(1) * groups)");
+  const int64_t Lo = conv_out(x.size(-1), w.size(2), stride, padding, dilation);
+  MPX_CHECK(Lo > 0, "conv1d: input ", ops::describe(x), " is too short for weight ", ops::describe(w), " with stride ",
+            stride, ", padding ", padding, ", dilation ", dilation, ": the output would have length ", Lo,
+            "; the padded input must be at least the dilated kernel size");
+  // A height of one: conv2d's kernels, gradients and autocast; the views add no copy.
+  return conv2d(x.unsqueeze(-2), w.unsqueeze(2), b, {1, stride}, {0, padding}, {1, dilation}, groups).squeeze(-2);
+}
+
 Tensor conv_transpose2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, Pair stride, Pair padding,
                         Pair output_padding, int64_t groups, Pair dilation) {
   MPX_CHECK(x0.defined() && w0.defined(), "conv_transpose2d: input and weight must be defined");

@@ -23,6 +23,10 @@ inline std::string pair_str(Pair p) {
 /// Works for contiguous and channels-last inputs; the output keeps the input's format.
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, Pair stride = {1, 1}, Pair padding = {0, 0},
               Pair dilation = {1, 1}, int64_t groups = 1);
+/// x [N, C, L] (or unbatched [C, L]), w [O, C/groups, k], b [O] (optional) -> [N, O, L']: a
+/// convolution over a height of one, on conv2d's kernels (and its autocast policy).
+Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b = {}, int64_t stride = 1, int64_t padding = 0,
+              int64_t dilation = 1, int64_t groups = 1);
 /// x [N, C, H, W], w [C, O/groups, kh, kw], b [O] -> [N, O, H', W'] with
 /// H' = (H-1)*stride - 2*padding + dilation*(kh-1) + output_padding + 1.
 Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, Pair stride = {1, 1},

@@ -274,3 +274,43 @@ TEST_CASE("conv runs in the autocast dtype and its gradients reach f32 leaves", 
   CHECK(w.grad().dtype() == kFloat32);
   CHECK(b.grad().dtype() == kFloat32);
 }
+
+TEST_CASE("conv1d matches a direct loop, takes unbatched input and passes gradcheck", "[conv]") {
+  manual_seed(5);
+  // stride 2, padding 1, dilation 2, groups 2: every parameter away from its default.
+  const int64_t N = 2, C = 4, L = 11, O = 6, K = 3, s = 2, p = 1, d = 2, g = 2;
+  const Tensor x = randn({N, C, L}, TensorOptions(kFloat64)), w = randn({O, C / g, K}, TensorOptions(kFloat64)),
+               b = randn({O}, TensorOptions(kFloat64));
+  const Tensor y = conv1d(x, w, b, s, p, d, g);
+  const int64_t Lo = (L + 2 * p - d * (K - 1) - 1) / s + 1;
+  REQUIRE(y.sizes() == IntList{N, O, Lo});
+  const Tensor xc = x.contiguous(), wc = w.contiguous();
+  const double *px = xc.data_ptr<double>(), *pw = wc.data_ptr<double>(), *pb = b.data_ptr<double>();
+  double worst = 0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t t = 0; t < Lo; ++t) {
+        double acc = pb[o];
+        const int64_t grp = o / (O / g);
+        for (int64_t c = 0; c < C / g; ++c)
+          for (int64_t k = 0; k < K; ++k) {
+            const int64_t i = t * s - p + k * d;
+            if (i >= 0 && i < L) acc += px[(n * C + grp * (C / g) + c) * L + i] * pw[(o * (C / g) + c) * K + k];
+          }
+        worst = std::max(worst, std::abs(acc - y.select(0, n).select(0, o).select(0, t).item<double>()));
+      }
+  CHECK(worst < 1e-12);
+  // Unbatched [C, L] gives the batch's first row.
+  CHECK(close(conv1d(x.select(0, 0), w, b, s, p, d, g), y.select(0, 0), 1e-12));
+  CHECK(gradcheck([](const tensor_list& t) { return conv1d(t[0], t[1], t[2], 2, 1, 2, 2); },
+                  {leaf({N, C, L}), leaf({O, C / g, K}), leaf({O})}) == "");
+}
+
+TEST_CASE("conv1d: shape errors name conv1d and the shapes", "[conv]") {
+  const Tensor x = randn({2, 4, 10}), w = randn({6, 4, 3});
+  REQUIRE_THROWS_WITH(conv1d(randn({2, 4, 10, 1}), w), Catch::Contains("conv1d") && Catch::Contains("[N, C, L]"));
+  REQUIRE_THROWS_WITH(conv1d(x, randn({6, 4})), Catch::Contains("conv1d: weight"));
+  REQUIRE_THROWS_WITH(conv1d(x, randn({6, 3, 3})), Catch::Contains("4 channels") && Catch::Contains("[6, 3, 3]"));
+  REQUIRE_THROWS_WITH(conv1d(randn({2, 4, 2}), randn({6, 4, 5})), Catch::Contains("too short"));
+  REQUIRE_THROWS_WITH(conv1d(x, w, {}, 0), Catch::Contains("stride (0)"));
+}

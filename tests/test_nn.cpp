@@ -911,3 +911,26 @@ TEST_CASE("nn: to(cuda) keeps leaves and state_dict crosses devices", "[nn][cuda
   CHECK_FALSE(other->fc->weight.is_cuda());
   CHECK(max_diff(other->fc->weight, w.cpu()) == 0.0);
 }
+
+TEST_CASE("nn::Conv1d: LibTorch's options, parameter shapes, PyTorch's init bounds, forward as F::conv1d", "[nn]") {
+  mpx::manual_seed(3);
+  nn::Conv1d conv(nn::Conv1dOptions(4, 6, 3).stride(2).padding(1).groups(2));
+  const auto params = conv->named_parameters();
+  REQUIRE(params.size() == 2);
+  CHECK(conv->weight.sizes() == mpx::IntList{6, 2, 3});
+  CHECK(conv->bias.sizes() == mpx::IntList{6});
+  // kaiming_uniform(a = sqrt(5)) and the bias bound are both 1 / sqrt(fan_in), fan_in = 2 * 3.
+  const double bound = 1.0 / std::sqrt(6.0);
+  CHECK(mpx::amax(mpx::abs(conv->weight), {0, 1, 2}).item<double>() <= bound + 1e-7);
+  CHECK(mpx::amax(mpx::abs(conv->bias), {0}).item<double>() <= bound + 1e-7);
+  const mpx::Tensor x = mpx::randn({3, 4, 9});
+  const mpx::Tensor y = conv(x);
+  CHECK(y.sizes() == mpx::IntList{3, 6, 5});
+  const mpx::Tensor ref =
+      F::conv1d(x, conv->weight, F::Conv1dFuncOptions().bias(conv->bias).stride(2).padding(1).groups(2));
+  CHECK(mpx::amax(mpx::abs(y - ref), {0, 1, 2}).item<double>() == 0.0);
+  std::ostringstream os;
+  os << *conv;
+  CHECK(os.str() == "Conv1d(4, 6, kernel_size=(3,), stride=(2,), padding=(1,), groups=2)");
+  CHECK_THROWS_WITH(nn::Conv1d(nn::Conv1dOptions(4, 6, 3).groups(4)), Catch::Contains("divisible by groups"));
+}
