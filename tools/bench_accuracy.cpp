@@ -15,6 +15,36 @@ namespace mpx::cli::bench {
 
 namespace fs = std::filesystem;
 
+PeerAccuracy peer_accuracy_row(const std::map<std::string, PeerAccuracy>& rows, const std::string& model,
+                               const Variant& v, const std::string& failure) {
+  PeerAccuracy pa;
+  auto it = rows.find(model + "/" + v.level + "/" + v.dtype);
+  if (it != rows.end()) pa = it->second;
+  else if (!peer_level(v.level)) pa.status = kNoPeerRecipe;
+  else if (!failure.empty()) pa.status = "peer failed (" + failure + ")";
+  else pa.status = "the peer reported no such row";
+  return pa;
+}
+
+std::string na_note(std::vector<std::string>& notes, const std::string& why) {
+  auto it = std::find(notes.begin(), notes.end(), why);
+  if (it == notes.end()) it = notes.insert(notes.end(), why);
+  return "n/a [" + std::to_string(it - notes.begin() + 1) + "]";
+}
+
+void write_accuracy_files(const fs::path& out, const std::string& head, const Table& t,
+                          const std::vector<std::string>& notes, const std::string& title,
+                          const std::vector<Panel>& panels) {
+  std::ostringstream md;
+  md << head << "\n\n" << t.markdown();
+  for (size_t i = 0; i < notes.size(); ++i) md << "\n[" << i + 1 << "] PyTorch: " << notes[i] << "  ";
+  if (!notes.empty()) md << "\n";
+  write_file_atomic((out / "accuracy.md").string(), md.str());
+  write_svg((out / "accuracy.svg").string(), title, panels);
+  std::printf("wrote accuracy.csv, accuracy.json, accuracy.md and accuracy.svg in %s (per-level runs in its "
+              "subfolders)\n", out.string().c_str());
+}
+
 int run_accuracy(const Args& args) {
   for (const char* f : {"--cuda-graph", "--peer-compile", "--profile"})
     if (args.on(f)) throw UsageError(std::string(f) + " is for the speed mode; drop it with --accuracy");
@@ -135,14 +165,7 @@ int run_accuracy(const Args& args) {
                       std::isfinite(delta) ? (delta >= 0 ? "+" : "") + fixed(delta, 2) : "n/a", fixed(tr, 4),
                       fixed(te, 4), std::to_string(r.s.skipped), fixed(r.s.loss_scale, 0), fixed(r.s.seconds, 1),
                       rate(ips)});
-    PeerAccuracy pa;
-    if (peer) {
-      auto it = peer_rows.find(r.model + "/" + r.v.level + "/" + r.v.dtype);
-      if (it != peer_rows.end()) pa = it->second;
-      else if (!peer_level(r.v.level)) pa.status = kNoPeerRecipe;
-      else if (!peer_failure.empty()) pa.status = "peer failed (" + peer_failure + ")";
-      else pa.status = "the peer reported no such row";
-    }
+    const PeerAccuracy pa = peer ? peer_accuracy_row(peer_rows, r.model, r.v, peer_failure) : PeerAccuracy{};
     // Final top-1 minus PyTorch's: the two runs share the recipe, not the random numbers, so
     // differences of the order of the run-to-run spread (a few tenths of a point) are noise.
     const double vs_peer = top1 - pa.top1;
@@ -153,10 +176,7 @@ int run_accuracy(const Args& args) {
                                    (vs_peer >= 0 ? "+" : "") + fixed(vs_peer, 2)});
       } else {
         // Reasons are long: the table says n/a with a numbered note underneath (as the speed mode).
-        auto it = std::find(peer_notes.begin(), peer_notes.end(), pa.status);
-        if (it == peer_notes.end()) it = peer_notes.insert(peer_notes.end(), pa.status);
-        const std::string na = "n/a [" + std::to_string(it - peer_notes.begin() + 1) + "]";
-        cells.insert(cells.end(), {na, "n/a", "n/a", "n/a"});
+        cells.insert(cells.end(), {na_note(peer_notes, pa.status), "n/a", "n/a", "n/a"});
       }
     }
     recs.push_back({text_cell("model", r.model), text_cell("level", r.v.level), text_cell("dtype", r.v.dtype),
@@ -201,15 +221,9 @@ int run_accuracy(const Args& args) {
   if (peer)
     md << " PyTorch columns: bench/peer_bench.py --accuracy, the same recipe (model, data, batch, lr, schedule, "
           "epochs, limits, seed) with PyTorch's own random numbers; mpx - PyTorch: final top-1 difference in points.";
-  md << "\n\n" << t.markdown();
-  for (size_t i = 0; i < peer_notes.size(); ++i) md << "\n[" << i + 1 << "] PyTorch: " << peer_notes[i] << "  ";
-  if (!peer_notes.empty()) md << "\n";
-  write_file_atomic((out / "accuracy.md").string(), md.str());
-  write_svg((out / "accuracy.svg").string(), "mpx bench --accuracy: " + args.str("--dataset"),
-            {Panel{"training loss (per step)", "epoch", "cross-entropy", loss_series},
-             Panel{"test top-1", "epoch", "%", acc_series}});
-  std::printf("wrote accuracy.csv, accuracy.json, accuracy.md and accuracy.svg in %s (per-level runs in its "
-              "subfolders)\n", out.string().c_str());
+  write_accuracy_files(out, md.str(), t, peer_notes, "mpx bench --accuracy: " + args.str("--dataset"),
+                       {Panel{"training loss (per step)", "epoch", "cross-entropy", loss_series},
+                        Panel{"test top-1", "epoch", "%", acc_series}});
   return 0;
 }
 

@@ -162,22 +162,13 @@ int run_gpt_accuracy(const Args& args, const std::vector<std::string>& models, c
     auto pct = [](double x) { return std::isfinite(x) ? (x >= 0 ? "+" : "") + fixed(x, 2) : std::string("n/a"); };
     t.rows.push_back({r.model, r.v.level, r.v.dtype, std::to_string(rc.steps), fixed(r.val, 4), pct(vs_o0),
                       fixed(r.train, 4), fixed(r.skipped, 0), fixed(r.scale, 0), fixed(r.seconds, 1), rate(r.tps)});
-    PeerAccuracy pa;
-    if (peer) {
-      auto it = peer_rows.find(r.model + "/" + r.v.level + "/" + r.v.dtype);
-      if (it != peer_rows.end()) pa = it->second;
-      else if (!peer_level(r.v.level)) pa.status = kNoPeerRecipe;
-      else if (!peer_failure.empty()) pa.status = "peer failed (" + peer_failure + ")";
-      else pa.status = "the peer reported no such row";
-    }
+    const PeerAccuracy pa = peer ? peer_accuracy_row(peer_rows, r.model, r.v, peer_failure) : PeerAccuracy{};
     const double vs_peer = 100.0 * (r.val - pa.test_loss) / pa.test_loss;
     if (peer) {
       if (std::isfinite(pa.test_loss)) {
         t.rows.back().insert(t.rows.back().end(), {fixed(pa.test_loss, 4), rate(pa.ips), pct(vs_peer)});
       } else {
-        auto it = std::find(notes.begin(), notes.end(), pa.status);
-        if (it == notes.end()) it = notes.insert(notes.end(), pa.status);
-        t.rows.back().insert(t.rows.back().end(), {"n/a [" + std::to_string(it - notes.begin() + 1) + "]", "n/a", "n/a"});
+        t.rows.back().insert(t.rows.back().end(), {na_note(notes, pa.status), "n/a", "n/a"});
       }
     }
     recs.push_back({text_cell("model", r.model), text_cell("level", r.v.level), text_cell("dtype", r.v.dtype),
@@ -210,15 +201,9 @@ int run_gpt_accuracy(const Args& args, const std::vector<std::string>& models, c
   if (peer)
     md << " PyTorch columns: bench/peer_bench.py --accuracy on the same initial weights and the same windows "
           "(MODEL_accuracy.safetensors), the same schedule and clipping.";
-  md << "\n\n" << t.markdown();
-  for (size_t i = 0; i < notes.size(); ++i) md << "\n[" << i + 1 << "] PyTorch: " << notes[i] << "  ";
-  if (!notes.empty()) md << "\n";
-  write_file_atomic((out / "accuracy.md").string(), md.str());
-  write_svg((out / "accuracy.svg").string(), "mpx bench --accuracy: GPT",
-            {Panel{"training loss", "step", "cross-entropy", loss_series},
-             Panel{"validation loss", "step", "cross-entropy", val_series}});
-  std::printf("wrote accuracy.csv, accuracy.json, accuracy.md and accuracy.svg in %s (per-level runs in its "
-              "subfolders)\n", out.string().c_str());
+  write_accuracy_files(out, md.str(), t, notes, "mpx bench --accuracy: GPT",
+                       {Panel{"training loss", "step", "cross-entropy", loss_series},
+                        Panel{"validation loss", "step", "cross-entropy", val_series}});
   return 0;
 }
 

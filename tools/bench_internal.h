@@ -2,12 +2,14 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "tools/common.h"
+#include "tools/metrics.h"
 
 namespace mpx::cli::bench {
 
@@ -123,6 +125,15 @@ std::map<std::string, PeerAccuracy> run_peer_gpt_accuracy(const Args& args, cons
                                                           const std::vector<std::string>& levels,
                                                           const std::vector<std::string>& dtypes, int threads,
                                                           std::string& failure);
+/// The peer's accuracy row for model/level/dtype, or one whose status says why there is none.
+PeerAccuracy peer_accuracy_row(const std::map<std::string, PeerAccuracy>& rows, const std::string& model,
+                               const Variant& v, const std::string& failure);
+/// "n/a [k]" for a peer cell, numbering each distinct reason once in `notes` (printed under the table).
+std::string na_note(std::vector<std::string>& notes, const std::string& why);
+/// accuracy.md (`head`, the table, the numbered peer notes) and accuracy.svg in `out`, then the closing line.
+void write_accuracy_files(const std::filesystem::path& out, const std::string& head, const Table& t,
+                          const std::vector<std::string>& notes, const std::string& title,
+                          const std::vector<Panel>& panels);
 /// The speed table (images/s or, for GPT rows, tokens/s; memory, loss scale, ratios to O0 and PyTorch).
 int run_speed(const Args& args);
 /// The accuracy table: each level trained by mpx train from the same seed.
