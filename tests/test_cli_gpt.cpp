@@ -133,8 +133,8 @@ TEST_CASE("mpx gpt --stochastic-rounding without masters: a stopped and resumed 
   const CliRun w = run_mpx(flags + " --out " + q(whole));
   INFO(w.out);
   REQUIRE(w.rc == 0);
-  // Stopped where a progress line falls (kTiny prints every 5 steps), so both runs log the same windows.
-  REQUIRE(run_mpx(flags + " --prof 5 --out " + q(parts)).rc == 0);
+  // Stopped where a progress line falls (--print-freq 3), so both runs log the same windows.
+  REQUIRE(run_mpx(flags + " --prof 3 --out " + q(parts)).rc == 0);
   mpx::Metadata meta;
   mpx::load_tensors((parts / "checkpoint.safetensors").string(), &meta);
   CHECK(meta.at("flag.--stochastic-rounding") == "1");
