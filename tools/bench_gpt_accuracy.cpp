@@ -63,7 +63,7 @@ void write_peer_file(const std::string& model, const GptRecipe& r, const std::st
                 {"eval_interval", num(static_cast<double>(r.eval_interval))}});
 }
 
-// The last value of a column of a run's CSV log (`stem`.csv in `dir`), NaN when absent.
+// A column of a run's CSV log (`stem`.csv in `dir`) as (step, value) pairs; empty when absent.
 std::vector<std::pair<double, double>> logged(const fs::path& dir, const std::string& stem, const std::string& col) {
   MetricsLog log(dir.string(), stem);
   log.resume("step", 1e18);
