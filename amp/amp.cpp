@@ -261,7 +261,11 @@ void initialize(const std::vector<ModelRef>& models, const std::vector<Optimizer
   }
   for (const auto& ref : optimizers) {
     optim::Optimizer& opt = ref.get();
+    // Rounding off before masters come back; masters gone before it goes on (each refuses the other).
+    if (!p.stochastic_rounding) opt.set_stochastic_rounding(false);
     opt.set_master_weights(p.master_weights.value_or(true));  // creates or drops masters to match
+    if (p.stochastic_rounding)
+      opt.set_stochastic_rounding(true, optim::StochasticRoundingOptions().low_precision_state(p.low_precision_state));
     if (p.master_weights.value_or(false))
       for (const auto& prm : opt.parameters())
         if (is_reduced_float(prm.dtype())) {

@@ -27,12 +27,18 @@ struct Properties {
   /// A number, or 0 with `dynamic_loss_scale` true for "dynamic".
   double loss_scale = 1.0;
   bool dynamic_loss_scale = false;
+  /// Beyond apex: the optimizers round f16/bf16 parameters stochastically (no masters), and
+  /// whether they keep those parameters' state in low precision too.
+  bool stochastic_rounding = false;
+  bool low_precision_state = false;
   /// Table text: "opt_level: O2\ncast_model_type: kFloat16\n..." (what verbosity(1) prints).
   std::string str() const;
 };
 
 /// apex's property table for `opt_level` ("O0".."O3") with f16 replaced by `low` (kFloat16 or
-/// kBFloat16). Throws for any other level.
+/// kBFloat16), except that O1 and O2 in bf16 use a static loss scale of 1 instead of dynamic
+/// scaling (bf16 has f32's range; Options::loss_scale("dynamic") asks for it). Throws for any
+/// other level.
 Properties opt_level_defaults(const std::string& opt_level, DType low = kFloat16);
 
 /// Options of amp::initialize: an opt level plus apex's overrides (each setter chains). Unset
@@ -54,6 +60,15 @@ class Options {
   Options& patch_functions(bool on) { patch_functions_ = on; return *this; }
   Options& keep_batchnorm_fp32(bool on) { keep_batchnorm_fp32_ = on; return *this; }
   Options& master_weights(bool on) { master_weights_ = on; return *this; }
+  /// Beyond apex: bf16 (or f16) training without FP32 master weights whose optimizer steps round
+  /// the updated parameters stochastically (Optimizer::set_stochastic_rounding), so small
+  /// updates are kept in expectation. Needs O2/O3 with master weights off, i.e.
+  /// `.opt_level("O2").master_weights(false)` (batch norms stay f32) or O3; with masters it
+  /// is refused, as they make it moot. The seed is the default generator's (manual_seed).
+  Options& stochastic_rounding(bool on) { stochastic_rounding_ = on; return *this; }
+  /// With stochastic_rounding: the optimizers' state of low-precision parameters (momentum,
+  /// Adam's m and v) in their dtype, rounded stochastically too, instead of f32.
+  Options& low_precision_state(bool on) { low_precision_state_ = on; return *this; }
   /// A static loss scale (a positive finite number).
   Options& loss_scale(double scale) { loss_scale_ = scale; loss_scale_str_.reset(); return *this; }
   /// "dynamic", or a number written as a string ("128.0").
@@ -89,6 +104,7 @@ class Options {
   std::optional<DType> cast_model_outputs_;
   int verbosity_ = 1;
   bool diagnose_ = false;
+  bool stochastic_rounding_ = false, low_precision_state_ = false;
 };
 
 /// A model handed to initialize: any holder (`SmallCnn net`), shared_ptr to a module, or a

@@ -10,10 +10,12 @@ int& depth() {
 }  // namespace
 
 AutocastGuard::AutocastGuard(DType dtype, bool enabled) : saved_(autocast_state()) {
-  MPX_CHECK(is_reduced_float(dtype), "AutocastGuard: dtype must be kFloat16 or kBFloat16, got ", dtype_name(dtype));
+  // A disabled guard casts nothing, so any dtype will do (torch.autocast(..., enabled=False)).
+  MPX_CHECK(!enabled || is_reduced_float(dtype), "AutocastGuard: dtype must be kFloat16 or kBFloat16 to autocast, got ",
+            dtype_name(dtype), "; pass enabled=false to turn autocast off for a region");
   AutocastState& st = autocast_state();
   st.enabled = enabled;
-  st.dtype = dtype;
+  if (is_reduced_float(dtype)) st.dtype = dtype;  // a disabled f32 guard keeps the dtype an inner one may re-enable
   st.cast = &cached_cast;
   ++depth();
 }

@@ -9,7 +9,8 @@ namespace mpx::amp {
 
 /// Enables (or, nested, disables) autocast to `dtype` (kFloat16 or kBFloat16) for this
 /// thread until the guard leaves scope; the previous state is restored then. Guards nest
-/// freely (an inner `AutocastGuard(kFloat16, false)` runs a region in full precision). While
+/// freely: an inner `AutocastGuard(kFloat32, false)` (any dtype when disabled, as
+/// torch.autocast(..., enabled=False)) runs a region in full precision. While
 /// enabled, casts go through the weight cast cache (cached_cast); when the outermost guard of
 /// the thread exits, the cache is cleared.
 class AutocastGuard {

@@ -51,6 +51,8 @@ std::string overrides_str(const Options& o) {
   if (o.min_loss_scale_ != 0) os << "  min_loss_scale = " << num(o.min_loss_scale_) << "\n";
   if (o.max_loss_scale_ != 16777216.0) os << "  max_loss_scale = " << num(o.max_loss_scale_) << "\n";
   if (o.dtype_ != kFloat16) os << "  dtype = " << dtype_name(o.dtype_) << "\n";
+  if (o.stochastic_rounding_) os << "  stochastic_rounding = True\n";
+  if (o.low_precision_state_) os << "  low_precision_state = True\n";
   return os.str();
 }
 
@@ -67,6 +69,9 @@ std::string Properties::str() const {
      << "keep_batchnorm_fp32    : " << ob(keep_batchnorm_fp32) << "\n"
      << "master_weights         : " << ob(master_weights) << "\n"
      << "loss_scale             : " << (dynamic_loss_scale ? std::string("dynamic") : num(loss_scale)) << "\n";
+  // Beyond apex's table: printed only when on, so the table stays apex's otherwise.
+  if (stochastic_rounding)
+    os << "stochastic_rounding    : True" << (low_precision_state ? " (low-precision optimizer state)" : "") << "\n";
   return os.str();
 }
 
@@ -96,6 +101,13 @@ Properties opt_level_defaults(const std::string& level, DType low) {
     p.cast_model_type = low;
     p.keep_batchnorm_fp32 = false;
     p.master_weights = false;
+    p.loss_scale = 1.0;
+  }
+  if (low == kBFloat16 && p.dynamic_loss_scale) {
+    // bf16 has f32's exponent range: gradients that fit f32 fit bf16, so scaling them buys
+    // nothing (PyTorch's bf16 autocast recipe has no GradScaler; ROCm apex's bf16 levels use 1).
+    // Dynamic scaling stays available on request (loss_scale("dynamic")).
+    p.dynamic_loss_scale = false;
     p.loss_scale = 1.0;
   }
   return p;
@@ -176,6 +188,20 @@ Properties Options::resolve() const {
   if (cast_model_outputs_)
     MPX_CHECK(is_floating(*cast_model_outputs_), "amp: cast_model_outputs must be a floating dtype, got ",
               dtype_name(*cast_model_outputs_));
+  MPX_CHECK(!low_precision_state_ || stochastic_rounding_, "amp: low_precision_state(true) keeps the optimizer state "
+            "of f16/bf16 parameters in their dtype under stochastic rounding; add stochastic_rounding(true) (without "
+            "it and without masters the state is in the parameters' dtype anyway)");
+  if (stochastic_rounding_) {
+    MPX_CHECK(opt_level_ == "O2" || opt_level_ == "O3", "amp: stochastic_rounding rounds the f16/bf16 parameters of a "
+              "model without FP32 master weights, and at ", opt_level_, " the model weights stay f32; use O3, or O2 "
+              "with master_weights(false)");
+    MPX_CHECK(!p.master_weights.value_or(false), "amp: stochastic_rounding replaces FP32 master weights, which ",
+              opt_level_, " keeps", master_weights_ ? " (master_weights(true) was set)" : " by default",
+              "; with masters every update is kept exactly and the rounding would be moot. Add master_weights(false) "
+              "(the bf16 recipe: O2's f32 batch norms, no masters) or drop stochastic_rounding");
+    p.stochastic_rounding = true;
+    p.low_precision_state = low_precision_state_;
+  }
   return p;
 }
 

@@ -1,6 +1,7 @@
 // Input-pipeline throughput: ImageFolder + DataLoader on the ImageNet train or eval transform,
 // with no model, at a given worker count (the peer is bench/peer_loader.py; bench/run_loader.sh
-// runs both). --generate writes the JPEG folder it reads.
+// runs both). --generate writes the JPEG folder it reads. --path compose is the code a user
+// porting a torchvision script writes (a Compose given to ImageFolder), unchanged.
 #include <mpx/mpx.h>
 
 #include <algorithm>
@@ -94,9 +95,11 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: %s --data DIR [--generate N] [--workers N] [--batch N] [--epochs N]\n"
-                   "          [--transform train|eval] [--path fused|fused-full|composed|gpu] [--json]\n"
+                   "          [--transform train|eval] [--path compose|fused|fused-full|composed|gpu] [--json]\n"
+                   "  compose: transforms::Compose given to ImageFolder, as torchvision scripts do (runs fused)\n"
                    "  fused: ImagePipeline (reduced-size region decode + one resample pass)\n"
-                   "  fused-full: the same at full decode size; composed: read_image + separate transforms\n"
+                   "  fused-full: the same at full decode size\n"
+                   "  composed: read_image + the transforms one by one (Compose with fuse=false)\n"
                    "  gpu: the pipeline's crops decoded by nvJPEG on CUDA device 0 (--gpu-decode)\n",
                    argv[0]);
       return 2;
@@ -111,12 +114,16 @@ int main(int argc, char** argv) {
   if (transform != "train" && transform != "eval") { std::fprintf(stderr, "--transform is train or eval\n"); return 2; }
   const bool train = transform == "train";
   std::shared_ptr<data::ImageFolder> ds;
-  if (path == "composed") {
-    T::Transform t = train ? T::Compose({T::RandomResizedCrop(224), T::RandomHorizontalFlip(), T::ToTensor(),
-                                         T::Normalize({0.485, 0.456, 0.406}, {0.229, 0.224, 0.225})})
-                           : T::Compose({T::Resize(256), T::CenterCrop(224), T::ToTensor(),
-                                         T::Normalize({0.485, 0.456, 0.406}, {0.229, 0.224, 0.225})});
-    ds = std::make_shared<data::ImageFolder>(dir, t);
+  if (path == "compose" || path == "composed") {
+    // torchvision's recipes as a user writes them; "composed" turns the fusion off.
+    const bool fuse = path == "compose";
+    T::Compose tf = train ? T::Compose({T::RandomResizedCrop(224, {0.08, 1.0}), T::RandomHorizontalFlip(), T::ToTensor(),
+                                        T::Normalize({0.485, 0.456, 0.406}, {0.229, 0.224, 0.225})},
+                                       fuse)
+                          : T::Compose({T::Resize(256), T::CenterCrop(224), T::ToTensor(),
+                                        T::Normalize({0.485, 0.456, 0.406}, {0.229, 0.224, 0.225})},
+                                       fuse);
+    ds = std::make_shared<data::ImageFolder>(dir, tf);
   } else if (path == "fused" || path == "fused-full" || path == "gpu") {
     auto p = train ? data::ImagePipeline::train(224) : data::ImagePipeline::eval(256, 224);
     p.reduced_decode(path == "fused");
@@ -130,7 +137,7 @@ int main(int argc, char** argv) {
     }
     ds = std::make_shared<data::ImageFolder>(dir, o);
   } else {
-    std::fprintf(stderr, "--path is fused, fused-full, composed or gpu\n");
+    std::fprintf(stderr, "--path is compose, fused, fused-full, composed or gpu\n");
     return 2;
   }
   data::DataLoader loader(ds, data::DataLoaderOptions(batch).workers(workers).shuffle().seed(0));
@@ -162,17 +169,20 @@ int main(int argc, char** argv) {
   }
   const double ips = static_cast<double>(images) / seconds;
   const int cores = std::max(1, workers);
+  // Which way the data set ran its transform: the first word of LoaderStats::transform_path.
+  const std::string how = loader.stats().transform_path;
+  const std::string runs = how.substr(0, how.find(':'));
   if (json) {
-    std::printf("{\"impl\": \"mpx\", \"path\": \"%s\", \"transform\": \"%s\", \"workers\": %d, \"images\": %lld, "
-                "\"seconds\": %.4f, \"images_per_s\": %.2f, \"images_per_s_per_core\": %.2f, \"cpu_s\": %.4f, "
-                "\"images_per_cpu_s\": %.2f, \"wait_s\": %.4f}\n",
-                path.c_str(), transform.c_str(), workers, static_cast<long long>(images), seconds, ips, ips / cores, cpu,
-                static_cast<double>(images) / cpu, wait);
+    std::printf("{\"impl\": \"mpx\", \"path\": \"%s\", \"runs\": \"%s\", \"transform\": \"%s\", \"workers\": %d, "
+                "\"batch\": %d, \"images\": %lld, \"seconds\": %.4f, \"images_per_s\": %.2f, "
+                "\"images_per_s_per_core\": %.2f, \"cpu_s\": %.4f, \"images_per_cpu_s\": %.2f, \"wait_s\": %.4f}\n",
+                path.c_str(), runs.c_str(), transform.c_str(), workers, batch, static_cast<long long>(images), seconds,
+                ips, ips / cores, cpu, static_cast<double>(images) / cpu, wait);
   } else {
     std::printf("mpx %s %s workers=%d: %lld images in %.2f s: %.1f images/s, %.1f per core, %.1f per CPU-second "
-                "(stall %.2f s)\n",
+                "(stall %.2f s)\n  %s\n",
                 path.c_str(), transform.c_str(), workers, static_cast<long long>(images), seconds, ips, ips / cores,
-                static_cast<double>(images) / cpu, wait);
+                static_cast<double>(images) / cpu, wait, how.c_str());
   }
   return 0;
 }

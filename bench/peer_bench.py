@@ -6,6 +6,8 @@
 #       --batch 128 --epochs 3 --lr 0.1 --limit-train 0 --limit-test 0 --device cpu --threads 2
 #
 # `mpx bench --peer` (and `mpx bench --accuracy --peer`) runs it with its own settings and merges the rows.
+# GPT rows (gpt-tiny, gpt-mini, gpt2, ...) load mpx's initial weights and token batch from
+# GPT_DIR/MODEL_init.safetensors (--gpt-dir, which mpx bench writes), so their losses match mpx's.
 # Accuracy mode repeats `mpx train`'s recipe (tools/train.cpp): Fashion-MNIST/MNIST IDX files read
 # here, ToTensor + Normalize(mean, std), shuffled batches with the last partial one dropped, SGD
 # lr x batch/256 with momentum and weight decay, per-step cosine schedule, test loss/top-1 per
@@ -13,10 +15,10 @@
 #
 # The models are defined here (not imported from torchvision, which Debian's python3-torch
 # lacks) to match mpx's models/: small_cnn, ResNet-18/34/50 (torchvision layout; small-input
-# variant: 3x3 stem, no max pool) and the DCGAN generator/discriminator at 28/32/64 px. Parameter counts are printed so a mismatch
+# variant: 3x3 stem, no max pool), the DCGAN generator/discriminator at 28/32/64 px and GPT-2. Parameter counts are printed so a mismatch
 # shows. Recipes (apex's definitions, as bench/peer_resnet50_cuda.py):
 #   O0 f32; O1 autocast (+ GradScaler for f16 on CUDA); O2 low-precision model with f32 batch
-#   norm and f32 master weights; O3 pure low precision. Peak memory: torch.cuda.max_memory_allocated
+#   and layer norms (as mpx's amp) and f32 master weights; O3 pure low precision. Peak memory: torch.cuda.max_memory_allocated
 #   on CUDA; on the CPU one extra profiled step (see cpu_step_peak). Loss scale for O2/O3 f16: a static 128
 #   (bf16: 1). A row PyTorch cannot run (e.g. f16 convolutions on the CPU) reports its reason.
 import argparse
@@ -27,6 +29,8 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from peer_bench_gpt import GPT_PRESETS, build_gpt
 
 
 class BasicBlock(nn.Module):
@@ -249,7 +253,7 @@ class Recipe:
             self.net.to(low)
             if bn32:
                 for m in self.net.modules():
-                    if isinstance(m, nn.BatchNorm2d):
+                    if isinstance(m, (nn.BatchNorm2d, nn.LayerNorm)):
                         m.float()
                 self.params = list(self.net.parameters())
             if level == "O2":
@@ -276,7 +280,7 @@ class Recipe:
         if self.level == "O1":
             with torch.autocast(self.dev.type, dtype=self.low):
                 return self.run(x).float()
-        if self.level in ("O2", "O3"):
+        if self.level in ("O2", "O3") and x.is_floating_point():  # token ids stay integers
             x = x.to(self.low)
         return self.run(x).float()
 
@@ -313,7 +317,9 @@ class Recipe:
 
 
 def build(model, level, low, a, dev):
-    """Returns (step function, parameter count, batch)."""
+    """Returns (step function, parameter count, bytes living between steps, samples per step)."""
+    if model in GPT_PRESETS:
+        return build_gpt(model, level, low, a, dev, Recipe, tensor_bytes)
     side = a.image_size
     fmt = torch.channels_last if a.channels_last else torch.contiguous_format
     if model == "dcgan":
@@ -344,7 +350,7 @@ def build(model, level, low, a, dev):
             rg.step()
             return err_g
 
-        return step, nparams, lambda: rd.live_bytes() + rg.live_bytes() + tensor_bytes(real, ones, zeros)
+        return step, nparams, lambda: rd.live_bytes() + rg.live_bytes() + tensor_bytes(real, ones, zeros), a.batch
     nc, classes = (1 if side == 28 else 3), (10 if side <= 32 else 1000)
     net = classifier(model, nc, classes, side <= 32)
     nparams = sum(p.numel() for p in net.parameters())
@@ -361,7 +367,7 @@ def build(model, level, low, a, dev):
         r.step()
         return loss
 
-    return step, nparams, lambda: r.live_bytes() + tensor_bytes(x, y)
+    return step, nparams, lambda: r.live_bytes() + tensor_bytes(x, y), a.batch
 
 
 def tensor_bytes(*ts):
@@ -392,7 +398,7 @@ def sync(dev):
 def run_row(model, level, dname, a, dev):
     low = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dname]
     torch.manual_seed(a.seed)
-    step, nparams, live = build(model, level, low, a, dev)
+    step, nparams, live, batch = build(model, level, low, a, dev)
     for _ in range(a.warmup):
         step()
     sync(dev)
@@ -403,12 +409,13 @@ def run_row(model, level, dname, a, dev):
         t0 = time.perf_counter()
         for _ in range(a.steps):
             loss = step()
-        loss.item()  # the whole window has finished
+        final_loss = loss.item()  # the whole window has finished
         sync(dev)
         secs.append(time.perf_counter() - t0)
-    ips = sorted(a.batch * a.steps / s for s in secs)
+    ips = sorted(batch * a.steps / s for s in secs)
+    # The loss is that of the last timed step, as mpx's: cpu_step_peak's extra step comes after.
     peak = (torch.cuda.max_memory_allocated() if dev.type == "cuda" else cpu_step_peak(step, live)) / 2**20
-    return nparams, statistics.median(ips), ips[0], ips[-1], 1000 * statistics.median(secs) / a.steps, peak
+    return nparams, statistics.median(ips), ips[0], ips[-1], 1000 * statistics.median(secs) / a.steps, peak, final_loss
 
 
 # ---------------------------------------------------------------- accuracy mode
@@ -584,6 +591,7 @@ def main():
     ap.add_argument("--channels-last", action="store_true", help="models and inputs in torch.channels_last")
     ap.add_argument("--compile", action="store_true", help="speed mode: the models through torch.compile")
     ap.add_argument("--tf32", action="store_true", help="CUDA: f32 convolutions and matmuls on TF32 (mpx bench --tf32)")
+    ap.add_argument("--gpt-dir", default="out/bench", help="where mpx bench wrote MODEL_init.safetensors (its --out)")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -605,17 +613,18 @@ def main():
     counted = set()
     for m, level, d in rows:
         try:
-            nparams, med, lo, hi, ms, peak = run_row(m, level, d, a, dev)
+            nparams, med, lo, hi, ms, peak, loss = run_row(m, level, d, a, dev)
             status = "ok"
         except Exception as e:  # noqa: BLE001 - a row PyTorch cannot run is reported, not fatal
-            nparams, med, lo, hi, ms, peak = 0, float("nan"), float("nan"), float("nan"), float("nan"), float("nan")
+            nparams, med, lo, hi, ms, peak, loss = (0,) + (float("nan"),) * 6
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
             status = "unsupported: " + msg.replace(",", ";")[:80]
         if nparams and m not in counted:
             counted.add(m)
             print(f"params {m}: {nparams:,}")
-        print(f"{m:9} {level} {d:4} {med:9.1f} images/s ({lo:.1f}-{hi:.1f}) {status}")
-        print(f"row,{m},{level},{d},{nparams},{med},{lo},{hi},{ms},{peak},{status}", flush=True)
+        unit = "sequences/s" if m in GPT_PRESETS else "images/s"
+        print(f"{m:9} {level} {d:4} {med:9.1f} {unit} ({lo:.1f}-{hi:.1f}) final loss {loss:.6f} {status}")
+        print(f"row,{m},{level},{d},{nparams},{med},{lo},{hi},{ms},{peak},{loss},{status}", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,48 +4,13 @@ stream (DIR/tokens.bin) and batches; prints one JSON line like the mpx program."
 import argparse, json, os, resource, sys, time
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_bench_gpt import GPT  # noqa: E402  the one PyTorch twin of models::GPT
+
 PRESETS = {"gpt-tiny": (4, 4, 128, 128), "gpt-mini": (6, 6, 384, 256)}  # layers, heads, width, context
-
-
-class Block(nn.Module):
-    def __init__(self, C, H):
-        super().__init__()
-        self.H = H
-        self.ln_1 = nn.LayerNorm(C)
-        self.attn = nn.Module()
-        self.attn.c_attn = nn.Linear(C, 3 * C)
-        self.attn.c_proj = nn.Linear(C, C)
-        self.ln_2 = nn.LayerNorm(C)
-        self.mlp = nn.Module()
-        self.mlp.c_fc = nn.Linear(C, 4 * C)
-        self.mlp.c_proj = nn.Linear(4 * C, C)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.attn.c_attn(self.ln_1(x)).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.attn.c_proj(y.transpose(1, 2).reshape(B, T, C))
-        return x + self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
-
-
-class GPT(nn.Module):
-    def __init__(self, V, L, H, C, T):
-        super().__init__()
-        self.wte = nn.Embedding(V, C)
-        self.wpe = nn.Embedding(T, C)
-        self.h = nn.ModuleList(Block(C, H) for _ in range(L))
-        self.ln_f = nn.LayerNorm(C)
-
-    def forward(self, idx):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-        for b in self.h:
-            x = b(x)
-        return F.linear(self.ln_f(x), self.wte.weight)
 
 
 def main():

@@ -135,7 +135,8 @@ def main():
             images += x.shape[0]
         seconds += time.perf_counter() - t0
         cpu += cpu_seconds(pids) + time.process_time() - c0
-    report(a, "torchvision", torchvision.__version__, images, seconds, cpu)
+    import PIL
+    report(a, "torchvision", f"{torchvision.__version__} + PIL {PIL.__version__}", images, seconds, cpu)
 
 
 def report(a, impl, version, images, seconds, cpu):

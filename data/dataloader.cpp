@@ -235,7 +235,11 @@ DataLoader::Iterator DataLoader::begin() {
   return it;
 }
 
-LoaderStats DataLoader::stats() const { return run_ ? run_->stats() : LoaderStats{}; }
+LoaderStats DataLoader::stats() const {
+  LoaderStats s = run_ ? run_->stats() : LoaderStats{};
+  s.transform_path = dataset_->transform_path();
+  return s;
+}
 
 Batch& DataLoader::Iterator::operator*() const {
   MPX_CHECK(run_ && !run_->done(), "DataLoader: dereferencing an iterator past the last batch");

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "data/dataset.h"
@@ -63,6 +64,8 @@ struct LoaderStats {
   double wait_s = 0;
   /// Loading time summed over the threads that loaded (workers, or the consumer with workers(0)).
   double load_s = 0;
+  /// How the data set's transform runs (Dataset::transform_path): "fused: ..." or "composed: ...".
+  std::string transform_path;
   /// Samples per second as the consumer received them (its own compute included).
   double images_per_s() const { return elapsed_s > 0 ? static_cast<double>(samples) / elapsed_s : 0; }
   /// Samples per second of loading thread time: what one loading thread sustains.

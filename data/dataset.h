@@ -49,6 +49,10 @@ class Dataset {
     (void)indices, (void)sample_seeds, (void)out;
     return false;
   }
+  /// How the data set's transform runs, for DataLoader::stats(): "fused: ..." (one pass, from
+  /// the file where it says so), "composed: ..." (step by step, and why), or "" when there is
+  /// nothing to say.
+  virtual std::string transform_path() const { return {}; }
 };
 
 /// The seed a loader hands to `Dataset::get_seeded` for a sample: a hash of

@@ -64,6 +64,13 @@ Tensor to_hwc(const uint8_t* p, int64_t c, int64_t h, int64_t w) {
     for (int64_t i = 0; i < h * w; ++i) d[i * c + ch] = p[ch * h * w + i];
   return t;
 }
+/// transform_path() of a data set whose transform gets decoded u8 images (`what`).
+std::string path_of(const transforms::Transform& t, const std::string& what) {
+  if (!t.defined()) return "composed: ToTensor on the " + what + " (no transform given)";
+  const std::string how = t.how_it_runs();
+  if (how.rfind("fused: ", 0) == 0 || how.rfind("composed: ", 0) == 0) return how + ", on the " + what;
+  return "composed: " + how + " on the " + what;
+}
 }  // namespace
 
 // ---------------------------------------------------------------- MNIST
@@ -88,12 +95,16 @@ Example MNIST::get_seeded(int64_t index, uint64_t seed) const {
   return {transform_(to_hwc(p, 1, h, w), seed), y};
 }
 
+std::string MNIST::transform_path() const { return path_of(transform_, "u8 images"); }
+
 FashionMNIST::FashionMNIST(const std::string& root, bool train, transforms::Transform transform)
     : MNIST(root, train, std::move(transform)) {
   classes_ = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
 }
 
 // ---------------------------------------------------------------- CIFAR-10
+std::string CIFAR10::transform_path() const { return path_of(transform_, "u8 images"); }
+
 const std::vector<std::string>& CIFAR10::classes() {
   static const std::vector<std::string> c{"airplane", "automobile", "bird",  "cat",  "deer",
                                           "dog",      "frog",       "horse", "ship", "truck"};
@@ -233,6 +244,21 @@ ImageFolder::ImageFolder(const std::string& root, transforms::Transform transfor
     : transform_(std::move(transform)), options_(std::move(options)) {
   MPX_CHECK(!(options_.pipeline_ && transform_.defined()), "ImageFolder: give either a transform or a pipeline "
             "(ImageFolderOptions::pipeline), not both: the pipeline already resizes, crops and normalizes");
+  // A Compose the fused pipeline expresses runs as it from the file, crop planned from the header.
+  std::string fused_from;
+  if (const auto& fused = transform_.spec().fused; fused && fused->fixed_shape() && options_.channels_ == 3) {
+    options_.pipeline_ = *fused;
+    fused_from = transform_.name() + " runs as ImagePipeline ";
+    transform_ = {};
+  } else if (options_.pipeline_) {
+    fused_from = "ImagePipeline ";
+  }
+  if (options_.pipeline_)
+    path_ = "fused: " + fused_from + options_.pipeline_->describe() +
+            (options_.gpu_decode_ ? ", JPEGs decoded on " + options_.gpu_decode_->str() + " (nvJPEG)"
+             : options_.pipeline_->reduced_decode_enabled() ? ", from the file (the JPEG decoded over the crop only, at reduced size where that shrinks)"
+                                                    : ", from the file (the JPEG decoded over the crop only)");
+  else path_ = path_of(transform_, "decoded image");
   if (options_.gpu_decode_) {
     // Checked before the folder is scanned: a build or machine that cannot do it fails at once.
     MPX_CHECK(options_.pipeline_, "ImageFolder: gpu_decode needs a pipeline (ImageFolderOptions::pipeline): the "

@@ -26,6 +26,7 @@ class MNIST : public Dataset {
   int64_t size() const override { return images_.size(0); }
   Example get(int64_t index) const override;
   Example get_seeded(int64_t index, uint64_t sample_seed) const override;
+  std::string transform_path() const override;
   /// u8 [N,28,28] and i64 [N].
   const Tensor& images() const { return images_; }
   const Tensor& targets() const { return targets_; }
@@ -53,6 +54,7 @@ class CIFAR10 : public Dataset {
   int64_t size() const override { return images_.size(0); }
   Example get(int64_t index) const override;
   Example get_seeded(int64_t index, uint64_t sample_seed) const override;
+  std::string transform_path() const override;
   /// u8 [N,3,32,32] and i64 [N].
   const Tensor& images() const { return images_; }
   const Tensor& targets() const { return targets_; }
@@ -98,7 +100,10 @@ struct ImageFolderOptions {
 /// torchvision.datasets.ImageFolder: root/<class>/**/<image>; classes are the sub-folders
 /// sorted by name (index = position), files sorted by path within each class. Images are
 /// decoded with stb_image to u8 [H,W,C] and given to `transform`; without one the result is
-/// ToTensor's f32 [C,H,W]. A class folder with no image is an error naming it.
+/// ToTensor's f32 [C,H,W]. A class folder with no image is an error naming it. A Compose that
+/// ImagePipeline::from_transform expresses with one output size (torchvision's ImageNet train
+/// and eval recipes among them) runs as that pipeline, from the file: the same tensors as
+/// ImageFolderOptions::pipeline with it; transform_path() says which way it went.
 class ImageFolder : public Dataset {
  public:
   explicit ImageFolder(const std::string& root, transforms::Transform transform = {}, ImageFolderOptions options = {});
@@ -110,6 +115,7 @@ class ImageFolder : public Dataset {
   /// device with ImageFolderOptions::gpu_decode). Safe to call from several loader threads.
   bool get_batch(const std::vector<int64_t>& indices, const std::vector<uint64_t>& sample_seeds,
                  Batch& out) const override;
+  std::string transform_path() const override { return path_; }
   const std::vector<std::string>& classes() const { return classes_; }
   /// (path, class index) for every sample.
   const std::vector<std::pair<std::string, int64_t>>& samples() const { return samples_; }
@@ -129,6 +135,7 @@ class ImageFolder : public Dataset {
   std::vector<std::pair<std::string, int64_t>> samples_;
   transforms::Transform transform_;
   ImageFolderOptions options_;
+  std::string path_;  // transform_path()
   int64_t ignored_ = 0;
   mutable std::mutex mu_;
   mutable std::vector<std::pair<std::string, std::string>> unreadable_;

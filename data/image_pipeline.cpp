@@ -26,6 +26,12 @@ Scratch& scratch() {
   return s;
 }
 
+// A plan that only crops (no resize) of a box at the image's origin: its output is pixels copied
+// (or zeros), which copy_window_u8 gives without the identity weights' arithmetic, same values.
+bool copies(const ImagePipeline::Plan& p) {
+  return p.resize_h == p.height && p.resize_w == p.width && p.top == 0 && p.left == 0;
+}
+
 // The clamp range of a box mapped into an image `size` pixels long: the pixels it mostly covers.
 std::pair<int64_t, int64_t> covered(double start, double length, int64_t size) {
   const int64_t lo = std::clamp<int64_t>(static_cast<int64_t>(std::floor(start + 0.5)), 0, size - 1);
@@ -55,9 +61,11 @@ ImagePipeline ImagePipeline::eval(int64_t resize, int64_t crop) {
   MPX_CHECK(crop > 0 && resize >= crop, "ImagePipeline::eval: need 0 < crop <= resize, got resize ", resize,
             " and crop ", crop);
   ImagePipeline p;
+  p.geometry_ = Geometry::resize_crop;
   p.train_ = false;
+  p.flip_ = false;
   p.resize_ = resize;
-  p.size_h_ = p.size_w_ = crop;
+  p.crop_h_ = p.crop_w_ = crop;
   return p;
 }
 
@@ -77,6 +85,7 @@ ImagePipeline& ImagePipeline::normalize(std::vector<double> mean, std::vector<do
   for (double s : std) MPX_CHECK(s != 0 && std::isfinite(s), "ImagePipeline::normalize: std must be finite and non-zero");
   mean_ = std::move(mean);
   std_ = std::move(std);
+  normalize_ = true;
   return *this;
 }
 ImagePipeline& ImagePipeline::reduced_decode(bool r) {
@@ -84,8 +93,30 @@ ImagePipeline& ImagePipeline::reduced_decode(bool r) {
   return *this;
 }
 
+bool ImagePipeline::fixed_shape() const {
+  return geometry_ != Geometry::resize_crop || crop_h_ > 0 || resize_h_ > 0;
+}
+
 IntList ImagePipeline::output_shape() const {
-  return channels_last_ ? IntList{size_h_, size_w_, 3} : IntList{3, size_h_, size_w_};
+  MPX_CHECK(fixed_shape(), "ImagePipeline: ", describe(), " gives each image its own size; ask output_shape(height, width)");
+  int64_t h = size_h_, w = size_w_;
+  if (geometry_ == Geometry::resize_crop) {
+    h = crop_h_ > 0 ? crop_h_ : resize_h_;
+    w = crop_w_ > 0 ? crop_w_ : resize_w_;
+  }
+  return channels_last_ ? IntList{h, w, 3} : IntList{3, h, w};
+}
+
+IntList ImagePipeline::output_shape(int64_t height, int64_t width, int64_t channels) const {
+  transforms::Rng rng(0);  // the size never depends on the draws
+  const Plan p = plan(height, width, rng);
+  return channels_last_ ? IntList{p.out_h, p.out_w, channels} : IntList{channels, p.out_h, p.out_w};
+}
+
+bool ImagePipeline::accepts(const Tensor& image) const {
+  if (image.dtype() != kUInt8 || image.dim() != 3) return false;
+  const int64_t c = image.size(2);
+  return c == 3 || (c == 1 && (!normalize_ || mean_.size() == 1));
 }
 
 ImagePipeline::Plan ImagePipeline::plan(int64_t height, int64_t width, uint64_t seed) const {
@@ -96,30 +127,62 @@ ImagePipeline::Plan ImagePipeline::plan(int64_t height, int64_t width, uint64_t 
 ImagePipeline::Plan ImagePipeline::plan(int64_t height, int64_t width, transforms::Rng& rng) const {
   MPX_CHECK(height > 0 && width > 0, "ImagePipeline: the image is empty (", height, "x", width, ")");
   Plan p;
-  if (train_) {
-    const auto box = transforms::random_resized_crop_params(height, width, scale_, ratio_, rng);
-    p.top = box[0], p.left = box[1], p.height = box[2], p.width = box[3];
-    p.resize_h = p.out_h = size_h_;
-    p.resize_w = p.out_w = size_w_;
-    p.flip = rng.uniform() < flip_p_;  // RandomHorizontalFlip's draw, after the crop's
-    return p;
-  }
   p.height = height, p.width = width;
-  // torchvision's Resize(int): the shorter side becomes `resize`, the longer is truncated.
-  if (height <= width) {
-    p.resize_h = resize_;
-    p.resize_w = static_cast<int64_t>(static_cast<double>(resize_) * static_cast<double>(width) / static_cast<double>(height));
-  } else {
-    p.resize_w = resize_;
-    p.resize_h = static_cast<int64_t>(static_cast<double>(resize_) * static_cast<double>(height) / static_cast<double>(width));
+  p.resize_h = p.out_h = height;
+  p.resize_w = p.out_w = width;
+  switch (geometry_) {
+    case Geometry::random_resized_crop: {
+      const auto box = transforms::random_resized_crop_params(height, width, scale_, ratio_, rng);
+      p.top = box[0], p.left = box[1], p.height = box[2], p.width = box[3];
+      p.resize_h = p.out_h = size_h_;
+      p.resize_w = p.out_w = size_w_;
+      break;
+    }
+    case Geometry::random_crop: {
+      // RandomCrop's draws on the zero-padded image; the window is kept in the unpadded one's coordinates.
+      const int64_t ph = height + 2 * padding_, pw = width + 2 * padding_;
+      MPX_CHECK(ph >= size_h_ && pw >= size_w_, "RandomCrop: crop (", size_h_, ", ", size_w_,
+                ") is larger than the padded image (", ph, ", ", pw, ")");
+      p.keep_top = rng.randint(0, ph - size_h_ + 1) - padding_;
+      p.keep_left = rng.randint(0, pw - size_w_ + 1) - padding_;
+      p.out_h = size_h_;
+      p.out_w = size_w_;
+      break;
+    }
+    case Geometry::resize_crop: {
+      if (resize_ > 0) {
+        // torchvision's Resize(int): the shorter side becomes `resize`, the longer is truncated.
+        if (height <= width) {
+          p.resize_h = resize_;
+          p.resize_w = static_cast<int64_t>(static_cast<double>(resize_) * static_cast<double>(width) / static_cast<double>(height));
+        } else {
+          p.resize_w = resize_;
+          p.resize_h = static_cast<int64_t>(static_cast<double>(resize_) * static_cast<double>(height) / static_cast<double>(width));
+        }
+        p.resize_h = std::max<int64_t>(p.resize_h, 1);
+        p.resize_w = std::max<int64_t>(p.resize_w, 1);
+      } else if (resize_h_ > 0) {
+        p.resize_h = resize_h_;
+        p.resize_w = resize_w_;
+      }
+      p.out_h = p.resize_h;
+      p.out_w = p.resize_w;
+      if (crop_h_ > 0) {
+        // CenterCrop: offsets round half to even (Python's round()); a crop larger than the image
+        // is zero-padded by floor/ceil halves, as torchvision pads.
+        auto offset = [](int64_t in, int64_t out) {
+          if (out > in) return -((out - in) / 2);
+          return static_cast<int64_t>(std::nearbyint(static_cast<double>(in - out) / 2.0));
+        };
+        p.keep_top = offset(p.resize_h, crop_h_);
+        p.keep_left = offset(p.resize_w, crop_w_);
+        p.out_h = crop_h_;
+        p.out_w = crop_w_;
+      }
+      break;
+    }
   }
-  p.resize_h = std::max(p.resize_h, size_h_);
-  p.resize_w = std::max(p.resize_w, size_w_);
-  // CenterCrop's offsets round half to even, as Python's round().
-  p.keep_top = static_cast<int64_t>(std::nearbyint(static_cast<double>(p.resize_h - size_h_) / 2.0));
-  p.keep_left = static_cast<int64_t>(std::nearbyint(static_cast<double>(p.resize_w - size_w_) / 2.0));
-  p.out_h = size_h_;
-  p.out_w = size_w_;
+  if (flip_) p.flip = rng.uniform() < flip_p_;  // RandomHorizontalFlip's draw, after the crop's
   return p;
 }
 
@@ -146,15 +209,16 @@ std::pair<AxisWeights, AxisWeights> ImagePipeline::weights(const Plan& p, int sc
           aa_bilinear_weights(x0, w, p.resize_w, p.keep_left, p.out_w, xlo, xhi)};
 }
 
-ResampleOutput ImagePipeline::output(bool flip) const {
+ResampleOutput ImagePipeline::output(bool flip, int64_t channels) const {
   ResampleOutput o;
   o.dtype = dtype_;
   o.channels_last = channels_last_;
   o.flip = flip;
   // ToTensor's /255 and Normalize's (x - mean) / std folded into one multiply-add.
-  for (int c = 0; c < 3; ++c) {
-    o.mul[c] = static_cast<float>(1.0 / (255.0 * std_[static_cast<size_t>(c)]));
-    o.add[c] = static_cast<float>(-mean_[static_cast<size_t>(c)] / std_[static_cast<size_t>(c)]);
+  for (int64_t c = 0; c < std::min<int64_t>(channels, 4); ++c) {
+    const auto k = static_cast<size_t>(mean_.size() == 1 ? 0 : std::min<int64_t>(c, 2));
+    o.mul[c] = static_cast<float>(1.0 / (255.0 * std_[k]));
+    o.add[c] = static_cast<float>(-mean_[k] / std_[k]);
   }
   return o;
 }
@@ -185,42 +249,54 @@ void ImagePipeline::load_into(const std::string& path, uint64_t seed, void* out)
       s.pixels);
   MPX_CHECK(r.x0 <= w.second.lo && r.x0 + r.width >= w.second.hi && r.y0 <= w.first.lo && r.y0 + r.height >= w.first.hi,
             "ImagePipeline: ", path, ": the decoded region misses pixels the crop needs");
+  if (r.scale == 8 && copies(p)) {
+    copy_window_u8(s.pixels.data(), static_cast<int64_t>(r.width) * 3, 3, r.y0, r.x0, p.height, p.width, p.keep_top,
+                   p.keep_left, p.out_h, p.out_w, output(p.flip), out, s.rows);
+    return;
+  }
   resample_rgb(s.pixels.data(), static_cast<int64_t>(r.width) * 3, r.y0, r.x0, w.first, w.second, output(p.flip), out,
                s.rows);
 }
 
 Tensor ImagePipeline::load(const std::string& path, uint64_t seed) const {
+  if (!fixed_shape()) return apply(read_image(path, 3), seed);  // the size is known once decoded
   Tensor t = empty(output_shape(), dtype_);
   load_into(path, seed, t.raw_data());
   return t;
 }
 
 void ImagePipeline::apply_into(const Tensor& image, const Plan& p, void* out) const {
-  MPX_CHECK(image.dtype() == kUInt8 && image.dim() == 3 && image.size(2) == 3,
-            "ImagePipeline: expected a u8 RGB image [H,W,3], got ", dtype_name(image.dtype()), shape_str(image.sizes()));
   const Tensor c = image.cpu().contiguous();
+  const int64_t ch = c.size(2);
+  if (copies(p)) {
+    copy_window_u8(c.data_ptr<uint8_t>(), c.size(1) * ch, static_cast<int>(ch), 0, 0, p.height, p.width, p.keep_top,
+                   p.keep_left, p.out_h, p.out_w, output(p.flip, ch), out, scratch().rows);
+    return;
+  }
   const auto w = weights(p, 8, c.size(0), c.size(1));
-  resample_rgb(c.data_ptr<uint8_t>(), c.size(1) * 3, 0, 0, w.first, w.second, output(p.flip), out, scratch().rows);
+  resample_u8(c.data_ptr<uint8_t>(), c.size(1) * ch, static_cast<int>(ch), 0, 0, w.first, w.second,
+              output(p.flip, ch), out, scratch().rows);
 }
 
 Tensor ImagePipeline::apply(const Tensor& image, uint64_t seed) const {
-  MPX_CHECK(image.dim() == 3, "ImagePipeline: expected a u8 RGB image [H,W,3], got ", dtype_name(image.dtype()),
+  transforms::Rng rng(seed);
+  return apply(image, rng);
+}
+
+Tensor ImagePipeline::apply(const Tensor& image, transforms::Rng& rng) const {
+  MPX_CHECK(accepts(image), "ImagePipeline: expected a u8 RGB image [H,W,3]",
+            normalize_ && mean_.size() == 3 ? "" : " (or grey, [H,W,1])", ", got ", dtype_name(image.dtype()),
             shape_str(image.sizes()));
-  Tensor t = empty(output_shape(), dtype_);
-  apply_into(image, plan(image.size(0), image.size(1), seed), t.raw_data());
+  const Plan p = plan(image.size(0), image.size(1), rng);
+  const int64_t ch = image.size(2);
+  Tensor t = empty(channels_last_ ? IntList{p.out_h, p.out_w, ch} : IntList{ch, p.out_h, p.out_w}, dtype_);
+  apply_into(image, p, t.raw_data());
   return t;
 }
 
 transforms::Transform ImagePipeline::transform() const {
-  return transforms::Transform(
-      [self = *this](const Tensor& image, transforms::Rng& rng) {
-        MPX_CHECK(image.dim() == 3, "ImagePipeline: expected a u8 RGB image [H,W,3], got ", dtype_name(image.dtype()),
-                  shape_str(image.sizes()));
-        Tensor t = empty(self.output_shape(), self.dtype_);
-        self.apply_into(image, self.plan(image.size(0), image.size(1), rng), t.raw_data());
-        return t;
-      },
-      train_ ? "ImagePipeline(train)" : "ImagePipeline(eval)");
+  return transforms::Transform([self = *this](const Tensor& image, transforms::Rng& rng) { return self.apply(image, rng); },
+                               "ImagePipeline(" + describe() + ")");
 }
 
 }  // namespace mpx::data

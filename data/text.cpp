@@ -301,19 +301,23 @@ std::string CharVocab::decode(const std::vector<int64_t>& ids) const {
 }
 
 std::shared_ptr<TokenStream> open_text(const std::string& path, CharVocab& vocab) {
-  const std::string text = read_text_file(path);
+  return text_tokens(read_text_file(path), vocab, path);
+}
+
+std::shared_ptr<TokenStream> text_tokens(const std::string& text, CharVocab& vocab, const std::string& name) {
+  MPX_CHECK(!text.empty(), "text_tokens: ", name, " is empty; a language model needs a text to train on");
   if (vocab.chars.empty()) vocab = CharVocab::from_text(text);
   const auto table = id_table(vocab.chars);
   std::vector<uint8_t> ids(text.size());
   for (size_t i = 0; i < text.size(); ++i) {
     const auto c = static_cast<unsigned char>(text[i]);
-    MPX_CHECK(table[c] >= 0, "open_text: ", path, ": byte ", byte_str(c), " at offset ", i,
+    MPX_CHECK(table[c] >= 0, "open_text: ", name, ": byte ", byte_str(c), " at offset ", i,
               " is not in the given vocabulary of ", vocab.size(),
               " characters; the text holds characters the model was not trained on: use text with the same "
               "characters, or train a new vocabulary from this file");
     ids[i] = static_cast<uint8_t>(table[c]);
   }
-  return std::make_shared<TextStream>(path, std::move(ids), vocab.size());
+  return std::make_shared<TextStream>(name, std::move(ids), vocab.size());
 }
 
 std::shared_ptr<TokenStream> open_token_shards(const std::string& glob, int64_t vocab_size) {

@@ -45,6 +45,8 @@ class TokenStream {
 /// it is missing, cannot be read, is empty, or holds a byte outside a given vocabulary (with the
 /// byte's offset). The ids are held in memory, one byte per character.
 std::shared_ptr<TokenStream> open_text(const std::string& path, CharVocab& vocab);
+/// The same for a text already in memory; `name` stands for it in messages and describe().
+std::shared_ptr<TokenStream> text_tokens(const std::string& text, CharVocab& vocab, const std::string& name);
 
 /// llm.c's token shards (`.bin`: a 256 x int32 little-endian header, magic 20240520, version 1,
 /// the token count, then that many little-endian uint16 tokens), in the byte-wise sorted order of

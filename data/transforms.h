@@ -3,11 +3,16 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/tensor.h"
+
+namespace mpx::data {
+class ImagePipeline;
+}
 
 namespace mpx::data::transforms {
 
@@ -27,6 +32,31 @@ class Rng {
   uint64_t counter_ = 0;
 };
 
+/// Whether a bilinear resize filters when it shrinks (torchvision's `antialias`; an enum, so
+/// `Resize(h, w)` never reads a width as a flag).
+enum class Antialias : bool { off = false, on = true };
+
+class Transform;
+
+/// What a built-in transform is, with its settings: Compose reads its steps' specs to run them
+/// as one fused pass (ImagePipeline::from_transform) where it can. A custom Transform has kind custom.
+struct TransformSpec {
+  enum class Kind { custom, compose, to_tensor, pil_to_tensor, normalize, resize, center_crop, random_crop,
+                    horizontal_flip, random_resized_crop };
+  Kind kind = Kind::custom;
+  int64_t size = 0;               ///< Resize(size): the shorter side (0 when height and width are given)
+  int64_t height = 0, width = 0;  ///< the output size of Resize(h, w), the crops and RandomResizedCrop
+  int64_t padding = 0;            ///< RandomCrop
+  double p = 0;                   ///< RandomHorizontalFlip
+  std::pair<double, double> scale{0, 0}, ratio{0, 0};  ///< RandomResizedCrop
+  Antialias antialias = Antialias::on;                 ///< Resize, RandomResizedCrop
+  std::vector<double> mean, std;                       ///< Normalize
+  std::vector<Transform> steps;                        ///< Compose: its steps, nested Composes flattened
+  /// Compose: the one pass that runs it on u8 images (null when it cannot), and why not.
+  std::shared_ptr<const ImagePipeline> fused;
+  std::string not_fused;
+};
+
 /// Image conventions: a u8 tensor is an image as decoded, [H, W, C] or [H, W] (torchvision's
 /// PIL image); a floating tensor is [C, H, W] (torchvision's tensor image). Geometric
 /// transforms accept both and keep the layout and dtype; ToTensor converts the first to the
@@ -35,6 +65,7 @@ class Transform {
  public:
   using Fn = std::function<Tensor(const Tensor&, Rng&)>;
   Transform() = default;
+  /// A custom transform: `fn` draws its randomness from the Rng it is given.
   Transform(Fn fn, std::string name) : fn_(std::move(fn)), name_(std::move(name)) {}
   /// Applies the transform drawing randomness from `rng`.
   Tensor operator()(const Tensor& img, Rng& rng) const;
@@ -46,15 +77,30 @@ class Transform {
   /// False for a default-constructed (absent) transform.
   bool defined() const { return static_cast<bool>(fn_); }
   const std::string& name() const { return name_; }
+  /// What this transform is (kind custom for one built from a function).
+  const TransformSpec& spec() const;
+  /// How it runs on a u8 image: "fused: <the pass>" for a Compose that runs as one
+  /// ImagePipeline pass, else "composed: <steps> step by step (<why>)"; a single step says its name.
+  std::string how_it_runs() const;
 
  protected:
+  Transform(Fn fn, std::string name, TransformSpec spec)
+      : fn_(std::move(fn)), name_(std::move(name)), spec_(std::make_shared<const TransformSpec>(std::move(spec))) {}
   Fn fn_;
   std::string name_;
+  std::shared_ptr<const TransformSpec> spec_;
 };
 
-/// Applies transforms in order, sharing one random stream.
+/// Applies transforms in order, sharing one random stream. When the steps are torchvision's
+/// ImageNet or CIFAR recipe — [RandomResizedCrop | Resize [CenterCrop] | CenterCrop | RandomCrop]
+/// [RandomHorizontalFlip] [ToTensor [Normalize] | PILToTensor], any of them absent, resizes
+/// antialiased — a u8 image goes through them as one ImagePipeline pass: the same random draws
+/// in the same order, no intermediate image, and no rounding to u8 after the resize (where PIL
+/// rounds; within half a level of that). ImageFolder runs such a Compose from the JPEG, decoding
+/// only the crop. Other steps, other orders and float images run step by step. `fuse` false
+/// always runs the steps one by one (PIL's rounding after a resize, for comparisons).
 struct Compose : Transform {
-  explicit Compose(std::vector<Transform> ts);
+  explicit Compose(std::vector<Transform> ts, bool fuse = true);
 };
 /// u8 [H,W,C] or [H,W] -> f32 [C,H,W] in [0, 1]; floating input passes through unchanged.
 struct ToTensor : Transform {
@@ -69,10 +115,6 @@ struct PILToTensor : Transform {
 struct Normalize : Transform {
   Normalize(std::vector<double> mean, std::vector<double> std);
 };
-/// Whether a bilinear resize filters when it shrinks (torchvision's `antialias`; an enum, so
-/// `Resize(h, w)` never reads a width as a flag).
-enum class Antialias : bool { off = false, on = true };
-
 /// Bilinear resize with half-pixel centres. One size: the shorter side becomes `size` and the
 /// longer keeps the aspect ratio (truncated, as torchvision). `antialias` (torchvision's default):
 /// when shrinking, the triangle filter widens with the factor so every input pixel counts (PIL's

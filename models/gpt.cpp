@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "ops/attention.h"
+#include "ops/shape.h"
 
 namespace mpx::models {
 namespace F = nn::functional;
@@ -63,8 +64,8 @@ GPTBlockImpl::GPTBlockImpl(const GPTConfig& c) : config(c) {
 
 Tensor GPTBlockImpl::forward(const Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = config.n_embd, H = config.n_head, D = C / H;
-  Tensor qkv = c_attn(ln_1(x));  // [B, T, 3C]
-  auto heads = [&](int64_t i) { return qkv.narrow(2, i * C, C).view({B, T, H, D}).transpose(1, 2); };
+  const tensor_list qkv = split(c_attn(ln_1(x)), C, 2);  // [B, T, 3C] as three [B, T, C] views
+  auto heads = [&](int64_t i) { return qkv[static_cast<size_t>(i)].view({B, T, H, D}).transpose(1, 2); };
   Tensor y = scaled_dot_product_attention(heads(0), heads(1), heads(2), {}, is_training() ? config.dropout : 0.0,
                                           /*is_causal=*/true);
   y = y.transpose(1, 2).reshape({B, T, C});

@@ -8,6 +8,7 @@
 #include "nn/functional.h"
 #include "nn/init.h"
 #include "ops/activation.h"
+#include "ops/shape.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/linalg.h"
@@ -126,12 +127,15 @@ std::tuple<Tensor, Tensor> MultiheadAttentionImpl::forward(const Tensor& query, 
 
   Tensor wq, wk, wv, bq, bk, bv;
   if (qkv_same_embed_dim) {
-    wq = in_proj_weight.narrow(0, 0, E), wk = in_proj_weight.narrow(0, E, E), wv = in_proj_weight.narrow(0, 2 * E, E);
+    const tensor_list w = split(in_proj_weight, E, 0);
+    wq = w[0], wk = w[1], wv = w[2];
   } else {
     wq = q_proj_weight, wk = k_proj_weight, wv = v_proj_weight;
   }
-  if (in_proj_bias.defined())
-    bq = in_proj_bias.narrow(0, 0, E), bk = in_proj_bias.narrow(0, E, E), bv = in_proj_bias.narrow(0, 2 * E, E);
+  if (in_proj_bias.defined()) {
+    const tensor_list b = split(in_proj_bias, E, 0);
+    bq = b[0], bk = b[1], bv = b[2];
+  }
   // [L, N, E] -> [N, heads, L, head_dim] views (the fused kernel takes any strides but the last).
   auto heads = [&](const Tensor& x, int64_t len) { return x.reshape({len, N, nh, hd}).permute({1, 2, 0, 3}); };
   const Tensor qh = heads(mpx::linear(q, wq, bq), L), kh = heads(mpx::linear(k, wk, bk), S), vh = heads(mpx::linear(v, wv, bv), S);

@@ -86,14 +86,20 @@ Tensor& Module::register_parameter(std::string name, Tensor tensor, bool require
   return params_.insert(name, std::move(tensor));
 }
 
-Tensor& Module::register_buffer(std::string name, Tensor tensor) {
+Tensor& Module::register_buffer(std::string name, Tensor tensor, bool persistent) {
   check_name(name, "buffer");
   MPX_CHECK(!params_.contains(name) && !children_.contains(name), "Module::register_buffer: '", name,
             "' is already registered as a ", params_.contains(name) ? "parameter" : "submodule", " of ",
             this->name());
   MPX_CHECK(!buffers_.contains(name), "Module::register_buffer: buffer '", name, "' already exists in ",
             this->name());
+  if (!persistent) non_persistent_.push_back(name);
   return buffers_.insert(name, std::move(tensor));
+}
+
+bool Module::is_persistent_buffer(const std::string& name) const {
+  MPX_CHECK(buffers_.contains(name), "Module::is_persistent_buffer: ", this->name(), " has no buffer '", name, "'");
+  return std::find(non_persistent_.begin(), non_persistent_.end(), name) == non_persistent_.end();
 }
 
 void Module::register_module_impl(std::string name, std::shared_ptr<Module> module) {
@@ -117,7 +123,10 @@ void Module::replace_module_impl(const std::string& name, std::shared_ptr<Module
 void Module::unregister_module(const std::string& name) {
   if (children_.contains(name)) children_.erase(name);
   else if (params_.contains(name)) params_.erase(name);
-  else if (buffers_.contains(name)) buffers_.erase(name);
+  else if (buffers_.contains(name)) {
+    buffers_.erase(name);
+    non_persistent_.erase(std::remove(non_persistent_.begin(), non_persistent_.end(), name), non_persistent_.end());
+  }
   else MPX_ERROR("Module::unregister_module: ", this->name(), " has no submodule, parameter or buffer '", name, "'");
 }
 
@@ -229,7 +238,7 @@ void Module::collect_state(const std::string& prefix, StateDict& out) const {
   for (const auto& [n, t] : params_)
     if (t.defined()) out.insert(prefix + n, t.detach());
   for (const auto& [n, t] : buffers_)
-    if (t.defined()) out.insert(prefix + n, t.detach());
+    if (t.defined() && is_persistent_buffer(n)) out.insert(prefix + n, t.detach());
   for (const auto& [n, c] : children_) c->collect_state(prefix + n + ".", out);
 }
 

@@ -63,8 +63,13 @@ class Module : public std::enable_shared_from_this<Module> {
   /// requires_grad. An undefined tensor registers an absent parameter (e.g. bias=false) that
   /// enumeration skips. Returns the stored handle.
   Tensor& register_parameter(std::string name, Tensor tensor, bool requires_grad = true);
-  /// Registers a buffer: state that is saved and moved by to() but is not trained.
-  Tensor& register_buffer(std::string name, Tensor tensor);
+  /// Registers a buffer: state that is saved and moved by to() but is not trained. A buffer
+  /// that is not `persistent` (PyTorch's persistent=False: a causal mask, a cached table) is
+  /// moved and enumerated as any other but left out of state_dict(), so load_state_dict
+  /// neither expects it nor accepts it.
+  Tensor& register_buffer(std::string name, Tensor tensor, bool persistent = true);
+  /// Whether this module's own buffer `name` goes into state_dict().
+  bool is_persistent_buffer(const std::string& name) const;
   /// Registers a child module; accepts holders (Linear(...)) and std::shared_ptr<M>.
   template <typename M>
   std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
@@ -214,6 +219,7 @@ class Module : public std::enable_shared_from_this<Module> {
   std::optional<std::string> name_;
   OrderedDict<std::string, Tensor> params_{"parameter"};
   OrderedDict<std::string, Tensor> buffers_{"buffer"};
+  std::vector<std::string> non_persistent_;  // buffers left out of state_dict
   OrderedDict<std::string, std::shared_ptr<Module>> children_{"submodule"};
   std::vector<std::pair<int64_t, ForwardPreHook>> pre_hooks_;
   std::vector<std::pair<int64_t, ForwardHook>> hooks_;

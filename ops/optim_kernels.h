@@ -13,15 +13,16 @@ namespace mpx::kernels {
 struct StepTensors {
   /// What the update is computed on: the f32 master of a f16/bf16 parameter, or the parameter
   /// itself, in the kernel's dtype (f32 or f64) or, for an f32 kernel, f16/bf16 (a parameter
-  /// without master: read as f32, the result rounded once).
+  /// without master: read as f32, the result rounded once, to nearest or stochastically).
   tensor_list params;
   /// Gradients, any floating dtype (read as the kernel's dtype).
   tensor_list grads;
   /// Low-precision model copies to overwrite with the rounded result (undefined when
   /// params[i] is the model parameter).
   tensor_list models;
-  /// states[k][i]: the k-th state buffer of parameter i, in params[i]'s dtype. SGD: {momentum}
-  /// (undefined when momentum is 0); Adam: {exp_avg, exp_avg_sq, max_exp_avg_sq (amsgrad only)}.
+  /// states[k][i]: the k-th state buffer of parameter i, in params[i]'s dtype, or f32 for a
+  /// f16/bf16 params[i] under stochastic rounding. SGD: {momentum} (undefined when momentum is
+  /// 0); Adam: {exp_avg, exp_avg_sq, max_exp_avg_sq (amsgrad only)}.
   std::vector<tensor_list> states;
   /// Per parameter: the step number being taken (1 for the first; Adam's bias corrections),
   /// unless `counts` is given.
@@ -41,6 +42,14 @@ struct StepTensors {
   /// keep it true without a host read, and a CUDA graph's replays (whose host arguments are
   /// frozen at capture) advance it.
   tensor_list counts;
+  /// Stochastic rounding (Optimizer::set_stochastic_rounding): every store into a f16/bf16
+  /// params[i] or f16/bf16 state buffer rounds stochastically (ops/stochastic_round.h) with the
+  /// words of sround::draw(seed, ids[i], step number, element index); off, to nearest even.
+  bool stochastic_rounding = false;
+  uint64_t seed = 0;
+  /// Per parameter, with stochastic_rounding: its index in the optimizer, the Philox stream that
+  /// keeps two parameters' draws apart.
+  std::vector<uint32_t> ids;
 };
 
 /// Hyper-parameters of an SGD step with PyTorch's semantics.

@@ -303,7 +303,16 @@ tensor_list split(const Tensor& t, int64_t size, int64_t dim) {
   MPX_CHECK(size > 0, "split: size must be positive");
   dim = wrap_dim(dim, t.dim());
   tensor_list r;
-  for (int64_t s = 0; s < t.size(dim); s += size) r.push_back(t.narrow(dim, s, std::min(size, t.size(dim) - s)));
+  {
+    // One backward node for all the pieces (PyTorch's split_backward): their gradients are
+    // concatenated into one buffer, where a narrow per piece would zero-fill a whole input-sized
+    // gradient for each and add them up (3 fills, 3 copies and 2 adds for a q/k/v split).
+    NoGradGuard ng;
+    for (int64_t s = 0; s < t.size(dim); s += size) r.push_back(t.narrow(dim, s, std::min(size, t.size(dim) - s)));
+  }
+  autograd::record("SplitBackward", {t}, r, [dim](FunctionNode&, const tensor_list& g) -> tensor_list {
+    return {cat(g, dim)};
+  });
   return r;
 }
 tensor_list chunk(const Tensor& t, int64_t chunks, int64_t dim) {

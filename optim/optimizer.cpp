@@ -1,5 +1,6 @@
-// Optimizer base: group bookkeeping, master weights, batching of the fused steps, state dicts and their files.
+// Optimizer base: group bookkeeping, master weights, stochastic rounding, batching of the fused steps.
 #include "optim/optimizer.h"
+#include "optim/optimizer_internal.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +11,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/cuda.h"
+#include "core/random.h"
 #include "core/serialize.h"
 #include "ops/op_utils.h"
 
@@ -56,15 +58,6 @@ Tensor empty_like_layout(const Tensor& like, DType dt) {
   if (layout_kind(like) == 1) o.memory_format(MemoryFormat::ChannelsLast);
   return empty(like.sizes(), o);
 }
-// `src` converted to dtype `dt` with `like`'s layout and device.
-Tensor copy_like(const Tensor& src, const Tensor& like, DType dt) {
-  NoGradGuard ng;
-  Tensor out = empty_like_layout(like, dt);
-  Tensor s = src.detach();
-  if (s.device() != out.device()) s = s.to(out.device());
-  out.copy_(s);
-  return out;
-}
 DType compute_dtype_for(const Tensor& p) { return p.dtype() == kFloat64 ? kFloat64 : kFloat32; }
 
 // State made inside a CUDA graph capture would be the graph's own memory, made anew (its values
@@ -73,20 +66,27 @@ constexpr const char* capture_hint =
     "optimizer state (a step count, state buffer or master weight) would be created inside a CUDA graph "
     "capture, where it would not keep its values across replays; run one eager step before capturing";
 
+}  // namespace
+
+namespace detail {
+Tensor copy_like(const Tensor& src, const Tensor& like, DType dt) {
+  NoGradGuard ng;
+  Tensor out = empty_like_layout(like, dt);
+  Tensor s = src.detach();
+  if (s.device() != out.device()) s = s.to(out.device());
+  out.copy_(s);
+  return out;
+}
 Tensor make_master(const Tensor& param) {
   MPX_CHECK(!cuda::is_capturing(), capture_hint);
   Tensor m = copy_like(param, param, kFloat32);
   m.set_requires_grad(true);
   return m;
 }
+}  // namespace detail
 
-std::string fmt_double(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  return buf;
-}
-
-}  // namespace
+using detail::copy_like;
+using detail::make_master;
 
 // ---- Optimizer ----
 Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, std::unique_ptr<OptimizerOptions> defaults)
@@ -149,7 +149,8 @@ ParamState& Optimizer::state_for(const Tensor& p) {
 }
 
 DType Optimizer::state_dtype(const Tensor& p) const {
-  return master_weights_ || !is_reduced_float(p.dtype()) ? compute_dtype_for(p) : p.dtype();
+  if (master_weights_ || !is_reduced_float(p.dtype())) return compute_dtype_for(p);
+  return stochastic_rounding_ && !low_precision_state_ ? kFloat32 : p.dtype();
 }
 
 ParamState& Optimizer::state(const Tensor& param) { return state_for(find_param(param)); }
@@ -183,8 +184,19 @@ std::vector<Tensor> Optimizer::master_params() {
 }
 
 void Optimizer::set_master_weights(bool on) {
+  MPX_CHECK(!on || !stochastic_rounding_, name_, ": set_master_weights(true): stochastic rounding is on, which "
+            "replaces master weights; call set_stochastic_rounding(false) first (or keep master weights off)");
   master_weights_ = on;
   sync_masters();
+}
+
+void Optimizer::set_stochastic_rounding(bool on, const StochasticRoundingOptions& options) {
+  MPX_CHECK(!on || !master_weights_, name_, ": stochastic rounding is for f16/bf16 parameters without FP32 master "
+            "weights, and this optimizer keeps masters (which hold every update exactly, making the rounding moot); "
+            "call set_master_weights(false) first, or with amp use master_weights(false) at O2, or O3");
+  stochastic_rounding_ = on;
+  low_precision_state_ = on && options.low_precision_state();
+  rounding_seed_ = options.seed().value_or(random::default_generator().current_seed());
 }
 
 void Optimizer::sync_masters() {
@@ -247,7 +259,11 @@ Tensor Optimizer::step(const LossClosure& closure) {
   for (auto& [id, hook] : hooks_)
     if (!hook(*this)) return loss;
   NoGradGuard ng;
-  for (auto& g : param_groups_) step_group(g);
+  uint32_t first_id = 0;
+  for (auto& g : param_groups_) {
+    step_group(g, first_id);
+    first_id += static_cast<uint32_t>(g.params().size());
+  }
   return loss;
 }
 
@@ -355,12 +371,13 @@ Tensor Optimizer::step_gradient(const Tensor& p) const {
   return grad;
 }
 
-void Optimizer::step_group(ParamGroup& group) {
+void Optimizer::step_group(ParamGroup& group, uint32_t first_id) {
   const OptimizerOptions& opts = group.options();
   const std::vector<std::string> names = buffer_names(opts);
   // Gather every parameter with a gradient into its (device, dtype) batch...
   std::vector<StepBatch> batches;
-  for (const Tensor& p : group.params()) {
+  for (size_t pi = 0; pi < group.params().size(); ++pi) {
+    const Tensor& p = group.params()[pi];
     Tensor grad = step_gradient(p);
     if (!grad.defined()) continue;
     ParamState& st = state_for(p);
@@ -377,6 +394,7 @@ void Optimizer::step_group(ParamGroup& group) {
     b.ts.steps.push_back(st.step);
     b.ts.fresh.push_back(fresh ? 1 : 0);
     if (device_count) b.ts.counts.push_back(st.count);
+    b.ts.ids.push_back(first_id + static_cast<uint32_t>(pi));
     b.items.push_back(std::move(item));
   }
   // ...then one fused step per batch, with amp's skip flag and unscale where they are set.
@@ -386,6 +404,8 @@ void Optimizer::step_group(ParamGroup& group) {
       if (amp_inv_scale_.defined())
         b.ts.inv_scale = amp_inv_scale_.device() == b.device ? amp_inv_scale_ : amp_inv_scale_.to(b.device);
     }
+    b.ts.stochastic_rounding = stochastic_rounding_;
+    b.ts.seed = rounding_seed_;
     apply(opts, b.ts, b.device, b.dtype);
     for (auto& item : b.items) {
       const Tensor& master = state_for(item.param).master;
@@ -417,179 +437,4 @@ int64_t Optimizer::step_count(const Tensor& param) const {
   return st.count.defined() ? static_cast<int64_t>(st.count.item_double()) : st.step;
 }
 
-// ---- state dicts ----
-OptimizerState Optimizer::state_dict() const {
-  OptimizerState s;
-  s.optimizer = name();
-  int64_t idx = 0;
-  for (size_t g = 0; g < param_groups_.size(); ++g) {
-    const ParamGroup& grp = param_groups_[g];
-    const std::string gp = "param_groups." + std::to_string(g) + ".";
-    std::vector<int64_t> ids;
-    for (const Tensor& p : grp.params()) {
-      ids.push_back(idx);
-      auto it = state_.find(p.impl());
-      if (it != state_.end()) {
-        const std::string sp = "state." + std::to_string(idx) + ".";
-        const ParamState& st = it->second;
-        s.scalars[sp + "step"] = static_cast<double>(step_count(p));
-        for (const auto& [n, b] : st.buffers)
-          if (b.defined()) s.tensors[sp + n] = b.detach();
-        if (st.master.defined()) s.tensors[sp + "master"] = st.master.detach();
-      }
-      ++idx;
-    }
-    s.tensors[gp + "params"] = ids.empty() ? empty({0}, TensorOptions(kInt64)) : tensor<int64_t>(ids);
-    for (const auto& [k, v] : grp.options().to_map()) s.scalars[gp + k] = v;
-    if (grp.has_initial_lr()) s.scalars[gp + "initial_lr"] = grp.initial_lr();
-  }
-  return s;
-}
-
-void Optimizer::load_state_dict(const OptimizerState& s) {
-  const std::string who = name_ + "::load_state_dict: ";
-  MPX_CHECK(s.optimizer.empty() || s.optimizer == name(), who, "the state was saved by ", s.optimizer,
-            "; load it into a ", s.optimizer, " optimizer");
-  // Count groups and check that every key is one we understand.
-  size_t groups = 0;
-  while (s.tensors.count("param_groups." + std::to_string(groups) + ".params")) ++groups;
-  MPX_CHECK(groups == param_groups_.size(), who, "the state has ", groups, " parameter groups, this optimizer has ",
-            param_groups_.size());
-
-  std::vector<std::unique_ptr<OptimizerOptions>> new_opts;
-  std::vector<double> new_initial(groups, -1);
-  std::unordered_map<const TensorImpl*, ParamState> new_state;
-  std::set<std::string> used;
-  auto split_key = [](const std::string& key, const std::string& prefix, int64_t* idx, std::string* rest) {
-    if (key.rfind(prefix, 0) != 0) return false;
-    const size_t dot = key.find('.', prefix.size());
-    if (dot == std::string::npos || dot == prefix.size()) return false;
-    const std::string num = key.substr(prefix.size(), dot - prefix.size());
-    if (num.find_first_not_of("0123456789") != std::string::npos || num.size() > 12) return false;
-    *idx = std::stoll(num);
-    *rest = key.substr(dot + 1);
-    return true;
-  };
-
-  // Group options.
-  std::vector<std::map<std::string, double>> hyper(groups);
-  for (const auto& [k, v] : s.scalars) {
-    int64_t g;
-    std::string rest;
-    if (split_key(k, "param_groups.", &g, &rest)) {
-      MPX_CHECK(g >= 0 && static_cast<size_t>(g) < groups, who, "entry '", k, "' names a group that does not exist");
-      if (rest == "initial_lr") new_initial[g] = v;
-      else hyper[g][rest] = v;
-      used.insert(k);
-    }
-  }
-  for (size_t g = 0; g < groups; ++g) {
-    auto o = param_groups_[g].options().clone();
-    try {
-      o->from_map(hyper[g]);
-      o->validate();
-    } catch (const Error& e) {
-      MPX_ERROR(who, "parameter group ", g, ": ", e.what());
-    }
-    new_opts.push_back(std::move(o));
-  }
-
-  // Per-parameter state, matched to our parameters by the saved group index lists.
-  for (size_t g = 0; g < groups; ++g) {
-    const std::string key = "param_groups." + std::to_string(g) + ".params";
-    const Tensor& ids_t = s.tensors.at(key);
-    used.insert(key);
-    const auto& params = param_groups_[g].params();
-    MPX_CHECK(ids_t.dtype() == kInt64 && ids_t.dim() == 1, who, "'", key, "' must be a 1-d i64 tensor, got ",
-              ops::describe(ids_t));
-    MPX_CHECK(ids_t.numel() == static_cast<int64_t>(params.size()), who, "parameter group ", g, " has ",
-              params.size(), " parameters but the state lists ", ids_t.numel());
-    const Tensor ids = ids_t.cpu().contiguous();
-    const std::vector<std::string> allowed = buffer_names(*new_opts[g]);
-    for (size_t j = 0; j < params.size(); ++j) {
-      const Tensor& p = params[j];
-      const int64_t id = ids.data_ptr<int64_t>()[j];
-      const std::string sp = "state." + std::to_string(id) + ".";
-      ParamState ns;
-      bool any = false;
-      if (auto it = s.scalars.find(sp + "step"); it != s.scalars.end()) {
-        MPX_CHECK(it->second >= 0 && std::floor(it->second) == it->second, who, "'", it->first,
-                  "' must be a non-negative integer, got ", it->second);
-        ns.step = static_cast<int64_t>(it->second);
-        used.insert(it->first);
-        any = true;
-      }
-      for (auto it = s.tensors.lower_bound(sp); it != s.tensors.end() && it->first.rfind(sp, 0) == 0; ++it) {
-        const std::string bname = it->first.substr(sp.size());
-        const Tensor& t = it->second;
-        MPX_CHECK(t.defined() && t.sizes() == p.sizes(), who, "'", it->first, "' has shape ",
-                  t.defined() ? shape_str(t.sizes()) : "undefined", " but parameter ", j, " of group ", g, " is ",
-                  ops::describe(p));
-        MPX_CHECK(t.is_floating_point(), who, "'", it->first, "' must be floating, got ", ops::describe(t));
-        if (bname == "master") {
-          // Without master weights the parameter is its own master: a saved one is not needed.
-          if (is_reduced_float(p.dtype()) && master_weights_) ns.master = copy_like(t, p, kFloat32);
-        } else {
-          MPX_CHECK(std::find(allowed.begin(), allowed.end(), bname) != allowed.end(), who, "unexpected state entry '",
-                    it->first, "' for ", name(), " with these options");
-          ns.buffers[bname] = copy_like(t, p, state_dtype(p));
-        }
-        used.insert(it->first);
-        any = true;
-      }
-      if (is_reduced_float(p.dtype()) && master_weights_ && !ns.master.defined()) {
-        ns.master = make_master(p);
-        any = true;
-      }
-      if (ns.master.defined()) ns.master.set_requires_grad(true);
-      if (any) new_state[p.impl()] = std::move(ns);
-    }
-  }
-  for (const auto& [k, v] : s.tensors)
-    MPX_CHECK(used.count(k), who, "unexpected entry '", k, "' (no parameter or group of this optimizer has it)");
-  for (const auto& [k, v] : s.scalars)
-    MPX_CHECK(used.count(k), who, "unexpected entry '", k, "' (no parameter or group of this optimizer has it)");
-
-  // Everything checked: commit.
-  for (size_t g = 0; g < groups; ++g) {
-    param_groups_[g].set_options(std::move(new_opts[g]));
-    if (new_initial[g] >= 0) param_groups_[g].set_initial_lr(new_initial[g]);
-  }
-  state_ = std::move(new_state);
-}
-
 }  // namespace mpx::optim
-
-namespace mpx {
-
-void save(const optim::Optimizer& optimizer, const std::string& path) {
-  optim::OptimizerState s = optimizer.state_dict();
-  Metadata meta{{"format", "mpx.optimizer"}, {"optimizer", s.optimizer}};
-  for (const auto& [k, v] : s.scalars) meta[k] = optim::fmt_double(v);
-  save_tensors(s.tensors, path, meta);
-}
-
-void load(optim::Optimizer& optimizer, const std::string& path) {
-  Metadata meta;
-  optim::OptimizerState s;
-  s.tensors = load_tensors(path, &meta);
-  auto f = meta.find("format");
-  MPX_CHECK(f != meta.end() && f->second == "mpx.optimizer", "load(optimizer, '", path,
-            "'): the file is not an optimizer state written by mpx::save(optimizer, path)");
-  s.optimizer = meta.count("optimizer") ? meta.at("optimizer") : "";
-  for (const auto& [k, v] : meta) {
-    if (k.rfind("state.", 0) != 0 && k.rfind("param_groups.", 0) != 0) continue;
-    char* end = nullptr;
-    const double d = std::strtod(v.c_str(), &end);
-    MPX_CHECK(!v.empty() && end && *end == '\0', "load(optimizer, '", path, "'): metadata entry '",
-              k, "' = '", v, "' is not a number");
-    s.scalars[k] = d;
-  }
-  try {
-    optimizer.load_state_dict(s);
-  } catch (const Error& e) {
-    MPX_ERROR("load(optimizer, '", path, "'): ", e.what());
-  }
-}
-
-}  // namespace mpx

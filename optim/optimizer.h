@@ -3,6 +3,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -82,14 +83,28 @@ struct ParamState {
   Tensor count;
   /// Named state buffers laid out like the parameter, in the dtype of what the step updates (the
   /// f32 master, or the parameter itself: f16/bf16 ones too without master weights, as apex's O3
-  /// and torch.optim keep them): "momentum_buffer"; "exp_avg", "exp_avg_sq", "max_exp_avg_sq".
+  /// and torch.optim keep them; f32 for those under stochastic rounding unless it keeps the
+  /// state in low precision): "momentum_buffer"; "exp_avg", "exp_avg_sq", "max_exp_avg_sq".
   std::map<std::string, Tensor> buffers;
+};
+
+/// Options of Optimizer::set_stochastic_rounding.
+struct StochasticRoundingOptions {
+  /// Keep the state buffers of f16/bf16 parameters (SGD's momentum, Adam's m and v) in the
+  /// parameter's dtype, rounded stochastically too: 2 bytes per element and buffer instead of
+  /// the default f32's 4.
+  MPX_ARG(bool, low_precision_state) = false;
+  /// The Philox key of the draws; unset, the default generator's seed (manual_seed) at the call.
+  MPX_ARG(std::optional<uint64_t>, seed);
 };
 
 /// A flat, serializable optimizer state (what state_dict returns and save_tensors can write).
 /// Names follow PyTorch's layout with parameters numbered in group order:
 ///   tensors: "state.<i>.<buffer>", "state.<i>.master", "param_groups.<g>.params" (i64 indices)
 ///   scalars: "state.<i>.step", "param_groups.<g>.<hyper-parameter>" (lr, momentum, ...)
+/// and, while stochastic rounding is on, "stochastic_rounding.enabled" (1),
+/// "stochastic_rounding.low_precision_state" (0/1) and the seed as tensor
+/// "stochastic_rounding.seed" (i64 bits, which a double could not hold).
 struct OptimizerState {
   std::string optimizer;  // "SGD", "Adam", "AdamW"
   std::map<std::string, Tensor> tensors;
@@ -131,6 +146,8 @@ class Optimizer {
   OptimizerState state_dict() const;
   /// Restores a state from state_dict(): same optimizer type, group count and group sizes, and
   /// state tensors of the parameters' shapes. Validates everything before changing anything.
+  /// Master weights and stochastic rounding stay as this optimizer has them (amp's options set
+  /// them); a recorded rounding seed is taken, so the draws continue where they left off.
   void load_state_dict(const OptimizerState& state);
 
   /// The state of one parameter (created on first use); throws if it is not optimized here.
@@ -157,8 +174,29 @@ class Optimizer {
   /// stored value), so updates below the parameter's resolution are lost as in pure f16
   /// training, and the state costs what torch.optim's does. Default true. Creates or drops the
   /// masters at once; state buffers change dtype at the next step.
+  /// Refused while stochastic rounding is on.
   void set_master_weights(bool on);
   bool master_weights() const { return master_weights_; }
+
+  /// Stochastic rounding for f16/bf16 parameters without FP32 masters (llm.c's and torchao's
+  /// bf16 recipe): each fused step computes the update in f32 from the parameter and rounds the
+  /// result to the parameter's dtype stochastically (ops/stochastic_round.h), so an update
+  /// below half a unit in the last place survives in expectation instead of being lost. The
+  /// random bits are Philox keyed by the seed with counter (element, step number, parameter
+  /// index in group order): a step is reproducible, the CPU and CUDA kernels round the same
+  /// value to the same bits, and a resumed run draws what the uninterrupted one would have.
+  /// The state buffers of such parameters are f32 unless options.low_precision_state(). Needs
+  /// master weights off (set_master_weights(false) first; masters keep every update exactly,
+  /// which makes the rounding moot). f32/f64 parameters are updated as without it. The state
+  /// buffers change dtype at the next step.
+  void set_stochastic_rounding(bool on, const StochasticRoundingOptions& options = {});
+  bool stochastic_rounding() const { return stochastic_rounding_; }
+  /// Whether stochastic rounding keeps the state buffers of f16/bf16 parameters in their dtype
+  /// (StochasticRoundingOptions::low_precision_state). Without it and without masters they are
+  /// always in the parameter's dtype, rounded to nearest, as apex's O3 keeps them.
+  bool low_precision_state() const { return low_precision_state_; }
+  /// The Philox key of the rounding draws.
+  uint64_t rounding_seed() const { return rounding_seed_; }
 
   /// amp's synchronization-free overflow skip, for the next step() only: the step kernels read
   /// `found_inf` (an f32 0-dim flag on the parameters' device; non-zero leaves every parameter,
@@ -182,7 +220,8 @@ class Optimizer {
                      DType compute_dtype) = 0;
 
  private:
-  void step_group(ParamGroup& group);
+  // `first_id`: the index of the group's first parameter in the optimizer (stochastic rounding's stream).
+  void step_group(ParamGroup& group, uint32_t first_id);
   // The gradient the step uses for `p` (its master's where amp wrote one), checked; undefined if none.
   Tensor step_gradient(const Tensor& p) const;
   ParamState& state_for(const Tensor& param);
@@ -197,6 +236,8 @@ class Optimizer {
   std::vector<std::pair<int, StepPreHook>> hooks_;
   int next_hook_id_ = 0;
   bool master_weights_ = true;
+  bool stochastic_rounding_ = false, low_precision_state_ = false;
+  uint64_t rounding_seed_ = 0;
   Tensor amp_found_inf_, amp_inv_scale_;  // set_amp_step_inputs, consumed by the next step()
 };
 

@@ -6,11 +6,13 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 
+#include "core/serialize.h"
 #include "data/datasets.h"
 #include "tests/skip.h"
 
@@ -97,6 +99,23 @@ inline std::filesystem::path cli_temp_dir(const std::string& prefix, const std::
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
+}
+
+/// Every "model." tensor of two checkpoints is the same, bit for bit.
+inline void require_same_model(const std::filesystem::path& a, const std::filesystem::path& b) {
+  const mpx::TensorDict ta = mpx::load_tensors(a.string()), tb = mpx::load_tensors(b.string());
+  int compared = 0;
+  for (const auto& [name, t] : ta) {
+    if (name.rfind("model.", 0) != 0) continue;
+    INFO(name);
+    REQUIRE(tb.count(name) == 1);
+    const mpx::Tensor x = t.contiguous(), y = tb.at(name).contiguous();
+    REQUIRE(y.numel() == x.numel());
+    REQUIRE(y.dtype() == x.dtype());
+    CHECK(std::memcmp(x.raw_data(), y.raw_data(), static_cast<size_t>(x.numel()) * x.element_size()) == 0);
+    ++compared;
+  }
+  CHECK(compared > 0);
 }
 
 }  // namespace mpx::testing

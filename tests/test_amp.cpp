@@ -85,18 +85,22 @@ TEST_CASE("amp opt-level tables match apex", "[amp]") {
     CHECK(o0.master_weights == false);
     CHECK_FALSE(o0.dynamic_loss_scale);
     CHECK(o0.loss_scale == 1.0);
+    // apex scales f16 dynamically; bf16 has f32's range, so its O1/O2 default to a static 1.
+    const bool dynamic = low == kFloat16;
     auto o1 = amp::opt_level_defaults("O1", low);
     CHECK_FALSE(o1.cast_model_type.has_value());
     CHECK(o1.patch_functions);
     CHECK_FALSE(o1.keep_batchnorm_fp32.has_value());
     CHECK_FALSE(o1.master_weights.has_value());
-    CHECK(o1.dynamic_loss_scale);
+    CHECK(o1.dynamic_loss_scale == dynamic);
+    CHECK(o1.loss_scale == (dynamic ? 0.0 : 1.0));
     auto o2 = amp::opt_level_defaults("O2", low);
     CHECK(o2.cast_model_type == low);
     CHECK_FALSE(o2.patch_functions);
     CHECK(o2.keep_batchnorm_fp32 == true);
     CHECK(o2.master_weights == true);
-    CHECK(o2.dynamic_loss_scale);
+    CHECK(o2.dynamic_loss_scale == dynamic);
+    CHECK(o2.loss_scale == (dynamic ? 0.0 : 1.0));
     auto o3 = amp::opt_level_defaults("O3", low);
     CHECK(o3.cast_model_type == low);
     CHECK_FALSE(o3.patch_functions);
@@ -117,6 +121,31 @@ TEST_CASE("amp opt-level tables match apex", "[amp]") {
   CHECK(amp::Options().opt_level("O1").cast_model_type(kFloat32).resolve().cast_model_type == kFloat32);
   CHECK(amp::Options().opt_level("O1").patch_functions(false).resolve().patch_functions == false);
   CHECK(amp::Options().opt_level("O2").dtype(kBFloat16).resolve().cast_model_type == kBFloat16);
+  // bf16's dynamic scaling on request.
+  CHECK(amp::Options().opt_level("O1").dtype(kBFloat16).loss_scale("dynamic").resolve().dynamic_loss_scale);
+  CHECK(amp::Options().opt_level("O2").dtype(kBFloat16).loss_scale(64.0).resolve().loss_scale == 64.0);
+}
+
+TEST_CASE("amp in bf16 starts O1/O2 at a static loss scale of 1, dynamic on request", "[amp]") {
+  for (const char* level : {"O1", "O2"}) {
+    INFO(level);
+    amp::reset();
+    Net net;
+    optim::SGD opt(net->parameters(), optim::SGDOptions(0.1));
+    amp::initialize(net, opt, amp::Options().opt_level(level).dtype(kBFloat16).verbosity(0));
+    CHECK(amp::loss_scale() == 1.0);
+    amp::reset();
+    Net dyn;
+    optim::SGD opt2(dyn->parameters(), optim::SGDOptions(0.1));
+    amp::initialize(dyn, opt2, amp::Options().opt_level(level).dtype(kBFloat16).loss_scale("dynamic").verbosity(0));
+    CHECK(amp::loss_scale() == 65536.0);
+    amp::reset();
+    Net f16;
+    optim::SGD opt3(f16->parameters(), optim::SGDOptions(0.1));
+    amp::initialize(f16, opt3, amp::Options().opt_level(level).verbosity(0));
+    CHECK(amp::loss_scale() == 65536.0);  // f16 keeps apex's dynamic scaling
+  }
+  amp::reset();
 }
 
 TEST_CASE("amp rejects every invalid override with apex's reasons", "[amp]") {
@@ -486,7 +515,8 @@ TEST_CASE("amp checkpoint at step k and resume equals the uninterrupted run bit 
       optim::OptimizerState osd = ofull.state_dict();
       for (auto& [k, v] : osd.tensors) v = snapshot(v);
       const auto asd = amp::state_dict();
-      CHECK(asd.at("loss_scaler0.loss_scale") == 32768.0);
+      // f16 scales dynamically from 2^16 (one overflow by now); bf16 keeps its static 1.
+      CHECK(asd.at("loss_scaler0.loss_scale") == (low == kFloat16 ? 32768.0 : 1.0));
       train_steps(full, ofull, xs, ts, 4, 8);
       const auto amp_full = amp::state_dict();
 

@@ -123,8 +123,21 @@ TEST_CASE("autocast guards nest and restore, per thread", "[amp][autocast]") {
   CHECK(amp::autocast_nesting() == 0);
   CHECK_FALSE(amp::is_autocast_enabled());
   CHECK(mm(a, b).dtype() == kFloat32);
-  CHECK_THROWS_WITH(amp::AutocastGuard(kFloat32), Catch::Contains("kFloat16 or kBFloat16"));
+  CHECK_THROWS_WITH(amp::AutocastGuard(kFloat32), Catch::Contains("kFloat16 or kBFloat16") && Catch::Contains("enabled=false"));
   CHECK(amp::autocast_nesting() == 0);
+}
+
+TEST_CASE("a disabled autocast guard takes any dtype, as torch.autocast(enabled=False)", "[amp][autocast]") {
+  Tensor a = randn({2, 3}), b = randn({3, 2});
+  amp::AutocastGuard outer(kFloat16);
+  for (DType d : {kFloat32, kFloat64, kFloat16}) {
+    amp::AutocastGuard off(d, false);
+    CHECK_FALSE(amp::is_autocast_enabled());
+    CHECK(mm(a, b).dtype() == kFloat32);
+    CHECK(amp::get_autocast_dtype() == kFloat16);  // an f32 region keeps the enclosing low dtype
+  }
+  CHECK(amp::is_autocast_enabled());
+  CHECK(mm(a, b).dtype() == kFloat16);
 }
 
 TEST_CASE("a captured autocast state applies in a worker thread and shares the cast cache", "[amp][autocast][cast_cache]") {

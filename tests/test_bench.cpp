@@ -115,6 +115,48 @@ TEST_CASE("mpx bench speed mode: a tiny run writes the table and csv/json/md/svg
   CHECK(svg.find("resnet18") != std::string::npos);
 }
 
+TEST_CASE("mpx bench speed mode: a GPT row reports tokens/s next to sequences/s", "[bench][cli]") {
+  const fs::path out = temp_dir("speed_gpt");
+  const Run r = run_mpx("bench --models gpt-tiny --opt-levels O0,O1 --dtype bf16 --batch 2 --steps 1 --windows 1 "
+                        "--warmup 0 --threads 2 --out '" + out.string() + "'");
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("tokens/s") != std::string::npos);
+  CHECK(r.out.find("samples/s") != std::string::npos);
+  CHECK_FALSE(fs::exists(out / "gpt-tiny_init.safetensors"));  // only --peer needs the initial weights
+  const Csv csv = parse_csv(read(out / "bench.csv"));
+  REQUIRE(csv.rows.size() == 2);
+  CHECK(csv.rows[1][csv.col("level")] == "O1");
+  CHECK(csv.rows[1][csv.col("dtype")] == "bf16");
+  for (const auto& row : csv.rows) {
+    CHECK(row[csv.col("model")] == "gpt-tiny");
+    CHECK(number(row[csv.col("batch")]) == 2);
+    CHECK(number(row[csv.col("seq_len")]) == 128);  // gpt-tiny's context
+    CHECK(row[csv.col("image_size")] == "nan");
+    const double tps = number(row[csv.col("tokens_per_s")]), sps = number(row[csv.col("images_per_s")]);
+    CHECK(std::isfinite(tps));
+    CHECK(tps > 0);
+    CHECK(tps == Approx(128 * sps));
+    const double loss = number(row[csv.col("final_loss")]);
+    CHECK(loss > 0);
+    CHECK(loss < 7);  // about ln(256) = 5.5 on random bytes
+  }
+}
+
+TEST_CASE("mpx bench --models small_cnn,gpt-tiny: image rows leave the tokens/s cells empty", "[bench][cli]") {
+  const fs::path out = temp_dir("speed_mixed");
+  const Run r = run_mpx("bench --models small_cnn,gpt-tiny --opt-levels O0 --batch 2 --steps 1 --windows 1 --warmup 0 "
+                        "--threads 2 --out '" + out.string() + "'");
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  const Csv csv = parse_csv(read(out / "bench.csv"));
+  REQUIRE(csv.rows.size() == 2);
+  CHECK(csv.rows[0][csv.col("tokens_per_s")] == "nan");
+  CHECK(csv.rows[0][csv.col("seq_len")] == "nan");
+  CHECK(number(csv.rows[0][csv.col("image_size")]) == 28);
+  CHECK(number(csv.rows[1][csv.col("tokens_per_s")]) > 0);
+}
+
 TEST_CASE("mpx bench --accuracy: each level trains from the same seed and gets a curve and a row", "[bench][cli]") {
   const std::string fashion = mpx::data::kFashionMnistDir;
   // Fashion-MNIST when installed; otherwise synthetic 28 px images exercise the same path.
@@ -154,6 +196,7 @@ TEST_CASE("mpx bench: bad flags give one line and exit code 2, --cuda-graph on t
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"bench --modles resnet18", "--models"},
       {"bench --models resnt18", "resnet18"},
+      {"bench --models gpt-tinny", "gpt-tiny"},
       {"bench --opt-levels O0,O4", "O4"},
       {"bench --dtype f8", "f8"},
       {"bench --batch 0", "--batch"},
@@ -241,4 +284,30 @@ TEST_CASE("mpx bench --accuracy --peer: PyTorch's top-1 and loss with the same r
   }
   CHECK(std::isfinite(number(row[csv.col("top1_minus_peer")])));
   CHECK(read(out / "accuracy.md").find("| PyTorch top-1 % |") != std::string::npos);
+}
+
+TEST_CASE("mpx bench --peer: a GPT row starts PyTorch from mpx's weights and batch, and the O0 losses agree", "[bench][cli]") {
+  // MPX_TEST_PYTHON picks another python with torch (a virtual environment) than Debian's.
+  const char* env = std::getenv("MPX_TEST_PYTHON");
+  const std::string python = env && *env ? env : "/usr/bin/python3";
+  if (std::system(("'" + python + "' -c 'import torch' >/dev/null 2>&1").c_str()) != 0) {
+    mpx::testing::skip_test(python + " has no torch (install python3-torch or set MPX_TEST_PYTHON)");
+    return;
+  }
+  const fs::path out = temp_dir("speed_gpt_peer");
+  const Run r = run_mpx("bench --peer --python '" + python + "' --models gpt-tiny --opt-levels O0 --batch 2 --steps 1 "
+                        "--warmup 1 --windows 1 --threads 2 --out '" + out.string() + "'");
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  CHECK(fs::exists(out / "gpt-tiny_init.safetensors"));
+  CHECK(r.out.find("parameters gpt-tiny: mpx 842496, PyTorch 842496 (match)") != std::string::npos);
+  CHECK(r.out.find("PyTorch tok/s") != std::string::npos);
+  const Csv csv = parse_csv(read(out / "bench.csv"));
+  REQUIRE(csv.rows.size() == 1);
+  const auto& row = csv.rows[0];
+  CHECK(row[csv.col("peer_status")] == "ok");
+  CHECK(number(row[csv.col("peer_tokens_per_s")]) > 0);
+  CHECK(number(row[csv.col("peer_tokens_per_s")]) == Approx(128 * number(row[csv.col("peer_images_per_s")])));
+  // Two f32 AdamW steps from the same weights on the same batch: only summation order differs.
+  CHECK(number(row[csv.col("peer_final_loss")]) == Approx(number(row[csv.col("final_loss")])).epsilon(1e-4));
 }

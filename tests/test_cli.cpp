@@ -21,6 +21,7 @@ namespace {
 using mpx::testing::mpx_err;
 using mpx::testing::run_mpx;
 using mpx::testing::have_fashion;
+using mpx::testing::require_same_model;
 using Run = mpx::testing::CliRun;
 std::string read(const fs::path& p) { return mpx::testing::read_file(p); }
 
@@ -34,24 +35,6 @@ fs::path temp_dir(const std::string& name) { return mpx::testing::cli_temp_dir("
 
 // A tiny deterministic run: 512 training images in 8 steps of 64, 256 test images.
 const std::string kTiny = "--limit-train 512 --limit-test 256 -b 64 --deterministic --opt-level O1 ";
-
-// Every model tensor of two checkpoints is bit-identical.
-void require_same_model(const fs::path& a, const fs::path& b) {
-  const mpx::TensorDict ta = mpx::load_tensors(a.string()), tb = mpx::load_tensors(b.string());
-  int64_t compared = 0;
-  for (const auto& [name, t] : ta) {
-    if (name.rfind("model.", 0) != 0) continue;
-    INFO(name);
-    REQUIRE(tb.count(name) == 1);
-    const mpx::Tensor u = t.contiguous(), v = tb.at(name).contiguous();
-    REQUIRE(u.sizes() == v.sizes());
-    REQUIRE(u.dtype() == v.dtype());
-    const size_t bytes = static_cast<size_t>(u.numel()) * mpx::element_size(u.dtype());
-    CHECK(std::memcmp(u.raw_data(), v.raw_data(), bytes) == 0);
-    ++compared;
-  }
-  CHECK(compared > 4);
-}
 
 }  // namespace
 

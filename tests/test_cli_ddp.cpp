@@ -82,24 +82,6 @@ std::vector<std::string> names_in(const fs::path& dir) {
   return n;
 }
 
-// Every "model." tensor of two checkpoints is bit for bit the same.
-void require_same_model(const fs::path& a, const fs::path& b) {
-  const mpx::TensorDict ta = mpx::load_tensors(a.string()), tb = mpx::load_tensors(b.string());
-  int compared = 0;
-  for (const auto& [name, t] : ta) {
-    if (name.rfind("model.", 0) != 0) continue;
-    INFO(name);
-    REQUIRE(tb.count(name) == 1);
-    const mpx::Tensor x = t.contiguous(), y = tb.at(name).contiguous();
-    const size_t bytes = static_cast<size_t>(x.numel()) * x.element_size();
-    REQUIRE(y.numel() == x.numel());
-    REQUIRE(y.dtype() == x.dtype());
-    CHECK(std::memcmp(x.raw_data(), y.raw_data(), bytes) == 0);
-    ++compared;
-  }
-  CHECK(compared > 0);
-}
-
 const std::string kSmall = "--epochs 1 --limit-test 1000 --deterministic --print-freq 1000";
 
 }  // namespace

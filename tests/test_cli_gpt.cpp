@@ -1,4 +1,4 @@
-// `mpx gpt` end to end: the default corpus, loss falling at O1 bf16/f16, the LSTM model, resume bit for bit, generation, token shards, Hugging Face export, bad input.
+// `mpx gpt` end to end: the default corpus, loss falling at O1 bf16/f16, the LSTM model, resume bit for bit (with stochastic rounding too), generation, token shards, Hugging Face export, bad input.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -14,6 +14,7 @@ namespace fs = std::filesystem;
 using mpx::testing::CliRun;
 using mpx::testing::has;
 using mpx::testing::q;
+using mpx::testing::require_same_model;
 using mpx::testing::read_file;
 using mpx::testing::run_mpx;
 
@@ -43,22 +44,6 @@ std::vector<double> column(const fs::path& csv, const std::string& name) {
       if (k == at) v.push_back(std::stod(cell));
   }
   return v;
-}
-
-// Every "model." tensor of two checkpoints equal, byte for byte.
-void require_same_model(const fs::path& a, const fs::path& b) {
-  const mpx::TensorDict ta = mpx::load_tensors(a.string()), tb = mpx::load_tensors(b.string());
-  int compared = 0;
-  for (const auto& [name, t] : ta) {
-    if (name.rfind("model.", 0) != 0) continue;
-    INFO(name);
-    REQUIRE(tb.count(name) == 1);
-    const mpx::Tensor x = t.contiguous(), y = tb.at(name).contiguous();
-    REQUIRE(y.numel() == x.numel());
-    CHECK(std::memcmp(x.raw_data(), y.raw_data(), static_cast<size_t>(x.numel()) * x.element_size()) == 0);
-    ++compared;
-  }
-  CHECK(compared > 0);
 }
 
 // An llm.c token shard of `tokens`.
@@ -139,6 +124,29 @@ TEST_CASE("mpx gpt: a run stopped by --prof and resumed ends bit for bit where a
   CHECK(g.out == h.out);  // greedy decoding does not draw
 }
 
+TEST_CASE("mpx gpt --stochastic-rounding without masters: a stopped and resumed run adopts the flags and ends bit for "
+          "bit where an unbroken one does", "[cli][gpt]") {
+  if (!fs::exists("/usr/share/common-licenses")) return;
+  const fs::path whole = tmp("sr_whole"), parts = tmp("sr_parts");
+  const std::string flags = kTiny + " --steps 8 --eval-interval 4 --opt-level O2 --dtype bf16 --master-weights false "
+                                    "--stochastic-rounding --deterministic";
+  const CliRun w = run_mpx(flags + " --out " + q(whole));
+  INFO(w.out);
+  REQUIRE(w.rc == 0);
+  // Stopped where a progress line falls (kTiny prints every 5 steps), so both runs log the same windows.
+  REQUIRE(run_mpx(flags + " --prof 5 --out " + q(parts)).rc == 0);
+  mpx::Metadata meta;
+  mpx::load_tensors((parts / "checkpoint.safetensors").string(), &meta);
+  CHECK(meta.at("flag.--stochastic-rounding") == "1");
+  CHECK(meta.at("opt.stochastic_rounding.enabled") == "1");
+  const CliRun go = run_mpx("gpt --resume " + q(parts / "checkpoint.safetensors"));
+  INFO(go.out);
+  REQUIRE(go.rc == 0);
+  CHECK(!has(go.out, "warning"));
+  require_same_model(whole / "checkpoint.safetensors", parts / "checkpoint.safetensors");
+  CHECK(column(whole / "metrics.csv", "loss") == column(parts / "metrics.csv", "loss"));
+}
+
 TEST_CASE("mpx gpt --grad-accum 2 with half the batch equals the whole batch in one step, within float rounding",
           "[cli][gpt]") {
   if (!fs::exists("/usr/share/common-licenses")) return;
@@ -194,25 +202,39 @@ TEST_CASE("mpx gpt on llm.c token shards: trains, exports Hugging Face weights t
 TEST_CASE("mpx gpt: bad flags and data are clear errors", "[cli][gpt]") {
   const fs::path dir = tmp("errors");
   auto err = [&](const std::string& a) { return mpx::testing::mpx_err("gpt " + a + " --out " + q(dir / "o")); };
-  CliRun r = err("--arch gpt-tinny");
-  CHECK(r.rc == 2);
-  CHECK(has(r.out, "did you mean gpt-tiny"));
-  r = err("--context 4096");
-  CHECK(r.rc == 2);
-  CHECK(has(r.out, "longer than gpt-tiny's 128 learned positions"));
-  r = err("--text " + q(dir / "missing.txt"));
-  CHECK(r.rc == 1);
-  CHECK(has(r.out, "missing.txt"));
-  r = err("--generate hello");
-  CHECK(r.rc == 2);
-  CHECK(has(r.out, "--generate needs a model"));
-  r = err("--arch lstm-lm --pretrained " + q(dir / "x.safetensors"));
-  CHECK(r.rc == 2);
-  CHECK(has(r.out, "not a GPT-2 model"));
-  r = err("--text " + q(dir / "a") + " --tokens " + q(dir / "b"));
-  CHECK(r.rc == 2);
+  struct Case {
+    std::string args;
+    int rc;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"--arch gpt-tinny", 2, "did you mean gpt-tiny"},
+      {"--context 4096", 2, "longer than gpt-tiny's 128 learned positions"},
+      {"--text " + q(dir / "missing.txt"), 1, "missing.txt"},
+      {"--generate hello", 2, "--generate needs a model"},
+      {"--arch lstm-lm --pretrained " + q(dir / "x.safetensors"), 2, "not a GPT-2 model"},
+      {"--text " + q(dir / "a") + " --tokens " + q(dir / "b"), 2, "not both"},
+      {"--opt-level O2 --stochastic-rounding", 2, "add --master-weights false"},
+      {"--opt-level O1 --stochastic-rounding", 2, "use --opt-level O3, or O2 with --master-weights false"},
+      {"--opt-level O3 --low-precision-state", 2, "add --stochastic-rounding"},
+  };
+  CliRun r;
+  for (const Case& c : cases) {
+    INFO(c.args);
+    r = err(c.args);
+    CHECK(r.rc == c.rc);
+    CHECK(has(r.out, c.says));
+  }
   {
     std::ofstream(dir / "short.txt") << "tiny";
+  }
+  // A static scale that overflows every step names the scale, and its advice works.
+  if (fs::exists("/usr/share/common-licenses")) {
+    const std::string small = "--context 32 -b 4 --steps 4 --print-freq 4 --eval-interval 4 --eval-iters 1 --dtype f16 ";
+    r = err(small + "--loss-scale 1e30");
+    CHECK(r.rc == 1);
+    CHECK(has(r.out, "the static --loss-scale 1e30 overflows the gradients: lower it or use --loss-scale dynamic"));
+    CHECK(run_mpx("gpt " + small + "--loss-scale dynamic --out " + q(dir / "dyn")).rc == 0);
   }
   r = err("--text " + q(dir / "short.txt"));
   CHECK(r.rc == 1);

@@ -9,6 +9,7 @@
 
 #include "core/allocator.h"
 #include "core/random.h"
+#include "core/threads.h"
 #include "ops/elementwise.h"
 #include "ops/reduction.h"
 #include "ops/shape.h"
@@ -265,6 +266,19 @@ TEST_CASE("sums are identical on one and two threads", "[core][rng]") {
   const double s2 = sum(x).item<double>();
   omp_set_num_threads(saved);
   CHECK(s1 == s2);
+}
+
+TEST_CASE("set_num_threads / get_num_threads are torch's, over OpenMP", "[core]") {
+  const int saved = get_num_threads();
+  CHECK(saved == omp_get_max_threads());
+  set_num_threads(1);
+  CHECK(get_num_threads() == 1);
+  CHECK(omp_get_max_threads() == 1);  // the team size every CPU kernel uses
+  set_num_threads(3);
+  CHECK(get_num_threads() == 3);
+  CHECK_THROWS_WITH(set_num_threads(0), Catch::Contains("at least 1, got 0"));
+  CHECK(get_num_threads() == 3);
+  set_num_threads(saved);
 }
 
 TEST_CASE("errors name op, shapes, dtypes and devices", "[core][errors]") {

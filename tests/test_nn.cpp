@@ -165,6 +165,35 @@ TEST_CASE("nn: registration errors are clear", "[nn]") {
   CHECK(m.state_dict().size() == 5);  // state_dict keeps both names of the tied tensor
 }
 
+TEST_CASE("nn: a non-persistent buffer moves with the module but stays out of state_dict", "[nn]") {
+  // A causal mask, as a GPT block registers it with persistent=False in PyTorch.
+  nn::Module m;
+  auto lin = m.register_module("lin", nn::Linear(4, 4));
+  m.register_buffer("mask", ones({4, 4}), /*persistent=*/false);
+  m.register_buffer("count", zeros({}));
+  CHECK_FALSE(m.is_persistent_buffer("mask"));
+  CHECK(m.is_persistent_buffer("count"));
+  CHECK(m.named_buffers().keys() == std::vector<std::string>{"mask", "count"});
+  CHECK(m.state_dict().keys() == std::vector<std::string>{"count", "lin.weight", "lin.bias"});
+  m.to(kFloat64);
+  CHECK(m.named_buffers()["mask"].dtype() == kFloat64);
+  // PyTorch's weights (no mask) load strictly; a mask in the file is an unexpected key, as in PyTorch.
+  nn::Module other;
+  other.register_module("lin", nn::Linear(4, 4));
+  other.register_buffer("count", full({}, 3.0));
+  other.to(kFloat64);
+  CHECK(m.load_state_dict(other.state_dict()).unexpected_keys.empty());
+  CHECK(m.named_buffers()["count"].item<double>() == 3.0);
+  nn::StateDict with_mask = other.state_dict();
+  with_mask.insert("mask", zeros({4, 4}, TensorOptions(kFloat64)));
+  CHECK_THROWS_WITH(m.load_state_dict(with_mask), Contains("unexpected key(s) (1): \"mask\""));
+  // Registered again as persistent, it is saved.
+  m.unregister_module("mask");
+  m.register_buffer("mask", ones({4, 4}));
+  CHECK(m.state_dict().contains("mask"));
+  CHECK_THROWS_WITH(m.is_persistent_buffer("nothing"), Contains("has no buffer 'nothing'"));
+}
+
 TEST_CASE("nn: train and eval propagate recursively", "[nn]") {
   Net net;
   CHECK(net->is_training());

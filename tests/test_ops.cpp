@@ -268,6 +268,11 @@ TEST_CASE("view, shape and cast op gradients", "[ops][gradcheck][shape]") {
       {"chained_views", [](const tensor_list& i) { return i[0].permute({1, 0, 2}).reshape({3, 8}).t().narrow(0, 2, 4); }},
       {"split", [](const tensor_list& i) { return split(i[0], 3, 2)[1]; }},
       {"chunk", [](const tensor_list& i) { return chunk(i[0], 2, 1)[0]; }},
+      // Every piece used, one uneven: split's single backward node concatenates their gradients.
+      {"split_all", [](const tensor_list& i) {
+         const tensor_list p = split(i[0], 3, 2);  // [2, 3, 3] and [2, 3, 1]
+         return cat({p[0] * p[1], p[1] * 3.0}, 2);
+       }},
       {"sum_to", [](const tensor_list& i) { return sum_to(i[0], {3, 1}); }},
   };
   for (auto& c : cases) {

@@ -222,20 +222,21 @@ TEST_CASE("fused: train and eval outputs equal an f64 reference of the same crop
 }
 
 TEST_CASE("fused: the composable transforms give the fused pipeline's values", "[data][transforms][fused]") {
-  // Same seed, same draws, same antialiased weights. The composed transforms round to u8 after
-  // the resize (as PIL images do), the fused f32 output does not: within half a level / std.
+  // Same seed, same draws, same antialiased weights. The transforms run one by one (fuse=false;
+  // by default such a Compose is the fused pass itself) round to u8 after the resize (as PIL
+  // images do), the fused f32 output does not: within half a level / std.
   const Tensor img = image_tensor(211, 157, 4);
   const std::vector<double> mean{0.485, 0.456, 0.406}, sd{0.229, 0.224, 0.225};
   const double tol = 0.5 / 255 / 0.224 + 1e-4;
   for (uint64_t seed = 0; seed < 12; ++seed) {
     INFO("seed " << seed);
-    auto train = T::Compose({T::RandomResizedCrop(48), T::RandomHorizontalFlip(), T::ToTensor(), T::Normalize(mean, sd)});
+    auto train = T::Compose({T::RandomResizedCrop(48), T::RandomHorizontalFlip(), T::ToTensor(), T::Normalize(mean, sd)}, false);
     const Tensor fused = ImagePipeline::train(48).reduced_decode(false).apply(img, seed);
     CHECK(max(abs(train(img, seed) - fused)).item<double>() <= tol);
-    auto eval = T::Compose({T::Resize(64), T::CenterCrop(48), T::ToTensor(), T::Normalize(mean, sd)});
+    auto eval = T::Compose({T::Resize(64), T::CenterCrop(48), T::ToTensor(), T::Normalize(mean, sd)}, false);
     CHECK(max(abs(eval(img, seed) - ImagePipeline::eval(64, 48).apply(img, seed))).item<double>() <= tol);
     // u8 out: both round the same resampled value once; float summation order may move a tie.
-    auto train_u8 = T::Compose({T::RandomResizedCrop(48), T::RandomHorizontalFlip(), T::PILToTensor()});
+    auto train_u8 = T::Compose({T::RandomResizedCrop(48), T::RandomHorizontalFlip(), T::PILToTensor()}, false);
     const Tensor a = train_u8(img, seed).to(kInt32), b = ImagePipeline::train(48).dtype(kUInt8).reduced_decode(false).apply(img, seed).to(kInt32);
     CHECK(max(abs(a - b)).item<int64_t>() <= 1);
   }

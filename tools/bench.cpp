@@ -1,5 +1,4 @@
 // `mpx bench`: its flags, shared helpers and the choice between the speed and accuracy modes.
-#include <omp.h>
 
 #include <algorithm>
 
@@ -15,14 +14,17 @@ std::string g_cmdline;
 Args make_args() {
   Args a("mpx bench", "mpx bench [--accuracy] [flags]");
   a.option({"--models"}, "LIST",
-           "comma-separated models: resnet18/34/50/101/152, resnet20, vgg11..vgg19[_bn], alexnet, small_cnn, dcgan "
+           "comma-separated models: resnet18/34/50/101/152, resnet20, vgg11..vgg19[_bn], alexnet, small_cnn, dcgan, "
+           "and in speed mode the GPT presets gpt-tiny, gpt-mini, gpt2[-medium|-large|-xl] (rated in tokens/s) "
            "(default: resnet18,dcgan on the CPU, resnet18,resnet50,vgg16,dcgan on CUDA; accuracy: small_cnn)")
       .option({"--opt-levels"}, "LIST",
-              "comma-separated apex opt levels; O3-bnf32 is O3 with keep_batchnorm_fp32=True (apex's fastest recipe) "
+              "comma-separated apex opt levels; O3-bnf32 is O3 with keep_batchnorm_fp32=True (apex's fastest recipe); "
+              "without master weights: O2-nomasters (rounded to nearest), O2-sr and O3-sr (stochastic rounding) "
               "(default: O0,O1,O2,O3; on CUDA also O3-bnf32)")
       .option({"--dtype"}, "LIST", "low precision(s) of O1-O3: f16, bf16 or f16,bf16 (O0 always runs f32 once)", "f16")
       .option({"--device"}, "cpu|cuda[:i]", "where to run", "cpu")
-      .option({"--batch", "-b"}, "N", "images per step (default: 32 on the CPU, 128 on CUDA; accuracy: 128)")
+      .option({"--batch", "-b"}, "N", "images (GPT rows: sequences) per step (default: 32 on the CPU, 128 on CUDA; GPT rows 16 "
+                                      "on the CPU, 8 on CUDA; accuracy: 128)")
       .option({"--steps"}, "N", "timed steps per window (default: 3 on the CPU, 10 on CUDA)")
       .option({"--warmup"}, "N", "untimed steps before the windows (default: 1 on the CPU, 5 on CUDA)")
       .option({"--windows"}, "N", "timed windows; images/s is their median, the spread their min-max", "3")
@@ -36,7 +38,8 @@ Args make_args() {
       .option({"--channels-last"}, "on|off",
               "models and inputs in channels-last (NHWC) layout, as Tensor Cores want (default: on for CUDA, off on "
               "the CPU; the peer follows)")
-      .option({"--out"}, "DIR", "where bench.csv/.json/.md/.svg (or accuracy.*) go", "out/bench")
+      .option({"--out"}, "DIR", "where bench.csv/.json/.md/.svg (or accuracy.*) go; with --peer also each GPT's "
+                                  "MODEL_init.safetensors (its initial weights and batch, which the peer loads)", "out/bench")
       .option({"--seed"}, "N", "seed of the weights and the synthetic data (the same for every level)", "0")
       .option({"--threads"}, "N", "CPU threads (OpenMP; the peer gets the same); default: OMP_NUM_THREADS or all cores")
       .flag({"--peer"}, "also run bench/peer_bench.py (PyTorch) on the same rows: speed mode adds mpx/PyTorch ratios, "
@@ -86,6 +89,25 @@ void check_items(const std::string& flag, const std::vector<std::string>& items,
   }
 }
 
+amp::Options level_options(const std::string& level, DType low, int num_losses) {
+  const std::string apex = level.substr(0, 2);  // O0..O3
+  auto o = amp::Options().opt_level(apex).dtype(low).num_losses(num_losses).verbosity(0);
+  if (level == kO3BnF32) o.keep_batchnorm_fp32(true);
+  if (level == "O2-nomasters" || level == "O2-sr") o.master_weights(false);
+  if (level == "O2-sr" || level == "O3-sr") o.stochastic_rounding(true);
+  return o;
+}
+
+std::vector<std::string> level_train_flags(const std::string& level) {
+  std::vector<std::string> f = {"--opt-level", level.substr(0, 2)};
+  if (level == kO3BnF32) f.insert(f.end(), {"--keep-batchnorm-fp32", "True"});
+  if (level == "O2-nomasters" || level == "O2-sr") f.insert(f.end(), {"--master-weights", "False"});
+  if (level == "O2-sr" || level == "O3-sr") f.push_back("--stochastic-rounding");
+  return f;
+}
+
+bool peer_level(const std::string& level) { return level.size() == 2 || level == kO3BnF32; }
+
 std::vector<Variant> variants(const std::vector<std::string>& levels, const std::vector<std::string>& dtypes) {
   std::vector<Variant> v;
   for (const auto& l : levels) {
@@ -120,7 +142,7 @@ int run_bench(int argc, char** argv) {
   if (!args.parse(argc, argv)) return 0;
   bench::g_cmdline = "mpx bench";
   for (int i = 0; i < argc; ++i) bench::g_cmdline += std::string(" ") + argv[i];
-  if (args.given("--threads")) omp_set_num_threads(static_cast<int>(args.integer("--threads", 1)));
+  if (args.given("--threads")) mpx::set_num_threads(static_cast<int>(args.integer("--threads", 1)));
   const bool accuracy = args.on("--accuracy");
   if (!accuracy) {
     for (const char* f : {"--epochs", "--dataset", "--data", "--lr", "--limit-train", "--limit-test"})

@@ -1,5 +1,4 @@
 // `mpx bench --accuracy`: every level trained by mpx train from the same seed, tabled beside O0 and the PyTorch peer.
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -52,12 +51,13 @@ int run_accuracy(const Args& args) {
       const fs::path dir = out / (m + "_" + v.level + "_" + v.dtype);
       std::vector<std::string> a = {"--arch", m, "--dataset", args.str("--dataset"), "--batch-size",
                                     std::to_string(batch), "--epochs", std::to_string(epochs), "--lr", args.str("--lr"),
-                                    "--opt-level", v.level == kO3BnF32 ? "O3" : v.level, "--dtype", v.dtype == "f32" ? "f16" : v.dtype, "--seed",
+                                    "--dtype", v.dtype == "f32" ? "f16" : v.dtype, "--seed",
                                     args.str("--seed"), "--out", dir.string(), "--limit-train", args.str("--limit-train"),
                                     "--limit-test", args.str("--limit-test"), "--device", args.str("--device"),
                                     "--overwrite"};  // a rerun of the table replaces the previous one's runs
       if (args.given("--data")) a.insert(a.end(), {"--data", args.str("--data")});
-      if (v.level == kO3BnF32) a.insert(a.end(), {"--keep-batchnorm-fp32", "True"});
+      const std::vector<std::string> level = level_train_flags(v.level);
+      a.insert(a.end(), level.begin(), level.end());
       if (args.given("--image-size")) a.insert(a.end(), {"--image-size", args.str("--image-size")});
       std::printf("\n== %s %s %s (mpx train", m.c_str(), v.level.c_str(), v.dtype.c_str());
       for (const auto& s : a) std::printf(" %s", s.c_str());
@@ -87,7 +87,7 @@ int run_accuracy(const Args& args) {
   std::string peer_failure;
   std::map<std::string, PeerAccuracy> peer_rows;
   if (peer) {
-    const int threads = omp_get_max_threads();
+    const int threads = mpx::get_num_threads();
     peer_rows = run_peer_accuracy(args, models, levels, dtypes, epochs, batch, threads, peer_failure);
     if (!peer_failure.empty()) std::fprintf(stderr, "mpx bench: warning: %s\n", peer_failure.c_str());
     // The parameter counts say whether the peer's copy of each model is mpx's (the peer reads
@@ -127,6 +127,7 @@ int run_accuracy(const Args& args) {
     if (peer) {
       auto it = peer_rows.find(r.model + "/" + r.v.level + "/" + r.v.dtype);
       if (it != peer_rows.end()) pa = it->second;
+      else if (!peer_level(r.v.level)) pa.status = kNoPeerRecipe;
       else if (!peer_failure.empty()) pa.status = "peer failed (" + peer_failure + ")";
       else pa.status = "the peer reported no such row";
     }
@@ -179,11 +180,11 @@ int run_accuracy(const Args& args) {
   const std::string& cmdline = command_line();
   write_records(out.string(), "accuracy", recs,
                  {{"mpx_version", MPX_VERSION_STRING}, {"date", today()}, {"device", device.str()},
-                  {"threads", std::to_string(omp_get_max_threads())}, {"dataset", args.str("--dataset")},
+                  {"threads", std::to_string(mpx::get_num_threads())}, {"dataset", args.str("--dataset")},
                   {"command", cmdline}});
   std::ostringstream md;
   md << "# mpx bench --accuracy\n\n" << today() << ", `" << cmdline << "`, " << device.str() << ", "
-     << omp_get_max_threads() << " thread(s), " << args.str("--dataset") << ", batch " << batch << ", " << epochs
+     << mpx::get_num_threads() << " thread(s), " << args.str("--dataset") << ", batch " << batch << ", " << epochs
      << " epoch(s), every level from seed " << args.str("--seed") << ".";
   if (peer)
     md << " PyTorch columns: bench/peer_bench.py --accuracy, the same recipe (model, data, batch, lr, schedule, "

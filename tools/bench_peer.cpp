@@ -72,7 +72,9 @@ std::string peer_prefix(const Args& args, int threads, const std::vector<std::st
     return "";
   }
   for (const auto& m : models) ml += (ml.empty() ? "" : ",") + m;
-  for (const auto& l : levels) ll += (ll.empty() ? "" : ",") + l;
+  for (const auto& l : levels)
+    if (peer_level(l)) ll += (ll.empty() ? "" : ",") + l;
+  if (ll.empty()) return "";  // no level the peer has a recipe for: nothing to run, nothing failed
   for (const auto& d : dtypes) dl += (dl.empty() ? "" : ",") + d;
   return "OMP_NUM_THREADS=" + std::to_string(threads) + " " + shell_quote(args.str("--python")) + " " +
          shell_quote(script);
@@ -92,15 +94,15 @@ std::map<std::string, PeerRow> run_peer(const Args& args, const std::vector<std:
       << c.steps << " --warmup " << c.warmup << " --windows " << c.windows << " --image-size " << c.image_size
       << " --device " << (c.device.is_cuda() ? "cuda" : "cpu") << " --threads " << threads << " --seed " << c.seed
       << (c.channels_last ? " --channels-last" : "") << (c.tf32 ? " --tf32" : "") << (compiled ? " --compile" : "")
-      << " 2>&1";
-  // row,model,level,dtype,params,ips,ips_min,ips_max,step_ms,peak_mib,status
-  stream_peer(args, cmd.str(), "row,", 11, failure, [&](const std::vector<std::string>& f) {
+      << " --gpt-dir " << shell_quote(args.str("--out")) << " 2>&1";
+  // row,model,level,dtype,params,ips,ips_min,ips_max,step_ms,peak_mib,final_loss,status
+  stream_peer(args, cmd.str(), "row,", 12, failure, [&](const std::vector<std::string>& f) {
     PeerRow r;
     r.params = std::atoll(f[4].c_str());
     r.ips = peer_num(f[5]), r.ips_min = peer_num(f[6]), r.ips_max = peer_num(f[7]), r.step_ms = peer_num(f[8]),
-    r.peak_mib = peer_num(f[9]);
-    r.status = f[10];
-    for (size_t i = 11; i < f.size(); ++i) r.status += ";" + f[i];
+    r.peak_mib = peer_num(f[9]), r.final_loss = peer_num(f[10]);
+    r.status = f[11];
+    for (size_t i = 12; i < f.size(); ++i) r.status += ";" + f[i];
     out[f[1] + "/" + f[2] + "/" + f[3]] = r;
   });
   return out;

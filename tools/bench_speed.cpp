@@ -1,5 +1,4 @@
 // `mpx bench`'s speed mode: each (model, level, dtype) row timed in windows, with memory, loss scale and the PyTorch peer.
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -8,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <sstream>
+#include <utility>
 
 #include "tools/bench_internal.h"
 #include "tools/metrics.h"
@@ -17,31 +17,23 @@ namespace mpx::cli::bench {
 namespace fs = std::filesystem;
 namespace F = nn::functional;
 
-namespace {
+MemProbe::MemProbe(Device d) : dev(d) {
+  if (!dev.is_cuda()) base = cpu::memory_stats().allocated;
+}
+void MemProbe::restart() const {
+  if (dev.is_cuda()) {
+    cuda::synchronize();
+    cuda::reset_peak_memory_stats();
+  } else {
+    cpu::reset_peak_memory_stats();
+  }
+}
+double MemProbe::peak_mib() const {
+  const int64_t peak = dev.is_cuda() ? cuda::memory_stats().peak_allocated : cpu::memory_stats().peak_allocated - base;
+  return static_cast<double>(peak) / (1024.0 * 1024.0);
+}
 
-// Peak bytes in live tensors during a row's timed steps (after warm-up, so setup transients
-// such as amp::initialize's copies do not count), everything the row keeps included: on CUDA
-// the absolute peak (as torch.cuda.max_memory_allocated), on the CPU the peak over what was
-// live before the row began.
-struct MemProbe {
-  Device dev;
-  int64_t base = 0;
-  explicit MemProbe(Device d) : dev(d) {
-    if (!dev.is_cuda()) base = cpu::memory_stats().allocated;
-  }
-  void restart() const {
-    if (dev.is_cuda()) {
-      cuda::synchronize();
-      cuda::reset_peak_memory_stats();
-    } else {
-      cpu::reset_peak_memory_stats();
-    }
-  }
-  double peak_mib() const {
-    const int64_t peak = dev.is_cuda() ? cuda::memory_stats().peak_allocated : cpu::memory_stats().peak_allocated - base;
-    return static_cast<double>(peak) / (1024.0 * 1024.0);
-  }
-};
+namespace {
 
 // Input geometry of the classifiers and the DCGAN at an image side.
 int64_t channels_for(int64_t side) { return side == 28 ? 1 : 3; }
@@ -49,20 +41,12 @@ int64_t classes_for(int64_t side) { return side <= 32 ? 10 : 1000; }
 int64_t dcgan_side(int64_t side) { return side == 28 ? 28 : side <= 32 ? 32 : 64; }
 int64_t dcgan_width(int64_t side) { return side <= 32 ? 32 : 64; }
 
-struct SpeedResult {
-  std::vector<double> window_ips;
-  double step_ms = NAN, peak_mib = NAN, loss_scale = NAN, final_loss = NAN;
-  double skipped = NAN;
-  int64_t params = 0;
-  std::string profile;  // per-op table of one extra window (--profile)
-};
-
 void sync(Device d) {
   if (d.is_cuda()) cuda::synchronize();
 }
 
-// Warm-up, then `windows` windows of `steps` steps, each timed to the device's completion;
-// the peak memory is that of the timed windows.
+}  // namespace
+
 void time_windows(const SpeedConfig& c, const std::function<void()>& step, const MemProbe& mem, SpeedResult& r) {
   for (int64_t i = 0; i < c.warmup; ++i) step();
   sync(c.device);
@@ -75,6 +59,7 @@ void time_windows(const SpeedConfig& c, const std::function<void()>& step, const
     secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   r.peak_mib = mem.peak_mib();
+  r.batch = c.batch;
   for (double s : secs) r.window_ips.push_back(static_cast<double>(c.batch * c.steps) / std::max(1e-12, s));
   std::sort(secs.begin(), secs.end());
   r.step_ms = 1000.0 * secs[secs.size() / 2] / static_cast<double>(c.steps);
@@ -101,14 +86,27 @@ void time_windows(const SpeedConfig& c, const std::function<void()>& step, const
 }
 
 amp::Options level_options(const Variant& v, int num_losses) {
-  auto o = amp::Options()
-               .opt_level(v.level == kO3BnF32 ? "O3" : v.level)
-               .dtype(v.dtype == "bf16" ? kBFloat16 : kFloat16)
-               .num_losses(num_losses)
-               .verbosity(0);
-  if (v.level == kO3BnF32) o.keep_batchnorm_fp32(true);
-  return o;
+  return bench::level_options(v.level, v.dtype == "bf16" ? kBFloat16 : kFloat16, num_losses);
 }
+
+// What the optimizers keep per parameter element: the parameter, its f32 master and its state
+// buffers (momentum, Adam's moments), in bytes; gradients, which every level has, not counted.
+double state_bytes_per_element(const std::vector<optim::Optimizer*>& opts) {
+  double bytes = 0, elements = 0;
+  for (optim::Optimizer* o : opts)
+    for (const Tensor& p : o->parameters()) {
+      elements += static_cast<double>(p.numel());
+      bytes += static_cast<double>(p.numel() * p.element_size());
+      if (!o->has_state(p)) continue;
+      const optim::ParamState& st = o->state(p);
+      if (st.master.defined()) bytes += static_cast<double>(st.master.numel() * st.master.element_size());
+      for (const auto& [name, b] : st.buffers)
+        if (b.defined()) bytes += static_cast<double>(b.numel() * b.element_size());
+    }
+  return elements > 0 ? bytes / elements : NAN;
+}
+
+namespace {
 
 SpeedResult bench_classifier(const std::string& model, const Variant& v, const SpeedConfig& c) {
   SpeedResult r;
@@ -141,6 +139,7 @@ SpeedResult bench_classifier(const std::string& model, const Variant& v, const S
       time_windows(c, step, mem, r);
       r.loss_scale = amp::loss_scale(0);
       r.skipped = static_cast<double>(amp::skipped_steps(opt));
+      r.state_bytes = state_bytes_per_element({&opt});
     } else {
       // A captured step must not wait for the host. amp::scale_loss's apex path reports overflows
       // through host read-backs (event queries), which a capture forbids, so the graph runs
@@ -150,6 +149,8 @@ SpeedResult bench_classifier(const std::string& model, const Variant& v, const S
       const amp::Properties props = amp::properties();
       optim::SGD opt(net.ptr()->parameters(), optim::SGDOptions(0.01).momentum(0.9).weight_decay(1e-4));
       opt.set_master_weights(props.master_weights.value_or(false));
+      opt.set_stochastic_rounding(props.stochastic_rounding,
+                                  optim::StochasticRoundingOptions().low_precision_state(props.low_precision_state));
       amp::GradScaler scaler(amp::GradScalerOptions().enabled(props.dynamic_loss_scale));
       auto step = [&] {
         opt.zero_grad();
@@ -167,6 +168,7 @@ SpeedResult bench_classifier(const std::string& model, const Variant& v, const S
       time_windows(c, [&] { g.replay(); }, mem, r);
       r.loss_scale = scaler.is_enabled() ? scaler.get_scale() : props.loss_scale;
       r.skipped = static_cast<double>(scaler.skipped_steps());
+      r.state_bytes = state_bytes_per_element({&opt});
     }
     r.final_loss = loss.item<double>();
   }
@@ -216,6 +218,7 @@ SpeedResult bench_dcgan(const Variant& v, const SpeedConfig& c) {
     // The smallest of the three scales: the one closest to overflow trouble.
     r.loss_scale = std::min({amp::loss_scale(0), amp::loss_scale(1), amp::loss_scale(2)});
     r.skipped = static_cast<double>(amp::skipped_steps(optD) + amp::skipped_steps(optG));
+    r.state_bytes = state_bytes_per_element({&optD, &optG});
     r.final_loss = errG.item<double>();
   }
   amp::reset();
@@ -236,9 +239,11 @@ int run_speed(const Args& args) {
   const bool small = args.on("--small-input") || cpu;
   std::vector<std::string> known = classifier_names();
   known.push_back("dcgan");
+  for (const auto& g : models::GPTConfig::presets()) known.push_back(g);
   const auto models =
       split_list("--models", args.given("--models") ? args.str("--models") : cpu ? "resnet18,dcgan" : "resnet18,resnet50,vgg16,dcgan");
   check_items("--models", models, known);
+  const bool has_gpt = std::any_of(models.begin(), models.end(), is_gpt);
   const auto levels = split_list(
       "--opt-levels", args.given("--opt-levels") ? args.str("--opt-levels") : cpu ? "O0,O1,O2,O3" : "O0,O1,O2,O3,O3-bnf32");
   check_items("--opt-levels", levels, kLevels);
@@ -254,24 +259,32 @@ int run_speed(const Args& args) {
     throw UsageError("--profile times the kernels of eager steps; a CUDA graph replays them as one, drop one of the two");
   c.channels_last = args.given("--channels-last") ? args.choice("--channels-last", {"on", "off"}) == "on" : !cpu;
   c.batch = args.given("--batch") ? args.integer("--batch", 1) : cpu ? 32 : 128;
+  c.gpt_batch = args.given("--batch") ? c.batch : cpu ? 16 : 8;
   c.steps = args.given("--steps") ? args.integer("--steps", 1) : cpu ? 3 : 10;
   c.warmup = args.given("--warmup") ? args.integer("--warmup", 0) : cpu ? 1 : 5;
   c.windows = args.integer("--windows", 1);
   c.image_size = args.given("--image-size") ? args.integer("--image-size", 8) : small ? 28 : 224;
   c.seed = static_cast<uint64_t>(args.integer("--seed", 0));
-  const int threads = omp_get_max_threads();
+  const int threads = mpx::get_num_threads();
+  const bool only_gpt = std::all_of(models.begin(), models.end(), is_gpt);
+  std::string batch_text = std::to_string(only_gpt ? c.gpt_batch : c.batch);
+  if (has_gpt && !only_gpt && c.gpt_batch != c.batch) batch_text += " (GPT: " + std::to_string(c.gpt_batch) + ")";
   const std::string mem_kind = cpu ? "CPU tensor bytes, peak of the timed steps" : "CUDA peak allocated in the timed steps";
   const fs::path out = args.str("--out");
   std::error_code ec;
   fs::create_directories(out, ec);
   MPX_CHECK(fs::is_directory(out), "--out ", out.string(), ": cannot create the folder (", ec.message(), ")");
 
-  std::printf("mpx bench: %s, %s, batch %lld, %lld px (dcgan %lld px), %lld warm-up + %lld windows x %lld steps%s%s, "
-              "%d thread%s, synthetic data\n",
-              device.str().c_str(), small ? "small-input models" : "full-size models", static_cast<long long>(c.batch),
-              static_cast<long long>(c.image_size), static_cast<long long>(dcgan_side(c.image_size)),
-              static_cast<long long>(c.warmup), static_cast<long long>(c.windows), static_cast<long long>(c.steps),
+  char images[96] = "";
+  if (!only_gpt)
+    std::snprintf(images, sizeof images, ", %s, %lld px (dcgan %lld px)", small ? "small-input models" : "full-size models",
+                  static_cast<long long>(c.image_size), static_cast<long long>(dcgan_side(c.image_size)));
+  std::printf("mpx bench: %s, batch %s%s, %lld warm-up + %lld windows x %lld steps%s%s, %d thread%s, synthetic data\n",
+              device.str().c_str(), batch_text.c_str(), images, static_cast<long long>(c.warmup),
+              static_cast<long long>(c.windows), static_cast<long long>(c.steps),
               c.graph ? ", CUDA graph replay" : "", c.tf32 ? ", f32 on TF32" : "", threads, threads == 1 ? "" : "s");
+  if (has_gpt)
+    std::printf("GPT rows: sequences of n_ctx random token ids, AdamW as mpx gpt, tokens/s = sequences/s x n_ctx\n");
   std::fflush(stdout);
   // Convolution algorithms timed once per shape, as the peer (torch.backends.cudnn.benchmark)
   // and apex's main_amp.py run them.
@@ -291,13 +304,16 @@ int run_speed(const Args& args) {
   std::string fallback_notes;
   const auto vars = variants(levels, dtypes);
   for (const auto& m : models) {
+    // With the peer, a GPT's first row leaves its initial weights and batch for the peer to load.
+    std::string init = peer && is_gpt(m) ? (out / (m + "_init.safetensors")).string() : "";
     for (const auto& v : vars) {
       std::printf("  %-10s %s %-4s ... ", m.c_str(), v.level.c_str(), v.dtype.c_str());
       std::fflush(stdout);
       Row row{m, v, {}, NAN, NAN, NAN, NAN, {}, {}};
       const int64_t fallbacks = cuda::cudnn_fallbacks();
       try {
-        row.r = m == "dcgan" ? bench_dcgan(v, c) : bench_classifier(m, v, c);
+        row.r = is_gpt(m) ? bench_gpt(m, v, c, std::exchange(init, "")) : m == "dcgan" ? bench_dcgan(v, c)
+                                                                                    : bench_classifier(m, v, c);
       } catch (const mpx::Error& e) {
         amp::reset();
         MPX_ERROR("mpx bench ", m, " ", v.level, " ", v.dtype, ": ", e.what());
@@ -305,7 +321,11 @@ int run_speed(const Args& args) {
       auto w = row.r.window_ips;
       std::sort(w.begin(), w.end());
       row.median = w[w.size() / 2], row.lo = w.front(), row.hi = w.back();
-      std::printf("%s images/s\n", rate(row.median).c_str());
+      if (row.r.seq_len > 0)
+        std::printf("%s tokens/s (%s sequences/s)\n", rate(row.median * static_cast<double>(row.r.seq_len)).c_str(),
+                    rate(row.median).c_str());
+      else
+        std::printf("%s images/s\n", rate(row.median).c_str());
       if (const int64_t n = cuda::cudnn_fallbacks() - fallbacks; n > 0)
         fallback_notes += m + " " + v.level + " " + v.dtype + ": " + std::to_string(n) +
                           " cuDNN fallbacks to slower kernels; the last: " + cuda::cudnn_last_fallback() + "\n";
@@ -334,6 +354,7 @@ int run_speed(const Args& args) {
         PeerRow& slot = compiled ? r.compiled : r.peer;
         auto it = pr.find(r.model + "/" + r.v.level + "/" + r.v.dtype);
         if (it != pr.end()) slot = it->second;
+        else if (!peer_level(r.v.level)) slot.status = kNoPeerRecipe;
         else if (!failure.empty()) slot.status = "peer failed";
       }
       if (!failure.empty()) std::fprintf(stderr, "mpx bench: warning: %s\n", failure.c_str());
@@ -344,18 +365,34 @@ int run_speed(const Args& args) {
     for (const auto& [m, pp] : params)
       std::printf("parameters %s: mpx %lld, PyTorch %lld%s\n", m.c_str(), static_cast<long long>(pp.first),
                   static_cast<long long>(pp.second), pp.first == pp.second ? " (match)" : " (MISMATCH: the models differ)");
+    // GPT rows start from the same weights and batch on both sides, so their losses must agree
+    // (closely at O0; low precision rounds differently in each framework). --profile's extra
+    // window trains mpx's model further than the peer's.
+    for (const auto& r : rows)
+      if (r.r.seq_len > 0 && std::isfinite(r.peer.final_loss) && !c.profile)
+        std::printf("final loss %s %s %s after %lld steps: mpx %.6f, PyTorch %.6f (difference %.2g)\n", r.model.c_str(),
+                    r.v.level.c_str(), r.v.dtype.c_str(), static_cast<long long>(c.warmup + c.windows * c.steps),
+                    r.r.final_loss, r.peer.final_loss, r.r.final_loss - r.peer.final_loss);
   }
 
+  // A GPT sample is a sequence: with GPT rows the per-sample rate is named samples/s and a
+  // tokens/s column (sequences/s x n_ctx, "-" for image rows) comes next to it.
+  const std::string unit = has_gpt ? "samples/s" : "images/s", per = has_gpt ? " samples/s" : " img/s";
+  const auto tokens = [](const Row& r, double v) {
+    return r.r.seq_len > 0 ? v * static_cast<double>(r.r.seq_len) : NAN;
+  };
   Table t;
-  t.head = {"model", "level", "dtype", "batch", "images/s", "min-max", "step ms", "peak MiB", "loss scale", "skipped",
-            "vs O0"};
-  if (peer) t.head.insert(t.head.end(), {"PyTorch img/s", "mpx/PyTorch"});
-  if (peer) t.head.push_back("PyTorch MiB");
-  if (peer_compile) t.head.insert(t.head.end(), {"compiled img/s", "mpx/compiled"});
+  t.head = {"model", "level", "dtype", "batch", unit, "min-max"};
+  if (has_gpt) t.head.push_back("tokens/s");
+  t.head.insert(t.head.end(), {"step ms", "peak MiB", "state B/param", "loss scale", "skipped", "vs O0"});
+  if (peer) t.head.push_back("PyTorch" + per);
+  if (peer && has_gpt) t.head.push_back("PyTorch tok/s");
+  if (peer) t.head.insert(t.head.end(), {"mpx/PyTorch", "PyTorch MiB"});
+  if (peer_compile) t.head.insert(t.head.end(), {"compiled" + per, "mpx/compiled"});
   std::vector<Record> recs;
   std::vector<std::string> peer_notes;
   std::vector<Bar> bars;
-  // PyTorch's images/s, or n/a with a numbered note underneath (the reasons are long).
+  // PyTorch's rate, or n/a with a numbered note underneath (the reasons are long).
   auto peer_cell = [&](const PeerRow& p) {
     if (std::isfinite(p.ips)) return rate(p.ips);
     auto it = std::find(peer_notes.begin(), peer_notes.end(), p.status);
@@ -364,12 +401,14 @@ int run_speed(const Args& args) {
   };
   for (const auto& r : rows) {
     const double ratio = r.median / r.peer.ips, cratio = r.median / r.compiled.ips;
-    std::vector<std::string> cells = {r.model, r.v.level, r.v.dtype, std::to_string(c.batch), rate(r.median),
-                                      rate(r.lo) + "-" + rate(r.hi), fixed(r.r.step_ms, 1), fixed(r.r.peak_mib, 0),
-                                      fixed(r.r.loss_scale, 0), fixed(r.r.skipped, 0),
-                                      std::isfinite(r.speedup) ? fixed(r.speedup, 2) + "x" : "n/a"};
+    std::vector<std::string> cells = {r.model, r.v.level, r.v.dtype, std::to_string(r.r.batch), rate(r.median),
+                                      rate(r.lo) + "-" + rate(r.hi)};
+    if (has_gpt) cells.push_back(r.r.seq_len > 0 ? rate(tokens(r, r.median)) : "-");
+    cells.insert(cells.end(), {fixed(r.r.step_ms, 1), fixed(r.r.peak_mib, 0), fixed(r.r.state_bytes, 1), fixed(r.r.loss_scale, 0),
+                               fixed(r.r.skipped, 0), std::isfinite(r.speedup) ? fixed(r.speedup, 2) + "x" : "n/a"});
     if (peer) {
       cells.push_back(peer_cell(r.peer));
+      if (has_gpt) cells.push_back(r.r.seq_len == 0 ? "-" : rate(tokens(r, r.peer.ips)));
       cells.push_back(fixed(ratio, 2));
       cells.push_back(std::isfinite(r.peer.peak_mib) ? fixed(r.peer.peak_mib, 0) : "n/a");
     }
@@ -379,15 +418,22 @@ int run_speed(const Args& args) {
     }
     t.rows.push_back(cells);
     recs.push_back({text_cell("model", r.model), text_cell("level", r.v.level), text_cell("dtype", r.v.dtype),
-                    num_cell("batch", static_cast<double>(c.batch)),
-                    num_cell("image_size", static_cast<double>(r.model == "dcgan" ? dcgan_side(c.image_size) : c.image_size)),
+                    num_cell("batch", static_cast<double>(r.r.batch)),
+                    num_cell("image_size", r.r.seq_len > 0 ? NAN : static_cast<double>(r.model == "dcgan"
+                                                                     ? dcgan_side(c.image_size) : c.image_size)),
+                    num_cell("seq_len", r.r.seq_len > 0 ? static_cast<double>(r.r.seq_len) : NAN),
                     num_cell("images_per_s", r.median), num_cell("images_per_s_min", r.lo),
-                    num_cell("images_per_s_max", r.hi), num_cell("step_ms", r.r.step_ms),
-                    num_cell("peak_mem_mib", r.r.peak_mib), num_cell("loss_scale", r.r.loss_scale),
+                    num_cell("images_per_s_max", r.hi), num_cell("tokens_per_s", tokens(r, r.median)),
+                    num_cell("tokens_per_s_min", tokens(r, r.lo)), num_cell("tokens_per_s_max", tokens(r, r.hi)),
+                    num_cell("step_ms", r.r.step_ms),
+                    num_cell("peak_mem_mib", r.r.peak_mib), num_cell("state_bytes_per_param", r.r.state_bytes),
+                    num_cell("loss_scale", r.r.loss_scale),
                     num_cell("skipped_steps", r.r.skipped), num_cell("speedup_vs_O0", r.speedup),
                     num_cell("final_loss", r.r.final_loss), num_cell("params", static_cast<double>(r.r.params)),
                     num_cell("peer_images_per_s", r.peer.ips), num_cell("peer_images_per_s_min", r.peer.ips_min),
-                    num_cell("peer_images_per_s_max", r.peer.ips_max), num_cell("peer_peak_mem_mib", r.peer.peak_mib),
+                    num_cell("peer_images_per_s_max", r.peer.ips_max),
+                    num_cell("peer_tokens_per_s", tokens(r, r.peer.ips)),
+                    num_cell("peer_peak_mem_mib", r.peer.peak_mib), num_cell("peer_final_loss", r.peer.final_loss),
                     num_cell("peer_params", static_cast<double>(r.peer.params)), num_cell("mpx_over_peer", ratio),
                     text_cell("peer_status", peer ? r.peer.status : "not run"),
                     num_cell("peer_compiled_images_per_s", r.compiled.ips),
@@ -403,8 +449,11 @@ int run_speed(const Args& args) {
   if (peer && cpu)
     std::printf("PyTorch MiB: what lives between steps plus the step's largest growth in the allocations torch's "
                 "profiler records op by op (a lower bound; torch has no CPU allocator statistics)\n");
-  std::printf("peak MiB: %s; loss scale: amp's at the end (dcgan: the smallest of its three); vs O0: images/s over "
-              "O0's of the same model\n", mem_kind.c_str());
+  std::printf("peak MiB: %s; state B/param: bytes per parameter element of the weights, f32 masters and "
+              "optimizer state (not gradients); loss scale: amp's at the end (dcgan: the smallest of its three); vs O0: %s over "
+              "O0's of the same model\n", mem_kind.c_str(), unit.c_str());
+  if (has_gpt)
+    std::printf("samples/s: images/s for image models, sequences/s for GPT rows; tokens/s: sequences/s x n_ctx\n");
 
   const std::string& cmdline = command_line();
   const std::vector<std::pair<std::string, std::string>> info = {
@@ -413,8 +462,9 @@ int run_speed(const Args& args) {
   write_records(out.string(), "bench", recs, info);
   std::ostringstream md;
   md << "# mpx bench\n\n" << today() << ", `" << cmdline << "`, " << device.str() << ", " << threads
-     << " thread(s), batch " << c.batch << ", synthetic data, " << c.warmup << " warm-up steps then " << c.windows
-     << " windows of " << c.steps << " steps (images/s: median, min-max over the windows)"
+     << " thread(s), batch " << batch_text
+     << ", synthetic data, " << c.warmup << " warm-up steps then " << c.windows << " windows of " << c.steps << " steps ("
+     << unit << ": median, min-max over the windows" << (has_gpt ? "; tokens/s: sequences/s x n_ctx" : "") << ")"
      << (c.tf32 ? "; f32 convolutions and matrix products on TF32, mpx's and the peer's" : "") << ". Peak memory: " << mem_kind
      << ".\n\n"
      << t.markdown() << "\n";
@@ -422,15 +472,14 @@ int run_speed(const Args& args) {
   if (!fallback_notes.empty()) md << "\n" << fallback_notes;
   write_file_atomic((out / "bench.md").string(), md.str());
   write_file_atomic((out / "bench.svg").string(),
-                    render_bars("mpx bench: images/s per opt level (" + device.str() + ", batch " +
-                                    std::to_string(c.batch) + ")", "images/s", "PyTorch", models, bars,
-                                "bars: mpx median images/s (whiskers: min-max over the windows); black ticks: "
+                    render_bars("mpx bench: " + unit + " per opt level (" + device.str() + ", batch " + batch_text + ")",
+                                unit, "PyTorch", models, bars,
+                                "bars: mpx median " + unit + " (whiskers: min-max over the windows); black ticks: "
                                 "PyTorch's median (--peer)"));
   if (c.profile) write_file_atomic((out / "profile.md").string(), "# mpx bench --profile\n\n" + profile_log.str());
   std::printf("wrote bench.csv, bench.json, bench.md%s and bench.svg in %s\n", c.profile ? ", profile.md" : "",
               out.string().c_str());
   return 0;
 }
-
 
 }  // namespace mpx::cli::bench

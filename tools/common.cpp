@@ -47,7 +47,12 @@ void add_amp_flags(Args& args, const std::string& default_level) {
               default_level)
       .option({"--keep-batchnorm-fp32"}, "True|False", "override the level's keep_batchnorm_fp32 (O2/O3)")
       .option({"--loss-scale"}, "X|dynamic", "override the level's loss scale: a number or \"dynamic\"")
-      .option({"--dtype"}, "f16|bf16", "the low precision of O1-O3", "f16");
+      .option({"--dtype"}, "f16|bf16", "the low precision of O1-O3", "f16")
+      .option({"--master-weights"}, "True|False", "override the level's FP32 master weights (O2/O3)")
+      .flag({"--stochastic-rounding"}, "no master weights: the optimizer rounds the updated f16/bf16 weights "
+            "stochastically, keeping small updates in expectation (O3, or O2 with --master-weights false)")
+      .flag({"--low-precision-state"}, "with --stochastic-rounding: optimizer state (momentum, Adam's m and v) in "
+            "the weights' dtype, rounded stochastically too, instead of f32");
 }
 
 amp::Options amp_options(const Args& args, int num_losses) {
@@ -68,6 +73,24 @@ amp::Options amp_options(const Args& args, int num_losses) {
         throw UsageError(args.command() + ": --loss-scale expects a positive number or \"dynamic\", got '" + v + "'");
       o.loss_scale(x);
     }
+  }
+  if (!args.str("--master-weights").empty()) o.master_weights(args.on("--master-weights"));
+  const bool sr = args.on("--stochastic-rounding"), lps = args.on("--low-precision-state");
+  // Said in flags here; amp's own messages name its API.
+  const std::string cmd = args.command() + ": ";
+  if (lps && !sr)
+    throw UsageError(cmd + "--low-precision-state keeps the optimizer state of --stochastic-rounding in low "
+                     "precision; add --stochastic-rounding or drop it");
+  if (sr) {
+    const std::string level = args.str("--opt-level");
+    if (level != "O2" && level != "O3")
+      throw UsageError(cmd + "--stochastic-rounding rounds the f16/bf16 weights of a model without master weights, "
+                       "and at " + level + " the weights stay f32; use --opt-level O3, or O2 with --master-weights false");
+    if (args.str("--master-weights").empty() ? level == "O2" : args.on("--master-weights"))
+      throw UsageError(cmd + "--stochastic-rounding replaces the f32 master weights" +
+                       (level == "O2" && args.str("--master-weights").empty() ? " O2 keeps by default" : "") +
+                       "; add --master-weights false");
+    o.stochastic_rounding(true).low_precision_state(lps);
   }
   o.num_losses(num_losses);
   try {
@@ -513,6 +536,15 @@ std::string human_bytes(double bytes) {
   else if (bytes >= 1e6) std::snprintf(buf, sizeof buf, "%.1f MB", bytes / 1e6);
   else std::snprintf(buf, sizeof buf, "%.0f kB", bytes / 1e3);
   return buf;
+}
+
+std::string amp_recipe_note() {
+  const amp::Properties& p = amp::properties();
+  if (p.stochastic_rounding)
+    return p.low_precision_state ? " (no masters, stochastic rounding, low-precision state)"
+                                 : " (no masters, stochastic rounding)";
+  if (p.opt_level == "O2" && !p.master_weights.value_or(true)) return " (no masters)";
+  return "";
 }
 
 bool parse_resumable(Args& args, int argc, char** argv, const std::string& command,

@@ -180,5 +180,8 @@ void check_finite(const TensorDict& tensors, const std::string& prefix, const st
 
 /// "12.3 MB"-style size of a file, for messages.
 std::string human_bytes(double bytes);
+/// What an announce line adds after the opt level and dtype when amp runs without master
+/// weights at O2 or with stochastic rounding (" (no masters, stochastic rounding)"); "" otherwise.
+std::string amp_recipe_note();
 
 }  // namespace mpx::cli

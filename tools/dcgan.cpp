@@ -1,5 +1,4 @@
 // `mpx dcgan`: apex's DCGAN example — two Adam optimizers, three losses on separate loss scalers, PNG sample grids; data-parallel under mpirun.
-#include <omp.h>
 
 #include <chrono>
 #include <cmath>
@@ -25,7 +24,9 @@ namespace {
 
 const std::vector<std::string> kRunFlags = {"--dataset", "--data", "--batch-size", "--epochs", "--lr", "--beta1",
                                             "--nz", "--ngf", "--ndf", "--opt-level", "--dtype", "--keep-batchnorm-fp32",
-                                            "--loss-scale", "--seed", "--limit-train", "--image-size", "--synthetic"};
+                                            "--loss-scale", "--master-weights", "--stochastic-rounding",
+                                            "--low-precision-state", "--seed", "--limit-train", "--image-size",
+                                            "--synthetic"};
 
 Args make_args() {
   Args a("mpx dcgan", "mpx dcgan [flags] [DATA_DIR]");
@@ -115,10 +116,10 @@ int run_dcgan(int argc, char** argv) {
   // Rank 0 alone writes; the others only need the path for messages.
   const std::string ck_path = rk.leader() ? claim_out(out, files, run_id, resume, args.on("--overwrite"))
                                           : (fs::path(out) / "checkpoint.safetensors").string();
-  if (args.given("--threads")) omp_set_num_threads(static_cast<int>(args.integer("--threads", 1)));
+  if (args.given("--threads")) mpx::set_num_threads(static_cast<int>(args.integer("--threads", 1)));
   else if (deterministic && !meta_str(ck_meta, "threads").empty())
-    omp_set_num_threads(static_cast<int>(meta_int(ck_meta, "threads", resume, 1, 4096)));  // see train.cpp
-  else if (rk.distributed()) omp_set_num_threads(default_threads(workers, rk.local_world));
+    mpx::set_num_threads(static_cast<int>(meta_int(ck_meta, "threads", resume, 1, 4096)));  // see train.cpp
+  else if (rk.distributed()) mpx::set_num_threads(default_threads(workers, rk.local_world));
   if (deterministic) {
     cuda::cudnn_deterministic(true);
     cuda::cudnn_benchmark(false);
@@ -195,14 +196,15 @@ int run_dcgan(int argc, char** argv) {
   auto d_local = [&] {
     return ddp_d ? std::optional<nn::DistributedDataParallelImpl::NoSyncGuard>(std::in_place, *ddp_d) : std::nullopt;
   };
-  const int threads = omp_get_max_threads();
+  const int threads = mpx::get_num_threads();
   const std::string batch_text = batch_per_rank_text(batch, rk);
   std::printf("mpx dcgan: %s (%lld images, %lld px, %lld channel%s), batch %s, nz %lld ngf %lld ndf %lld, Adam lr %g, "
-              "%s, 3 loss scalers, %s, %d thread%s%s\n",
+              "%s%s, 3 loss scalers, %s, %d thread%s%s\n",
               dataset.c_str(), static_cast<long long>(d.train->size()), static_cast<long long>(image_size),
               static_cast<long long>(d.channels), d.channels == 1 ? "" : "s", batch_text.c_str(),
               static_cast<long long>(nz), static_cast<long long>(ngf), static_cast<long long>(ndf), lr,
-              amp::properties().opt_level.c_str(), device.str().c_str(), threads, threads == 1 ? "" : "s",
+              amp::properties().opt_level.c_str(), amp_recipe_note().c_str(), device.str().c_str(), threads,
+              threads == 1 ? "" : "s",
               rk.distributed() ? " per rank" : "");
   if (!epochs_left(start_epoch, epochs)) return 0;
   // Rank 0 alone keeps the loss log (its rows are averages over the ranks).
@@ -226,7 +228,7 @@ int run_dcgan(int argc, char** argv) {
     m["epoch"] = std::to_string(epoch_done);
     m["step_in_epoch"] = std::to_string(step_in_epoch);
     m["global_step"] = std::to_string(global_step);
-    m["threads"] = std::to_string(omp_get_max_threads());
+    m["threads"] = std::to_string(mpx::get_num_threads());
     m["run.id"] = run_id;
     m["world_size"] = std::to_string(rk.world);
     save_checkpoint_file(t, m, ck_path);

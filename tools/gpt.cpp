@@ -1,5 +1,4 @@
 // `mpx gpt`: language-model training (GPT-2 family, LSTM) with apex's flags, token data, evaluation, sampling and generation; data-parallel under mpirun.
-#include <omp.h>
 
 #include <chrono>
 #include <cmath>
@@ -28,8 +27,8 @@ namespace {
 const std::vector<std::string> kRunFlags = {
     "--arch", "--text", "--tokens", "--val-tokens", "--val-fraction", "--context", "--batch-size", "--grad-accum",
     "--steps", "--lr", "--min-lr", "--warmup", "--weight-decay", "--beta1", "--beta2", "--eps", "--clip-grad",
-    "--dropout", "--opt-level", "--dtype", "--keep-batchnorm-fp32", "--loss-scale", "--seed", "--eval-interval",
-    "--eval-iters", "--pretrained"};
+    "--dropout", "--opt-level", "--dtype", "--keep-batchnorm-fp32", "--loss-scale", "--master-weights",
+    "--stochastic-rounding", "--low-precision-state", "--seed", "--eval-interval", "--eval-iters", "--pretrained"};
 // Run flags a resumed run may change without a warning (they do not change the steps trained so far).
 const std::vector<std::string> kFreeFlags = {"--steps", "--eval-interval", "--eval-iters"};
 
@@ -163,10 +162,10 @@ int run_gpt(int argc, char** argv) {
     throw UsageError("mpx gpt: --nproc-per-node starts mpirun itself; under mpirun drop it");
   amp::Options amp_opts = amp_options(args, 1);
 
-  if (args.given("--threads")) omp_set_num_threads(static_cast<int>(args.integer("--threads", 1)));
+  if (args.given("--threads")) mpx::set_num_threads(static_cast<int>(args.integer("--threads", 1)));
   else if (deterministic && !meta_str(ck_meta, "threads").empty())
-    omp_set_num_threads(static_cast<int>(meta_int(ck_meta, "threads", resume, 1, 4096)));
-  else if (rk.distributed()) omp_set_num_threads(default_threads(0, rk.local_world));
+    mpx::set_num_threads(static_cast<int>(meta_int(ck_meta, "threads", resume, 1, 4096)));
+  else if (rk.distributed()) mpx::set_num_threads(default_threads(0, rk.local_world));
   if (deterministic) {
     cuda::cudnn_deterministic(true);
     cuda::cudnn_benchmark(false);
@@ -243,20 +242,21 @@ int run_gpt(int argc, char** argv) {
     net = nn::AnyModule(ddp);
   }
 
-  const int threads = omp_get_max_threads();
+  const int threads = mpx::get_num_threads();
   const int64_t tokens_per_step = batch * context * accum * rk.world;
   const DType low = amp::properties().opt_level == "O0" ? kFloat32 : amp_opts.dtype_;
   const double peak = device_peak_flops(device, low);
   if (rk.leader())
     std::printf("mpx gpt: %s (%.2f M parameters, vocabulary %lld, context %lld) on %s: %lld training and %lld validation "
-                "tokens; %lld tokens per step (batch %s x %lld accumulated), AdamW lr %g -> %g (warmup %lld), %s %s, %s, "
-                "%d thread%s%s\n",
+                "tokens; %lld tokens per step (batch %s x %lld accumulated), AdamW lr %g -> %g (warmup %lld), %s %s%s, "
+                "%s, %d thread%s%s\n",
                 arch.c_str(), static_cast<double>(lm.params) / 1e6, static_cast<long long>(d.vocab_size),
                 static_cast<long long>(context), d.source.c_str(), static_cast<long long>(d.train->size()),
                 static_cast<long long>(d.val ? d.val->size() : 0), static_cast<long long>(tokens_per_step),
                 batch_per_rank_text(batch, rk).c_str(), static_cast<long long>(accum), lr, min_lr,
                 static_cast<long long>(warmup), amp::properties().opt_level.c_str(),
-                amp::properties().opt_level == "O0" ? "f32" : (low == kBFloat16 ? "bf16" : "f16"), device.str().c_str(),
+                amp::properties().opt_level == "O0" ? "f32" : (low == kBFloat16 ? "bf16" : "f16"),
+                amp_recipe_note().c_str(), device.str().c_str(),
                 threads, threads == 1 ? "" : "s", rk.distributed() ? " per rank" : "");
   if (start >= steps) {
     std::printf("nothing to do: the checkpoint already trained %lld of %lld steps (raise --steps to train more)\n",
@@ -307,7 +307,7 @@ int run_gpt(int argc, char** argv) {
     m["epoch"] = "0";
     m["step_in_epoch"] = std::to_string(step_done);
     m["global_step"] = std::to_string(step_done);
-    m["threads"] = std::to_string(omp_get_max_threads());
+    m["threads"] = std::to_string(mpx::get_num_threads());
     m["run.id"] = run_id;
     m["world_size"] = std::to_string(rk.world);
     if (d.chars) m["vocab.chars"] = hex(d.vocab.chars);
@@ -346,6 +346,10 @@ int run_gpt(int argc, char** argv) {
   Tensor loss_sum;  // this print window's summed micro-step losses, on the device until printed
   int64_t loss_n = 0;
   double last_val = NAN, grad_norm = 0;
+  int64_t skipped_at_window = amp::skipped_steps(opt), window_first_step = start;
+  auto last_checkpoint = [&]() -> std::string {
+    return fs::exists(ck_path) ? "; the last checkpoint is " + ck_path : "";
+  };
   for (int64_t step = start; step < steps; ++step) {
     if ((prof >= 0 && iterations >= prof) || (rk.distributed() ? any_rank(interrupted()) : interrupted())) {
       save_checkpoint(step);
@@ -407,9 +411,26 @@ int run_gpt(int argc, char** argv) {
                     {"skipped", static_cast<double>(amp::skipped_steps(opt))},
                     {"grad_norm", grad_norm}});
       }
-      MPX_CHECK(std::isfinite(mean_loss) || amp::properties().opt_level != "O0",
-                "mpx gpt: the loss is ", mean_loss, " at step ", done, " in f32: training diverged; lower --lr (now ", lr,
-                ") or raise --warmup");
+      if (!std::isfinite(mean_loss)) {
+        // A loss scale guards the backward only: a non-finite loss comes from the forward pass.
+        const bool f16 = amp::properties().opt_level != "O0" && low == kFloat16;
+        MPX_ERROR("training diverged: the loss is ", mean_loss, " at step ", done, "; ",
+                  f16 ? "the f16 forward pass overflowed (f16 ends at 65504): use --dtype bf16, or lower --lr (now " : "lower --lr (now ",
+                  lr, ") or raise --warmup", last_checkpoint());
+      }
+      const int64_t skipped_now = amp::skipped_steps(opt);
+      if (skipped_now - skipped_at_window == done - window_first_step) {
+        // Every step of the window overflowed: with a static scale that is the scale's doing.
+        const bool fixed = !amp::properties().dynamic_loss_scale;
+        MPX_ERROR("training stalled: all ", done - window_first_step, " steps up to step ", done,
+                  " were skipped for non-finite gradients at loss scale ", amp::loss_scale(0), "; ",
+                  fixed ? "the static --loss-scale " + args.str("--loss-scale") +
+                              " overflows the gradients: lower it or use --loss-scale dynamic"
+                        : "lower --lr (now " + args.str("--lr") + ")",
+                  last_checkpoint());
+      }
+      skipped_at_window = skipped_now;
+      window_first_step = done;
       loss_sum = Tensor();
       loss_n = 0;
       window_tokens = 0;

@@ -92,25 +92,6 @@ std::string read_folder_texts(const std::string& dir) {
   return text;
 }
 
-// A text held in memory as character ids (the default corpus).
-class MemoryTokens : public data::TokenStream {
- public:
-  MemoryTokens(std::vector<int32_t> ids, int64_t vocab, std::string name)
-      : ids_(std::move(ids)), vocab_(vocab), name_(std::move(name)) {}
-  int64_t size() const override { return static_cast<int64_t>(ids_.size()); }
-  void read(int64_t begin, int64_t n, int64_t* out) const override {
-    MPX_CHECK(begin >= 0 && n >= 0 && begin + n <= size(), "tokens [", begin, ", ", begin + n, ") outside ", name_);
-    for (int64_t i = 0; i < n; ++i) out[i] = ids_[static_cast<size_t>(begin + i)];
-  }
-  int64_t vocab_size() const override { return vocab_; }
-  std::string describe() const override { return name_; }
-
- private:
-  std::vector<int32_t> ids_;
-  int64_t vocab_;
-  std::string name_;
-};
-
 }  // namespace
 
 TokenData open_token_data(const std::string& text, const std::string& tokens, const std::string& val_tokens,
@@ -131,9 +112,7 @@ TokenData open_token_data(const std::string& text, const std::string& tokens, co
       d.source = "text " + text;
     } else {
       const std::string dir = default_corpus_path();
-      const std::string corpus = read_folder_texts(dir);
-      if (stored_chars.empty()) d.vocab = data::CharVocab::from_text(corpus);
-      all = std::make_shared<MemoryTokens>(d.vocab.encode(corpus), d.vocab.size(), "the texts of " + dir);
+      all = data::text_tokens(read_folder_texts(dir), d.vocab, "the texts of " + dir);
       d.source = "the license texts of " + dir + " (no --text or --tokens given)";
     }
     d.vocab_size = d.vocab.size();

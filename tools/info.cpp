@@ -1,5 +1,4 @@
 // `mpx info`: version, build options, distributed and JPEG backends, CPU features and threads, CUDA and devices.
-#include <omp.h>
 
 #include <cstdio>
 #include <string>
@@ -64,7 +63,7 @@ int run_info(int argc, char** argv) {
                                   : "off (no nvJPEG at build time: tools/install-deps.sh fetches it for CUDA builds, "
                                     "then reconfigure with -DMPX_NVJPEG=ON)");
   std::printf("ops in the registry: %d\n", kNumOps);
-  std::printf("CPU: %u hardware threads, OpenMP threads %d\n", std::thread::hardware_concurrency(), omp_get_max_threads());
+  std::printf("CPU: %u hardware threads, OpenMP threads %d\n", std::thread::hardware_concurrency(), mpx::get_num_threads());
   std::printf("CPU features: %s\n", cpu_features().c_str());
   if (!cuda_built) {
     std::printf("CUDA: not built (reconfigure with -DMPX_CUDA=ON where nvcc is installed)\n");

@@ -192,7 +192,7 @@ std::string fixed(double v, int digits) {
   return b;
 }
 
-std::string rate(double v) { return !std::isfinite(v) ? "n/a" : fixed(v, v < 100 ? 1 : 0); }
+std::string rate(double v) { return !std::isfinite(v) ? "n/a" : fixed(v, v < 1 ? 3 : v < 100 ? 1 : 0); }
 
 std::string today() {
   const std::time_t t = std::time(nullptr);

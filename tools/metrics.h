@@ -99,7 +99,8 @@ std::string render_bars(const std::string& title, const std::string& ylabel, con
 
 /// `v` with `digits` decimals, or "n/a" when it is not finite.
 std::string fixed(double v, int digits);
-/// A rate with a sensible number of digits for tiny CPU and huge GPU figures alike.
+/// A rate with a sensible number of digits for tiny CPU and huge GPU figures alike (below 1,
+/// e.g. GPT-2 sequences/s on a CPU, three decimals).
 std::string rate(double v);
 /// Today's local date as YYYY-MM-DD.
 std::string today();

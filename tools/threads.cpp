@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include "core/threads.h"
+
 namespace mpx::cli {
 
 void prefer_passive_openmp(char** argv) {
@@ -36,7 +38,7 @@ ThreadTuner::ThreadTuner(int max_threads, bool enabled, int64_t probe, int64_t h
 void ThreadTuner::before_step() {
   if (!enabled_) return;
   const int want = probing_ >= 0 ? candidates_[static_cast<size_t>(probing_)] : current_;
-  if (want != omp_get_max_threads()) omp_set_num_threads(want);
+  if (want != mpx::get_num_threads()) mpx::set_num_threads(want);
 }
 
 void ThreadTuner::after_step(double seconds) {

@@ -1,5 +1,4 @@
 // `mpx train`: classification training with apex's main_amp.py flags; flags and the set-up steps (the loop is in train_loop.cpp).
-#include <omp.h>
 
 #include <cmath>
 #include <cstdio>
@@ -22,8 +21,9 @@ namespace {
 // given again, so `mpx train --resume FILE` alone continues the same run.
 const std::vector<std::string> kRunFlags = {
     "--arch", "--dataset", "--data", "--batch-size", "--epochs", "--lr", "--momentum", "--weight-decay",
-    "--schedule", "--opt-level", "--dtype", "--keep-batchnorm-fp32", "--loss-scale", "--seed",
-    "--limit-train", "--limit-test", "--image-size", "--synthetic", "--deterministic", "--sync-bn"};
+    "--schedule", "--opt-level", "--dtype", "--keep-batchnorm-fp32", "--loss-scale", "--master-weights",
+    "--stochastic-rounding", "--low-precision-state", "--seed", "--limit-train", "--limit-test", "--image-size",
+    "--synthetic", "--deterministic", "--sync-bn"};
 
 // What a train run writes to --out (claim_out tells runs apart by these).
 const RunFiles kTrainFiles{"train",
@@ -188,11 +188,11 @@ bool TrainRun::parse(int argc, char** argv) {
   else ck_path_ = (fs::path(out_) / "checkpoint.safetensors").string();
 
   if (args_.given("--threads")) {
-    omp_set_num_threads(static_cast<int>(args_.integer("--threads", 1)));
+    mpx::set_num_threads(static_cast<int>(args_.integer("--threads", 1)));
   } else if (deterministic_ && !meta_str(ck_meta_, "threads").empty()) {
     // Some CPU kernels (oneDNN convolutions, GEMM blocking) split their reductions by thread
     // count, so a bit-identical continuation needs the thread count the checkpoint was made with.
-    omp_set_num_threads(static_cast<int>(meta_int(ck_meta_, "threads", resume_, 1, 4096)));
+    mpx::set_num_threads(static_cast<int>(meta_int(ck_meta_, "threads", resume_, 1, 4096)));
   }
   // Without an explicit count the default fits a shared machine: this rank's share of the cores
   // less loader workers, and (one rank) the tuner drops to fewer threads while another process
@@ -200,8 +200,8 @@ bool TrainRun::parse(int argc, char** argv) {
   // for the slowest rank, which says nothing about this rank's thread count.
   const bool threads_fixed = args_.given("--threads") || std::getenv("OMP_NUM_THREADS") != nullptr ||
                              (deterministic_ && !meta_str(ck_meta_, "threads").empty());
-  if (!threads_fixed) omp_set_num_threads(default_threads(workers_, ranks_.local_world));
-  threads_ = omp_get_max_threads();
+  if (!threads_fixed) mpx::set_num_threads(default_threads(workers_, ranks_.local_world));
+  threads_ = mpx::get_num_threads();
   tuner_ = std::make_unique<ThreadTuner>(
       threads_, !threads_fixed && !deterministic_ && !device_.is_cuda() && !ranks_.distributed());
   if (deterministic_) {
@@ -367,13 +367,14 @@ void TrainRun::announce() {
   const std::string batch_text = batch_per_rank_text(batch_, ranks_);
   std::string lr_batch = std::to_string(batch_);
   if (ranks_.distributed()) lr_batch += " x " + std::to_string(ranks_.world);
-  std::printf("mpx train: %s on %s%s (%lld train / %lld test images%s), batch %s, lr %g (%g x %s/256, %s), %s%s, "
+  std::printf("mpx train: %s on %s%s (%lld train / %lld test images%s), batch %s, lr %g (%g x %s/256, %s), %s%s%s, "
               "%s, %d thread%s%s%s%s\n",
               arch_.c_str(), dataset_.c_str(), detected_.empty() ? "" : " (detected)",
               static_cast<long long>(d_.train->size()), static_cast<long long>(d_.test->size()),
               synthetic_ ? ", synthetic" : "", batch_text.c_str(), base_lr_, base_lr_flag_, lr_batch.c_str(),
               schedule_.c_str(), amp::properties().opt_level.c_str(),
-              amp::properties().opt_level == "O0" ? "" : (" " + dtype).c_str(), device_.str().c_str(), threads_,
+              amp::properties().opt_level == "O0" ? "" : (" " + dtype).c_str(), amp_recipe_note().c_str(),
+              device_.str().c_str(), threads_,
               threads_ == 1 ? "" : "s", ranks_.distributed() ? " per rank" : "", tuner_->enabled() ? " (auto)" : "",
               deterministic_ ? ", deterministic" : "");
   if (sync_bn_) std::printf("synchronized batch norm (--sync-bn): statistics over the global batch\n");

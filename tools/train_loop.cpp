@@ -33,21 +33,44 @@ std::string TrainRun::stopped_note() const {
 }
 
 void TrainRun::diverged(int64_t epoch, int64_t step, double loss, bool exact) const {
+  // The weights went non-finite through a step that was taken: the step was too large.
   MPX_ERROR("training diverged ", exact ? "at" : "by", " epoch ", epoch + 1, " step ", step, ": the loss is ", loss,
             " and the optimizer step was not skipped", level_ == "O0" ? " (O0 has no loss scaler)" : "",
-            ", so the weights are no longer valid; ", stopped_note(), "; lower --lr (now ", base_lr_flag_, ")",
-            level_ == "O0" ? " or use --opt-level O1, whose dynamic loss scaling skips such steps" : "");
+            ", so the weights are no longer valid; ", stopped_note(), "; lower --lr (now ", base_lr_flag_, ")");
 }
 
 // A run whose every step is skipped, or whose weights went non-finite through a step that was
 // taken, trains nothing any more: it stops the same way instead of reporting chance accuracy.
-void TrainRun::check_alive(int64_t epoch, int64_t steps_run, int64_t skipped_run) const {
-  if (steps_run > 0 && skipped_run == steps_run)
+void TrainRun::check_alive(int64_t epoch, int64_t steps_run, int64_t skipped_run, int64_t nonfinite_losses) const {
+  if (steps_run > 0 && skipped_run == steps_run) {
+    const amp::Properties& p = amp::properties();
+    const double scale = amp::loss_scale(0);
+    if (nonfinite_losses < steps_run && !p.dynamic_loss_scale && scale > 1)
+      // The losses were finite and the weights never changed (every step was skipped), so
+      // neither they nor the learning rate overflowed: the static scale did.
+      MPX_ERROR("training stopped in epoch ", epoch + 1, ": all ", steps_run, " of its steps were skipped because "
+                "their gradients overflowed under the static loss scale ", scale, " (--loss-scale); ", stopped_note(),
+                "; lower --loss-scale (the scaled gradients must stay finite in ", args_.str("--dtype"),
+                ") or use --loss-scale dynamic, which finds a scale that fits");
+    const bool f16 = args_.str("--dtype") == "f16", loss_finite = nonfinite_losses < steps_run;
+    // Steps this run took before the epoch: only they (or a resumed run's) can have spoiled the weights.
+    const int64_t taken_before = (iterations_ - steps_run) - (amp::skipped_steps(*opt_) - skipped_run);
+    if (taken_before <= 0 && resume_.empty())
+      MPX_ERROR("training stopped in epoch ", epoch + 1, ": all ", steps_run, " of its steps were skipped for "
+                "non-finite gradients (", p.dynamic_loss_scale ? "the dynamic loss scale fell to " : "loss scale ",
+                scale, ") before any step changed the ", pretrained_.empty() ? "initial" : "--pretrained", " weights; ",
+                stopped_note(), loss_finite
+                    ? (f16 ? "; the gradients overflow f16: train in bf16 (--dtype bf16), whose range is f32's"
+                           : "; the gradients overflow even unscaled: use --opt-level O0 (f32)")
+                    : "; the loss was never finite, so the data or those weights hold values the model overflows "
+                      "on: check them");
     MPX_ERROR("training diverged in epoch ", epoch + 1, ": all ", steps_run, " of its steps were skipped for "
-              "non-finite gradients (loss scale now ", amp::loss_scale(0), "); ", stopped_note(), "; lower --lr (now ",
-              base_lr_flag_, ")");
-  for (const auto& [name, p] : net_.ptr()->named_parameters()) {
-    const Tensor f = p.detach().to(kFloat32);
+              "non-finite gradients (", p.dynamic_loss_scale ? "the dynamic loss scale fell to " : "loss scale ", scale,
+              ") after earlier steps had changed the weights; ", stopped_note(), "; lower --lr (now ", base_lr_flag_,
+              ")", f16 && loss_finite ? ", or train in bf16 (--dtype bf16), whose range is f32's" : "");
+  }
+  for (const auto& [name, prm] : net_.ptr()->named_parameters()) {
+    const Tensor f = prm.detach().to(kFloat32);
     if (sum(ge(abs(f), INFINITY).to(kFloat64) + ne(f, f).to(kFloat64)).item<double>() > 0)
       MPX_ERROR("training diverged in epoch ", epoch + 1, ": the parameter ", name, " holds NaN or infinite values; ",
                 stopped_note(), "; lower --lr (now ", base_lr_flag_, ")");
@@ -159,6 +182,7 @@ std::optional<int> TrainRun::train_epoch(int64_t epoch) {
       if (check_each_step_) {
         const double l = lv.item<double>();  // also waits for the step, so the tuner times all of it
         tuner_->after_step(std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
+        st.nonfinite_host += !std::isfinite(l);
         if (!std::isfinite(l) && skipped() == skipped_before_step) {
           bar.finish();
           diverged(epoch, st.step, l, true);
@@ -200,7 +224,8 @@ std::optional<int> TrainRun::train_epoch(int64_t epoch) {
                 static_cast<long long>(st.step), ck_path_.c_str());
     return 0;
   }
-  check_alive(epoch, st.step - st.first, skipped() - st.skipped_at_start);
+  check_alive(epoch, st.step - st.first, skipped() - st.skipped_at_start,
+              st.nonfinite_host + static_cast<int64_t>(st.nonfinite.item<double>()));
   return end_epoch(st, st.prior_seconds + bar.seconds());
 }
 

@@ -46,6 +46,7 @@ class TrainRun {
   // One epoch's running sums (on the training device until shown) and position.
   struct EpochState {
     int64_t epoch = 0, first = 0, step = 0, skipped_at_start = 0;
+    int64_t nonfinite_host = 0;  // non-finite losses counted on the host (CPU runs check each step)
     Tensor loss_sum, hits, nonfinite;
     double seen = 0, prior_seconds = 0;
     std::vector<std::pair<double, Tensor>> step_losses;  // (epoch position, loss) for the summary
@@ -71,7 +72,7 @@ class TrainRun {
   bool stop_requested() const;
   std::string stopped_note() const;
   [[noreturn]] void diverged(int64_t epoch, int64_t step, double loss, bool exact) const;
-  void check_alive(int64_t epoch, int64_t steps_run, int64_t skipped_run) const;
+  void check_alive(int64_t epoch, int64_t steps_run, int64_t skipped_run, int64_t nonfinite_losses) const;
   void finish();
 
   TrainSummary* summary_;

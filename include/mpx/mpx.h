@@ -3,6 +3,7 @@
 
 #include "core/tensor.h"
 #include "core/random.h"
+#include "core/threads.h"
 #include "core/allocator.h"
 #include "core/cuda.h"
 #include "autograd/grad_mode.h"

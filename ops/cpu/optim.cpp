@@ -1,4 +1,5 @@
 // CPU kernels for the fused optimizer steps: one pass reads the gradient, updates master and state, writes the model copy.
+// Without masters, f16/bf16 stores round to nearest or stochastically (ops/stochastic_round.h).
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -7,6 +8,7 @@
 #include "ops/cpu/loops.h"
 #include "ops/dispatch.h"
 #include "ops/optim_kernels.h"
+#include "ops/stochastic_round.h"
 
 namespace mpx::cpu {
 namespace {
@@ -41,30 +43,55 @@ void visit_model(const Tensor& model, F&& f) {
 
 template <typename T> T* ptr(const Tensor& t) { return t.defined() ? static_cast<T*>(t.raw_data()) : nullptr; }
 
-// Runs f.template operator()<P>() with P the storage type of a parameter and its state: the
-// kernel's type A, or f16/bf16 for a parameter without master under an f32 kernel.
+// Runs f.template operator()<P, S, kSR>() with P the storage type of parameter i, S that of its
+// state and kSR whether f16/bf16 stores round stochastically: P = S = the kernel's type A, or,
+// for a parameter without master under an f32 kernel, P f16/bf16 with S = P (rounded to
+// nearest, or stochastically) or S = f32 (stochastic rounding with f32 state).
 template <typename A, typename F>
-void visit_param(const Tensor& p, F&& f) {
-  if (p.dtype() == dtype_v<A>) return f.template operator()<A>();
+void visit_storage(const kernels::StepTensors& ts, size_t i, F&& f) {
+  const Tensor& p = ts.params[i];
+  if (p.dtype() == dtype_v<A>) return f.template operator()<A, A, false>();
   if constexpr (std::is_same_v<A, float>) {
-    if (p.dtype() == kFloat16) return f.template operator()<Half>();
-    if (p.dtype() == kBFloat16) return f.template operator()<BFloat16>();
+    DType sd = p.dtype();  // no state buffers (SGD without momentum): any S will do
+    for (const auto& st : ts.states)
+      if (st[i].defined()) sd = st[i].dtype();
+    const bool sr = ts.stochastic_rounding;
+    auto with_p = [&]<typename P>() {
+      if (sd == p.dtype()) {
+        if (sr) return f.template operator()<P, P, true>();
+        return f.template operator()<P, P, false>();
+      }
+      MPX_CHECK(sd == kFloat32 && sr, "optimizer step: ", dtype_name(sd), " state for a ", dtype_name(p.dtype()),
+                " parameter needs stochastic rounding (f32 state) or the parameter's dtype");
+      return f.template operator()<P, float, true>();
+    };
+    if (p.dtype() == kFloat16) return with_p.template operator()<Half>();
+    if (p.dtype() == kBFloat16) return with_p.template operator()<BFloat16>();
   }
   MPX_ERROR("optimizer step: a ", dtype_name(dtype_v<A>), " step can't update a ", dtype_name(p.dtype()),
             " parameter");
 }
 // Stores v as P and returns what was stored, read back as A: a low-precision state feeds its
 // rounded value to the rest of the step, as torch.optim's in-place updates of f16 state do.
-template <typename P, typename A> inline A store_rounded(P* dst, A v) {
+// kSR rounds a f16/bf16 store stochastically with the random word r.
+template <bool kSR, typename P, typename A> inline A store_rounded(P* dst, A v, uint32_t r = 0) {
   if constexpr (std::is_same_v<P, A>) {
     *dst = v;
     return v;
   } else {
     // Through the bits: a copied struct is a second memory reference GCC will not vectorize.
-    const uint16_t bits = store_as<P>(v).x;
+    uint16_t bits;
+    if constexpr (!kSR) bits = store_as<P>(v).x;
+    else if constexpr (std::is_same_v<P, BFloat16>) bits = sround::bf16_bits(static_cast<float>(v), r);
+    else bits = sround::f16_bits(static_cast<float>(v), r);
     dst->x = bits;
     return load_as<A>(P::from_bits(bits));
   }
+}
+// The step's random words for element j (all zero, and never computed, without kSR).
+template <bool kSR> inline random::Philox4 draw_if(uint64_t seed, uint32_t id, uint64_t step, int64_t j) {
+  if constexpr (kSR) return sround::draw(seed, id, step, static_cast<uint64_t>(j));
+  else return random::Philox4{{0, 0, 0, 0}};
 }
 
 // Loop-invariant choices as bit masks: GCC does not vectorize `flag ? a : b` on a bool it
@@ -85,14 +112,15 @@ template <typename F> void with_bool(bool b, F&& f) {
 // The shared pass over parameter i: dispatches once per tensor on the gradient's dtype and the
 // optional low-precision model copy, then calls `update(j, grad_j)`, which updates the master and
 // state and returns the new parameter value; that value is rounded into the model copy.
-template <typename A, typename Update>
+// kModel: whether parameter i can have a model copy (only an f32/f64 master does).
+template <typename A, bool kModel, typename Update>
 void for_each_element(const kernels::StepTensors& ts, size_t i, Update&& update) {
   const int64_t n = ts.params[i].numel();
   const bool unscale = ts.inv_scale.defined();
   const A inv = unscale ? static_cast<A>(*static_cast<const float*>(ts.inv_scale.raw_data())) : A(1);
   visit_floating(ts.grads[i].dtype(), [&]<typename G>() {
     const G* g = ptr<const G>(ts.grads[i]);
-    visit_model(ts.models[i], [&]<typename M>() {
+    auto run = [&]<typename M>() {
       M* model = nullptr;
       if constexpr (!std::is_void_v<M>) model = ptr<M>(ts.models[i]);
       // Everything copied into locals of the chunk: values read through the closure could alias
@@ -109,7 +137,9 @@ void for_each_element(const kernels::StepTensors& ts, size_t i, Update&& update)
           if constexpr (!std::is_void_v<M>) mo[j] = store_as<M>(pv);
         }
       });
-    });
+    };
+    if constexpr (kModel) visit_model(ts.models[i], run);
+    else run.template operator()<void>();
   });
 }
 
@@ -123,6 +153,10 @@ std::pair<int64_t, bool> true_step(const kernels::StepTensors& ts, size_t i) {
   if (ts.counts.empty()) return {ts.steps[i], ts.fresh[i] != 0};
   const auto taken = static_cast<int64_t>(*static_cast<const double*>(ts.counts[i].raw_data()));
   return {taken + 1, ts.fresh[i] != 0 || taken == 0};
+}
+// Parameter i's Philox stream (its index in the optimizer; the list position when not given).
+uint32_t stream_of(const kernels::StepTensors& ts, size_t i) {
+  return ts.ids.empty() ? static_cast<uint32_t>(i) : ts.ids[i];
 }
 // After an update: each parameter has taken one more step.
 void count_steps(const kernels::StepTensors& ts) {
@@ -138,23 +172,28 @@ struct Sgd {
     const bool use_wd = h.weight_decay != 0, use_mom = h.momentum != 0;
     if (skip_step(ts)) return;
     const BitsOf<A> m_max = mask_of<A>(h.maximize), m_wd = mask_of<A>(use_wd), m_nest = mask_of<A>(h.nesterov);
+    const uint64_t seed = ts.seed;
     for (size_t i = 0; i < ts.params.size(); ++i) {
-      const BitsOf<A> m_fresh = mask_of<A>(true_step(ts, i).second);
-      visit_param<A>(ts.params[i], [&]<typename P>() {
+      const std::pair<int64_t, bool> at = true_step(ts, i);
+      const int64_t step = at.first;
+      const BitsOf<A> m_fresh = mask_of<A>(at.second);
+      const uint32_t id = stream_of(ts, i);
+      visit_storage<A>(ts, i, [&]<typename P, typename S, bool kSR>() {
         with_bool(use_mom, [&]<bool kMom>() {
           P* p = ptr<P>(ts.params[i]);
-          P* buf = kMom ? ptr<P>(ts.states[0][i]) : nullptr;
-          for_each_element<A>(ts, i, [=](int64_t j, A d) {
+          S* buf = kMom ? ptr<S>(ts.states[0][i]) : nullptr;
+          for_each_element<A, std::is_same_v<P, A>>(ts, i, [=](int64_t j, A d) {
+            const random::Philox4 r = draw_if<kSR>(seed, id, static_cast<uint64_t>(step), j);
             const A pv = load_as<A>(p[j]);
             d = pick(m_max, -d, d);
             d = pick(m_wd, d + wd * pv, d);
             if constexpr (kMom) {
               // A fresh buffer is zeros: read either way, so the choice is a blend.
               const A old = static_cast<A>(load_as<A>(buf[j]) * mom) + damp1 * d;
-              const A nb = store_rounded(&buf[j], pick(m_fresh, d, old));
+              const A nb = store_rounded<kSR>(&buf[j], pick(m_fresh, d, old), r.v[1]);
               d = pick(m_nest, d + mom * nb, nb);
             }
-            return store_rounded(&p[j], pv + neg_lr * d);
+            return store_rounded<kSR>(&p[j], pv + neg_lr * d, r.v[0]);
           });
         });
       });
@@ -174,32 +213,37 @@ struct Adam {
     const BitsOf<A> m_decoupled = mask_of<A>(h.decoupled_weight_decay && h.weight_decay != 0);
     const BitsOf<A> m_max = mask_of<A>(h.maximize);
     if (skip_step(ts)) return;
+    const uint64_t seed = ts.seed;
     for (size_t i = 0; i < ts.params.size(); ++i) {
+      const int64_t taken = true_step(ts, i).first;
+      const uint32_t id = stream_of(ts, i);
       // Bias corrections in double, as the Python scalars of torch's single-tensor path.
-      const double step = static_cast<double>(true_step(ts, i).first);
+      const double step = static_cast<double>(taken);
       const double bc1 = 1.0 - std::pow(h.beta1, step), bc2 = 1.0 - std::pow(h.beta2, step);
       const A neg_step_size = static_cast<A>(-(h.lr / bc1));
       const A bc2_sqrt = static_cast<A>(std::sqrt(bc2));
-      visit_param<A>(ts.params[i], [&]<typename P>() {
+      visit_storage<A>(ts, i, [&]<typename P, typename S, bool kSR>() {
         with_bool(h.amsgrad, [&]<bool kAms>() {
           P* p = ptr<P>(ts.params[i]);
-          P* m1 = ptr<P>(ts.states[0][i]);
-          P* m2 = ptr<P>(ts.states[1][i]);
-          P* vmax = kAms ? ptr<P>(ts.states[2][i]) : nullptr;
-          for_each_element<A>(ts, i, [=](int64_t j, A gv) {
+          S* m1 = ptr<S>(ts.states[0][i]);
+          S* m2 = ptr<S>(ts.states[1][i]);
+          S* vmax = kAms ? ptr<S>(ts.states[2][i]) : nullptr;
+          for_each_element<A, std::is_same_v<P, A>>(ts, i, [=](int64_t j, A gv) {
+            const random::Philox4 r = draw_if<kSR>(seed, id, static_cast<uint64_t>(taken), j);
             gv = pick(m_max, -gv, gv);
             A pv = load_as<A>(p[j]);
             pv = pick(m_decoupled, pv * decay, pv);
             gv = pick(m_l2, gv + wd * pv, gv);
-            const A m = store_rounded(&m1[j], static_cast<A>(load_as<A>(m1[j]) * b1) + omb1 * gv);
-            const A v = store_rounded(&m2[j], static_cast<A>(load_as<A>(m2[j]) * b2) + static_cast<A>(omb2 * gv) * gv);
+            const A m = store_rounded<kSR>(&m1[j], static_cast<A>(load_as<A>(m1[j]) * b1) + omb1 * gv, r.v[1]);
+            const A v = store_rounded<kSR>(&m2[j], static_cast<A>(load_as<A>(m2[j]) * b2) + static_cast<A>(omb2 * gv) * gv,
+                                           r.v[2]);
             A vd = v;
             if constexpr (kAms) {
               const A old = load_as<A>(vmax[j]);
-              vd = store_rounded(&vmax[j], std::isnan(old) || old > v ? old : v);
+              vd = store_rounded<kSR>(&vmax[j], std::isnan(old) || old > v ? old : v, r.v[3]);
             }
             const A denom = static_cast<A>(std::sqrt(vd) / bc2_sqrt) + eps;
-            return store_rounded(&p[j], pv + static_cast<A>(neg_step_size * m) / denom);
+            return store_rounded<kSR>(&p[j], pv + static_cast<A>(neg_step_size * m) / denom, r.v[0]);
           });
         });
       });

@@ -69,11 +69,15 @@ std::vector<StepItem> step_items(const kernels::StepTensors& ts) {
     it.param_dtype = ts.params[i].dtype();
     it.grad_dtype = ts.grads[i].dtype();
     it.model_dtype = ts.models[i].defined() ? ts.models[i].dtype() : kBool;
+    for (size_t k = 0; k < ts.states.size(); ++k)
+      if (ts.states[k][i].defined()) it.state_dtype = ts.states[k][i].dtype();
+    it.id = ts.ids.empty() ? static_cast<uint32_t>(i) : ts.ids[i];
     it.aligned = aligned_for(it.param_dtype, {it.param, it.grad, it.model, it.state[0], it.state[1], it.state[2]});
     items.push_back(it);
   }
   std::stable_sort(items.begin(), items.end(), [](const StepItem& a, const StepItem& b) {
-    return std::tie(a.param_dtype, a.grad_dtype, a.model_dtype) < std::tie(b.param_dtype, b.grad_dtype, b.model_dtype);
+    return std::tie(a.param_dtype, a.grad_dtype, a.model_dtype, a.state_dtype) <
+           std::tie(b.param_dtype, b.grad_dtype, b.model_dtype, b.state_dtype);
   });
   return items;
 }
@@ -106,7 +110,7 @@ struct Sgd {
     const cudaStream_t s = stream_of(ts.params[0]);
     const kernels::StepTensors kts = with_kernel_grads(ts, dtype_v<A>);
     const auto items = step_items(kts);
-    const SgdArgs a{h.lr, h.momentum, h.dampening, h.weight_decay, h.nesterov, h.maximize};
+    const SgdArgs a{h.lr, h.momentum, h.dampening, h.weight_decay, h.nesterov, h.maximize, ts.stochastic_rounding, ts.seed};
     launch_sgd_step(items.data(), static_cast<int>(items.size()), a, dtype_v<A>, f32_ptr(ts.found_inf),
                     f32_ptr(ts.inv_scale), s);
     count_steps(kts, s);
@@ -121,7 +125,8 @@ struct Adam {
     const cudaStream_t s = stream_of(ts.params[0]);
     const kernels::StepTensors kts = with_kernel_grads(ts, dtype_v<A>);
     const auto items = step_items(kts);
-    const AdamArgs a{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.decoupled_weight_decay, h.amsgrad, h.maximize};
+    const AdamArgs a{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.decoupled_weight_decay, h.amsgrad, h.maximize,
+                     ts.stochastic_rounding, ts.seed};
     launch_adam_step(items.data(), static_cast<int>(items.size()), a, dtype_v<A>, f32_ptr(ts.found_inf),
                      f32_ptr(ts.inv_scale), s);
     count_steps(kts, s);

@@ -1,5 +1,6 @@
 // Fused multi-tensor kernels: unscale + inf/NaN check, SGD and Adam/AdamW steps that skip on the
-// device's found_inf flag, and the loss-scale update. One launch covers up to kMtTensors tensors.
+// device's found_inf flag (f16/bf16 stores rounded to nearest or stochastically), and the
+// loss-scale update. One launch covers up to kMtTensors tensors.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -8,6 +9,7 @@
 
 #include "ops/cuda/amp_optim_launch.h"
 #include "ops/cuda/convert.cuh"
+#include "ops/stochastic_round.h"
 
 namespace mpx::cuda {
 namespace {
@@ -46,14 +48,27 @@ __device__ __forceinline__ const Item& block_item(const Meta<Item>& meta, int64_
 template <typename M, typename A> __device__ __forceinline__ void store_as(M* p, int64_t i, A v) {
   p[i] = from_acc<M>(v);
 }
-// v as it reads back after a store as P: a low-precision state feeds its rounded value to the
-// rest of the step, as torch.optim's in-place updates of f16 state do.
-template <typename P, typename A> __device__ __forceinline__ A rounded(A v) {
-  if constexpr (std::is_same_v<P, A>) return v;
-  else {
-    const P r = from_acc<P>(v);
-    return load_as<A>(&r, 0);
+// v as it reads back after a store as T: a low-precision state feeds its rounded value to the
+// rest of the step, as torch.optim's in-place updates of f16 state do. sr rounds stochastically
+// with the random word r (the CPU kernels' formula, ops/stochastic_round.h), to nearest otherwise.
+template <typename T, typename A> __device__ __forceinline__ A rounded(A v, bool sr = false, uint32_t r = 0) {
+  if constexpr (std::is_same_v<T, A>) return v;
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if (sr) return static_cast<A>(__bfloat162float(__ushort_as_bfloat16(sround::bf16_bits(static_cast<float>(v), r))));
+    return static_cast<A>(__bfloat162float(from_acc<T>(v)));
+  } else {
+    if (sr) return static_cast<A>(__half2float(__ushort_as_half(sround::f16_bits(static_cast<float>(v), r))));
+    return static_cast<A>(__half2float(from_acc<T>(v)));
   }
+}
+// The step's random words for element j: drawn only for a f16/bf16 parameter (P not the
+// arithmetic type A) under stochastic rounding.
+template <typename P, typename A>
+__device__ __forceinline__ random::Philox4 draw_if(bool sr, uint64_t seed, uint32_t id, double step, int64_t j) {
+  if constexpr (!std::is_same_v<P, A>) {
+    if (sr) return sround::draw(seed, id, static_cast<uint64_t>(step), static_cast<uint64_t>(j));
+  }
+  return random::Philox4{{0, 0, 0, 0}};
 }
 template <typename A> __device__ __forceinline__ bool finite(A v) { return isfinite(v); }
 
@@ -180,9 +195,10 @@ __device__ __forceinline__ StepCtx step_ctx(const StepItem& it) {
   return StepCtx{it.fresh != 0 || taken == 0.0, taken + 1.0};
 }
 
-// A: arithmetic type; G: gradient; M: model copy to write (void: none); P: the parameter and
-// its state as stored, A or (a parameter without master) f16/bf16, rounded once per store.
-template <typename A, typename G, typename M, typename P>
+// A: arithmetic type; G: gradient; M: model copy to write (void: none); P: the parameter as
+// stored, A or (a parameter without master) f16/bf16, rounded once per store; S: its state, P
+// or (stochastic rounding) f32.
+template <typename A, typename G, typename M, typename P, typename S>
 __global__ void __launch_bounds__(kThreads) sgd_kernel(Meta<StepItem> meta, SgdArgs h, const float* found_inf,
                                                       const float* inv_scale) {
   if (found_inf && *found_inf != 0.0f) return;  // the overflow skip, decided on the device
@@ -191,7 +207,7 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(Meta<StepItem> meta, SgdA
   const StepCtx c = step_ctx(it);
   P* __restrict__ p = static_cast<P*>(it.param);
   const G* __restrict__ g = static_cast<const G*>(it.grad);
-  P* __restrict__ buf = static_cast<P*>(it.state[0]);
+  S* __restrict__ buf = static_cast<S*>(it.state[0]);
   const A inv = inv_scale ? static_cast<A>(*inv_scale) : A(1);
   const A wd = static_cast<A>(h.weight_decay), mom = static_cast<A>(h.momentum);
   const A damp1 = static_cast<A>(1.0 - h.dampening), neg_lr = static_cast<A>(-h.lr);
@@ -204,14 +220,17 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(Meta<StepItem> meta, SgdA
     if (use_mom && !c.fresh) load_w<W>(buf, j, b);
 #pragma unroll
     for (int k = 0; k < W; ++k) {
+      const random::Philox4 r = draw_if<P, A>(h.sround, h.seed, it.id, c.step, j + k);
       if (inv_scale) d[k] = d[k] * inv;
       if (h.maximize) d[k] = -d[k];
       if (use_wd) d[k] = d[k] + wd * pv[k];
       if (use_mom) {
-        b[k] = rounded<P>(c.fresh ? d[k] : static_cast<A>(b[k] * mom) + damp1 * d[k]);
+        b[k] = rounded<S>(c.fresh ? d[k] : static_cast<A>(b[k] * mom) + damp1 * d[k], h.sround, r.v[1]);
         d[k] = h.nesterov ? d[k] + mom * b[k] : b[k];
       }
       pv[k] = pv[k] + neg_lr * d[k];
+      // Rounded here, so the store's round-to-nearest conversion is exact.
+      if (h.sround) pv[k] = rounded<P>(pv[k], true, r.v[0]);
     }
     if (use_mom) store_w<W>(buf, j, b);
     store_w<W>(p, j, pv);
@@ -219,7 +238,7 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(Meta<StepItem> meta, SgdA
   });
 }
 
-template <typename A, typename G, typename M, typename P>
+template <typename A, typename G, typename M, typename P, typename S>
 __global__ void __launch_bounds__(kThreads) adam_kernel(Meta<StepItem> meta, AdamArgs h, const float* found_inf,
                                                        const float* inv_scale) {
   if (found_inf && *found_inf != 0.0f) return;
@@ -237,9 +256,9 @@ __global__ void __launch_bounds__(kThreads) adam_kernel(Meta<StepItem> meta, Ada
   const bool l2 = !h.decoupled && h.weight_decay != 0, decoupled = h.decoupled && h.weight_decay != 0;
   P* __restrict__ p = static_cast<P*>(it.param);
   const G* __restrict__ g = static_cast<const G*>(it.grad);
-  P* __restrict__ m1 = static_cast<P*>(it.state[0]);
-  P* __restrict__ m2 = static_cast<P*>(it.state[1]);
-  P* __restrict__ vmax = static_cast<P*>(it.state[2]);
+  S* __restrict__ m1 = static_cast<S*>(it.state[0]);
+  S* __restrict__ m2 = static_cast<S*>(it.state[1]);
+  S* __restrict__ vmax = static_cast<S*>(it.state[2]);
   const A inv = inv_scale ? static_cast<A>(*inv_scale) : A(1);
   for_each_pack(start, end, it.aligned != 0, [&](int64_t j, auto w) {
     constexpr int W = decltype(w)::value;
@@ -251,12 +270,13 @@ __global__ void __launch_bounds__(kThreads) adam_kernel(Meta<StepItem> meta, Ada
     if (h.amsgrad) load_w<W>(vmax, j, vm);
 #pragma unroll
     for (int k = 0; k < W; ++k) {
+      const random::Philox4 r = draw_if<P, A>(h.sround, h.seed, it.id, c.step, j + k);
       if (inv_scale) gv[k] = gv[k] * inv;
       if (h.maximize) gv[k] = -gv[k];
       if (decoupled) pv[k] = pv[k] * decay;
       if (l2) gv[k] = gv[k] + wd * pv[k];
-      m[k] = rounded<P>(static_cast<A>(m[k] * b1) + omb1 * gv[k]);
-      v[k] = rounded<P>(static_cast<A>(v[k] * b2) + static_cast<A>(omb2 * gv[k]) * gv[k]);
+      m[k] = rounded<S>(static_cast<A>(m[k] * b1) + omb1 * gv[k], h.sround, r.v[1]);
+      v[k] = rounded<S>(static_cast<A>(v[k] * b2) + static_cast<A>(omb2 * gv[k]) * gv[k], h.sround, r.v[2]);
       A vd = v[k];
       if (h.amsgrad) {
         vd = isnan(vm[k]) || vm[k] > v[k] ? vm[k] : v[k];
@@ -264,6 +284,7 @@ __global__ void __launch_bounds__(kThreads) adam_kernel(Meta<StepItem> meta, Ada
       }
       const A denom = static_cast<A>(sqrt(vd) / bc2_sqrt) + eps;
       pv[k] = pv[k] + static_cast<A>(neg_step_size * m[k]) / denom;
+      if (h.sround) pv[k] = rounded<P>(pv[k], true, r.v[0]);
     }
     store_w<W>(m1, j, m);
     store_w<W>(m2, j, v);
@@ -273,59 +294,70 @@ __global__ void __launch_bounds__(kThreads) adam_kernel(Meta<StepItem> meta, Ada
   });
 }
 
-// Launches kernel K<A, G, M, P> over a run of items sharing their dtypes.
-template <template <typename, typename, typename, typename> class K, typename A, typename G, typename M,
-          typename P = A, typename Args>
+// Launches kernel K<A, G, M, P, S> over a run of items sharing their dtypes.
+template <template <typename, typename, typename, typename, typename> class K, typename A, typename G, typename M,
+          typename P = A, typename S = P, typename Args>
 void launch_run(const StepItem* items, int n, const Args& h, const float* found_inf, const float* inv_scale,
                 cudaStream_t s) {
   for_each_launch(items, n, [&](const Meta<StepItem>& meta, int blocks) {
-    K<A, G, M, P>::launch(meta, blocks, h, found_inf, inv_scale, s);
+    K<A, G, M, P, S>::launch(meta, blocks, h, found_inf, inv_scale, s);
   });
+}
+// A f16/bf16 parameter P without master: its state in P, or in f32 (stochastic rounding).
+template <template <typename, typename, typename, typename, typename> class K, typename G, typename P,
+          typename Args>
+void launch_lowp(DType sd, const StepItem* items, int n, const Args& h, const float* found_inf,
+                 const float* inv_scale, cudaStream_t s) {
+  if (sd == DType::kFloat32) launch_run<K, float, G, void, P, float>(items, n, h, found_inf, inv_scale, s);
+  else launch_run<K, float, G, void, P, P>(items, n, h, found_inf, inv_scale, s);
 }
 // An f32 step of items sharing gradient dtype G: f32 parameters (with or without a model copy)
 // or f16/bf16 parameters without master (no model copy).
-template <template <typename, typename, typename, typename> class K, typename G, typename Args>
-void launch_f32(DType pd, DType md, const StepItem* items, int n, const Args& h, const float* found_inf,
+template <template <typename, typename, typename, typename, typename> class K, typename G, typename Args>
+void launch_f32(DType pd, DType md, DType sd, const StepItem* items, int n, const Args& h, const float* found_inf,
                 const float* inv_scale, cudaStream_t s) {
-  if (pd == DType::kFloat16) launch_run<K, float, G, void, __half>(items, n, h, found_inf, inv_scale, s);
-  else if (pd == DType::kBFloat16) launch_run<K, float, G, void, __nv_bfloat16>(items, n, h, found_inf, inv_scale, s);
+  if (pd == DType::kFloat16) launch_lowp<K, G, __half>(sd, items, n, h, found_inf, inv_scale, s);
+  else if (pd == DType::kBFloat16) launch_lowp<K, G, __nv_bfloat16>(sd, items, n, h, found_inf, inv_scale, s);
   else if (md == DType::kFloat16) launch_run<K, float, G, __half>(items, n, h, found_inf, inv_scale, s);
   else if (md == DType::kBFloat16) launch_run<K, float, G, __nv_bfloat16>(items, n, h, found_inf, inv_scale, s);
   else launch_run<K, float, G, void>(items, n, h, found_inf, inv_scale, s);
 }
 // Splits the items into runs of one type combination, one kernel instantiation each.
-template <template <typename, typename, typename, typename> class K, typename Args>
+template <template <typename, typename, typename, typename, typename> class K, typename Args>
 void launch_step(const StepItem* items, int count, const Args& h, DType a_dtype, const float* found_inf,
                  const float* inv_scale, cudaStream_t s) {
   auto same = [](const StepItem& a, const StepItem& b) {
-    return a.param_dtype == b.param_dtype && a.grad_dtype == b.grad_dtype && a.model_dtype == b.model_dtype;
+    return a.param_dtype == b.param_dtype && a.grad_dtype == b.grad_dtype && a.model_dtype == b.model_dtype &&
+           a.state_dtype == b.state_dtype;
   };
   int i = 0;
   while (i < count) {
     int j = i;
     while (j < count && same(items[j], items[i])) ++j;
     const DType pd = items[i].param_dtype, gd = items[i].grad_dtype, md = items[i].model_dtype;
+    const DType sd = items[i].state_dtype;
     if (a_dtype == DType::kFloat64) launch_run<K, double, double, void>(items + i, j - i, h, found_inf, inv_scale, s);
-    else if (gd == DType::kFloat16) launch_f32<K, __half>(pd, md, items + i, j - i, h, found_inf, inv_scale, s);
-    else if (gd == DType::kBFloat16) launch_f32<K, __nv_bfloat16>(pd, md, items + i, j - i, h, found_inf, inv_scale, s);
-    else launch_f32<K, float>(pd, md, items + i, j - i, h, found_inf, inv_scale, s);
+    else if (gd == DType::kFloat16) launch_f32<K, __half>(pd, md, sd, items + i, j - i, h, found_inf, inv_scale, s);
+    else if (gd == DType::kBFloat16)
+      launch_f32<K, __nv_bfloat16>(pd, md, sd, items + i, j - i, h, found_inf, inv_scale, s);
+    else launch_f32<K, float>(pd, md, sd, items + i, j - i, h, found_inf, inv_scale, s);
     i = j;
   }
 }
 
-template <typename A, typename G, typename M, typename P>
+template <typename A, typename G, typename M, typename P, typename S>
 struct SgdK {
   static void launch(const Meta<StepItem>& meta, int blocks, const SgdArgs& h, const float* f, const float* inv,
                      cudaStream_t s) {
-    sgd_kernel<A, G, M, P><<<blocks, kThreads, 0, s>>>(meta, h, f, inv);
+    sgd_kernel<A, G, M, P, S><<<blocks, kThreads, 0, s>>>(meta, h, f, inv);
     MPX_CUDA_LAUNCH_CHECK("sgd_step");
   }
 };
-template <typename A, typename G, typename M, typename P>
+template <typename A, typename G, typename M, typename P, typename S>
 struct AdamK {
   static void launch(const Meta<StepItem>& meta, int blocks, const AdamArgs& h, const float* f, const float* inv,
                      cudaStream_t s) {
-    adam_kernel<A, G, M, P><<<blocks, kThreads, 0, s>>>(meta, h, f, inv);
+    adam_kernel<A, G, M, P, S><<<blocks, kThreads, 0, s>>>(meta, h, f, inv);
     MPX_CUDA_LAUNCH_CHECK("adam_step");
   }
 };

@@ -24,24 +24,31 @@ struct StepItem {
   void* param = nullptr;        // the kernel's dtype, or f16/bf16 (no master) for f32 kernels; state alike
   const void* grad = nullptr;   // any floating dtype
   void* model = nullptr;        // low-precision copy to write, or null
-  void* state[3] = {nullptr, nullptr, nullptr};
+  void* state[3] = {nullptr, nullptr, nullptr};  // param's dtype, or f32 for f16/bf16 under stochastic rounding
   double* count = nullptr;      // device count of steps taken (StepTensors::counts), or null
   int64_t n = 0;
   int64_t step = 0;             // host step number, used without a count
   int fresh = 0;                // state buffers were just created
+  uint32_t id = 0;              // the parameter's Philox stream (StepTensors::ids)
   DType param_dtype = DType::kFloat32;
   DType grad_dtype = DType::kFloat32;
   DType model_dtype = DType::kBool;  // kBool: no model copy
+  DType state_dtype = DType::kBool;  // kBool: no state buffers
   int aligned = 0;  // every pointer is 16-byte aligned: the kernel may use vector accesses
 };
 
+/// sround: f16/bf16 stores round stochastically with sround::draw(seed, ...) (StepTensors::stochastic_rounding).
 struct SgdArgs {
   double lr, momentum, dampening, weight_decay;
   bool nesterov, maximize;
+  bool sround;
+  uint64_t seed;
 };
 struct AdamArgs {
   double lr, beta1, beta2, eps, weight_decay;
   bool decoupled, amsgrad, maximize;
+  bool sround;
+  uint64_t seed;
 };
 /// The steps over all items; `a_dtype` is f32 or f64. found_inf / inv_scale may be null.
 void launch_sgd_step(const StepItem* items, int count, const SgdArgs& h, DType a_dtype, const float* found_inf,

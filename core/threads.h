@@ -1,0 +1,13 @@
+// The CPU thread count ops use: PyTorch's torch.set_num_threads / torch.get_num_threads.
+#pragma once
+
+namespace mpx {
+
+/// Sets how many threads CPU ops run on (OpenMP's team size for the parallel regions the
+/// calling thread starts, as torch.set_num_threads): call it from the thread that runs the
+/// model. `n` must be at least 1; OMP_NUM_THREADS sets the starting value.
+void set_num_threads(int n);
+/// How many threads CPU ops started from the calling thread run on (torch.get_num_threads).
+int get_num_threads();
+
+}  // namespace mpx

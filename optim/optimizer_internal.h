@@ -1,0 +1,12 @@
+// Helpers the optimizer's files share: state tensors laid out like their parameter, masters.
+#pragma once
+#include "core/tensor.h"
+
+namespace mpx::optim::detail {
+
+/// `src` converted to dtype `dt` with `like`'s layout (row-major or channels-last) and device.
+Tensor copy_like(const Tensor& src, const Tensor& like, DType dt);
+/// A new FP32 master of a f16/bf16 parameter (refused inside a CUDA graph capture).
+Tensor make_master(const Tensor& param);
+
+}  // namespace mpx::optim::detail
