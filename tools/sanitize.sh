@@ -7,6 +7,7 @@
 # the code with threads: the data loader and its prefetcher, the gradient hooks, and the process
 # group and DDP reducer (a worker thread owns every MPI call) at 1 and 2 ranks.
 # MPX_SANITIZE_TARGETS="t1 t2 ..." builds only those targets (the default run builds everything).
+# MPX_SANITIZE_JOBS=N: parallel build and test jobs (default: nproc); 1 keeps a shared machine usable.
 # Open MPI is not instrumented: what it allocates for the life of the process and its own threads'
 # locking are suppressed with tools/sanitize-openmpi.supp (LSan) and tools/tsan-openmpi.supp (TSan),
 # each entry explained there; mpx's own code is never suppressed.
@@ -19,6 +20,7 @@ if [ "${1:-}" = --thread ]; then
 fi
 dir=${1:-build-$([ $mode = thread ] && echo tsan || echo asan)}
 shift || true
+jobs=${MPX_SANITIZE_JOBS:-$(nproc)}
 if [ $mode = thread ]; then
   san="-fsanitize=thread -fno-omit-frame-pointer"
   link="-fsanitize=thread"
@@ -35,7 +37,7 @@ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPX_CUDA=OFF -
   -DMPX_FUZZ_TESTS=OFF -DMPX_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS="$san" -DCMAKE_C_FLAGS="$san" \
   -DCMAKE_EXE_LINKER_FLAGS="$link" -DCMAKE_SHARED_LINKER_FLAGS="$link"
 # shellcheck disable=SC2086  # a list of targets
-cmake --build "$dir" -j"$(nproc)" --target $targets
+cmake --build "$dir" -j"$jobs" --target $targets
 
 supp=$PWD/tools
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
@@ -49,7 +51,7 @@ if [ $mode = thread ]; then
   # are mpx's own.
   select='DataLoader|Loader transforms|DevicePrefetcher|hook|queue_callback|process group|all_reduce|broadcast|'
   select+='collectives|DDP|no_sync|overflow on one rank|GradScaler|SyncBatchNorm|convert_sync_batchnorm|_np2$'
-  ctest --test-dir "$dir" -j"$(nproc)" --output-on-failure --timeout 3600 -R "$select" "$@"
+  ctest --test-dir "$dir" -j"$jobs" --output-on-failure --timeout 3600 -R "$select" "$@"
 else
   # fast_unwind_on_malloc=0: Open MPI's components are shared objects it unloads in MPI_Finalize,
   # so the frame-pointer unwinder leaves their allocations without the libmpi/libopen-* frames
@@ -57,6 +59,6 @@ else
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:fast_unwind_on_malloc=0}
   export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$supp/sanitize-openmpi.supp:print_suppressions=0}
   # install_consumer links an uninstrumented program against the instrumented library: not a sanitizer run.
-  ctest --test-dir "$dir" -j"$(nproc)" --output-on-failure --timeout 3600 -E install_consumer "$@"
+  ctest --test-dir "$dir" -j"$jobs" --output-on-failure --timeout 3600 -E install_consumer "$@"
 fi
 echo "sanitized ($mode) test run: $(( $(date +%s) - start )) s"
