@@ -43,6 +43,7 @@ skip 'cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release' 'configures the b
 skip 'cmake --build build -j2' 'builds the tree this test runs from; .ci/run runs it'
 skip 'ctest --test-dir build -j2 --output-on-failure --timeout 900' 'runs the suite this test is part of; .ci/run runs it'
 skip 'tools/sanitize.sh build-asan' 'a sanitized build and run of the whole suite, over an hour on 2 cores; its results are in docs/hardening.md'
+skip 'tools/sanitize.sh --thread' 'a ThreadSanitizer build of the library, most of an hour on 2 cores; its results are in docs/hardening.md'
 skip 'build/tools/mpx train -a resnet18 --opt-level O2 -b 64 --out out/imagenet DIR' \
   'DIR stands for an ImageNet-style folder, which is not installed (image folders are trained on in test_cli_runs)'
 skip "mpx gpt --tokens 'fineweb_train_*.bin' --val-tokens 'fineweb_val_*.bin' --arch gpt2 --device cuda" \
