@@ -55,6 +55,18 @@ void write_shard(const fs::path& p, const std::vector<uint16_t>& tokens) {
   f.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(2 * tokens.size()));
 }
 
+// Resumes the stopped run in `parts` and checks it ends where the unbroken run in `whole` did:
+// no warning, the same weights bit for bit, the same logged losses.
+void resume_matches(const fs::path& whole, const fs::path& parts) {
+  const CliRun go = run_mpx("gpt --resume " + q(parts / "checkpoint.safetensors"));
+  INFO(go.out);
+  REQUIRE(go.rc == 0);
+  CHECK(!has(go.out, "warning"));
+  require_same_model(whole / "checkpoint.safetensors", parts / "checkpoint.safetensors");
+  CHECK(column(whole / "metrics.csv", "loss") == column(parts / "metrics.csv", "loss"));
+  CHECK(column(whole / "eval.csv", "val_loss") == column(parts / "eval.csv", "val_loss"));
+}
+
 }  // namespace
 
 TEST_CASE("mpx gpt trains gpt-tiny on the default corpus at O1 bf16 and f16: the loss falls, no step is skipped in bf16",
@@ -106,13 +118,7 @@ TEST_CASE("mpx gpt: a run stopped by --prof and resumed ends bit for bit where a
   INFO(stop.out);
   REQUIRE(stop.rc == 0);
   CHECK(has(stop.out, "Profiling ended at iteration 5"));
-  const CliRun go = run_mpx("gpt --resume " + q(parts / "checkpoint.safetensors"));
-  INFO(go.out);
-  REQUIRE(go.rc == 0);
-  CHECK(!has(go.out, "warning"));
-  require_same_model(whole / "checkpoint.safetensors", parts / "checkpoint.safetensors");
-  CHECK(column(whole / "metrics.csv", "loss") == column(parts / "metrics.csv", "loss"));
-  CHECK(column(whole / "eval.csv", "val_loss") == column(parts / "eval.csv", "val_loss"));
+  resume_matches(whole, parts);
 
   const std::string gen = "gpt --resume " + q(whole / "checkpoint.safetensors") + " --sample 40 --top-k 5 --generate 'The '";
   const CliRun a = run_mpx(gen + " --seed 3", "2>/dev/null"), b = run_mpx(gen + " --seed 3", "2>/dev/null");
@@ -139,13 +145,7 @@ TEST_CASE("mpx gpt --stochastic-rounding without masters: a stopped and resumed 
   mpx::load_tensors((parts / "checkpoint.safetensors").string(), &meta);
   CHECK(meta.at("flag.--stochastic-rounding") == "1");
   CHECK(meta.at("opt.stochastic_rounding.enabled") == "1");
-  const CliRun go = run_mpx("gpt --resume " + q(parts / "checkpoint.safetensors"));
-  INFO(go.out);
-  REQUIRE(go.rc == 0);
-  CHECK(!has(go.out, "warning"));
-  require_same_model(whole / "checkpoint.safetensors", parts / "checkpoint.safetensors");
-  CHECK(column(whole / "metrics.csv", "loss") == column(parts / "metrics.csv", "loss"));
-  CHECK(column(whole / "eval.csv", "val_loss") == column(parts / "eval.csv", "val_loss"));
+  resume_matches(whole, parts);
 }
 
 TEST_CASE("mpx gpt --grad-accum 2 with half the batch equals the whole batch in one step, within float rounding",
