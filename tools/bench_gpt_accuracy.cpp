@@ -37,10 +37,12 @@ void write_peer_file(const std::string& model, const GptRecipe& r, const std::st
   const int64_t T = lm.n_ctx;
   TensorDict out;
   for (const auto& [name, p] : lm.net.ptr()->named_parameters()) out[name] = p.detach();
+  // The first `n` batches of a stream's windows (the sequential validation ones: at most one pass).
   auto windows = [&](std::shared_ptr<const data::TokenStream> s, bool shuffle, int64_t n, const char* stem) {
     MicroBatches mb(std::move(s), T, r.batch, Ranks{}, r.seed, shuffle);
     MPX_CHECK(mb.per_epoch() > 0, "mpx bench --accuracy: ", d.source, " holds fewer ", stem, " windows of ", T + 1,
               " tokens than one batch of ", r.batch, " for ", model, "; give a longer --data text or a smaller --batch");
+    if (!shuffle) n = std::min(n, mb.per_epoch());
     std::vector<Tensor> xs, ys;
     for (int64_t i = 0; i < n; ++i) {
       data::Batch b = mb.get(i);
@@ -49,12 +51,10 @@ void write_peer_file(const std::string& model, const GptRecipe& r, const std::st
     }
     out[std::string(stem) + ".x"] = stack(xs, 0);
     out[std::string(stem) + ".y"] = stack(ys, 0);
-    return mb.per_epoch();
   };
   windows(d.train, true, r.steps, "train");
   MPX_CHECK(d.val && d.val->size() > T, "mpx bench --accuracy: ", d.source, " leaves no validation windows for ", model);
-  const int64_t val_batches = std::min(r.eval_iters, MicroBatches(d.val, T, r.batch, Ranks{}, r.seed, false).per_epoch());
-  windows(d.val, false, val_batches, "val");
+  windows(d.val, false, r.eval_iters, "val");
   auto num = [](double v) { return format_number(v, false); };
   save_tensors(out, path,
                {{"mpx.bench.model", model}, {"steps", num(static_cast<double>(r.steps))}, {"lr", num(r.lr)},
