@@ -34,14 +34,20 @@ endif()
 message(STATUS "mpx: distributed (MPI) ${MPX_WITH_MPI} ${MPX_DISTRIBUTED_WHY}; NCCL ${MPX_WITH_NCCL} ${NCCL_LIBRARY}")
 
 if(MPX_WITH_MPI)
-  # Private: no public header includes mpi.h, so consumers need no MPI to compile against mpx.
+  # A module libmpx loads when mpirun started the process (distributed/mpi_link.cpp): no public
+  # header includes mpi.h, and neither a consumer nor a single-process run links or maps MPI.
   target_compile_definitions(mpx PRIVATE MPX_WITH_MPI=1)
-  target_link_libraries(mpx PRIVATE MPI::MPI_CXX)
+  add_library(mpx_mpi MODULE ${CMAKE_CURRENT_LIST_DIR}/../distributed/mpi/mpi_backend.cpp)
+  target_link_libraries(mpx_mpi PRIVATE mpx MPI::MPI_CXX)
+  target_link_options(mpx_mpi PRIVATE -Wl,--no-undefined)
+  target_compile_options(mpx_mpi PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  set_target_properties(mpx_mpi PROPERTIES PREFIX lib)
+  add_dependencies(mpx_modules mpx_mpi)
 endif()
-if(MPX_WITH_NCCL)
-  target_compile_definitions(mpx PRIVATE MPX_WITH_NCCL=1)
-  target_include_directories(mpx SYSTEM PRIVATE ${NCCL_INCLUDE_DIR})
-  target_link_libraries(mpx PRIVATE ${NCCL_LIBRARY})
+if(MPX_WITH_NCCL)  # in the CUDA module, which installs its transport as it loads
+  target_sources(mpx_cuda PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../distributed/cuda/nccl_backend.cpp)
+  target_include_directories(mpx_cuda SYSTEM PRIVATE ${NCCL_INCLUDE_DIR})
+  target_link_libraries(mpx_cuda PRIVATE ${NCCL_LIBRARY})
 endif()
 if(NOT MPX_WITH_MPI)
   target_compile_definitions(mpx PRIVATE "MPX_DISTRIBUTED_WHY=\"${MPX_DISTRIBUTED_WHY}\"")

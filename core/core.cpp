@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "core/allocator.h"
+#include "core/cuda_backend.h"
 #include "core/cuda.h"
 #include "core/random.h"
 #include "core/tensor.h"
@@ -75,12 +76,7 @@ Device::Device(const std::string& spec) {
 }
 std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
 
-// The CUDA backend replaces these at load time when it is built and a device is present.
-namespace detail {
-int (*g_cuda_device_count)() = nullptr;
-}
-int cuda_device_count() { return detail::g_cuda_device_count ? detail::g_cuda_device_count() : 0; }
-bool cuda_is_available() { return cuda_device_count() > 0; }
+// cuda_device_count() and cuda_is_available(): core/cuda_api.cpp, which loads the CUDA module.
 
 // ---- allocators ----
 namespace {
@@ -112,7 +108,8 @@ struct CpuAllocator final : Allocator {
   }
   detail::ByteCounter bytes;
 };
-Allocator* g_allocators[kNumDeviceTypes] = {};
+// Atomic: the CUDA module installs its allocator while other threads may be allocating on the CPU.
+std::atomic<Allocator*> g_allocators[kNumDeviceTypes] = {};
 // Never destroyed: tensors in static objects may be freed after main returns.
 CpuAllocator& cpu_allocator() {
   static auto* a = new CpuAllocator;
@@ -132,12 +129,19 @@ void reset_peak_memory_stats() { cpu_allocator().bytes.reset_peak(); }
 }  // namespace cpu
 
 Allocator& allocator_for(DeviceType type) {
-  if (type == DeviceType::kCPU) return g_allocators[0] ? *g_allocators[0] : cpu_allocator();
-  Allocator* a = g_allocators[static_cast<int>(type)];
-  MPX_CHECK(a, "no allocator for cuda: mpx was built without CUDA or no GPU is present; use Device::cpu()");
+  if (type == DeviceType::kCPU) {
+    Allocator* c = g_allocators[0].load();
+    return c ? *c : cpu_allocator();
+  }
+  Allocator* a = g_allocators[static_cast<int>(type)].load();
+  if (!a) {  // the CUDA module installs its allocator as it loads
+    MPX_CHECK(cuda::detail::backend(), "no allocator for cuda: ", cuda::detail::module_problem());
+    a = g_allocators[static_cast<int>(type)].load();
+  }
+  MPX_CHECK(a, "no allocator for cuda: no GPU is present; use Device::cpu()");
   return *a;
 }
-void set_allocator(DeviceType type, Allocator* alloc) { g_allocators[static_cast<int>(type)] = alloc; }
+void set_allocator(DeviceType type, Allocator* alloc) { g_allocators[static_cast<int>(type)].store(alloc); }
 
 // ---- random ----
 namespace random {

@@ -10,12 +10,9 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/cuda_backend.h"
 #include "core/cuda_runtime.h"
 #include "core/tensor.h"
-
-namespace mpx::detail {
-extern int (*g_cuda_device_count)();
-}
 
 namespace mpx::cuda {
 namespace {
@@ -111,11 +108,6 @@ int64_t counted_bytes(size_t nbytes) {
   return (static_cast<int64_t>(nbytes) + kCountedUnit - 1) / kCountedUnit * kCountedUnit;
 }
 
-std::atomic<bool> g_poison{[] {
-  const char* e = std::getenv("MPX_CUDA_POISON");
-  return e && e[0] == '1';
-}()};
-
 // CUDA graph capture and the pool. During capture, cudaFreeAsync may only free memory the
 // capture itself allocated (it becomes a free node), so frees of older memory that happen
 // while a capture is active are held back and issued when the capture ends.
@@ -192,12 +184,12 @@ struct CudaAllocator final : Allocator {
     const cudaError_t e = cudaMallocAsync(&p, nbytes, s);
     if (e != cudaSuccess) {
       cudaGetLastError();
-      const MemoryStats st = memory_stats(dev);
+      const MemoryStats st = pool_memory_stats(dev);
       MPX_ERROR("cuda allocator: out of memory allocating ", nbytes, " bytes on cuda:", dev, " (", st.allocated,
                 " bytes in use, ", st.reserved, " reserved; ", cudaGetErrorString(e),
                 "); reduce the batch size or free tensors you no longer need");
     }
-    if (g_poison.load()) MPX_CUDA_CHECK(cudaMemsetAsync(p, 0xFF, nbytes, s), "cuda allocator");
+    if (detail::poison_enabled()) MPX_CUDA_CHECK(cudaMemsetAsync(p, 0xFF, nbytes, s), "cuda allocator");
     // Freed on the stream that allocated it: the stream-ordered pool may then hand the
     // block to the next allocation on that stream without waiting for the device.
     const unsigned long long born_in = g_active_captures.load() > 0 ? capture_id(s) : 0;
@@ -258,7 +250,6 @@ struct CudaAllocator final : Allocator {
 
 struct Register {
   Register() {
-    mpx::detail::g_cuda_device_count = [] { return device_count_raw(); };
     static CudaAllocator alloc;
     set_allocator(DeviceType::kCUDA, &alloc);
   }
@@ -266,7 +257,7 @@ struct Register {
 
 }  // namespace
 
-MemoryStats memory_stats(int device) {
+MemoryStats pool_memory_stats(int device) {
   const int dev = resolve(device);
   // CUDA graphs allocate from the device's graph memory, not the pool: both count (the peak is
   // the sum of the two high-water marks, an upper bound when they were reached apart).
@@ -283,38 +274,29 @@ MemoryStats memory_stats(int device) {
   s.peak_allocated = b.peak.load(std::memory_order_relaxed) + graph_attr(cudaGraphMemAttrUsedMemHigh);
   return s;
 }
-void reset_peak_memory_stats(int device) {
+void pool_reset_peak(int device) {
   const int dev = resolve(device);
   g_bytes[static_cast<size_t>(dev)].reset_peak();
   uint64_t zero = 0;  // the only value the driver accepts: restarts the high-water mark
   MPX_CUDA_CHECK(cudaDeviceSetGraphMemAttribute(dev, cudaGraphMemAttrUsedMemHigh, &zero),
                  "cuda reset_peak_memory_stats");
 }
-void empty_cache(int device) {
+void pool_empty_cache(int device) {
   const int dev = resolve(device);
-  synchronize(dev);
+  DeviceGuard g(dev);
+  MPX_CUDA_CHECK(cudaDeviceSynchronize(), "cuda empty_cache");
   MPX_CUDA_CHECK(cudaMemPoolTrimTo(pool_of(dev), 0), "cuda empty_cache");
   MPX_CUDA_CHECK(cudaDeviceGraphMemTrim(dev), "cuda empty_cache");
 }
 
-void poison_allocations(bool on) { g_poison.store(on); }
-
-std::shared_ptr<void> allocate_pinned(size_t nbytes) {
+std::shared_ptr<void> pinned_allocate(size_t nbytes) {
   MPX_CHECK(device_count_raw() > 0, "pinned memory: no CUDA device is visible; page-locked host memory needs the "
             "CUDA driver (drop pin_memory / pinned_memory on a machine without a GPU)");
   void* p = pinned_cache().get(nbytes);
   return std::shared_ptr<void>(p, [nbytes](void* q) { pinned_cache().put(q, nbytes); });
 }
 
-Tensor pin_memory(const Tensor& t) {
-  MPX_CHECK(t.device().is_cpu(), "pin_memory: tensor ", shape_str(t.sizes()), " is on ", t.device().str(),
-            "; only CPU tensors can be pinned");
-  const Tensor src = t.contiguous();
-  Tensor out = empty(src.sizes(), TensorOptions(src.dtype()).pinned_memory());
-  if (src.numel()) std::memcpy(out.raw_data(), src.raw_data(), static_cast<size_t>(src.numel()) * src.element_size());
-  return out;
-}
-bool is_pinned(const Tensor& t) {
+bool pinned_query(const Tensor& t) {
   if (!t.defined() || !t.device().is_cpu() || device_count_raw() == 0 || t.numel() == 0) return false;
   cudaPointerAttributes a{};
   if (cudaPointerGetAttributes(&a, t.raw_data()) != cudaSuccess) {

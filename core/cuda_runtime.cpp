@@ -1,4 +1,4 @@
-// The CUDA runtime behind core/cuda.h: errors, devices, current streams, events, graphs, host read-backs.
+// The CUDA module's runtime behind core/cuda.h (through core/cuda_backend.h): errors, devices, current streams, events, graphs, host read-backs.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/cuda_backend.h"
 #include "core/cuda_runtime.h"
 #include "core/tensor.h"
 
@@ -24,7 +25,7 @@ namespace mpx::cuda {
     hint = "; mpx was not compiled for this GPU: rebuild with -DCMAKE_CUDA_ARCHITECTURES=<its compute capability>";
   else if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice)
     hint = "; check the NVIDIA driver and that a GPU is visible (nvidia-smi)";
-  throw Error(detail::str_cat(what, ": ", call, " failed: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")",
+  throw Error(mpx::detail::str_cat(what, ": ", call, " failed: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")",
                               hint));
 }
 
@@ -47,9 +48,6 @@ cudaStream_t default_stream(int device) {
 thread_local std::array<cudaStream_t, kMaxDevices> t_current{};
 
 
-std::atomic<bool> g_tf32{false};
-std::atomic<int64_t> g_layout_conversions{0};
-
 }  // namespace
 
 int device_count_raw() {
@@ -68,107 +66,33 @@ int device_count_raw() {
 int resolve(int device) {
   MPX_CHECK(device_count_raw() > 0, "cuda: no CUDA device is visible; use Device::cpu() (check nvidia-smi and "
             "CUDA_VISIBLE_DEVICES)");
-  if (device < 0) return current_device();
+  if (device < 0) return current_device_raw();
   MPX_CHECK(device < device_count_raw(), "cuda: device ", device, " does not exist (", device_count_raw(),
             " visible); use an index below that");
   return device;
 }
 
 cudaStream_t stream_of(int device) {
-  const int dev = device < 0 ? current_device() : device;
+  const int dev = device < 0 ? current_device_raw() : device;
   MPX_CHECK(dev < kMaxDevices, "cuda: device index ", dev, " is beyond the ", kMaxDevices, " mpx supports");
   cudaStream_t s = t_current[dev];
   return s ? s : default_stream(dev);
 }
 
-int current_device() {
+int current_device_raw() {
   MPX_CHECK(device_count_raw() > 0, "cuda: no CUDA device is visible; use Device::cpu() (check nvidia-smi and "
             "CUDA_VISIBLE_DEVICES)");
   int d = 0;
   MPX_CUDA_CHECK(cudaGetDevice(&d), "cuda current_device");
   return d;
 }
-void set_device(int device) { MPX_CUDA_CHECK(cudaSetDevice(resolve(device)), "cuda set_device"); }
-void synchronize(int device) {
-  DeviceGuard g(resolve(device));
-  MPX_CUDA_CHECK(cudaDeviceSynchronize(), "cuda synchronize");
-}
 
-void count_layout_conversion() { g_layout_conversions.fetch_add(1, std::memory_order_relaxed); }
-int64_t layout_conversions() { return g_layout_conversions.load(); }
-void allow_tf32(bool allow) { g_tf32.store(allow); }
-bool tf32_allowed() { return g_tf32.load(); }
+namespace {
 
-DeviceGuard::DeviceGuard(int device) : prev_(-1) {
-  int cur = 0;
-  MPX_CUDA_CHECK(cudaGetDevice(&cur), "cuda DeviceGuard");
-  if (cur != device) {
-    MPX_CUDA_CHECK(cudaSetDevice(device), "cuda DeviceGuard");
-    prev_ = cur;
-  }
-}
-DeviceGuard::~DeviceGuard() {
-  if (prev_ >= 0) cudaSetDevice(prev_);
-}
+cudaEvent_t ev_of(void* e) { return static_cast<cudaEvent_t>(e); }
+cudaStream_t st_of(const Stream& s) { return static_cast<cudaStream_t>(s.handle); }
 
-void Stream::synchronize() const {
-  MPX_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(handle)), "cuda Stream::synchronize");
-}
-Stream current_stream(int device) {
-  const int dev = resolve(device);
-  return Stream{stream_of(dev), dev};
-}
-Stream new_stream(int device) {
-  const int dev = resolve(device);
-  DeviceGuard g(dev);
-  cudaStream_t s = nullptr;
-  MPX_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cuda new_stream");
-  return Stream{s, dev};
-}
-void set_current_stream(const Stream& s) {
-  MPX_CHECK(s.device >= 0 && s.device < kMaxDevices, "cuda set_current_stream: bad device ", s.device);
-  t_current[s.device] = static_cast<cudaStream_t>(s.handle);
-}
-StreamGuard::StreamGuard(const Stream& s) : prev_(current_stream(s.device)) { set_current_stream(s); }
-StreamGuard::~StreamGuard() { t_current[prev_.device] = static_cast<cudaStream_t>(prev_.handle); }
-
-Event::Event(bool enable_timing) {
-  device_ = current_device();
-  cudaEvent_t e = nullptr;
-  MPX_CUDA_CHECK(cudaEventCreateWithFlags(&e, enable_timing ? cudaEventDefault : cudaEventDisableTiming), "cuda Event");
-  ev_ = e;
-}
-Event::~Event() {
-  if (ev_) cudaEventDestroy(static_cast<cudaEvent_t>(ev_));
-}
-void Event::record(const Stream& s) {
-  MPX_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(ev_), static_cast<cudaStream_t>(s.handle)), "cuda Event::record");
-}
-void Event::record() { record(current_stream(device_)); }
-void Event::wait(const Stream& s) const {
-  MPX_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(s.handle), static_cast<cudaEvent_t>(ev_), 0),
-                 "cuda Event::wait");
-}
-void Event::synchronize() const {
-  MPX_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(ev_)), "cuda Event::synchronize");
-}
-bool Event::query() const {
-  const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(ev_));
-  if (e == cudaErrorNotReady) {
-    cudaGetLastError();
-    return false;
-  }
-  MPX_CUDA_CHECK(e, "cuda Event::query");
-  return true;
-}
-float Event::elapsed_ms(const Event& end) const {
-  float ms = 0;
-  MPX_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(ev_), static_cast<cudaEvent_t>(end.ev_)),
-                 "cuda Event::elapsed_ms");
-  return ms;
-}
-
-struct Graph::Impl {
+struct GraphState {
   int device = 0;
   cudaStream_t side = nullptr;
   Stream prev;
@@ -177,7 +101,6 @@ struct Graph::Impl {
   bool capturing = false;
 };
 
-namespace {
 // Capture streams are never destroyed: tensors allocated during a capture are freed on that
 // stream, possibly long after the Graph is gone. A finished Graph returns its stream here.
 std::mutex g_capture_streams_m;
@@ -196,145 +119,205 @@ cudaStream_t take_capture_stream(int device) {
   MPX_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cuda::Graph");
   return s;
 }
-}  // namespace
 
-Graph::Graph() : impl_(std::make_unique<Impl>()) {}
-Graph::~Graph() {
-  Impl& g = *impl_;
-  if (g.capturing) {  // abandoned mid-capture (an exception): end it and drop what was recorded
-    cudaGraph_t partial = nullptr;
-    set_current_stream(g.prev);
-    if (cudaStreamEndCapture(g.side, &partial) == cudaSuccess && partial) cudaGraphDestroy(partial);
-    cudaGetLastError();
+void set_current(const Stream& s) {
+  MPX_CHECK(s.device >= 0 && s.device < kMaxDevices, "cuda set_current_stream: bad device ", s.device);
+  t_current[s.device] = st_of(s);
+}
+
+struct Runtime final : detail::Backend {
+  int device_count() override { return device_count_raw(); }
+  int current_device() override { return current_device_raw(); }
+  void set_device(int device) override { MPX_CUDA_CHECK(cudaSetDevice(resolve(device)), "cuda set_device"); }
+  void synchronize(int device) override {
+    DeviceGuard g(resolve(device));
+    MPX_CUDA_CHECK(cudaDeviceSynchronize(), "cuda synchronize");
+  }
+  int get_device_raw() override {
+    int cur = 0;
+    MPX_CUDA_CHECK(cudaGetDevice(&cur), "cuda DeviceGuard");
+    return cur;
+  }
+  void set_device_raw(int device) override { MPX_CUDA_CHECK(cudaSetDevice(device), "cuda DeviceGuard"); }
+
+  MemoryStats memory_stats(int device) override { return pool_memory_stats(device); }
+  void reset_peak_memory_stats(int device) override { pool_reset_peak(device); }
+  void empty_cache(int device) override { pool_empty_cache(device); }
+  std::shared_ptr<void> allocate_pinned(size_t nbytes) override { return pinned_allocate(nbytes); }
+  bool is_pinned(const Tensor& t) override { return pinned_query(t); }
+
+  Stream current_stream(int device) override {
+    const int dev = resolve(device);
+    return Stream{stream_of(dev), dev};
+  }
+  Stream new_stream(int device) override {
+    const int dev = resolve(device);
+    DeviceGuard g(dev);
+    cudaStream_t s = nullptr;
+    MPX_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cuda new_stream");
+    return Stream{s, dev};
+  }
+  void set_current_stream(const Stream& s) override { set_current(s); }
+  void stream_synchronize(const Stream& s) override {
+    MPX_CUDA_CHECK(cudaStreamSynchronize(st_of(s)), "cuda Stream::synchronize");
+  }
+
+  void* event_create(bool timing) override {
+    cudaEvent_t e = nullptr;
+    MPX_CUDA_CHECK(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming), "cuda Event");
+    return e;
+  }
+  void event_destroy(void* ev) override { cudaEventDestroy(ev_of(ev)); }
+  void event_record(void* ev, const Stream& s) override {
+    MPX_CUDA_CHECK(cudaEventRecord(ev_of(ev), st_of(s)), "cuda Event::record");
+  }
+  void event_wait(void* ev, const Stream& s) override {
+    MPX_CUDA_CHECK(cudaStreamWaitEvent(st_of(s), ev_of(ev), 0), "cuda Event::wait");
+  }
+  void event_synchronize(void* ev) override { MPX_CUDA_CHECK(cudaEventSynchronize(ev_of(ev)), "cuda Event::synchronize"); }
+  bool event_query(void* ev) override {
+    const cudaError_t e = cudaEventQuery(ev_of(ev));
+    if (e == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    MPX_CUDA_CHECK(e, "cuda Event::query");
+    return true;
+  }
+  float event_elapsed_ms(void* start, void* end) override {
+    float ms = 0;
+    MPX_CUDA_CHECK(cudaEventElapsedTime(&ms, ev_of(start), ev_of(end)), "cuda Event::elapsed_ms");
+    return ms;
+  }
+
+  void* graph_create() override { return new GraphState; }
+  void graph_destroy(void* state) override {
+    std::unique_ptr<GraphState> owned(static_cast<GraphState*>(state));
+    GraphState& g = *owned;
+    if (g.capturing) {  // abandoned mid-capture (an exception): end it and drop what was recorded
+      cudaGraph_t partial = nullptr;
+      set_current(g.prev);
+      if (cudaStreamEndCapture(g.side, &partial) == cudaSuccess && partial) cudaGraphDestroy(partial);
+      cudaGetLastError();
+      end_capture_and_flush();
+    }
+    if (g.exec) cudaGraphExecDestroy(g.exec);
+    if (g.graph) cudaGraphDestroy(g.graph);
+    if (g.side) {
+      std::lock_guard<std::mutex> l(g_capture_streams_m);
+      g_capture_streams.emplace_back(g.device, g.side);
+    }
+  }
+  void graph_capture_begin(void* state) override {
+    GraphState& g = *static_cast<GraphState*>(state);
+    MPX_CHECK(!g.capturing, "cuda::Graph::capture_begin: already capturing; call capture_end() first");
+    MPX_CHECK(!g.exec, "cuda::Graph::capture_begin: this graph already holds a capture; use a new Graph");
+    g.device = current_device_raw();
+    if (!g.side) g.side = take_capture_stream(g.device);
+    g.prev = current_stream(g.device);
+    // The captured work starts after everything already queued on the current stream.
+    cudaEvent_t ev = nullptr;
+    MPX_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cuda::Graph");
+    MPX_CUDA_CHECK(cudaEventRecord(ev, st_of(g.prev)), "cuda::Graph");
+    MPX_CUDA_CHECK(cudaStreamWaitEvent(g.side, ev, 0), "cuda::Graph");
+    MPX_CUDA_CHECK(cudaEventDestroy(ev), "cuda::Graph");
+    set_current(Stream{g.side, g.device});
+    // Thread-local mode: other threads (data loaders) may keep using CUDA while this one captures.
+    const cudaError_t e = cudaStreamBeginCapture(g.side, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+      set_current(g.prev);
+      MPX_CUDA_CHECK(e, "cuda::Graph::capture_begin");
+    }
+    g.capturing = true;
+    capture_started();
+  }
+  void graph_capture_end(void* state) override {
+    GraphState& g = *static_cast<GraphState*>(state);
+    MPX_CHECK(g.capturing, "cuda::Graph::capture_end: capture_begin() was not called");
+    g.capturing = false;
+    set_current(g.prev);
+    const cudaError_t e = cudaStreamEndCapture(g.side, &g.graph);
     end_capture_and_flush();
+    if (e == cudaErrorStreamCaptureInvalidated || e == cudaErrorStreamCaptureUnsupported) {
+      cudaGetLastError();
+      MPX_ERROR("cuda::Graph::capture_end: the capture was invalidated (", cudaGetErrorString(e),
+                "): something in the captured region waited for the device (item(), a host copy, a "
+                "synchronize) or used another stream; keep such calls outside capture");
+    }
+    MPX_CUDA_CHECK(e, "cuda::Graph::capture_end");
+    // Graph-owned allocations still alive at the next launch are freed and re-made at the same
+    // addresses, so tensors created during capture keep pointing at the latest replay's values.
+    MPX_CUDA_CHECK(cudaGraphInstantiateWithFlags(&g.exec, g.graph, cudaGraphInstantiateFlagAutoFreeOnLaunch),
+                   "cuda::Graph::capture_end");
   }
-  if (g.exec) cudaGraphExecDestroy(g.exec);
-  if (g.graph) cudaGraphDestroy(g.graph);
-  if (g.side) {
-    std::lock_guard<std::mutex> l(g_capture_streams_m);
-    g_capture_streams.emplace_back(g.device, g.side);
+  void graph_replay(void* state) override {
+    GraphState& g = *static_cast<GraphState*>(state);
+    MPX_CHECK(g.exec, "cuda::Graph::replay: nothing was captured; call capture_begin() / capture_end() first");
+    DeviceGuard dg(g.device);
+    MPX_CUDA_CHECK(cudaGraphLaunch(g.exec, stream_of(g.device)), "cuda::Graph::replay");
   }
-}
-
-void Graph::capture_begin() {
-  MPX_CHECK(!impl_->capturing, "cuda::Graph::capture_begin: already capturing; call capture_end() first");
-  MPX_CHECK(!impl_->exec, "cuda::Graph::capture_begin: this graph already holds a capture; use a new Graph");
-  Impl& g = *impl_;
-  g.device = current_device();
-  if (!g.side) g.side = take_capture_stream(g.device);
-  g.prev = current_stream(g.device);
-  // The captured work starts after everything already queued on the current stream.
-  cudaEvent_t ev = nullptr;
-  MPX_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cuda::Graph");
-  MPX_CUDA_CHECK(cudaEventRecord(ev, static_cast<cudaStream_t>(g.prev.handle)), "cuda::Graph");
-  MPX_CUDA_CHECK(cudaStreamWaitEvent(g.side, ev, 0), "cuda::Graph");
-  MPX_CUDA_CHECK(cudaEventDestroy(ev), "cuda::Graph");
-  set_current_stream(Stream{g.side, g.device});
-  // Thread-local mode: other threads (data loaders) may keep using CUDA while this one captures.
-  const cudaError_t e = cudaStreamBeginCapture(g.side, cudaStreamCaptureModeThreadLocal);
-  if (e != cudaSuccess) {
-    set_current_stream(g.prev);
-    MPX_CUDA_CHECK(e, "cuda::Graph::capture_begin");
+  bool graph_captured(void* state) override { return static_cast<GraphState*>(state)->exec != nullptr; }
+  bool is_capturing() override {
+    if (device_count_raw() == 0) return false;
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    MPX_CUDA_CHECK(cudaStreamIsCapturing(stream_of(current_device_raw()), &st), "cuda::is_capturing");
+    return st == cudaStreamCaptureStatusActive;
   }
-  g.capturing = true;
-  capture_started();
-}
 
-void Graph::capture_end() {
-  Impl& g = *impl_;
-  MPX_CHECK(g.capturing, "cuda::Graph::capture_end: capture_begin() was not called");
-  g.capturing = false;
-  set_current_stream(g.prev);
-  const cudaError_t e = cudaStreamEndCapture(g.side, &g.graph);
-  end_capture_and_flush();
-  if (e == cudaErrorStreamCaptureInvalidated || e == cudaErrorStreamCaptureUnsupported) {
-    cudaGetLastError();
-    MPX_ERROR("cuda::Graph::capture_end: the capture was invalidated (", cudaGetErrorString(e),
-              "): something in the captured region waited for the device (item(), a host copy, a "
-              "synchronize) or used another stream; keep such calls outside capture");
+  Stream readback_start(const tensor_list& tensors, tensor_list& host) override {
+    const Device dev = tensors[0].device();
+    DeviceGuard g(dev.index);
+    const cudaStream_t s = stream_of(dev.index);
+    // Captured, the copies would land in these page-locked buffers at every replay, long after
+    // they went back to the shared cache and were reused (and ready() would query a captured event).
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    MPX_CUDA_CHECK(cudaStreamIsCapturing(s, &st), "cuda::HostReadback");
+    MPX_CHECK(st == cudaStreamCaptureStatusNone, "cuda::HostReadback: cannot read device values back during a CUDA "
+              "graph capture; keep read-backs (amp's overflow reports, target checks) outside the captured region");
+    for (const Tensor& t : tensors) {
+      MPX_CHECK(t.device() == dev && t.is_contiguous(), "cuda::HostReadback: tensors must be contiguous and on ",
+                dev.str(), ", got ", shape_str(t.sizes()), " on ", t.device().str());
+      Tensor h = empty(t.sizes(), TensorOptions(t.dtype()).pinned_memory());
+      if (t.numel())
+        MPX_CUDA_CHECK(cudaMemcpyAsync(h.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()) * t.element_size(),
+                                       cudaMemcpyDeviceToHost, s),
+                       "cuda::HostReadback");
+      host.push_back(h);
+    }
+    return Stream{s, dev.index};
   }
-  MPX_CUDA_CHECK(e, "cuda::Graph::capture_end");
-  // Graph-owned allocations still alive at the next launch are freed and re-made at the same
-  // addresses, so tensors created during capture keep pointing at the latest replay's values.
-  MPX_CUDA_CHECK(cudaGraphInstantiateWithFlags(&g.exec, g.graph, cudaGraphInstantiateFlagAutoFreeOnLaunch),
-                 "cuda::Graph::capture_end");
-}
 
-void Graph::replay() {
-  MPX_CHECK(impl_->exec, "cuda::Graph::replay: nothing was captured; call capture_begin() / capture_end() first");
-  DeviceGuard dg(impl_->device);
-  MPX_CUDA_CHECK(cudaGraphLaunch(impl_->exec, stream_of(impl_->device)), "cuda::Graph::replay");
-}
-bool Graph::captured() const { return impl_->exec != nullptr; }
-
-bool is_capturing() {
-  if (device_count_raw() == 0) return false;
-  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  MPX_CUDA_CHECK(cudaStreamIsCapturing(stream_of(current_device()), &st), "cuda::is_capturing");
-  return st == cudaStreamCaptureStatusActive;
-}
-
-HostReadback::HostReadback(const tensor_list& tensors) {
-  MPX_CHECK(!tensors.empty() && tensors[0].is_cuda(), "cuda::HostReadback: expected CUDA tensors");
-  const Device dev = tensors[0].device();
-  DeviceGuard g(dev.index);
-  const cudaStream_t s = stream_of(dev.index);
-  // Captured, the copies would land in these page-locked buffers at every replay, long after
-  // they went back to the shared cache and were reused (and ready() would query a captured event).
-  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  MPX_CUDA_CHECK(cudaStreamIsCapturing(s, &st), "cuda::HostReadback");
-  MPX_CHECK(st == cudaStreamCaptureStatusNone, "cuda::HostReadback: cannot read device values back during a CUDA "
-            "graph capture; keep read-backs (amp's overflow reports, target checks) outside the captured region");
-  for (const Tensor& t : tensors) {
-    MPX_CHECK(t.device() == dev && t.is_contiguous(), "cuda::HostReadback: tensors must be contiguous and on ",
-              dev.str(), ", got ", shape_str(t.sizes()), " on ", t.device().str());
-    Tensor h = pin_memory(empty(t.sizes(), TensorOptions(t.dtype())));
-    if (t.numel())
-      MPX_CUDA_CHECK(cudaMemcpyAsync(h.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()) * t.element_size(),
-                                     cudaMemcpyDeviceToHost, s),
-                     "cuda::HostReadback");
-    host_.push_back(h);
+  DeviceProperties device_properties(int device) override {
+    cudaDeviceProp p{};
+    MPX_CUDA_CHECK(cudaGetDeviceProperties(&p, resolve(device)), "cuda device_properties");
+    DeviceProperties r;
+    r.name = p.name;
+    r.major = p.major;
+    r.minor = p.minor;
+    r.multiprocessors = p.multiProcessorCount;
+    r.total_memory = static_cast<int64_t>(p.totalGlobalMem);
+    r.l2_cache = p.l2CacheSize;
+    return r;
   }
-  done_ = std::make_shared<Event>(false);
-  done_->record(Stream{s, dev.index});
-}
-HostReadback::~HostReadback() {
-  try {
-    if (done_) done_->synchronize();
-  } catch (const std::exception&) {
-    // A destructor cannot report it; the device error resurfaces at the next checked call.
+  std::string version_string() override {
+    auto ver = [](int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); };
+    int rt = 0, drv = 0;
+    cudaRuntimeGetVersion(&rt);
+    std::string s = "CUDA runtime " + ver(rt);
+    if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0) s += ", driver " + ver(drv);
+    else s += ", no driver";
+    const size_t lt = cublasLtGetVersion();  // major * 10000 + minor * 100 + patch
+    s += ", cuBLASLt " + std::to_string(lt / 10000) + "." + std::to_string((lt / 100) % 100) + "." + std::to_string(lt % 100);
+    return s;
   }
-}
-bool HostReadback::ready() const { return done_->query(); }
-double HostReadback::value(size_t i) const {
-  MPX_CHECK(i < host_.size(), "cuda::HostReadback::value: index ", i, " out of range (", host_.size(), " tensors)");
-  done_->synchronize();
-  return host_[i].item_double();
-}
+  std::string cudnn_version() override { return cudnn_version_string(); }
+};
 
-DeviceProperties device_properties(int device) {
-  cudaDeviceProp p{};
-  MPX_CUDA_CHECK(cudaGetDeviceProperties(&p, resolve(device)), "cuda device_properties");
-  DeviceProperties r;
-  r.name = p.name;
-  r.major = p.major;
-  r.minor = p.minor;
-  r.multiprocessors = p.multiProcessorCount;
-  r.total_memory = static_cast<int64_t>(p.totalGlobalMem);
-  r.l2_cache = p.l2CacheSize;
-  return r;
-}
-
-std::string version_string() {
-  auto ver = [](int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); };
-  int rt = 0, drv = 0;
-  cudaRuntimeGetVersion(&rt);
-  std::string s = "CUDA runtime " + ver(rt);
-  if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0) s += ", driver " + ver(drv);
-  else s += ", no driver";
-  const size_t lt = cublasLtGetVersion();  // major * 10000 + minor * 100 + patch
-  s += ", cuBLASLt " + std::to_string(lt / 10000) + "." + std::to_string((lt / 100) % 100) + "." + std::to_string(lt % 100);
-  return s;
-}
-
+}  // namespace
 }  // namespace mpx::cuda
+
+/// The module's one entry point: libmpx looks it up by name once the module has loaded.
+extern "C" __attribute__((visibility("default"))) mpx::cuda::detail::Backend* mpx_cuda_backend() {
+  static mpx::cuda::Runtime runtime;
+  return &runtime;
+}

@@ -16,10 +16,6 @@
 
 namespace mpx::data {
 
-#ifndef MPX_WITH_NVJPEG
-bool have_nvjpeg() { return false; }  // nvjpeg.cpp has the other definition
-#endif
-
 #ifdef MPX_WITH_LIBJPEG
 namespace {
 // libjpeg reports errors by longjmp out of its calls. Each guarded step below is a plain

@@ -55,7 +55,20 @@ struct Topology {
 
 /// True when a launcher (mpirun, srun with PMI/PMIx) started this process.
 bool launched_by_mpi();
-/// MPI_Init (threads serialized through one worker) and the ranks; throws when built without MPI.
+
+/// MPI lives in its own module (libmpx_mpi), loaded by the first of these calls that needs it,
+/// so a program that is not started by mpirun never maps the MPI libraries.
+struct MpiTransport {
+  virtual ~MpiTransport() = default;
+  virtual std::string version() = 0;
+  virtual Topology init(double timeout_seconds) = 0;
+  virtual void submit(RawOp op, std::shared_ptr<Work::State> state) = 0;
+  virtual void set_timeout(double seconds) = 0;
+  virtual void finalize() = 0;
+};
+/// Why MPI cannot be used ("" when it can): not built, or the module did not load.
+std::string mpi_problem();
+/// MPI_Init (threads serialized through one worker) and the ranks; throws when MPI cannot be used.
 Topology mpi_init(double timeout_seconds);
 /// Queues `op` on the MPI worker; `state` is completed (or failed, with a message) from there.
 void mpi_submit(RawOp op, std::shared_ptr<Work::State> state);
@@ -65,10 +78,21 @@ void mpi_finalize();
 bool mpi_compiled();
 std::string mpi_version();
 
-/// NCCL: CUDA tensors. nccl_submit returns false when NCCL is not compiled in.
+/// NCCL: CUDA tensors, through the CUDA module, which installs its transport as it loads.
+/// nccl_submit returns false when there is none.
+struct NcclTransport {
+  virtual ~NcclTransport() = default;
+  virtual std::string version() = 0;
+  virtual bool submit(const Tensor& tensor, RawOp op, const std::shared_ptr<Work::State>& state,
+                      const Topology& topo) = 0;
+  virtual void finalize() = 0;
+};
+void install_nccl(NcclTransport* transport);
+/// Loads the CUDA module to answer (a question about CUDA tensors).
 bool nccl_compiled();
 std::string nccl_version();
 bool nccl_submit(const Tensor& tensor, RawOp op, const std::shared_ptr<Work::State>& state, const Topology& topo);
+/// Destroys the communicator if the module is loaded; never loads it.
 void nccl_finalize();
 
 }  // namespace detail

@@ -103,9 +103,8 @@ void init(const InitOptions& options) {
   MPX_CHECK(env_world != 0, "distributed::init: WORLD_SIZE=0, but a job has at least one process; set it to the "
             "number of ranks, or unset it");
   if (detail::launched_by_mpi()) {
-    MPX_CHECK(detail::mpi_compiled(), "distributed::init: this process was started by an MPI launcher, but mpx "
-              "was built without MPI (", backend_info(), "); install Open MPI (libopenmpi-dev) and rebuild "
-              "with -DMPX_DISTRIBUTED=ON, or start a single process without mpirun");
+    MPX_CHECK(detail::mpi_compiled(), "distributed::init: this process was started by an MPI launcher, but ",
+              detail::mpi_problem(), "; or start a single process without mpirun");
     g.topo = detail::mpi_init(g.timeout);
     g.use_mpi = true;
     MPX_CHECK(env_world < 0 || env_world == g.topo.world, "distributed::init: WORLD_SIZE=", env_world,
@@ -149,11 +148,7 @@ bool mpi_available() { return detail::mpi_compiled(); }
 bool nccl_available() { return detail::nccl_compiled(); }
 
 std::string backend_info() {
-#ifndef MPX_DISTRIBUTED_WHY
-#define MPX_DISTRIBUTED_WHY "built without MPI"
-#endif
-  std::string s = detail::mpi_compiled() ? "MPI " + detail::mpi_version()
-                                          : std::string("off (" MPX_DISTRIBUTED_WHY ")");
+  std::string s = detail::mpi_compiled() ? "MPI " + detail::mpi_version() : "off (" + detail::mpi_problem() + ")";
   s += detail::nccl_compiled() ? ", NCCL " + detail::nccl_version() : std::string(", NCCL off");
   return s;
 }

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cstring>
 
+#include "core/cuda_backend.h"
+
 namespace mpx {
 namespace {
 constexpr const auto& kNames = kOpNames;
@@ -64,10 +66,15 @@ void wrong_signature(OpId op) {
   MPX_ERROR(op_name(op), ": kernel looked up with a signature other than its ops.def row's");
 }
 }  // namespace detail
-bool has_kernel(OpId op, DeviceType dev, DType dt) { return slot(op, dev, dt) != nullptr; }
+// CUDA kernels register as the CUDA module loads: a question about them loads it first.
+bool has_kernel(OpId op, DeviceType dev, DType dt) {
+  if (dev == DeviceType::kCUDA) cuda::detail::backend();
+  return slot(op, dev, dt) != nullptr;
+}
 void* find_kernel(OpId op, DeviceType dev, DType dt) {
   void* fn = slot(op, dev, dt);
   if (fn) return fn;
+  if (dev == DeviceType::kCUDA && cuda::detail::backend() && (fn = slot(op, dev, dt))) return fn;
   const char* dev_name = dev == DeviceType::kCPU ? "cpu" : "cuda";
   if (dev == DeviceType::kCUDA && !cuda_is_available())
     MPX_ERROR(op_name(op), ": no kernel for device cuda (mpx was built without CUDA or no GPU is visible); "

@@ -190,6 +190,22 @@ TEST_CASE("mpx: wrong flags and missing data and bad checkpoints give one line a
 #endif
 }
 
+TEST_CASE("mpx without its CUDA module: info says why CUDA is off, --device cuda is a one-line error naming it", "[cli]") {
+#ifdef MPX_WITH_CUDA
+  const auto has = mpx::testing::has;
+  Run r = run_mpx("info", "2>&1", "MPX_DISABLE_CUDA=1");
+  CHECK(r.rc == 0);
+  CHECK(has(r.out, "CUDA: off: the CUDA module is disabled by MPX_DISABLE_CUDA; unset it to use the GPU"));
+  CHECK(has(r.out, "GPU JPEG decoding: off (the CUDA module is disabled by MPX_DISABLE_CUDA"));
+  CHECK(has(r.out, "distributed: MPI") == mpx::distributed::mpi_available());
+  CHECK_FALSE(has(r.out, "CUDA devices:"));
+  r = run_mpx("train --device cuda --synthetic --prof 1", "2>&1 1>/dev/null", "MPX_DISABLE_CUDA=1");
+  CHECK(r.rc == 1);
+  CHECK(lines(r.out) == 1);
+  CHECK(has(r.out, "--device cuda: the CUDA module is disabled by MPX_DISABLE_CUDA"));
+#endif
+}
+
 TEST_CASE("mpx train --gpu-decode: needs --device cuda, an image folder and nvJPEG, each said in one line", "[cli]") {
   const auto has = mpx::testing::has;
   Run r = run_mpx("info");

@@ -1,6 +1,7 @@
 // Shared pieces of the mpx commands: device and amp flags, data sets by name, checkpoint state in/out.
 #include "tools/common.h"
 
+#include "core/cuda_backend.h"
 #include "core/metadata.h"
 
 #include "tools/ranks.h"
@@ -33,6 +34,8 @@ Device parse_device(const std::string& spec) {
               "machine with nvcc, or use --device cpu");
 #endif
     const int n = cuda_device_count();
+    const std::string why = cuda::detail::module_problem();
+    MPX_CHECK(why.empty(), "--device ", spec, ": ", why);
     MPX_CHECK(n > 0, "--device ", spec, ": no CUDA device is visible (driver missing or CUDA_VISIBLE_DEVICES empty); "
               "use --device cpu");
     MPX_CHECK(d.index >= 0 && d.index < n, "--device ", spec, ": only ", n, " CUDA device(s) (cuda:0..cuda:", n - 1,

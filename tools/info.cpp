@@ -4,6 +4,7 @@
 #include <string>
 #include <thread>
 
+#include "core/cuda_backend.h"
 #include "data/jpeg.h"
 #include "ops/backends.h"
 #include "tools/commands.h"
@@ -58,10 +59,12 @@ int run_info(int argc, char** argv) {
               data::have_jpeg_region_decode()
                   ? ", reduced-size region decode for imagefolder"
                   : "; no reduced-size region decode (install libjpeg62-turbo-dev and rebuild)");
+  const std::string cuda_problem = cuda_built ? cuda::detail::module_problem() : "";
   std::printf("GPU JPEG decoding: %s\n",
-              data::have_nvjpeg() ? "nvJPEG (mpx train --gpu-decode)"
-                                  : "off (no nvJPEG at build time: tools/install-deps.sh fetches it for CUDA builds, "
-                                    "then reconfigure with -DMPX_NVJPEG=ON)");
+              data::have_nvjpeg()    ? "nvJPEG (mpx train --gpu-decode)"
+              : !cuda_problem.empty() ? ("off (" + cuda_problem + ")").c_str()
+                                     : "off (no nvJPEG at build time: tools/install-deps.sh fetches it for CUDA builds, "
+                                       "then reconfigure with -DMPX_NVJPEG=ON)");
   std::printf("ops in the registry: %d\n", kNumOps);
   std::printf("CPU: %u hardware threads, OpenMP threads %d\n", std::thread::hardware_concurrency(), mpx::get_num_threads());
   std::printf("CPU features: %s\n", cpu_features().c_str());
@@ -70,6 +73,7 @@ int run_info(int argc, char** argv) {
     return 0;
   }
   std::printf("CUDA: %s\n", cuda::version_string().c_str());
+  if (!cuda_problem.empty()) return 0;  // the line above said why
   std::printf("cuDNN: %s\n", cuda::cudnn_version().c_str());
   const int n = cuda_device_count();
   std::printf("CUDA devices: %d\n", n);

@@ -35,7 +35,7 @@ fi
 # without Open MPI fails here instead of passing a run that never started a second rank.
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPX_CUDA=OFF -DMPX_DISTRIBUTED=ON \
   -DMPX_FUZZ_TESTS=OFF -DMPX_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS="$san" -DCMAKE_C_FLAGS="$san" \
-  -DCMAKE_EXE_LINKER_FLAGS="$link" -DCMAKE_SHARED_LINKER_FLAGS="$link"
+  -DCMAKE_EXE_LINKER_FLAGS="$link" -DCMAKE_SHARED_LINKER_FLAGS="$link" -DCMAKE_MODULE_LINKER_FLAGS="$link"
 # shellcheck disable=SC2086  # a list of targets
 cmake --build "$dir" -j"$jobs" --target $targets
 

@@ -16,9 +16,6 @@ TensorDesc desc(const Tensor& t, const char* op = "cuda kernel");
 /// The tensor broadcast to `shape` (numpy rules; expanded dimensions get stride 0).
 TensorDesc desc(const Tensor& t, const IntList& shape, const char* op = "cuda kernel");
 
-/// Counts one copy between the row-major and channels-last layouts (cuda::layout_conversions).
-void count_layout_conversion();
-
 /// Sets the current device to a tensor's for the duration of a kernel launch.
 class TensorDeviceGuard {
  public:

@@ -1,5 +1,4 @@
-// cuDNN handles, errors and descriptors (ops/cuda/cudnn_common.h), and the public cuDNN switches of
-// core/cuda.h (benchmark, deterministic, version), which exist in every CUDA build.
+// cuDNN handles, errors and descriptors (ops/cuda/cudnn_common.h), and the loaded cuDNN's version for cuda::cudnn_version().
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -7,29 +6,14 @@
 #include <string>
 
 #include "core/cuda.h"
+#include "core/cuda_backend.h"
+#include "core/cuda_runtime.h"
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cudnn_common.h"
 
 namespace mpx::cuda {
-namespace {
-std::atomic<bool> g_benchmark{false};
-std::atomic<bool> g_deterministic{false};
-std::atomic<int64_t> g_fallbacks{0};
-std::mutex g_fallback_mu;
-std::string g_last_fallback;
-}  // namespace
 
-void cudnn_benchmark(bool on) { g_benchmark.store(on); }
-bool cudnn_benchmark_enabled() { return g_benchmark.load(); }
-void cudnn_deterministic(bool on) { g_deterministic.store(on); }
-bool cudnn_deterministic_enabled() { return g_deterministic.load(); }
-int64_t cudnn_fallbacks() { return g_fallbacks.load(); }
-std::string cudnn_last_fallback() {
-  std::lock_guard<std::mutex> lk(g_fallback_mu);
-  return g_last_fallback;
-}
-
-std::string cudnn_version() {
+std::string cudnn_version_string() {
 #ifdef MPX_WITH_CUDNN
   // cuDNN 9 encodes major*10000 + minor*100 + patch; cuDNN 8 used major*1000 + minor*100 + patch.
   const size_t v = cudnnGetVersion();
@@ -58,9 +42,7 @@ bool refused(cudnnStatus_t st) {
 }
 
 void count_fallback(const std::string& what, cudnnStatus_t st) {
-  g_fallbacks.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lk(g_fallback_mu);
-  g_last_fallback = st == CUDNN_STATUS_SUCCESS ? what : what + " (" + cudnnGetErrorString(st) + ")";
+  detail::note_cudnn_fallback(st == CUDNN_STATUS_SUCCESS ? what : what + " (" + cudnnGetErrorString(st) + ")");
 }
 
 namespace {

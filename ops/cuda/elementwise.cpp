@@ -1,4 +1,5 @@
 // Registers the CUDA elementwise kernels (same ops, dtypes and signatures as ops/cpu/elementwise.cpp).
+#include "core/cuda_backend.h"
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/elementwise_launch.h"
 #include "ops/dispatch.h"
@@ -50,7 +51,7 @@ void copy_fn(const Tensor& out, const Tensor& src) {
   TensorDeviceGuard g(out);
   if (out.dim() == 4 && src.dim() == 4 && out.suggest_memory_format() != src.suggest_memory_format() &&
       (src.is_contiguous() || src.is_contiguous(MemoryFormat::ChannelsLast)))
-    count_layout_conversion();
+    detail::count_layout_conversion();
   launch_copy(desc(out, "copy"), desc(src, out.sizes(), "copy"), stream_of(out));
 }
 

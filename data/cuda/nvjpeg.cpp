@@ -1,4 +1,4 @@
-// GpuJpegDecoder: nvJPEG's batched decode of a batch's JPEGs on the device, the crops resampled there by one kernel (data/cuda/resample_batch.cu), other files through the CPU fallback.
+// The CUDA module's nvJPEG decoder behind GpuJpegDecoder: nvJPEG's batched decode of a batch's JPEGs on the device, the crops resampled there by one kernel (data/cuda/resample_batch.cu), other files through the CPU fallback.
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -7,60 +7,22 @@
 
 #include "core/error.h"
 #include "data/datasets.h"
-#include "data/gpu_decode.h"
-#include "data/jpeg.h"
-#include "data/resample_batch.h"
-
-#ifdef MPX_WITH_NVJPEG
 #include <nvjpeg.h>
 
 #include "core/cuda.h"
 #include "core/cuda_check.h"
-#endif
+#include "data/gpu_decode_backend.h"
+#include "data/jpeg.h"
+#include "data/resample_batch.h"
 
 namespace mpx::data {
+namespace {
 
-std::string gpu_decode_problem(Device device) {
-  if (!device.is_cuda()) return "GPU decoding needs a CUDA device, got " + device.str();
-#ifndef MPX_WITH_CUDA
-  return "this mpx was built without the CUDA backend; rebuild with -DMPX_CUDA=ON where nvcc is installed";
-#else
-  if (!have_nvjpeg())
-    return "this mpx has no nvJPEG (`mpx info` says why); run tools/install-deps.sh, which fetches NVIDIA's nvJPEG "
-           "where the CUDA toolkit lacks it, then reconfigure with -DMPX_NVJPEG=ON and rebuild";
-  const int n = cuda_device_count();
-  if (device.index < 0 || device.index >= n)
-    return device.str() + " is not visible (" + std::to_string(n) + " CUDA device(s); driver missing or "
-           "CUDA_VISIBLE_DEVICES empty?)";
-  return "";
-#endif
-}
-
-#ifndef MPX_WITH_NVJPEG
-
-struct GpuJpegDecoder::Impl {
-  Device device;
-};
-GpuJpegDecoder::GpuJpegDecoder(ImagePipeline, Device device) {
-  MPX_ERROR("GpuJpegDecoder: cannot decode on ", device.str(), ": ", gpu_decode_problem(device));
-}
-GpuJpegDecoder::~GpuJpegDecoder() = default;
-Tensor GpuJpegDecoder::decode(const std::vector<std::vector<uint8_t>>&, const std::vector<uint64_t>&,
-                              const Fallback&) {
-  MPX_ERROR("GpuJpegDecoder: this mpx has no nvJPEG");
-}
-int64_t GpuJpegDecoder::fallbacks() const { return 0; }
-Device GpuJpegDecoder::device() const { return impl_ ? impl_->device : Device::cpu(); }
-
-#else
-
-bool have_nvjpeg() {
+bool nvjpeg_answers() {
   // Linked is not enough: the library must load and answer (a driver may be missing at run time).
   int major = 0;
   return nvjpegGetProperty(MAJOR_VERSION, &major) == NVJPEG_STATUS_SUCCESS && major > 0;
 }
-
-namespace {
 
 const char* status_name(nvjpegStatus_t s) {
   switch (s) {
@@ -101,9 +63,7 @@ bool gpu_header(nvjpegHandle_t h, const std::vector<uint8_t>& f, int& width, int
   return true;
 }
 
-}  // namespace
-
-struct GpuJpegDecoder::Impl {
+struct NvJpegDecoder final : detail::GpuJpegBackend {
   ImagePipeline pipeline;
   Device device;
   nvjpegHandle_t handle = nullptr;
@@ -112,10 +72,18 @@ struct GpuJpegDecoder::Impl {
   nvjpegJpegState_t batched = nullptr, single = nullptr;
   int batched_size = -1;  // the size `batched` was initialized for (-1: must re-initialize)
   cuda::Stream stream;
-  int64_t fallbacks = 0;
+  int64_t fallback_count = 0;
 
-  Impl(ImagePipeline p, Device d) : pipeline(std::move(p)), device(d) {}
-  ~Impl() {
+  NvJpegDecoder(ImagePipeline p, Device d) : pipeline(std::move(p)), device(d) {}
+  // Apart from the constructor, so that what a failure leaves behind is released by the destructor.
+  void open() {
+    cuda::DeviceGuard on(device.index);
+    nvjpeg_check(nvjpegCreateSimple(&handle), "nvjpegCreateSimple");
+    nvjpeg_check(nvjpegJpegStateCreate(handle, &batched), "nvjpegJpegStateCreate");
+    nvjpeg_check(nvjpegJpegStateCreate(handle, &single), "nvjpegJpegStateCreate");
+    stream = cuda::new_stream(device.index);
+  }
+  ~NvJpegDecoder() override {
     // Nothing to report from a destructor; the states go before the handle that made them.
     if (single) nvjpegJpegStateDestroy(single);
     if (batched) nvjpegJpegStateDestroy(batched);
@@ -137,26 +105,15 @@ struct GpuJpegDecoder::Impl {
     batched_size = -1;
     return false;
   }
+
+  int64_t fallbacks() const override { return fallback_count; }
+  Tensor decode(const std::vector<std::vector<uint8_t>>& files, const std::vector<uint64_t>& seeds,
+                const GpuJpegDecoder::Fallback& fallback) override;
 };
 
-GpuJpegDecoder::GpuJpegDecoder(ImagePipeline pipeline, Device device) {
-  const std::string why = gpu_decode_problem(device);
-  MPX_CHECK(why.empty(), "GpuJpegDecoder: cannot decode on ", device.str(), ": ", why);
-  impl_ = std::make_unique<Impl>(std::move(pipeline), device);
-  cuda::DeviceGuard on(device.index);
-  nvjpeg_check(nvjpegCreateSimple(&impl_->handle), "nvjpegCreateSimple");
-  nvjpeg_check(nvjpegJpegStateCreate(impl_->handle, &impl_->batched), "nvjpegJpegStateCreate");
-  nvjpeg_check(nvjpegJpegStateCreate(impl_->handle, &impl_->single), "nvjpegJpegStateCreate");
-  impl_->stream = cuda::new_stream(device.index);
-}
-
-GpuJpegDecoder::~GpuJpegDecoder() = default;
-int64_t GpuJpegDecoder::fallbacks() const { return impl_->fallbacks; }
-Device GpuJpegDecoder::device() const { return impl_->device; }
-
-Tensor GpuJpegDecoder::decode(const std::vector<std::vector<uint8_t>>& files, const std::vector<uint64_t>& seeds,
-                              const Fallback& fallback) {
-  Impl& m = *impl_;
+Tensor NvJpegDecoder::decode(const std::vector<std::vector<uint8_t>>& files, const std::vector<uint64_t>& seeds,
+                             const GpuJpegDecoder::Fallback& fallback) {
+  NvJpegDecoder& m = *this;
   const size_t n = files.size();
   MPX_CHECK(seeds.size() == n, "GpuJpegDecoder::decode: ", n, " files but ", seeds.size(), " seeds");
   MPX_CHECK(n > 0 && n < static_cast<size_t>(INT_MAX), "GpuJpegDecoder::decode: bad batch size ", n);
@@ -266,7 +223,7 @@ Tensor GpuJpegDecoder::decode(const std::vector<std::vector<uint8_t>>& files, co
                      "GPU JPEG decode");
     // Finished before the loader hands the batch on: the consumer reads it on other streams.
     m.stream.synchronize();
-    m.fallbacks = static_cast<int64_t>(host.size());
+    m.fallback_count = static_cast<int64_t>(host.size());
     return out;
   } catch (...) {
     cudaStreamSynchronize(s);
@@ -275,6 +232,21 @@ Tensor GpuJpegDecoder::decode(const std::vector<std::vector<uint8_t>>& files, co
   }
 }
 
-#endif  // MPX_WITH_NVJPEG
+struct NvJpegFactory final : detail::GpuJpegFactory {
+  bool available() override { return nvjpeg_answers(); }
+  std::unique_ptr<detail::GpuJpegBackend> make(ImagePipeline pipeline, Device device) override {
+    auto d = std::make_unique<NvJpegDecoder>(std::move(pipeline), device);
+    d->open();
+    return d;
+  }
+};
 
+struct Install {
+  Install() {
+    static NvJpegFactory factory;
+    detail::install_gpu_jpeg(&factory);
+  }
+} install;
+
+}  // namespace
 }  // namespace mpx::data

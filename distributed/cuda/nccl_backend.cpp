@@ -1,7 +1,4 @@
-// NCCL transport for CUDA tensors: one communicator per process, its unique id broadcast over MPI.
-#include "distributed/backend.h"
-
-#ifdef MPX_WITH_NCCL
+// The CUDA module's NCCL transport for CUDA tensors: one communicator per process, its unique id broadcast over MPI.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -9,19 +6,9 @@
 #include <thread>
 
 #include "core/cuda.h"
-#endif
+#include "distributed/backend.h"
 
 namespace mpx::distributed::detail {
-
-#ifndef MPX_WITH_NCCL
-
-bool nccl_compiled() { return false; }
-std::string nccl_version() { return "none"; }
-bool nccl_submit(const Tensor&, RawOp, const std::shared_ptr<Work::State>&, const Topology&) { return false; }
-void nccl_finalize() {}
-
-#else
-
 namespace {
 
 ncclComm_t g_comm = nullptr;
@@ -67,16 +54,19 @@ void ensure_comm(const Tensor& t, const Topology& topo) {
   g_device = dev;
 }
 
-}  // namespace
+struct Nccl final : NcclTransport {
+  std::string version() override;
+  bool submit(const Tensor& t, RawOp op, const std::shared_ptr<Work::State>& state, const Topology& topo) override;
+  void finalize() override;
+};
 
-bool nccl_compiled() { return true; }
-std::string nccl_version() {
+std::string Nccl::version() {
   int v = 0;
   ncclGetVersion(&v);
   return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
 }
 
-bool nccl_submit(const Tensor& t, RawOp op, const std::shared_ptr<Work::State>& state, const Topology& topo) {
+bool Nccl::submit(const Tensor& t, RawOp op, const std::shared_ptr<Work::State>& state, const Topology& topo) {
   ensure_comm(t, topo);
   cuda::DeviceGuard guard(g_device);
   auto stream = static_cast<cudaStream_t>(cuda::current_stream(g_device).handle);
@@ -120,11 +110,18 @@ bool nccl_submit(const Tensor& t, RawOp op, const std::shared_ptr<Work::State>& 
   return true;
 }
 
-void nccl_finalize() {
+void Nccl::finalize() {
   if (g_comm) ncclCommDestroy(g_comm);
   g_comm = nullptr;
 }
 
-#endif
+struct Install {
+  Install() {
+    static Nccl nccl;
+    install_nccl(&nccl);
+  }
+} install;
+
+}  // namespace
 
 }  // namespace mpx::distributed::detail

@@ -1,4 +1,4 @@
-// MPI transport: one worker thread owns every MPI call; nonblocking collectives polled against a deadline.
+// The MPI module (libmpx_mpi): one worker thread owns every MPI call; nonblocking collectives polled against a deadline.
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -6,35 +6,11 @@
 #include <deque>
 #include <thread>
 
+#include <mpi.h>
+
 #include "distributed/backend.h"
 
-#ifdef MPX_WITH_MPI
-#include <mpi.h>
-#endif
-
 namespace mpx::distributed::detail {
-
-bool launched_by_mpi() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"})
-    if (std::getenv(v)) return true;
-  return false;
-}
-
-#ifndef MPX_WITH_MPI
-
-bool mpi_compiled() { return false; }
-std::string mpi_version() { return "none"; }
-Topology mpi_init(double) {
-  MPX_ERROR("distributed: mpx was built without MPI; install Open MPI (libopenmpi-dev) and rebuild with "
-            "-DMPX_DISTRIBUTED=ON");
-}
-void mpi_submit(RawOp op, std::shared_ptr<Work::State> state) {
-  state->complete("distributed: " + op.what + " needs MPI, and mpx was built without it", 0);
-}
-void mpi_set_timeout(double) {}
-void mpi_finalize() {}
-
-#else
 
 namespace {
 
@@ -272,11 +248,15 @@ Worker* g_worker = nullptr;
 MPI_Comm g_comm = MPI_COMM_NULL;
 bool g_we_initialized = false;
 
-}  // namespace
+struct Mpi final : MpiTransport {
+  std::string version() override;
+  Topology init(double timeout_seconds) override;
+  void submit(RawOp op, std::shared_ptr<Work::State> state) override;
+  void set_timeout(double seconds) override;
+  void finalize() override;
+};
 
-bool mpi_compiled() { return true; }
-
-std::string mpi_version() {
+std::string Mpi::version() {
   char v[MPI_MAX_LIBRARY_VERSION_STRING];
   int len = 0;
   MPI_Get_library_version(v, &len);
@@ -285,7 +265,7 @@ std::string mpi_version() {
   return s;
 }
 
-Topology mpi_init(double timeout_seconds) {
+Topology Mpi::init(double timeout_seconds) {
   int inited = 0;
   MPI_Initialized(&inited);
   if (!inited) {
@@ -319,16 +299,16 @@ Topology mpi_init(double timeout_seconds) {
   return t;
 }
 
-void mpi_submit(RawOp op, std::shared_ptr<Work::State> state) {
+void Mpi::submit(RawOp op, std::shared_ptr<Work::State> state) {
   MPX_CHECK(g_worker != nullptr, "distributed: ", op.what, ": MPI has been finalized");
   g_worker->submit(Task{std::move(op), std::move(state)});
 }
 
-void mpi_set_timeout(double seconds) {
+void Mpi::set_timeout(double seconds) {
   if (g_worker) g_worker->set_timeout(seconds);
 }
 
-void mpi_finalize() {
+void Mpi::finalize() {
   if (!g_worker) return;
   const bool broken = g_worker->broken();
   g_worker->stop();
@@ -346,6 +326,11 @@ void mpi_finalize() {
   if (g_we_initialized) MPI_Finalize();
 }
 
-#endif
-
+}  // namespace
 }  // namespace mpx::distributed::detail
+
+/// The module's one entry point: libmpx looks it up by name once the module has loaded.
+extern "C" __attribute__((visibility("default"))) mpx::distributed::detail::MpiTransport* mpx_mpi_transport() {
+  static mpx::distributed::detail::Mpi mpi;
+  return &mpi;
+}
