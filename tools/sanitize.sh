@@ -41,6 +41,9 @@ cmake --build "$dir" -j"$jobs" --target $targets
 
 supp=$PWD/tools
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# The documented commands (docs_commands) run instrumented too, several times slower: a longer
+# per-command limit than the plain build's 300 s.
+export MPX_DOC_COMMAND_TIMEOUT=${MPX_DOC_COMMAND_TIMEOUT:-1800}
 # Multi-rank tests and test_cli_ddp start their ranks with mpirun, which passes this environment on.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 start=$(date +%s)
