@@ -17,4 +17,9 @@ add_test(NAME docs_commands
                  ${_mpx_docs_mpi} ${_mpx_docs_fuzz})
 # One thread per process; only the mpirun lines (a fifth of its time) run two, so it shares the
 # machine with another test as the single-process tests do.
-set_tests_properties(docs_commands PROPERTIES LABELS docs TIMEOUT 900)
+# Instrumented (tools/sanitize.sh) the commands run several times slower, and each gets 1800 s there.
+set(_mpx_docs_timeout 900)
+if(CMAKE_CXX_FLAGS MATCHES "-fsanitize")
+  set(_mpx_docs_timeout 5400)
+endif()
+set_tests_properties(docs_commands PROPERTIES LABELS docs TIMEOUT ${_mpx_docs_timeout})
