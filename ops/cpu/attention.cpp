@@ -22,7 +22,17 @@ using kernels::SdpaParams;
 // Scores are kept transposed, [keys, queries]: the key rows of K and V then feed the products
 // as they lie in memory (no per-call transposes), and the softmax over keys becomes
 // elementwise work across the rows of the tile, vectorized over queries.
-constexpr int64_t kMr = 6, kNr = 16;
+// Vector registers: 512-bit ones double the products each loaded row of B feeds (AVX-512 has
+// twice the registers too, so a kMr x kNv block still fits).
+#ifdef __AVX512F__
+constexpr int kVecBytes = 64;
+constexpr int64_t kMr = 8;
+#else
+constexpr int kVecBytes = 32;
+constexpr int64_t kMr = 6;
+#endif
+constexpr int kNv = 2;  // vectors per row of a block of C
+constexpr int64_t kNr = kNv * kVecBytes / sizeof(float);
 constexpr int64_t kBq = 64;  // a multiple of kNr
 constexpr int64_t kBk = 64;
 constexpr int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -56,12 +66,12 @@ template <typename A> constexpr A kNegInf = -std::numeric_limits<A>::infinity();
 // A[i * lda + p], or with TransA stored [k, m] and read as A[p * lda + i]; B is [k, n] with n a
 // multiple of kNr. Rows of op(A) past m read as 0 (so A needs no padding rows) but C has room
 // for m rounded up to kMr rows. A kMr x kNr block of C lives in vector registers (GCC vector
-// extensions: 12 of the 16 AVX2 registers) while k runs, so each loaded row of B feeds kMr FMAs.
-constexpr int kNv = 2;  // vectors per row of a block of C
+// extensions: 12 of the 16 AVX2 or 32 AVX-512 registers) while k runs, so each loaded row of B
+// feeds kMr FMAs.
 template <typename S> struct VecOf {
-  typedef S type __attribute__((vector_size(32)));
+  typedef S type __attribute__((vector_size(kVecBytes)));
   // The same vector at element alignment, for loads and stores straight from the tiles.
-  typedef S unaligned __attribute__((vector_size(32), __may_alias__, aligned(sizeof(S))));
+  typedef S unaligned __attribute__((vector_size(kVecBytes), __may_alias__, aligned(sizeof(S))));
 };
 // One kMr x (NV vectors) block of C at (i, j); Partial: only `rows` rows of op(A) are real.
 template <bool TransA, bool Acc, bool Partial, typename S>
@@ -69,7 +79,7 @@ inline void gemm_block(S* __restrict c, int64_t ldc, const S* __restrict a, int6
                        int64_t ldb, int64_t i, int64_t j, int64_t k, int64_t rows) {
   using V = typename VecOf<S>::type;
   using U = typename VecOf<S>::unaligned;
-  constexpr int W = 32 / sizeof(S);
+  constexpr int W = kVecBytes / sizeof(S);
   V acc[kMr][kNv];
   for (int r = 0; r < kMr; ++r)
     for (int v = 0; v < kNv; ++v) acc[r][v] = V{};
@@ -91,7 +101,7 @@ inline void gemm_block(S* __restrict c, int64_t ldc, const S* __restrict a, int6
 template <bool TransA, bool Acc, typename S>
 void tile_gemm(S* __restrict c, int64_t ldc, const S* __restrict a, int64_t lda, const S* __restrict b, int64_t ldb,
                int64_t m, int64_t n, int64_t k) {
-  constexpr int64_t NB = kNv * 32 / sizeof(S);  // 16 floats or 8 doubles
+  constexpr int64_t NB = kNv * kVecBytes / sizeof(S);  // kNr floats, or half as many doubles
   for (int64_t i = 0; i < m; i += kMr) {
     const int64_t rows = std::min<int64_t>(kMr, m - i);
     for (int64_t j = 0; j < n; j += NB) {
