@@ -1,4 +1,5 @@
 // CPU kernels for softmax / log_softmax (forward and fused backward) and dropout.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -12,6 +13,38 @@
 namespace mpx::cpu {
 namespace {
 
+// Sums and maxima of a row in kChains independent chains: one running scalar is a dependency chain
+// that neither vectorizes nor pipelines (a 128-class row then costs ~1,000 cycles). The chains
+// depend only on n, so results do not depend on the thread count.
+constexpr int kChains = 16;
+template <typename A> A chain_total(A (&c)[kChains]) {
+  for (int w = kChains / 2; w > 0; w /= 2)
+    for (int j = 0; j < w; ++j) c[j] += c[j + w];
+  return c[0];
+}
+template <typename A> A row_sum(const A* v, int64_t n) {
+  A c[kChains] = {};
+  int64_t k = 0;
+  for (; k + kChains <= n; k += kChains)
+    for (int j = 0; j < kChains; ++j) c[j] += v[k + j];
+  for (; k < n; ++k) c[0] += v[k];
+  return chain_total(c);
+}
+// The largest element; a NaN never wins the compare, but its exponential then turns the row's sum
+// and so every output of the row into NaN, as PyTorch's softmax does.
+template <typename A> A row_max(const A* v, int64_t n) {
+  constexpr A lowest = -std::numeric_limits<A>::infinity();
+  A c[kChains];
+  for (int j = 0; j < kChains; ++j) c[j] = lowest;
+  int64_t k = 0;
+  for (; k + kChains <= n; k += kChains)
+    for (int j = 0; j < kChains; ++j) c[j] = v[k + j] > c[j] ? v[k + j] : c[j];
+  A mx = lowest;
+  for (; k < n; ++k) mx = v[k] > mx ? v[k] : mx;
+  for (int j = 0; j < kChains; ++j) mx = c[j] > mx ? c[j] : mx;
+  return mx;
+}
+
 // One lane is the n elements at base + k * inner; lanes are independent, so the
 // result does not depend on how they are split across threads.
 template <typename T> struct Softmax {
@@ -24,24 +57,28 @@ template <typename T> struct Softmax {
       std::vector<A> buf(n), e(n);
       for (int64_t l = b; l < end; ++l) {
         const int64_t base = (l / inner) * n * inner + (l % inner);
-        A mx = -std::numeric_limits<A>::infinity();
-        for (int64_t k = 0; k < n; ++k) {
-          buf[k] = static_cast<A>(x[base + k * inner]);
-          // NaN must win so that it propagates instead of being hidden by the max.
-          if (!(buf[k] <= mx)) mx = buf[k];
-        }
+        if (inner == 1)
+          for (int64_t k = 0; k < n; ++k) buf[k] = static_cast<A>(x[base + k]);
+        else
+          for (int64_t k = 0; k < n; ++k) buf[k] = static_cast<A>(x[base + k * inner]);
+        const A mx = row_max(buf.data(), n);
         // An all -inf lane: subtracting -inf would give NaN; keep the inputs as they are.
         const A shift = std::isinf(mx) && mx < 0 ? A(0) : mx;
-        // The exponentials in one vectorized pass (formulas::exp), then their sum in order.
         for (int64_t k = 0; k < n; ++k) e[k] = formulas::exp(buf[k] - shift);
-        A s = 0;
-        for (int64_t k = 0; k < n; ++k) s += e[k];
+        const A s = row_sum(e.data(), n);
+        T* yl = y + base;
         if (log) {
           const A ls = std::log(s);
-          for (int64_t k = 0; k < n; ++k) y[base + k * inner] = static_cast<T>(buf[k] - shift - ls);
+          if (inner == 1)
+            for (int64_t k = 0; k < n; ++k) yl[k] = static_cast<T>(buf[k] - shift - ls);
+          else
+            for (int64_t k = 0; k < n; ++k) yl[k * inner] = static_cast<T>(buf[k] - shift - ls);
         } else {
           const A inv = A(1) / s;
-          for (int64_t k = 0; k < n; ++k) y[base + k * inner] = static_cast<T>(e[k] * inv);
+          if (inner == 1)
+            for (int64_t k = 0; k < n; ++k) yl[k] = static_cast<T>(e[k] * inv);
+          else
+            for (int64_t k = 0; k < n; ++k) yl[k * inner] = static_cast<T>(e[k] * inv);
         }
       }
     });
@@ -57,18 +94,30 @@ template <typename T> struct SoftmaxBackward {
     T* o = static_cast<T*>(gin.raw_data());
     const int64_t lanes = outer * inner;
     parallel_for(lanes, std::max<int64_t>(1, kGrain / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {
+      std::vector<A> gv(n), yv(n), t(n);
       for (int64_t l = b; l < e; ++l) {
         const int64_t base = (l / inner) * n * inner + (l % inner);
-        A s = 0;
-        for (int64_t k = 0; k < n; ++k) {
-          const int64_t i = base + k * inner;
-          s += log ? static_cast<A>(gp[i]) : static_cast<A>(gp[i]) * static_cast<A>(y[i]);
+        if (inner == 1)
+          for (int64_t k = 0; k < n; ++k) gv[k] = static_cast<A>(gp[base + k]), yv[k] = static_cast<A>(y[base + k]);
+        else
+          for (int64_t k = 0; k < n; ++k)
+            gv[k] = static_cast<A>(gp[base + k * inner]), yv[k] = static_cast<A>(y[base + k * inner]);
+        // log_softmax: dx = g - exp(y) * sum(g); softmax: dx = y * (g - sum(g * y)).
+        if (log) {
+          for (int64_t k = 0; k < n; ++k) t[k] = gv[k];
+        } else {
+          for (int64_t k = 0; k < n; ++k) t[k] = gv[k] * yv[k];
         }
-        for (int64_t k = 0; k < n; ++k) {
-          const int64_t i = base + k * inner;
-          const A gv = static_cast<A>(gp[i]), yv = static_cast<A>(y[i]);
-          o[i] = static_cast<T>(log ? gv - formulas::exp(yv) * s : yv * (gv - s));
-        }
+        const A s = row_sum(t.data(), n);
+        if (log)
+          for (int64_t k = 0; k < n; ++k) t[k] = gv[k] - formulas::exp(yv[k]) * s;
+        else
+          for (int64_t k = 0; k < n; ++k) t[k] = yv[k] * (gv[k] - s);
+        T* ol = o + base;
+        if (inner == 1)
+          for (int64_t k = 0; k < n; ++k) ol[k] = static_cast<T>(t[k]);
+        else
+          for (int64_t k = 0; k < n; ++k) ol[k * inner] = static_cast<T>(t[k]);
       }
     });
   }
