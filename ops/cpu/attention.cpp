@@ -73,17 +73,18 @@ template <typename S> struct VecOf {
   // The same vector at element alignment, for loads and stores straight from the tiles.
   typedef S unaligned __attribute__((vector_size(kVecBytes), __may_alias__, aligned(sizeof(S))));
 };
-// One kMr x (NV vectors) block of C at (i, j); Partial: only `rows` rows of op(A) are real.
+// One kMr x (NV vectors) block of C at (i, j) over the products p in [p0, p1); Partial: only
+// `rows` rows of op(A) are real.
 template <bool TransA, bool Acc, bool Partial, typename S>
 inline void gemm_block(S* __restrict c, int64_t ldc, const S* __restrict a, int64_t lda, const S* __restrict b,
-                       int64_t ldb, int64_t i, int64_t j, int64_t k, int64_t rows) {
+                       int64_t ldb, int64_t i, int64_t j, int64_t p0, int64_t p1, int64_t rows) {
   using V = typename VecOf<S>::type;
   using U = typename VecOf<S>::unaligned;
   constexpr int W = kVecBytes / sizeof(S);
   V acc[kMr][kNv];
   for (int r = 0; r < kMr; ++r)
     for (int v = 0; v < kNv; ++v) acc[r][v] = V{};
-  for (int64_t p = 0; p < k; ++p) {
+  for (int64_t p = p0; p < p1; ++p) {
     V bv[kNv];
     for (int v = 0; v < kNv; ++v) bv[v] = *reinterpret_cast<const U*>(b + p * ldb + j + v * W);
     for (int r = 0; r < kMr; ++r) {
@@ -98,15 +99,28 @@ inline void gemm_block(S* __restrict c, int64_t ldc, const S* __restrict a, int6
       *cv = Acc ? *cv + acc[r][v] : acc[r][v];
     }
 }
-template <bool TransA, bool Acc, typename S>
+// What a causal tile's product may leave out, given diag = (first key) - (first query) of the
+// tile (key j0 + p is seen by query i0 + q iff p + diag <= q):
+//   kMaskedOut     C is scores [keys, queries]: blocks wholly above the diagonal are skipped (the
+//                  mask overwrites them with -inf);
+//   kKeysAfter     C rows are queries, k runs over keys: products with keys no row of the block
+//                  sees (their weight is exactly 0) are skipped;
+//   kQueriesBefore C rows are keys, k runs over queries: likewise for queries before the key.
+// Skipping only exact zeros, the sums equal the full products'.
+enum class Causal { kNone, kMaskedOut, kKeysAfter, kQueriesBefore };
+template <bool TransA, bool Acc, Causal Cz = Causal::kNone, typename S>
 void tile_gemm(S* __restrict c, int64_t ldc, const S* __restrict a, int64_t lda, const S* __restrict b, int64_t ldb,
-               int64_t m, int64_t n, int64_t k) {
+               int64_t m, int64_t n, int64_t k, int64_t diag = 0) {
   constexpr int64_t NB = kNv * kVecBytes / sizeof(S);  // kNr floats, or half as many doubles
   for (int64_t i = 0; i < m; i += kMr) {
     const int64_t rows = std::min<int64_t>(kMr, m - i);
+    int64_t p0 = 0, p1 = k;
+    if constexpr (Cz == Causal::kKeysAfter) p1 = std::clamp<int64_t>(i + kMr - diag, 0, k);
+    if constexpr (Cz == Causal::kQueriesBefore) p0 = std::clamp<int64_t>(i + diag, 0, k);
     for (int64_t j = 0; j < n; j += NB) {
-      if (rows == kMr) gemm_block<TransA, Acc, false>(c, ldc, a, lda, b, ldb, i, j, k, rows);
-      else gemm_block<TransA, Acc, true>(c, ldc, a, lda, b, ldb, i, j, k, rows);
+      if (Cz == Causal::kMaskedOut && i + diag > j + NB - 1) continue;
+      if (rows == kMr) gemm_block<TransA, Acc, false>(c, ldc, a, lda, b, ldb, i, j, p0, p1, rows);
+      else gemm_block<TransA, Acc, true>(c, ldc, a, lda, b, ldb, i, j, p0, p1, rows);
     }
   }
 }
@@ -279,7 +293,12 @@ template <typename T> struct SdpaForward {
           // Keys of the block that some query of the block may see (causal: up to its last query).
           const int64_t bk = std::min(kBk, S - j0), nk = o.causal ? std::min(bk, i0 + bq - j0) : bk;
           const int64_t nkm = round_up(nk, kMr);
-          tile_gemm<false, false>(st, kBq, o.k + o.sk.at(b, hk, j0), o.sk.s[2], qt, kBq, nk, bqn, E);
+          const int64_t diag = j0 - i0;
+          if (o.causal)
+            tile_gemm<false, false, Causal::kMaskedOut>(st, kBq, o.k + o.sk.at(b, hk, j0), o.sk.s[2], qt, kBq, nk, bqn,
+                                                        E, diag);
+          else
+            tile_gemm<false, false>(st, kBq, o.k + o.sk.at(b, hk, j0), o.sk.s[2], qt, kBq, nk, bqn, E);
           mask_scores_t(st, o, b, h, i0, bq, bqn, j0, nk);
           // Online softmax down the key rows, all queries at once.
           for (int64_t i = 0; i < bqn; ++i) alpha[i] = m[i];
@@ -307,7 +326,10 @@ template <typename T> struct SdpaForward {
               for (int64_t i = 0; i < bq; ++i) st[j * kBq + i] *= o.dropout_factor(b, h, i0 + i, j0 + j);
           for (int64_t i = 0; i < bq; ++i)
             for (int64_t c = 0; c < Evp; ++c) acc[i * Evp + c] *= alpha[i];
-          tile_gemm<true, true>(acc, Evp, st, kBq, vr.row(b, hk, j0), vr.ld, bq, Evp, nk);
+          if (o.causal)
+            tile_gemm<true, true, Causal::kKeysAfter>(acc, Evp, st, kBq, vr.row(b, hk, j0), vr.ld, bq, Evp, nk, diag);
+          else
+            tile_gemm<true, true>(acc, Evp, st, kBq, vr.row(b, hk, j0), vr.ld, bq, Evp, nk);
         }
         T* orow = out_p + so.at(b, h, i0);
         A* lrow = lse_p + (b * o.H + h) * L + i0;
@@ -386,7 +408,12 @@ template <typename T> struct SdpaBackward {
             for (int64_t j0 = 0; j0 < s_end; j0 += kBk) {
               const int64_t bk = std::min(kBk, S - j0), nk = o.causal ? std::min(bk, i0 + bq - j0) : bk;
               const int64_t nkm = round_up(nk, kMr);
-              tile_gemm<false, false>(pt, kBq, o.k + o.sk.at(b, hk, j0), o.sk.s[2], qt, kBq, nk, bqn, E);
+              const int64_t diag = j0 - i0;
+              if (o.causal)
+                tile_gemm<false, false, Causal::kMaskedOut>(pt, kBq, o.k + o.sk.at(b, hk, j0), o.sk.s[2], qt, kBq, nk,
+                                                            bqn, E, diag);
+              else
+                tile_gemm<false, false>(pt, kBq, o.k + o.sk.at(b, hk, j0), o.sk.s[2], qt, kBq, nk, bqn, E);
               mask_scores_t(pt, o, b, h, i0, bq, bqn, j0, nk);
               tile_gemm<false, false>(dst, kBq, o.v + o.sv.at(b, hk, j0), o.sv.s[2], gt, kBq, nk, bqn, Ev);
               for (int64_t j = 0; j < nkm; ++j) {
@@ -409,9 +436,17 @@ template <typename T> struct SdpaBackward {
                 }
               }
               // dv += P^T dO, dk += dS^T q, dq += dS k (dS already carries the scale).
-              tile_gemm<false, true>(dv_acc + j0 * Evp, Evp, pt, kBq, gp, Evp, nk, Evp, bq);
-              tile_gemm<false, true>(dk_acc + j0 * Ep, Ep, dst, kBq, qp, Ep, nk, Ep, bq);
-              tile_gemm<true, true>(dq_acc, Ep, dst, kBq, kr.row(b, hk, j0), kr.ld, bq, Ep, nk);
+              if (o.causal) {
+                constexpr auto kQ = Causal::kQueriesBefore;
+                tile_gemm<false, true, kQ>(dv_acc + j0 * Evp, Evp, pt, kBq, gp, Evp, nk, Evp, bq, diag);
+                tile_gemm<false, true, kQ>(dk_acc + j0 * Ep, Ep, dst, kBq, qp, Ep, nk, Ep, bq, diag);
+                tile_gemm<true, true, Causal::kKeysAfter>(dq_acc, Ep, dst, kBq, kr.row(b, hk, j0), kr.ld, bq, Ep, nk,
+                                                          diag);
+              } else {
+                tile_gemm<false, true>(dv_acc + j0 * Evp, Evp, pt, kBq, gp, Evp, nk, Evp, bq);
+                tile_gemm<false, true>(dk_acc + j0 * Ep, Ep, dst, kBq, qp, Ep, nk, Ep, bq);
+                tile_gemm<true, true>(dq_acc, Ep, dst, kBq, kr.row(b, hk, j0), kr.ld, bq, Ep, nk);
+              }
             }
             T* dqo = dq_p + sdq.at(b, h, i0);
             for (int64_t i = 0; i < bq; ++i)
