@@ -106,8 +106,10 @@ inline void gemm_block(S* __restrict c, int64_t ldc, const S* __restrict a, int6
 //   kKeysAfter     C rows are queries, k runs over keys: products with keys no row of the block
 //                  sees (their weight is exactly 0) are skipped;
 //   kQueriesBefore C rows are keys, k runs over queries: likewise for queries before the key.
-// Skipping only exact zeros, the sums equal the full products'.
+// Skipping only exact zeros, the sums equal the full products'. Without a causal mask diag is
+// kNoDiag, which skips nothing.
 enum class Causal { kNone, kMaskedOut, kKeysAfter, kQueriesBefore };
+constexpr int64_t kNoDiag = -(int64_t{1} << 40);
 template <bool TransA, bool Acc, Causal Cz = Causal::kNone, typename S>
 void tile_gemm(S* __restrict c, int64_t ldc, const S* __restrict a, int64_t lda, const S* __restrict b, int64_t ldb,
                int64_t m, int64_t n, int64_t k, int64_t diag = 0) {
@@ -293,12 +295,9 @@ template <typename T> struct SdpaForward {
           // Keys of the block that some query of the block may see (causal: up to its last query).
           const int64_t bk = std::min(kBk, S - j0), nk = o.causal ? std::min(bk, i0 + bq - j0) : bk;
           const int64_t nkm = round_up(nk, kMr);
-          const int64_t diag = j0 - i0;
-          if (o.causal)
-            tile_gemm<false, false, Causal::kMaskedOut>(st, kBq, o.k + o.sk.at(b, hk, j0), o.sk.s[2], qt, kBq, nk, bqn,
-                                                        E, diag);
-          else
-            tile_gemm<false, false>(st, kBq, o.k + o.sk.at(b, hk, j0), o.sk.s[2], qt, kBq, nk, bqn, E);
+          const int64_t diag = o.causal ? j0 - i0 : kNoDiag;
+          tile_gemm<false, false, Causal::kMaskedOut>(st, kBq, o.k + o.sk.at(b, hk, j0), o.sk.s[2], qt, kBq, nk, bqn, E,
+                                                      diag);
           mask_scores_t(st, o, b, h, i0, bq, bqn, j0, nk);
           // Online softmax down the key rows, all queries at once.
           for (int64_t i = 0; i < bqn; ++i) alpha[i] = m[i];
@@ -326,10 +325,7 @@ template <typename T> struct SdpaForward {
               for (int64_t i = 0; i < bq; ++i) st[j * kBq + i] *= o.dropout_factor(b, h, i0 + i, j0 + j);
           for (int64_t i = 0; i < bq; ++i)
             for (int64_t c = 0; c < Evp; ++c) acc[i * Evp + c] *= alpha[i];
-          if (o.causal)
-            tile_gemm<true, true, Causal::kKeysAfter>(acc, Evp, st, kBq, vr.row(b, hk, j0), vr.ld, bq, Evp, nk, diag);
-          else
-            tile_gemm<true, true>(acc, Evp, st, kBq, vr.row(b, hk, j0), vr.ld, bq, Evp, nk);
+          tile_gemm<true, true, Causal::kKeysAfter>(acc, Evp, st, kBq, vr.row(b, hk, j0), vr.ld, bq, Evp, nk, diag);
         }
         T* orow = out_p + so.at(b, h, i0);
         A* lrow = lse_p + (b * o.H + h) * L + i0;
@@ -408,12 +404,9 @@ template <typename T> struct SdpaBackward {
             for (int64_t j0 = 0; j0 < s_end; j0 += kBk) {
               const int64_t bk = std::min(kBk, S - j0), nk = o.causal ? std::min(bk, i0 + bq - j0) : bk;
               const int64_t nkm = round_up(nk, kMr);
-              const int64_t diag = j0 - i0;
-              if (o.causal)
-                tile_gemm<false, false, Causal::kMaskedOut>(pt, kBq, o.k + o.sk.at(b, hk, j0), o.sk.s[2], qt, kBq, nk,
-                                                            bqn, E, diag);
-              else
-                tile_gemm<false, false>(pt, kBq, o.k + o.sk.at(b, hk, j0), o.sk.s[2], qt, kBq, nk, bqn, E);
+              const int64_t diag = o.causal ? j0 - i0 : kNoDiag;
+              tile_gemm<false, false, Causal::kMaskedOut>(pt, kBq, o.k + o.sk.at(b, hk, j0), o.sk.s[2], qt, kBq, nk,
+                                                          bqn, E, diag);
               mask_scores_t(pt, o, b, h, i0, bq, bqn, j0, nk);
               tile_gemm<false, false>(dst, kBq, o.v + o.sv.at(b, hk, j0), o.sv.s[2], gt, kBq, nk, bqn, Ev);
               for (int64_t j = 0; j < nkm; ++j) {
@@ -436,17 +429,11 @@ template <typename T> struct SdpaBackward {
                 }
               }
               // dv += P^T dO, dk += dS^T q, dq += dS k (dS already carries the scale).
-              if (o.causal) {
-                constexpr auto kQ = Causal::kQueriesBefore;
-                tile_gemm<false, true, kQ>(dv_acc + j0 * Evp, Evp, pt, kBq, gp, Evp, nk, Evp, bq, diag);
-                tile_gemm<false, true, kQ>(dk_acc + j0 * Ep, Ep, dst, kBq, qp, Ep, nk, Ep, bq, diag);
-                tile_gemm<true, true, Causal::kKeysAfter>(dq_acc, Ep, dst, kBq, kr.row(b, hk, j0), kr.ld, bq, Ep, nk,
-                                                          diag);
-              } else {
-                tile_gemm<false, true>(dv_acc + j0 * Evp, Evp, pt, kBq, gp, Evp, nk, Evp, bq);
-                tile_gemm<false, true>(dk_acc + j0 * Ep, Ep, dst, kBq, qp, Ep, nk, Ep, bq);
-                tile_gemm<true, true>(dq_acc, Ep, dst, kBq, kr.row(b, hk, j0), kr.ld, bq, Ep, nk);
-              }
+              constexpr auto kQ = Causal::kQueriesBefore;
+              tile_gemm<false, true, kQ>(dv_acc + j0 * Evp, Evp, pt, kBq, gp, Evp, nk, Evp, bq, diag);
+              tile_gemm<false, true, kQ>(dk_acc + j0 * Ep, Ep, dst, kBq, qp, Ep, nk, Ep, bq, diag);
+              tile_gemm<true, true, Causal::kKeysAfter>(dq_acc, Ep, dst, kBq, kr.row(b, hk, j0), kr.ld, bq, Ep, nk,
+                                                        diag);
             }
             T* dqo = dq_p + sdq.at(b, h, i0);
             for (int64_t i = 0; i < bq; ++i)
