@@ -103,12 +103,9 @@ template <typename T> struct SoftmaxBackward {
           for (int64_t k = 0; k < n; ++k)
             gv[k] = static_cast<A>(gp[base + k * inner]), yv[k] = static_cast<A>(y[base + k * inner]);
         // log_softmax: dx = g - exp(y) * sum(g); softmax: dx = y * (g - sum(g * y)).
-        if (log) {
-          for (int64_t k = 0; k < n; ++k) t[k] = gv[k];
-        } else {
+        if (!log)
           for (int64_t k = 0; k < n; ++k) t[k] = gv[k] * yv[k];
-        }
-        const A s = row_sum(t.data(), n);
+        const A s = row_sum(log ? gv.data() : t.data(), n);
         if (log)
           for (int64_t k = 0; k < n; ++k) t[k] = gv[k] - formulas::exp(yv[k]) * s;
         else
