@@ -205,6 +205,9 @@ TEST_CASE("mpx bench: bad flags give one line and exit code 2, --cuda-graph on t
       {"bench --accuracy --steps 2", "speed mode"},
       {"bench --cuda-graph --device cpu", "--device cuda"},
       {"bench --peer-compile", "--peer"},
+      {"bench --rounds 3", "--peer"},
+      {"bench --peer --rounds 0", "--rounds"},
+      {"bench --accuracy --rounds 2", "speed mode"},
       {"bench --tf32 --device cpu", "--device cuda"},
       {"bench --accuracy --tf32", "speed mode"},
       {"bench --accuracy --peer --peer-compile", "speed mode"},
@@ -254,6 +257,71 @@ TEST_CASE("mpx bench --peer --peer-compile: PyTorch's eager and compiled columns
     // Older PyTorch: an n/a cell whose note says why.
     CHECK(row[csv.col("peer_compiled_status")].find("torch.compile needs PyTorch 2") != std::string::npos);
     CHECK(r.out.find("PyTorch: unsupported: torch.compile needs PyTorch 2") != std::string::npos);
+  }
+}
+
+// A stand-in for the peer script, in sh so the test needs no torch: it counts its calls in a file
+// beside itself and reports every row it is asked for at 1,000 x the call's number images/s.
+fs::path stand_in_peer(const fs::path& dir, bool fail) {
+  const fs::path script = dir / "peer.sh";
+  std::ofstream(script) << "n=$(cat \"$(dirname \"$0\")/calls\" 2>/dev/null || echo 0); n=$((n + 1))\n"
+                           "echo $n > \"$(dirname \"$0\")/calls\"\n"
+                        << (fail ? "echo 'no torch in this python'; exit 3\n" : "")
+                        << "while [ $# -gt 0 ]; do case $1 in --models) m=$2;; --opt-levels) l=$2;; --dtype) d=$2;; "
+                           "esac; shift; done\n"
+                           "[ \"$l\" = O0 ] && d=f32\n"
+                           "echo 'torch 2.99.0, cpu, 2 threads'\n"
+                           "echo \"row,$m,$l,$d,1,$((n * 1000)),$((n * 1000)),$((n * 1000)),1.0,1.0,2.3,ok\"\n";
+  return script;
+}
+
+int calls(const fs::path& dir) { return std::atoi(read(dir / "calls").c_str()); }
+
+TEST_CASE("mpx bench --peer --rounds: each row alternates with the peer, figures are medians over the rounds",
+          "[bench][cli]") {
+  const fs::path out = temp_dir("rounds");
+  const fs::path peer = stand_in_peer(out, false);
+  const Run r = run_mpx("bench --peer --python /bin/sh --peer-script '" + peer.string() + "' --models small_cnn "
+                        "--opt-levels O0,O1 --dtype bf16 --batch 2 --steps 1 --warmup 0 --windows 1 --rounds 3 "
+                        "--threads 2 --out '" + out.string() + "'");
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  CHECK(calls(out) == 6);  // two rows, three rounds, one peer call after each mpx row
+  CHECK(count(r.out, "peer| torch 2.99.0") == 1);  // the peer's own output once, not per call
+  CHECK(r.out.find("round 3 of 3") != std::string::npos);
+  const Csv csv = parse_csv(read(out / "bench.csv"));
+  REQUIRE(csv.rows.size() == 2);
+  // Row 1 met the peer at calls 1, 3, 5 and row 2 at 2, 4, 6: medians 3,000 and 4,000 images/s.
+  CHECK(number(csv.rows[0][csv.col("peer_images_per_s")]) == 3000);
+  CHECK(number(csv.rows[1][csv.col("peer_images_per_s")]) == 4000);
+  for (const auto& row : csv.rows) {
+    CHECK(number(row[csv.col("rounds")]) == 3);
+    const double lo = number(row[csv.col("mpx_over_peer_min")]), hi = number(row[csv.col("mpx_over_peer_max")]);
+    const double mid = number(row[csv.col("mpx_over_peer")]);
+    CHECK(lo < mid);
+    CHECK(mid < hi);
+    CHECK(number(row[csv.col("images_per_s_min")]) <= number(row[csv.col("images_per_s")]));
+  }
+  CHECK(read(out / "bench.md").find("3 rounds") != std::string::npos);
+}
+
+TEST_CASE("mpx bench --peer: a peer that cannot run is reported once with its output, and not retried per row",
+          "[bench][cli]") {
+  const fs::path out = temp_dir("peer_fails");
+  const fs::path peer = stand_in_peer(out, true);
+  const Run r = run_mpx("bench --peer --python /bin/sh --peer-script '" + peer.string() + "' --models small_cnn "
+                        "--opt-levels O0,O1 --dtype bf16 --batch 2 --steps 1 --warmup 0 --windows 1 --rounds 2 "
+                        "--threads 2 --out '" + out.string() + "'");
+  INFO(r.out);
+  REQUIRE(r.rc == 0);  // mpx's rows stand; the peer's cells say why they are empty
+  CHECK(calls(out) == 1);
+  CHECK(r.out.find("no torch in this python") != std::string::npos);
+  CHECK(r.out.find("exited with code 3") != std::string::npos);
+  const Csv csv = parse_csv(read(out / "bench.csv"));
+  REQUIRE(csv.rows.size() == 2);
+  for (const auto& row : csv.rows) {
+    CHECK(row[csv.col("peer_status")] == "peer failed");
+    CHECK(number(row[csv.col("images_per_s")]) > 0);
   }
 }
 

@@ -29,6 +29,8 @@ Args make_args() {
       .option({"--steps"}, "N", "timed steps per window (default: 3 on the CPU, 10 on CUDA)")
       .option({"--warmup"}, "N", "untimed steps before the windows (default: 1 on the CPU, 5 on CUDA)")
       .option({"--windows"}, "N", "timed windows; images/s is their median, the spread their min-max", "3")
+      .option({"--rounds"}, "N", "with --peer: run every row N times, each time mpx then PyTorch, and report medians "
+                                 "over the rounds (mpx/PyTorch: the median of the rounds' ratios and their range)", "1")
       .option({"--image-size"}, "N", "input side (default: 28 with --small-input or on the CPU, else 224 and 64 for dcgan)")
       .flag({"--small-input"}, "28x28 one-channel inputs and the models' small-input variants (default on the CPU)")
       .flag({"--cuda-graph"}, "capture one training step as a CUDA graph and time its replays (CUDA only)")
@@ -154,7 +156,7 @@ int run_bench(int argc, char** argv) {
       if (args.given(f)) throw UsageError(std::string(f) + " belongs to the accuracy mode; add --accuracy or drop it");
     return run_speed(args);
   }
-  for (const char* f : {"--steps", "--warmup", "--windows", "--small-input", "--profile", "--channels-last", "--tf32"})
+  for (const char* f : {"--steps", "--warmup", "--windows", "--rounds", "--small-input", "--profile", "--channels-last", "--tf32"})
     if (args.given(f)) throw UsageError(std::string(f) + " belongs to the speed mode; drop it with --accuracy");
   return run_accuracy(args);
 }

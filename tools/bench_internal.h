@@ -108,11 +108,13 @@ struct PeerAccuracy {
 };
 
 std::string shell_quote(const std::string& s);
-/// Runs the peer script once for every speed row (eager, or through torch.compile), keyed
-/// model/level/dtype; sets `failure` when the peer could not run or reported nothing.
+/// Runs the peer script once for the given speed rows (eager, or through torch.compile), keyed
+/// model/level/dtype; sets `failure` when the peer could not run or reported nothing. Without
+/// `echo` the script's own output is shown only when it fails.
 std::map<std::string, PeerRow> run_peer(const Args& args, const std::vector<std::string>& models,
                                         const std::vector<std::string>& levels, const std::vector<std::string>& dtypes,
-                                        const SpeedConfig& c, int threads, bool compiled, std::string& failure);
+                                        const SpeedConfig& c, int threads, bool compiled, std::string& failure,
+                                        bool echo = true);
 /// Runs the peer script's accuracy mode once for all rows with mpx train's hyper-parameters.
 std::map<std::string, PeerAccuracy> run_peer_accuracy(const Args& args, const std::vector<std::string>& models,
                                                       const std::vector<std::string>& levels,

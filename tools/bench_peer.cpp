@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <sstream>
+#include <utility>
 
 #include "tools/bench_internal.h"
 
@@ -27,10 +28,16 @@ double peer_num(const std::string& s) { return s == "nan" ? NAN : std::atof(s.c_
 // Runs the peer's command line and hands every line starting with `tag` (split at commas, at least
 // `min_fields` of them) to `on_row`; everything else it prints is passed through, indented, so the
 // user sees its versions, parameter counts and progress. Sets `failure` when no row came back.
+// Without `echo` (the repeated calls of an alternated run) that output is held back and shown only
+// when the call fails, so the failure's reason is never lost.
 void stream_peer(const Args& args, const std::string& cmd, const std::string& tag, size_t min_fields,
-                 std::string& failure, const std::function<void(const std::vector<std::string>&)>& on_row) {
-  std::printf("\npeer: %s\n", cmd.c_str());
-  std::fflush(stdout);
+                 std::string& failure, const std::function<void(const std::vector<std::string>&)>& on_row,
+                 bool echo = true) {
+  std::string held = "\npeer: " + cmd + "\n";
+  if (echo) {
+    std::printf("%s", held.c_str());
+    std::fflush(stdout);
+  }
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) {
     failure = "could not start " + args.str("--python") + "; check --python";
@@ -44,14 +51,19 @@ void stream_peer(const Args& args, const std::string& cmd, const std::string& ta
     if (!line.empty() && line.back() == '\n') line.pop_back();
     // The script's first line is "torch VERSION, device, N threads": figures against a PyTorch
     // from before 2.0 (Debian 12's is 1.13) understate what users run today.
-    if (line.rfind("torch ", 0) == 0 && std::atoi(line.c_str() + 6) < 2)
+    static bool warned = false;
+    if (line.rfind("torch ", 0) == 0 && std::atoi(line.c_str() + 6) < 2 && !std::exchange(warned, true))
       std::fprintf(stderr, "mpx bench: warning: the peer runs PyTorch %s, older than 2.x; its figures are not what "
                    "a current PyTorch does: pass --python with a PyTorch 2 (e.g. a virtual environment with torch "
                    "from PyPI)\n", line.substr(6, line.find(',') == std::string::npos ? std::string::npos
                                                                                       : line.find(',') - 6).c_str());
     if (line.rfind(tag, 0) != 0) {
-      std::printf("  peer| %s\n", line.c_str());
-      std::fflush(stdout);
+      if (echo) {
+        std::printf("  peer| %s\n", line.c_str());
+        std::fflush(stdout);
+      } else {
+        held += "  peer| " + line + "\n";
+      }
       continue;
     }
     std::vector<std::string> f;
@@ -63,6 +75,7 @@ void stream_peer(const Args& args, const std::string& cmd, const std::string& ta
     ++rows;
   }
   const int status = pclose(p);
+  if (!echo && rows == 0) std::printf("%s", held.c_str());
   if (status != 0 && rows == 0)
     failure = "the peer exited with code " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : status) +
               " before reporting any row (see its output above); check --python (it needs torch)";
@@ -91,7 +104,8 @@ std::string peer_prefix(const Args& args, int threads, const std::vector<std::st
 
 std::map<std::string, PeerRow> run_peer(const Args& args, const std::vector<std::string>& models,
                                         const std::vector<std::string>& levels, const std::vector<std::string>& dtypes,
-                                        const SpeedConfig& c, int threads, bool compiled, std::string& failure) {
+                                        const SpeedConfig& c, int threads, bool compiled, std::string& failure,
+                                        bool echo) {
   std::map<std::string, PeerRow> out;
   std::string ml, ll, dl;
   const std::string prefix = peer_prefix(args, threads, models, levels, dtypes, ml, ll, dl, failure);
@@ -111,7 +125,7 @@ std::map<std::string, PeerRow> run_peer(const Args& args, const std::vector<std:
     r.status = f[11];
     for (size_t i = 12; i < f.size(); ++i) r.status += ";" + f[i];
     out[f[1] + "/" + f[2] + "/" + f[3]] = r;
-  });
+  }, echo);
   return out;
 }
 

@@ -263,6 +263,10 @@ int run_speed(const Args& args) {
   c.steps = args.given("--steps") ? args.integer("--steps", 1) : cpu ? 3 : 10;
   c.warmup = args.given("--warmup") ? args.integer("--warmup", 0) : cpu ? 1 : 5;
   c.windows = args.integer("--windows", 1);
+  const int64_t rounds = args.integer("--rounds", 1);
+  if (rounds > 1 && !peer)
+    throw UsageError("--rounds repeats each row alternately with the PyTorch peer; pass --peer too (without a peer, "
+                     "more --windows measure the same)");
   c.image_size = args.given("--image-size") ? args.integer("--image-size", 8) : small ? 28 : 224;
   c.seed = static_cast<uint64_t>(args.integer("--seed", 0));
   const int threads = mpx::get_num_threads();
@@ -297,68 +301,118 @@ int run_speed(const Args& args) {
     SpeedResult r;
     double median = NAN, lo = NAN, hi = NAN, speedup = NAN;
     PeerRow peer, compiled;  // PyTorch eager, and through torch.compile (--peer-compile)
+    // Per round: mpx's median rate and its ratios to the peer's (eager, compiled) of that round.
+    std::vector<double> ips, peer_ips, compiled_ips, ratio, cratio;
   };
   std::vector<Row> rows;
   std::ostringstream profile_log;
   // Rows in which cuDNN refused a fast kernel (same results, slower): said under the table.
   std::string fallback_notes;
   const auto vars = variants(levels, dtypes);
-  for (const auto& m : models) {
-    // With the peer, a GPT's first row leaves its initial weights and batch for the peer to load.
-    std::string init = peer && is_gpt(m) ? (out / (m + "_init.safetensors")).string() : "";
-    for (const auto& v : vars) {
-      std::printf("  %-10s %s %-4s ... ", m.c_str(), v.level.c_str(), v.dtype.c_str());
-      std::fflush(stdout);
-      Row row{m, v, {}, NAN, NAN, NAN, NAN, {}, {}};
-      const int64_t fallbacks = cuda::cudnn_fallbacks();
-      try {
-        row.r = is_gpt(m) ? bench_gpt(m, v, c, std::exchange(init, "")) : m == "dcgan" ? bench_dcgan(v, c)
-                                                                                    : bench_classifier(m, v, c);
-      } catch (const mpx::Error& e) {
-        amp::reset();
-        MPX_ERROR("mpx bench ", m, " ", v.level, " ", v.dtype, ": ", e.what());
+  // The peer runs right after each mpx row, so both meet the same moment of a machine whose speed
+  // drifts (a shared VM's can move by half within minutes); with --rounds the whole sequence
+  // repeats and each figure is the median over the rounds. A peer that cannot start is not retried.
+  std::string peer_failure[2];
+  bool peer_echoed[2] = {false, false};
+  for (int64_t k = 0; k < rounds; ++k) {
+    if (rounds > 1) std::printf("round %lld of %lld\n", static_cast<long long>(k + 1), static_cast<long long>(rounds));
+    SpeedConfig ck = c;
+    ck.profile = c.profile && k == 0;
+    size_t next = 0;
+    for (const auto& m : models) {
+      // With the peer, a GPT's first row leaves its initial weights and batch for the peer to load.
+      std::string init = peer && is_gpt(m) ? (out / (m + "_init.safetensors")).string() : "";
+      for (const auto& v : vars) {
+        if (k == 0) rows.push_back(Row{m, v, {}, NAN, NAN, NAN, NAN, {}, {}, {}, {}, {}, {}, {}});
+        Row& row = rows[next++];
+        std::printf("  %-10s %s %-4s ... ", m.c_str(), v.level.c_str(), v.dtype.c_str());
+        std::fflush(stdout);
+        const int64_t fallbacks = cuda::cudnn_fallbacks();
+        SpeedResult res;
+        try {
+          res = is_gpt(m) ? bench_gpt(m, v, ck, std::exchange(init, "")) : m == "dcgan" ? bench_dcgan(v, ck)
+                                                                                    : bench_classifier(m, v, ck);
+        } catch (const mpx::Error& e) {
+          amp::reset();
+          MPX_ERROR("mpx bench ", m, " ", v.level, " ", v.dtype, ": ", e.what());
+        }
+        auto w = res.window_ips;
+        std::sort(w.begin(), w.end());
+        const double med = w[w.size() / 2];
+        row.ips.push_back(med);
+        if (k == 0) row.r = std::move(res);
+        else row.r.window_ips.insert(row.r.window_ips.end(), w.begin(), w.end());
+        if (row.r.seq_len > 0)
+          std::printf("%s tokens/s (%s sequences/s)\n", rate(med * static_cast<double>(row.r.seq_len)).c_str(),
+                      rate(med).c_str());
+        else
+          std::printf("%s images/s\n", rate(med).c_str());
+        if (const int64_t n = cuda::cudnn_fallbacks() - fallbacks; n > 0 && k == 0)
+          fallback_notes += m + " " + v.level + " " + v.dtype + ": " + std::to_string(n) +
+                            " cuDNN fallbacks to slower kernels; the last: " + cuda::cudnn_last_fallback() + "\n";
+        if (ck.profile) {
+          std::printf("\n  kernels of %s %s %s, %lld steps (wall time on the CPU, event time on CUDA):\n%s\n", m.c_str(),
+                      v.level.c_str(), v.dtype.c_str(), static_cast<long long>(c.steps), row.r.profile.c_str());
+          profile_log << "## " << m << " " << v.level << " " << v.dtype << ", " << c.steps << " steps\n\n```\n"
+                      << row.r.profile << "```\n\n";
+        }
+        for (bool compiled : {false, true}) {
+          if (!peer || (compiled && !peer_compile)) break;
+          PeerRow& slot = compiled ? row.compiled : row.peer;
+          std::string& failure = peer_failure[compiled];
+          if (!peer_level(v.level)) {
+            slot.status = kNoPeerRecipe;
+            continue;
+          }
+          if (!failure.empty()) {
+            slot.status = "peer failed";
+            continue;
+          }
+          // O0's row is f32 whatever the dtype; the peer derives it from a low dtype as mpx does.
+          const auto pr = run_peer(args, {m}, {v.level}, {v.level == "O0" ? dtypes.front() : v.dtype}, ck, threads,
+                                   compiled, failure, !std::exchange(peer_echoed[compiled], true));
+          const auto it = pr.find(m + "/" + v.level + "/" + v.dtype);
+          if (it == pr.end()) {
+            slot.status = failure.empty() ? "the peer reported no such row" : "peer failed";
+            if (!failure.empty()) std::fprintf(stderr, "mpx bench: warning: %s\n", failure.c_str());
+            continue;
+          }
+          const PeerRow& p = it->second;
+          if (k == 0) {
+            slot = p;
+          } else {
+            slot.ips_min = std::fmin(slot.ips_min, p.ips_min), slot.ips_max = std::fmax(slot.ips_max, p.ips_max);
+            slot.peak_mib = std::fmax(slot.peak_mib, p.peak_mib);
+          }
+          (compiled ? row.compiled_ips : row.peer_ips).push_back(p.ips);
+          (compiled ? row.cratio : row.ratio).push_back(med / p.ips);
+          std::printf("  %-10s %s %-4s    PyTorch%s %s %s/s: mpx/PyTorch %.2f\n", "", "", "", compiled ? " compiled" : "",
+                      rate(row.r.seq_len > 0 ? p.ips * static_cast<double>(row.r.seq_len) : p.ips).c_str(),
+                      row.r.seq_len > 0 ? "tokens" : "images", med / p.ips);
+        }
+        std::fflush(stdout);
       }
-      auto w = row.r.window_ips;
-      std::sort(w.begin(), w.end());
-      row.median = w[w.size() / 2], row.lo = w.front(), row.hi = w.back();
-      if (row.r.seq_len > 0)
-        std::printf("%s tokens/s (%s sequences/s)\n", rate(row.median * static_cast<double>(row.r.seq_len)).c_str(),
-                    rate(row.median).c_str());
-      else
-        std::printf("%s images/s\n", rate(row.median).c_str());
-      if (const int64_t n = cuda::cudnn_fallbacks() - fallbacks; n > 0)
-        fallback_notes += m + " " + v.level + " " + v.dtype + ": " + std::to_string(n) +
-                          " cuDNN fallbacks to slower kernels; the last: " + cuda::cudnn_last_fallback() + "\n";
-      if (c.profile) {
-        std::printf("\n  kernels of %s %s %s, %lld steps (wall time on the CPU, event time on CUDA):\n%s\n", m.c_str(),
-                    v.level.c_str(), v.dtype.c_str(), static_cast<long long>(c.steps), row.r.profile.c_str());
-        profile_log << "## " << m << " " << v.level << " " << v.dtype << ", " << c.steps << " steps\n\n```\n"
-                    << row.r.profile << "```\n\n";
-      }
-      std::fflush(stdout);
-      rows.push_back(std::move(row));
     }
-    // Speed-up over O0 of the same model (only when O0 ran).
-    for (auto& r : rows)
-      if (r.model == m)
-        for (const auto& o : rows)
-          if (o.model == m && o.v.level == "O0") r.speedup = r.median / o.median;
   }
+  const auto median_of = [](std::vector<double> v) -> double {
+    if (v.empty()) return NAN;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
+  for (auto& r : rows) {
+    const auto [lo, hi] = std::minmax_element(r.r.window_ips.begin(), r.r.window_ips.end());
+    r.median = median_of(r.ips), r.lo = *lo, r.hi = *hi;
+    if (rounds > 1) {
+      r.r.step_ms = 1000.0 * static_cast<double>(r.r.batch) / r.median;
+      r.peer.ips = median_of(r.peer_ips), r.compiled.ips = median_of(r.compiled_ips);
+    }
+  }
+  // Speed-up over O0 of the same model (only when O0 ran).
+  for (auto& r : rows)
+    for (const auto& o : rows)
+      if (o.model == r.model && o.v.level == "O0") r.speedup = r.median / o.median;
 
   if (peer) {
-    for (bool compiled : {false, true}) {
-      if (compiled && !peer_compile) break;
-      std::string failure;
-      const auto pr = run_peer(args, models, levels, dtypes, c, threads, compiled, failure);
-      for (auto& r : rows) {
-        PeerRow& slot = compiled ? r.compiled : r.peer;
-        auto it = pr.find(r.model + "/" + r.v.level + "/" + r.v.dtype);
-        if (it != pr.end()) slot = it->second;
-        else if (!peer_level(r.v.level)) slot.status = kNoPeerRecipe;
-        else if (!failure.empty()) slot.status = "peer failed";
-      }
-      if (!failure.empty()) std::fprintf(stderr, "mpx bench: warning: %s\n", failure.c_str());
-    }
     std::map<std::string, std::pair<int64_t, int64_t>> params;
     for (const auto& r : rows)
       if (r.peer.params > 0) params[r.model] = {r.r.params, r.peer.params};
@@ -400,7 +454,13 @@ int run_speed(const Args& args) {
     return "n/a [" + std::to_string(it - peer_notes.begin() + 1) + "]";
   };
   for (const auto& r : rows) {
-    const double ratio = r.median / r.peer.ips, cratio = r.median / r.compiled.ips;
+    const double ratio = median_of(r.ratio), cratio = median_of(r.cratio);
+    // With rounds, the ratio is the median of the rounds' own ratios and its spread is shown.
+    const auto ratio_cell = [&](double x, const std::vector<double>& per_round) {
+      if (per_round.size() < 2) return fixed(x, 2);
+      const auto [lo, hi] = std::minmax_element(per_round.begin(), per_round.end());
+      return fixed(x, 2) + " (" + fixed(*lo, 2) + "-" + fixed(*hi, 2) + ")";
+    };
     std::vector<std::string> cells = {r.model, r.v.level, r.v.dtype, std::to_string(r.r.batch), rate(r.median),
                                       rate(r.lo) + "-" + rate(r.hi)};
     if (has_gpt) cells.push_back(r.r.seq_len > 0 ? rate(tokens(r, r.median)) : "-");
@@ -409,12 +469,12 @@ int run_speed(const Args& args) {
     if (peer) {
       cells.push_back(peer_cell(r.peer));
       if (has_gpt) cells.push_back(r.r.seq_len == 0 ? "-" : rate(tokens(r, r.peer.ips)));
-      cells.push_back(fixed(ratio, 2));
+      cells.push_back(ratio_cell(ratio, r.ratio));
       cells.push_back(std::isfinite(r.peer.peak_mib) ? fixed(r.peer.peak_mib, 0) : "n/a");
     }
     if (peer_compile) {
       cells.push_back(peer_cell(r.compiled));
-      cells.push_back(fixed(cratio, 2));
+      cells.push_back(ratio_cell(cratio, r.cratio));
     }
     t.rows.push_back(cells);
     recs.push_back({text_cell("model", r.model), text_cell("level", r.v.level), text_cell("dtype", r.v.dtype),
@@ -438,7 +498,10 @@ int run_speed(const Args& args) {
                     text_cell("peer_status", peer ? r.peer.status : "not run"),
                     num_cell("peer_compiled_images_per_s", r.compiled.ips),
                     num_cell("peer_compiled_peak_mem_mib", r.compiled.peak_mib),
-                    num_cell("mpx_over_peer_compiled", cratio), text_cell("peer_compiled_status", r.compiled.status)});
+                    num_cell("mpx_over_peer_compiled", cratio), text_cell("peer_compiled_status", r.compiled.status),
+                    num_cell("rounds", static_cast<double>(r.ips.size())),
+                    num_cell("mpx_over_peer_min", r.ratio.empty() ? NAN : *std::min_element(r.ratio.begin(), r.ratio.end())),
+                    num_cell("mpx_over_peer_max", r.ratio.empty() ? NAN : *std::max_element(r.ratio.begin(), r.ratio.end()))});
     bars.push_back({r.model, r.v.level + " " + r.v.dtype, r.median, r.lo, r.hi, r.peer.ips});
   }
   const std::string table = t.aligned();
@@ -465,6 +528,9 @@ int run_speed(const Args& args) {
      << " thread(s), batch " << batch_text
      << ", synthetic data, " << c.warmup << " warm-up steps then " << c.windows << " windows of " << c.steps << " steps ("
      << unit << ": median, min-max over the windows" << (has_gpt ? "; tokens/s: sequences/s x n_ctx" : "") << ")"
+     << (peer ? "; the peer ran right after each mpx row" : "")
+     << (rounds > 1 ? ", in " + std::to_string(rounds) + " rounds: rates are medians over the rounds, mpx/PyTorch the "
+                      "median of the rounds' ratios (their range in brackets)" : std::string())
      << (c.tf32 ? "; f32 convolutions and matrix products on TF32, mpx's and the peer's" : "") << ". Peak memory: " << mem_kind
      << ".\n\n"
      << t.markdown() << "\n";
