@@ -404,6 +404,23 @@ def sync(dev):
         torch.cuda.synchronize()
 
 
+def profile_window(step, a, dev, title):
+    """One more window under torch.profiler, as mpx bench --profile: per-op self time, ms per step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        for _ in range(a.steps):
+            step()
+        sync(dev)
+    attr = "self_device_time_total" if dev.type == "cuda" else "self_cpu_time_total"
+    ev = sorted(prof.key_averages(), key=lambda e: getattr(e, attr), reverse=True)
+    total = sum(getattr(e, attr) for e in ev) / 1000 / a.steps
+    print(f"PyTorch ops of {title}, {a.steps} steps: self time, ms per step (total {total:.1f})")
+    for e in ev[:20]:
+        print(f"  {e.key[:40]:40} {e.count // a.steps:6d} calls {getattr(e, attr) / 1000 / a.steps:9.3f} ms")
+
+
 def run_row(model, level, dname, a, dev):
     low = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dname]
     torch.manual_seed(a.seed)
@@ -424,6 +441,8 @@ def run_row(model, level, dname, a, dev):
     ips = sorted(batch * a.steps / s for s in secs)
     # The loss is that of the last timed step, as mpx's: cpu_step_peak's extra step comes after.
     peak = (torch.cuda.max_memory_allocated() if dev.type == "cuda" else cpu_step_peak(step, live)) / 2**20
+    if a.profile:
+        profile_window(step, a, dev, f"{model} {level} {dname}")
     return nparams, statistics.median(ips), ips[0], ips[-1], 1000 * statistics.median(secs) / a.steps, peak, final_loss
 
 
@@ -451,6 +470,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--channels-last", action="store_true", help="models and inputs in torch.channels_last")
     ap.add_argument("--compile", action="store_true", help="speed mode: the models through torch.compile")
+    ap.add_argument("--profile", action="store_true", help="speed mode: one more window under torch.profiler, "
+                    "its per-op self times printed per row")
     ap.add_argument("--tf32", action="store_true", help="CUDA: f32 convolutions and matmuls on TF32 (mpx bench --tf32)")
     ap.add_argument("--gpt-dir", default="out/bench", help="where mpx bench wrote MODEL_init.safetensors (its --out)")
     a = ap.parse_args()

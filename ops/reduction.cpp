@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "ops/elementwise.h"
 #include "ops/op_utils.h"
@@ -51,8 +52,29 @@ Tensor as_rows(const Tensor& x, const Plan& p) {
 // Broadcasts a reduced gradient back to x's shape.
 Tensor expand_back(const Tensor& g, const IntList& kept, const IntList& shape) { return g.reshape(kept).expand(shape); }
 
-Tensor reduce(OpId op, const Tensor& x, const Plan& p, DType out_dt, double param) {
-  Tensor rows = as_rows(x.dtype() == out_dt ? x : x.to(out_dt), p);
+// On the CPU, a sum that keeps one run of adjacent dims of a contiguous tensor and reduces all
+// the others (a bias gradient over N, H, W) goes to the kernel in place as [outer, rows, inner],
+// where as_rows would copy the whole tensor to bring the rows first.
+std::optional<Tensor> outer_inner_view(const Tensor& x, const Plan& p) {
+  if (!x.device().is_cpu() || !x.is_contiguous() || p.rows <= 1 || p.cols == 0) return std::nullopt;
+  NoGradGuard ng;
+  int64_t first = -1, last = -1;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (!std::binary_search(p.dims.begin(), p.dims.end(), d)) {
+      if (first < 0) first = d;
+      else if (d != last + 1) return std::nullopt;
+      last = d;
+    }
+  int64_t outer = 1;
+  for (int64_t d = 0; d < first; ++d) outer *= x.size(d);
+  if (outer == 1) return std::nullopt;  // the rows are first already: as_rows copies nothing
+  return x.view({outer, p.rows, p.cols / outer});
+}
+
+Tensor reduce(OpId op, const Tensor& x0, const Plan& p, DType out_dt, double param) {
+  const Tensor x = x0.dtype() == out_dt ? x0 : x0.to(out_dt);
+  std::optional<Tensor> oi = op == OpId::sum ? outer_inner_view(x, p) : std::nullopt;
+  Tensor rows = oi ? *oi : as_rows(x, p);
   Tensor out = empty({p.rows}, TensorOptions().dtype(out_dt).device(x.device()));
   if (p.cols == 0) {
     // A sum of nothing is 0; a mean (sum with param 1) or variance of nothing is NaN, as in PyTorch.

@@ -32,6 +32,8 @@ Tensor norm(const Tensor& x);
 namespace mpx::kernels {
 /// Row reduction: `in` is contiguous [rows, cols]; out is contiguous [rows].
 /// param: for sum, non-zero divides by cols (mean); for var, the correction.
+/// The CPU's sum also takes a contiguous [outer, rows, inner] `in` and reduces its outer and
+/// inner dims (a per-channel sum of NCHW data without first moving the channels out).
 using ReduceFn = void (*)(const Tensor& out, const Tensor& in, double param);
 /// Arg-reduction over rows of a contiguous [rows, cols] input: values and i64 indices.
 using ArgReduceFn = void (*)(const Tensor& values, const Tensor& indices, const Tensor& in);

@@ -238,8 +238,13 @@ TEST_CASE("max pooling picks each window's first maximum or first NaN in both la
   const Setting settings[] = {{{3, 3}, {2, 2}, {1, 1}, {1, 1}, false},
                               {{2, 2}, {2, 1}, {0, 0}, {2, 2}, true},
                               {{3, 2}, {1, 1}, {1, 0}, {1, 1}, false},
-                              {{1, 3}, {3, 2}, {0, 1}, {1, 1}, true}};
-  const int64_t N = 2, C = 5, H = 9, W = 8;
+                              {{1, 3}, {3, 2}, {0, 1}, {1, 1}, true},
+                              // 2x2 stride 2 has a kernel of its own (vector lanes over 8 outputs,
+                              // then one at a time); with ceil_mode the general one takes the
+                              // clipped last window.
+                              {{2, 2}, {2, 2}, {0, 0}, {1, 1}, false},
+                              {{2, 2}, {2, 2}, {0, 0}, {1, 1}, true}};
+  const int64_t N = 2, C = 5, H = 9, W = 18;
   std::vector<float> v(static_cast<size_t>(N * C * H * W));
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(static_cast<int64_t>(i * 7919 % 11 % 3) - 1);
   v[3] = v[40] = v[41] = v[200] = std::nanf("");

@@ -115,6 +115,7 @@ std::map<std::string, PeerRow> run_peer(const Args& args, const std::vector<std:
       << c.steps << " --warmup " << c.warmup << " --windows " << c.windows << " --image-size " << c.image_size
       << " --device " << (c.device.is_cuda() ? "cuda" : "cpu") << " --threads " << threads << " --seed " << c.seed
       << (c.channels_last ? " --channels-last" : "") << (c.tf32 ? " --tf32" : "") << (compiled ? " --compile" : "")
+      << (c.profile ? " --profile" : "")
       << " --gpt-dir " << shell_quote(args.str("--out")) << " 2>&1";
   // row,model,level,dtype,params,ips,ips_min,ips_max,step_ms,peak_mib,final_loss,status
   stream_peer(args, cmd.str(), "row,", 12, failure, [&](const std::vector<std::string>& f) {

@@ -370,7 +370,7 @@ int run_speed(const Args& args) {
           }
           // O0's row is f32 whatever the dtype; the peer derives it from a low dtype as mpx does.
           const auto pr = run_peer(args, {m}, {v.level}, {v.level == "O0" ? dtypes.front() : v.dtype}, ck, threads,
-                                   compiled, failure, !std::exchange(peer_echoed[compiled], true));
+                                   compiled, failure, !std::exchange(peer_echoed[compiled], true) || ck.profile);
           const auto it = pr.find(m + "/" + v.level + "/" + v.dtype);
           if (it == pr.end()) {
             slot.status = failure.empty() ? "the peer reported no such row" : "peer failed";

@@ -1,0 +1,92 @@
+// Tests for per-channel sums and means of NCHW data (outer and inner dims reduced in place): values against f64 loops, every dtype, any thread count.
+#include <catch2/catch.hpp>
+#include <omp.h>
+
+#include <vector>
+
+#include "core/random.h"
+#include "ops/reduction.h"
+#include "test_util.h"
+
+using namespace mpx;
+
+namespace {
+
+std::vector<double> values(const Tensor& t) {
+  const Tensor c = t.to(kFloat64).contiguous();
+  return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
+}
+
+// The sum over every dim but those in [k0, k1) of a contiguous tensor, in f64 loops.
+std::vector<double> channel_sums(const Tensor& x, int64_t k0, int64_t k1) {
+  const Tensor d = x.to(kFloat64).contiguous();
+  int64_t outer = 1, rows = 1, inner = 1;
+  for (int64_t i = 0; i < x.dim(); ++i) (i < k0 ? outer : i < k1 ? rows : inner) *= x.size(i);
+  std::vector<double> s(static_cast<size_t>(rows), 0.0);
+  const double* p = d.data_ptr<double>();
+  for (int64_t a = 0; a < outer; ++a)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < inner; ++b) s[r] += p[(a * rows + r) * inner + b];
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("sum over N, H, W of NCHW data equals f64 loops in every dtype, on any thread count", "[ops][reduction]") {
+  manual_seed(11);
+  const int saved = omp_get_max_threads();
+  // Inner runs of 1 (a 1x1 feature map), 3, 49 and 784 take both of the kernel's loops.
+  for (int64_t hw : {1, 3, 7, 28}) {
+    const int64_t w = hw == 3 ? 1 : hw;
+    Tensor base = randn({5, 37, hw, w}) * 3.0 + 0.5;
+    for (DType dt : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
+      INFO("hw " << hw << " " << dtype_name(dt));
+      const Tensor x = base.to(dt);
+      const std::vector<double> want = channel_sums(x, 1, 2);
+      const double tol = dt == kFloat64 ? 1e-12 : dt == kFloat32 ? 1e-6 : 1e-2;
+      std::vector<double> first;
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        const Tensor s = sum(x, {0, 2, 3});
+        REQUIRE(s.sizes() == IntList{37});
+        CHECK(s.dtype() == dt);
+        const std::vector<double> got = values(s);
+        for (size_t c = 0; c < want.size(); ++c) CHECK(got[c] == Approx(want[c]).epsilon(tol).margin(tol));
+        if (threads == 1) first = got;
+        else CHECK(got == first);  // the same bits on any thread count
+        const Tensor m = mean(x, {0, 2, 3}, true);
+        REQUIRE(m.sizes() == IntList{1, 37, 1, 1});
+        const std::vector<double> mv = values(m);
+        const double n = static_cast<double>(5 * hw * w);
+        for (size_t c = 0; c < want.size(); ++c) CHECK(mv[c] == Approx(want[c] / n).epsilon(tol).margin(tol));
+      }
+      omp_set_num_threads(saved);
+    }
+  }
+}
+
+TEST_CASE("sums keeping a run of middle dims, integer sums, and non-contiguous inputs agree with the copying path",
+          "[ops][reduction]") {
+  manual_seed(12);
+  Tensor x = randn({4, 3, 5, 6, 2});
+  // Kept dims 1..2: outer 4, rows 15, inner 12.
+  const std::vector<double> want = channel_sums(x, 1, 3);
+  const std::vector<double> got = values(sum(x, {0, 3, 4}));
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-6).margin(1e-6));
+  CHECK(sum(x, {0, 3, 4}, true).sizes() == IntList{1, 3, 5, 1, 1});
+  // Integers sum exactly.
+  Tensor xi = arange(4 * 3 * 5, TensorOptions(kInt64)).view({4, 3, 5});
+  CHECK(sum(xi, {0, 2}).dtype() == kInt64);
+  CHECK(values(sum(xi, {0, 2})) == channel_sums(xi, 1, 2));
+  // A transposed (non-contiguous) input takes the copying path and gives the same sums.
+  Tensor t = randn({6, 4, 5}).transpose(0, 2);  // [5, 4, 6]
+  REQUIRE_FALSE(t.is_contiguous());
+  const std::vector<double> tw = channel_sums(t.contiguous(), 1, 2), tg = values(sum(t, {0, 2}));
+  for (size_t i = 0; i < tw.size(); ++i) CHECK(tg[i] == Approx(tw[i]).epsilon(1e-6).margin(1e-6));
+  // Kept dims that are not adjacent (0 and 2) still reduce correctly.
+  const Tensor nk = sum(x, {1, 3, 4});
+  REQUIRE(nk.sizes() == IntList{4, 5});
+  CHECK(nk.select(0, 2).select(0, 3).item<double>() ==
+        Approx(x.select(0, 2).select(1, 3).sum().item<double>()).epsilon(1e-6));
+}
