@@ -66,7 +66,7 @@ struct Binary {
 
 template <typename T> struct Where {
   static void run(const Tensor& out, const Tensor& c, const Tensor& a, const Tensor& b, double) {
-    elementwise<T, bool, T, T>(out, [](bool s, T x, T y) { return s ? x : y; }, c, a, b);
+    elementwise<T, bool, T, T>(out, [](bool s, T x, T y) { return select_bits(s, x, y); }, c, a, b);
   }
 };
 template <typename T> struct Addcmul {

@@ -254,26 +254,14 @@ template <typename A>
 inline bool beats(A v, A best) {
   return (v > best) | ((v != v) & (best == best));
 }
-// A select through bit masks: GCC turns a plain `m ? a : b` on floats into a branch here.
-template <typename A>
-inline A pick(bool m, A a, A b) {
-  using Bits = std::conditional_t<sizeof(A) == 8, uint64_t, uint32_t>;
-  const Bits mask = Bits{0} - static_cast<Bits>(m);
-  Bits ab, bb;
-  std::memcpy(&ab, &a, sizeof(A));
-  std::memcpy(&bb, &b, sizeof(A));
-  ab = (ab & mask) | (bb & ~mask);
-  std::memcpy(&a, &ab, sizeof(A));
-  return a;
-}
 template <typename A>
 inline void pool_2x2_scalar(const A* r0, const A* r1, A* y, int32_t* won, int64_t from, int64_t to) {
   for (int64_t ow = from; ow < to; ++ow) {
     const A a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
     const bool tb = beats(b, a), td = beats(d, c);
-    const A up = pick(tb, b, a), down = pick(td, d, c);
+    const A up = select_bits(tb, b, a), down = select_bits(td, d, c);
     const bool tf = beats(down, up);
-    y[ow] = pick(tf, down, up);
+    y[ow] = select_bits(tf, down, up);
     const int32_t f = -static_cast<int32_t>(tf);
     won[ow] = (f & (2 + td)) | (~f & static_cast<int32_t>(tb));
   }
