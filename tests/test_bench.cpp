@@ -301,8 +301,14 @@ TEST_CASE("mpx bench --peer --rounds: each row alternates with the peer, figures
     CHECK(lo < mid);
     CHECK(mid < hi);
     CHECK(number(row[csv.col("images_per_s_min")]) <= number(row[csv.col("images_per_s")]));
+    // The peer's fastest window was its last call's: 5,000 and 6,000 images/s.
+    CHECK(number(row[csv.col("mpx_over_peer_best")]) ==
+          Approx(number(row[csv.col("images_per_s_max")]) / number(row[csv.col("peer_images_per_s_max")])));
   }
+  CHECK(number(csv.rows[0][csv.col("peer_images_per_s_max")]) == 5000);
+  CHECK(number(csv.rows[1][csv.col("peer_images_per_s_max")]) == 6000);
   CHECK(read(out / "bench.md").find("3 rounds") != std::string::npos);
+  CHECK(r.out.find("best windows") != std::string::npos);
 }
 
 TEST_CASE("mpx bench --peer: a peer that cannot run is reported once with its output, and not retried per row",
