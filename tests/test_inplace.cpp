@@ -1,7 +1,7 @@
 // In-place ops under autograd, PyTorch's rule: recorded on non-leaves (history rebased), refused on
 // leaves that require grad and on views, saved tensors modified afterwards caught at backward;
 // apex's promotion cases for in-place ops under autocast (tests/L0/run_amp/test_promotion.py);
-// in-place arithmetic with a number: its values and dtype rules.
+// in-place arithmetic with a number: its values and dtype rules; copy_ into views with size-1 dims.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -9,6 +9,7 @@
 
 #include "amp/autocast.h"
 #include "gradcheck.h"
+#include "test_util.h"
 #include "ops/shape.h"
 
 using namespace mpx;
@@ -228,4 +229,38 @@ TEST_CASE("copy_ into strided views writes exactly the view's elements, in every
   Tensor want = randn({4, 6});
   col.t().copy_(want);
   CHECK(equal(col.t(), want));
+}
+
+TEST_CASE("copy_ into views with size-1 dims writes exactly the view's elements, and select's backward scatters there",
+          "[inplace][copy]") {
+  // Views whose trailing dims have size 1 ([.., n, 1]: what select's backward copies into) take
+  // the copy kernels with the unit dims dropped; every other element must stay as it was.
+  manual_seed(41);
+  for (DType dt : {kFloat32, kBFloat16, kFloat64}) {
+    INFO(dtype_name(dt));
+    Tensor z = full({5, 4, 3, 3}, 7.0, TensorOptions(dt));
+    const Tensor g = randn({5, 4}).to(dt);
+    z.select(3, 1).select(2, 2).copy_(g);
+    for (int64_t a = 0; a < 5; ++a)
+      for (int64_t b = 0; b < 4; ++b)
+        for (int64_t i = 0; i < 3; ++i)
+          for (int64_t j = 0; j < 3; ++j) {
+            const double want = i == 2 && j == 1 ? g[a][b].item<double>() : 7.0;
+            CHECK(z[a][b][i][j].item<double>() == want);
+          }
+    // Unit dims in the middle and a unit-size source dim, converting the dtype on the way.
+    Tensor m = zeros({3, 1, 6}, TensorOptions(dt));
+    m.narrow(2, 1, 4).copy_(g.narrow(0, 0, 3).unsqueeze(1).to(kFloat32));
+    CHECK(m[2][0][0].item<double>() == 0.0);
+    CHECK(m[2][0][4].item<double>() == g[2][3].item<double>());
+    CHECK(m[1][0][5].item<double>() == 0.0);
+  }
+  Tensor w = randn({6, 5, 3, 3}, kFloat64).set_requires_grad(true);
+  const Tensor gy = randn({6, 5}, kFloat64);
+  w.select(3, 0).select(2, 1).backward(gy);
+  const Tensor want = zeros({6, 5, 3, 3}, kFloat64);
+  want.select(3, 0).select(2, 1).copy_(gy);
+  CHECK(mpx::testing::same_values(w.grad(), want));
+  CHECK(gradcheck([](const tensor_list& in) { return in[0].select(3, 2).select(1, 1); }, {randn({2, 3, 4, 3}, kFloat64).set_requires_grad(true)}) ==
+        "");
 }

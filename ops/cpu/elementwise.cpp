@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/random.h"
+#include "autograd/grad_mode.h"
 #include "ops/cpu/loops.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
@@ -123,7 +124,16 @@ bool copy_by_rows(const Tensor& out, const Tensor& src) {
 }
 
 template <typename D> struct Copy {
-  static void run(const Tensor& out, const Tensor& src) {
+  static void run(const Tensor& out0, const Tensor& src0) {
+    // Size-1 dims dropped first: they carry no elements but can leave a row path with rows of
+    // one element (the backward of select on a trailing dim copies into a [.., n, 1] view: 13 ms
+    // for a 512 x 512 x 3 x 3 weight's tap, against under 1 ms without them).
+    Tensor out = out0, src = src0;
+    if (out.numel() > 1 && out.sizes() == src.sizes() &&
+        std::find(out.sizes().begin(), out.sizes().end(), int64_t{1}) != out.sizes().end()) {
+      NoGradGuard ng;
+      out = out0.squeeze(), src = src0.squeeze();
+    }
     visit_dtype(src.dtype(), [&]<typename S>() {
       if (out.is_contiguous()) {
         elementwise<D, S>(out, [](S v) { return convert<D>(v); }, src);
