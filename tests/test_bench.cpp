@@ -277,13 +277,18 @@ fs::path stand_in_peer(const fs::path& dir, bool fail) {
 
 int calls(const fs::path& dir) { return std::atoi(read(dir / "calls").c_str()); }
 
+// Two small_cnn rows (O0 f32, O1 bf16) for `rounds` rounds against the stand-in peer in `out`.
+Run bench_with_stand_in(const fs::path& out, bool peer_fails, int rounds) {
+  const fs::path peer = stand_in_peer(out, peer_fails);
+  return run_mpx("bench --peer --python /bin/sh --peer-script '" + peer.string() + "' --models small_cnn "
+                 "--opt-levels O0,O1 --dtype bf16 --batch 2 --steps 1 --warmup 0 --windows 1 --rounds " +
+                 std::to_string(rounds) + " --threads 2 --out '" + out.string() + "'");
+}
+
 TEST_CASE("mpx bench --peer --rounds: each row alternates with the peer, figures are medians over the rounds",
           "[bench][cli]") {
   const fs::path out = temp_dir("rounds");
-  const fs::path peer = stand_in_peer(out, false);
-  const Run r = run_mpx("bench --peer --python /bin/sh --peer-script '" + peer.string() + "' --models small_cnn "
-                        "--opt-levels O0,O1 --dtype bf16 --batch 2 --steps 1 --warmup 0 --windows 1 --rounds 3 "
-                        "--threads 2 --out '" + out.string() + "'");
+  const Run r = bench_with_stand_in(out, false, 3);
   INFO(r.out);
   REQUIRE(r.rc == 0);
   CHECK(calls(out) == 6);  // two rows, three rounds, one peer call after each mpx row
@@ -314,10 +319,7 @@ TEST_CASE("mpx bench --peer --rounds: each row alternates with the peer, figures
 TEST_CASE("mpx bench --peer: a peer that cannot run is reported once with its output, and not retried per row",
           "[bench][cli]") {
   const fs::path out = temp_dir("peer_fails");
-  const fs::path peer = stand_in_peer(out, true);
-  const Run r = run_mpx("bench --peer --python /bin/sh --peer-script '" + peer.string() + "' --models small_cnn "
-                        "--opt-levels O0,O1 --dtype bf16 --batch 2 --steps 1 --warmup 0 --windows 1 --rounds 2 "
-                        "--threads 2 --out '" + out.string() + "'");
+  const Run r = bench_with_stand_in(out, true, 2);
   INFO(r.out);
   REQUIRE(r.rc == 0);  // mpx's rows stand; the peer's cells say why they are empty
   CHECK(calls(out) == 1);

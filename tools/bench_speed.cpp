@@ -323,7 +323,7 @@ int run_speed(const Args& args) {
       // With the peer, a GPT's first row leaves its initial weights and batch for the peer to load.
       std::string init = peer && is_gpt(m) ? (out / (m + "_init.safetensors")).string() : "";
       for (const auto& v : vars) {
-        if (k == 0) rows.push_back(Row{m, v, {}, NAN, NAN, NAN, NAN, {}, {}, {}, {}, {}, {}, {}});
+        if (k == 0) rows.push_back(Row{m, v});
         Row& row = rows[next++];
         std::printf("  %-10s %s %-4s ... ", m.c_str(), v.level.c_str(), v.dtype.c_str());
         std::fflush(stdout);
@@ -386,7 +386,7 @@ int run_speed(const Args& args) {
           }
           (compiled ? row.compiled_ips : row.peer_ips).push_back(p.ips);
           (compiled ? row.cratio : row.ratio).push_back(med / p.ips);
-          std::printf("  %-10s %s %-4s    PyTorch%s %s %s/s: mpx/PyTorch %.2f\n", "", "", "", compiled ? " compiled" : "",
+          std::printf("%22sPyTorch%s %s %s/s: mpx/PyTorch %.2f\n", "", compiled ? " compiled" : "",
                       rate(row.r.seq_len > 0 ? p.ips * static_cast<double>(row.r.seq_len) : p.ips).c_str(),
                       row.r.seq_len > 0 ? "tokens" : "images", med / p.ips);
         }

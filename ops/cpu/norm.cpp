@@ -80,13 +80,13 @@ GradCoef<A> grad_coef(int64_t c, double sg, double sgx, int64_t M, const St* mp,
 // per-thread buffer first (one vectorized pass), since the double sums over them vectorize on f32
 // input and not on 16-bit input (bf16 batch norm took twice f32's time). Values, sums and their
 // order are unchanged: each value was widened to f32 on its way to double before.
-template <typename T, typename A> struct ChannelRows {
+template <typename A> struct ChannelRows {
   const A* base;
   int64_t stride;
   const A* row(int64_t n) const { return base + n * stride; }
 };
 template <typename T, typename A = acc_t<T>>
-ChannelRows<T, A> channel_rows(const T* p, int64_t c, int64_t N, int64_t C, int64_t S, int slot) {
+ChannelRows<A> channel_rows(const T* p, int64_t c, int64_t N, int64_t C, int64_t S, int slot) {
   if constexpr (std::is_same_v<T, A>) {
     return {p + c * S, C * S};
   } else {
