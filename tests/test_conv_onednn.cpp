@@ -69,6 +69,52 @@ std::vector<Case> random_cases(int count) {
   return out;
 }
 
+// A bf16 result against f32 arithmetic on the same bf16 values, rounded once: equal but for
+// rare one-ulp differences where the summation order moves a sum across a rounding boundary.
+bool within_ulp(const Tensor& got, const Tensor& ref32) {
+  NoGradGuard ng;
+  REQUIRE(got.dtype() == kBFloat16);
+  const Tensor a = got.to(kFloat64), r = ref32.to(kBFloat16).to(kFloat64);
+  const double scale = abs(r).max().item<double>();
+  const double differ = mean(ne(a, r).to(kFloat64)).item<double>();
+  INFO("fraction of outputs not equal to the reference: " << differ);
+  return differ < 0.01 && (abs(a - r) - (abs(r) * (1.0 / 128) + 1e-5 * scale)).max().item<double>() <= 0.0;
+}
+
+// The three bf16 kernels of case c on bf16 values, against the f32 kernels on the same values.
+void check_bf16_against_f32(const Case& c) {
+  INFO(c.str());
+  const Conv2dParams p{c.s, c.p, c.d, c.G};
+  const int64_t C = c.G * c.Cg, O = c.G * c.Og;
+  // bf16 values, so that the f32 reference sees exactly what the bf16 kernels see.
+  const Tensor x = randn({c.N, C, c.H, c.W}).to(kBFloat16), w = randn({O, c.Cg, c.kh, c.kw}).to(kBFloat16);
+  const Tensor b = randn({O}).to(kBFloat16), gy = randn({c.N, O, c.Ho(), c.Wo()}).to(kBFloat16);
+  NoGradGuard ng;
+  auto fwd = [&](DType dt) {
+    Tensor y = empty({c.N, O, c.Ho(), c.Wo()},
+                     TensorOptions(dt).memory_format(c.cl_gy ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous));
+    dispatch::kernel<kernels::Conv2dFn>(OpId::conv2d, Device::cpu(), dt)(y, as_format(x.to(dt), c.cl_x), w.to(dt),
+                                                                         c.bias ? b.to(dt) : Tensor(), p);
+    return y;
+  };
+  auto bwd_in = [&](DType dt) {
+    Tensor gx = empty({c.N, C, c.H, c.W},
+                      TensorOptions(dt).memory_format(c.cl_x ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous));
+    dispatch::kernel<kernels::Conv2dBackwardInputFn>(OpId::conv2d_backward_input, Device::cpu(), dt)(
+        gx, as_format(gy.to(dt), c.cl_gy), w.to(dt), Tensor(), p);
+    return gx;
+  };
+  auto bwd_w = [&](DType dt) {
+    Tensor gw = empty(w.sizes(), TensorOptions(dt));
+    dispatch::kernel<kernels::Conv2dBackwardWeightFn>(OpId::conv2d_backward_weight, Device::cpu(), dt)(
+        gw, as_format(gy.to(dt), c.cl_gy), as_format(x.to(dt), c.cl_x), p);
+    return gw;
+  };
+  CHECK(within_ulp(fwd(kBFloat16), fwd(kFloat32)));
+  CHECK(within_ulp(bwd_in(kBFloat16), bwd_in(kFloat32)));
+  CHECK(within_ulp(bwd_w(kBFloat16), bwd_w(kFloat32)));
+}
+
 }  // namespace
 
 TEST_CASE("conv f32 matches f64 through conv2d and autograd on random geometries", "[conv][onednn]") {
@@ -143,48 +189,33 @@ TEST_CASE("conv bf16 kernels equal f32 arithmetic on the same values rounded onc
   // elements; any other rounding (truncation, double rounding) would miss in many.
   INFO("CPU convolutions: " << cpu_conv_backend() << ", bf16 native: " << cpu_conv_native(kBFloat16));
   if (cpu_conv_backend().find("avx512") != std::string::npos) CHECK(cpu_conv_native(kBFloat16));
-  auto within_ulp = [](const Tensor& got, const Tensor& ref32) {
-    NoGradGuard ng;
-    REQUIRE(got.dtype() == kBFloat16);
-    const Tensor a = got.to(kFloat64), r = ref32.to(kBFloat16).to(kFloat64);
-    const double scale = abs(r).max().item<double>();
-    const double differ = mean(ne(a, r).to(kFloat64)).item<double>();
-    INFO("fraction of outputs not equal to the reference: " << differ);
-    return differ < 0.01 && (abs(a - r) - (abs(r) * (1.0 / 128) + 1e-5 * scale)).max().item<double>() <= 0.0;
-  };
   manual_seed(13);
-  for (const Case& c : random_cases(25)) {
-    INFO(c.str());
-    const Conv2dParams p{c.s, c.p, c.d, c.G};
-    const int64_t C = c.G * c.Cg, O = c.G * c.Og;
-    // bf16 values, so that the f32 reference sees exactly what the bf16 kernels see.
-    const Tensor x = randn({c.N, C, c.H, c.W}).to(kBFloat16), w = randn({O, c.Cg, c.kh, c.kw}).to(kBFloat16);
-    const Tensor b = randn({O}).to(kBFloat16), gy = randn({c.N, O, c.Ho(), c.Wo()}).to(kBFloat16);
-    NoGradGuard ng;
-    auto fwd = [&](DType dt) {
-      Tensor y = empty({c.N, O, c.Ho(), c.Wo()}, TensorOptions(dt).memory_format(
-                                                     c.cl_gy ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous));
-      dispatch::kernel<kernels::Conv2dFn>(OpId::conv2d, Device::cpu(), dt)(
-          y, as_format(x.to(dt), c.cl_x), w.to(dt), c.bias ? b.to(dt) : Tensor(), p);
-      return y;
-    };
-    auto bwd_in = [&](DType dt) {
-      Tensor gx = empty({c.N, C, c.H, c.W}, TensorOptions(dt).memory_format(
-                                                c.cl_x ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous));
-      dispatch::kernel<kernels::Conv2dBackwardInputFn>(OpId::conv2d_backward_input, Device::cpu(), dt)(
-          gx, as_format(gy.to(dt), c.cl_gy), w.to(dt), Tensor(), p);
-      return gx;
-    };
-    auto bwd_w = [&](DType dt) {
-      Tensor gw = empty(w.sizes(), TensorOptions(dt));
-      dispatch::kernel<kernels::Conv2dBackwardWeightFn>(OpId::conv2d_backward_weight, Device::cpu(), dt)(
-          gw, as_format(gy.to(dt), c.cl_gy), as_format(x.to(dt), c.cl_x), p);
-      return gw;
-    };
-    CHECK(within_ulp(fwd(kBFloat16), fwd(kFloat32)));
-    CHECK(within_ulp(bwd_in(kBFloat16), bwd_in(kFloat32)));
-    CHECK(within_ulp(bwd_w(kBFloat16), bwd_w(kFloat32)));
-  }
+  for (const Case& c : random_cases(25)) check_bf16_against_f32(c);
+}
+
+TEST_CASE("conv bf16 on the deep layers of a CNN: input gradient as a forward convolution, weight gradient in f32",
+          "[conv][onednn]") {
+  // Where oneDNN 2.x picks its AMX backward kernels, stride-1 input gradients run as forward
+  // convolutions of flipped weights and short weight-gradient sums run in f32 (conv_onednn.cpp);
+  // elsewhere these are the plain bf16 kernels. Either way the contract is f32 sums, one rounding.
+  manual_seed(15);
+  const Case cases[] = {
+      // VGG's last blocks on 28-px inputs: 3x3 maps, and 1x1 maps where only the centre tap is live.
+      {4, 1, 64, 64, 3, 3, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, false},
+      {4, 1, 32, 48, 1, 1, 3, 3, {1, 1}, {1, 1}, {1, 1}, false, false, false},
+      // Other paddings (k - 1 - p from 0 to 4), a 1x1 kernel, channels-last activations.
+      {2, 1, 32, 32, 6, 7, 5, 5, {1, 1}, {2, 2}, {1, 1}, false, true, false},
+      {2, 1, 32, 32, 6, 6, 3, 3, {1, 1}, {0, 0}, {1, 1}, false, false, true},
+      {2, 1, 32, 16, 5, 5, 5, 3, {1, 1}, {0, 1}, {1, 1}, false, true, true},
+      {2, 1, 48, 32, 4, 4, 1, 1, {1, 1}, {0, 0}, {1, 1}, false, false, false},
+      // Not eligible for the forward form: stride 2, dilation 2, groups (weight gradient still short).
+      {2, 1, 32, 64, 8, 8, 3, 3, {2, 2}, {1, 1}, {1, 1}, false, false, false},
+      {2, 1, 32, 32, 7, 7, 3, 3, {1, 1}, {2, 2}, {2, 2}, false, false, false},
+      {2, 2, 16, 16, 4, 4, 3, 3, {1, 1}, {1, 1}, {1, 1}, false, false, false},
+      // A long weight-gradient sum (N x Ho x Wo > 1024): the bf16 kernel.
+      {8, 1, 32, 32, 14, 14, 3, 3, {1, 1}, {1, 1}, {1, 1}, false, false, false},
+  };
+  for (const Case& c : cases) check_bf16_against_f32(c);
 }
 
 TEST_CASE("conv_transpose2d f32 matches f64 with bias, groups and output_padding", "[conv][onednn]") {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -33,7 +34,7 @@ void* buffer(int slot, size_t bytes) {
     size_t n = 0;
     ~Buf() { std::free(p); }
   };
-  thread_local std::array<Buf, 6> bufs;
+  thread_local std::array<Buf, 7> bufs;
   Buf& b = bufs[static_cast<size_t>(slot)];
   if (b.n < bytes) {
     std::free(b.p);
@@ -73,6 +74,7 @@ struct Entry {
   dnnl::primitive prim;
   std::vector<Arg> args;  // in the order the caller passes pointers
   md scratch;
+  std::string impl;  // oneDNN's name for the kernel it chose
 };
 
 // Everything that determines a primitive: the kind, sizes, geometry, layouts, and the
@@ -94,6 +96,10 @@ struct Geom {
   dt type;     // of activations and weights (bias: f32 for f32, its own for bf16)
   dt bias_type = f32;
   int lw = 0;  // weights: 0 [O, C, kh, kw] contiguous, 1 channels-last (OHWI; groups 1 only)
+  // The type the primitive computes in when it differs from `type` (reorders convert on the
+  // way in and out): see weight_gradient_in_f32.
+  std::optional<dt> compute = std::nullopt;
+  dt prim_type() const { return compute.value_or(type); }
 };
 
 md act_md(int64_t n, int64_t c, int64_t h, int64_t w, int layout, dt type) {
@@ -111,6 +117,18 @@ md act_md(int64_t n, int64_t c, int64_t h, int64_t w, int layout, dt type) {
 // they are small next to the activations.
 md act_query(int64_t n, int64_t c, int64_t h, int64_t w, int layout, dt type) {
   return layout == 1 ? act_md(n, c, h, w, layout, type) : md({n, c, h, w}, type, tag::any);
+}
+
+// oneDNN 2.x's AMX bf16 weight-gradient kernel is slow when the sum over N x Ho x Wo is short
+// next to the gradient it writes (the deep layers of a CNN on small inputs): measured on an
+// AMX Xeon at 2 threads, batch 32, ms per call bf16 / f32 (both in oneDNN, alternated):
+// 512->512 3x3 on 3x3 maps 18 / 10, on 1x1 maps 5.0 / 2.0, 256->512 3x3 stride 2 to 4x4
+// 17 / 8, its 1x1 shortcut 3.1 / 0.9; from 7x7 maps on it is even or bf16 wins (14x14:
+// 5 / 8). There the gradient is computed in f32 on the bf16 values widened by the input
+// reorders and rounded once to bf16 by the output reorder: the same contract as the bf16
+// kernel (f32 sums, one rounding), in a different summation order.
+bool weight_gradient_in_f32(const Geom& g, const std::string& bf16_impl) {
+  return g.type == dt::bf16 && bf16_impl.rfind("jit:avx512_core_amx_bf16", 0) == 0 && g.N * g.Ho * g.Wo <= 1024;
 }
 
 // Right padding that makes oneDNN's size rule give `out` exactly: the symmetric value when
@@ -132,12 +150,12 @@ std::shared_ptr<Entry> create(Kind kind, const Geom& g, const Conv2dParams& p) {
     if (pr[d] + strides[d] <= 0) return nullptr;  // oneDNN requires padding_r > -stride
 
   const int64_t G = p.groups;
-  const dt t = g.type;
+  const dt t = g.type, tp = g.prim_type();
   const md x_user = act_md(g.N, g.C, g.H, g.W, g.lx, t), y_user = act_md(g.N, g.O, g.Ho, g.Wo, g.ly, t);
-  const md x_q = act_query(g.N, g.C, g.H, g.W, g.lx, t), y_q = act_query(g.N, g.O, g.Ho, g.Wo, g.ly, t);
+  const md x_q = act_query(g.N, g.C, g.H, g.W, g.lx, tp), y_q = act_query(g.N, g.O, g.Ho, g.Wo, g.ly, tp);
   const md w_user = G > 1 ? md({G, g.O / G, g.C / G, g.kh, g.kw}, t, tag::goihw)
                           : md({g.O, g.C, g.kh, g.kw}, t, g.lw == 1 ? tag::ohwi : tag::oihw);
-  const md w_q = G > 1 ? md({G, g.O / G, g.C / G, g.kh, g.kw}, t, tag::any) : md({g.O, g.C, g.kh, g.kw}, t, tag::any);
+  const md w_q = G > 1 ? md({G, g.O / G, g.C / G, g.kh, g.kw}, tp, tag::any) : md({g.O, g.C, g.kh, g.kw}, tp, tag::any);
   const md b_user({g.O}, g.bias_type, tag::x);
 
   dnnl::primitive_attr attr;
@@ -169,6 +187,7 @@ std::shared_ptr<Entry> create(Kind kind, const Geom& g, const Conv2dParams& p) {
     arg(DNNL_ARG_DST, y_user, pd.dst_desc(), true);
     e->prim = dnnl::convolution_forward(pd);
     e->scratch = pd.scratchpad_desc();
+    e->impl = pd.impl_info_str();
     return e;
   }
   // The backward primitives need the forward one as a hint.
@@ -184,15 +203,26 @@ std::shared_ptr<Entry> create(Kind kind, const Geom& g, const Conv2dParams& p) {
     arg(DNNL_ARG_DIFF_SRC, x_user, pd.diff_src_desc(), true);
     e->prim = dnnl::convolution_backward_data(pd);
     e->scratch = pd.scratchpad_desc();
+    e->impl = pd.impl_info_str();
   } else {
     dnnl::convolution_backward_weights::primitive_desc pd(
         dnnl::convolution_backward_weights::desc(algo, x_q, w_q, y_q, strides, dil, pl, pr), attr, engine(), hint);
     if (!usable(pd)) return nullptr;
+    if (!g.compute && weight_gradient_in_f32(g, pd.impl_info_str())) {
+      Geom g32 = g;
+      g32.compute = f32;
+      try {
+        if (auto e32 = create(kind, g32, p)) return e32;
+      } catch (const dnnl::error&) {
+        // keep the bf16 kernel
+      }
+    }
     arg(DNNL_ARG_DIFF_DST, y_user, pd.diff_dst_desc(), false);
     arg(DNNL_ARG_SRC, x_user, pd.src_desc(), false);
     arg(DNNL_ARG_DIFF_WEIGHTS, w_user, pd.diff_weights_desc(), true);
     e->prim = dnnl::convolution_backward_weights(pd);
     e->scratch = pd.scratchpad_desc();
+    e->impl = pd.impl_info_str();
   }
   return e;
 }
@@ -272,6 +302,34 @@ std::optional<dt> common_type(std::initializer_list<Tensor> ts) {
   return t;
 }
 
+// oneDNN 2.x's AMX bf16 input-gradient kernel is 1.2-5x slower than its forward kernel on the
+// same sizes (same machine and runs as weight_gradient_in_f32: 512->512 3x3 on 3x3 maps 6.5-7.3
+// against 1.4 ms, 4x4 maps 8.3 / 4.5, 7x7 maps 4.9 / 2.5, 28x28 2.1 / 1.6). With stride 1, no
+// dilation and one group the input gradient is a forward convolution: gy with the weights
+// flipped in both spatial dims and their two channel dims swapped, padded by k - 1 - p (what
+// oneDNN 3.x does inside). Same products and f32 sums, in another order.
+bool input_gradient_as_forward(const Geom& g, const Conv2dParams& p, const Entry& bwd) {
+  return g.type == dt::bf16 && bwd.impl.rfind("jit:avx512_core_amx_bf16", 0) == 0 && p.groups == 1 &&
+         p.stride[0] == 1 && p.stride[1] == 1 && p.dilation[0] == 1 && p.dilation[1] == 1 && p.padding[0] >= 0 &&
+         p.padding[1] >= 0 && p.padding[0] < g.kh && p.padding[1] < g.kw;
+}
+
+// dst [C, O, kh, kw] (contiguous) = w [O, C, kh, kw] (any strides) with C and O swapped and
+// both spatial dims reversed; 16-bit elements.
+void flip_swap_channels(uint16_t* dst, const Tensor& w) {
+  const int64_t O = w.size(0), C = w.size(1), kh = w.size(2), kw = w.size(3);
+  const int64_t s0 = w.stride(0), s1 = w.stride(1), s2 = w.stride(2), s3 = w.stride(3);
+  const auto* src = static_cast<const uint16_t*>(w.raw_data());
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t o = 0; o < O; ++o) {
+      const uint16_t* s = src + o * s0 + c * s1 + (kh - 1) * s2 + (kw - 1) * s3;
+      uint16_t* d = dst + (c * O + o) * kh * kw;
+      for (int64_t i = 0; i < kh; ++i)
+        for (int64_t j = 0; j < kw; ++j) d[i * kw + j] = s[-i * s2 - j * s3];
+    }
+}
+
 }  // namespace
 
 bool conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
@@ -308,7 +366,19 @@ bool conv_backward_input(const Tensor& gx, const Tensor& gy, const Tensor& w, co
   if (g.lx < 0 || g.ly < 0 || (b.defined() && !b.is_contiguous())) return false;
   auto e = lookup(Kind::kBackwardData, g, p);
   if (!e) return false;
-  execute(*e, {ptr(gy), ptr(w), ptr(gx)});
+  std::shared_ptr<Entry> as_fwd;
+  Conv2dParams pf;
+  if (input_gradient_as_forward(g, p, *e)) {
+    pf.padding = {g.kh - 1 - p.padding[0], g.kw - 1 - p.padding[1]};
+    as_fwd = lookup(Kind::kForward, Geom{g.N, g.O, g.Ho, g.Wo, g.C, g.H, g.W, g.kh, g.kw, g.ly, g.lx, false, g.type}, pf);
+  }
+  if (as_fwd) {
+    auto* wf = static_cast<uint16_t*>(buffer(6, static_cast<size_t>(w.numel()) * sizeof(uint16_t)));
+    flip_swap_channels(wf, w);
+    execute(*as_fwd, {ptr(gy), wf, ptr(gx)});
+  } else {
+    execute(*e, {ptr(gy), ptr(w), ptr(gx)});
+  }
   if (b.defined()) {
     // conv_transpose2d's bias: oneDNN's backward-data primitive has none.
     float* out = static_cast<float*>(gx.raw_data());

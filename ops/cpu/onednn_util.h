@@ -11,6 +11,7 @@ dnnl::engine& engine();
 /// A stream per thread: streams are cheap, and this keeps callers on different threads apart.
 dnnl::stream& stream();
 /// Per-thread, grow-only, 64-byte-aligned buffers, so steady-state training allocates nothing
-/// here. Slots: 0-3 a convolution's reordered operands, 4 its scratchpad, 5 matmul's scratchpad.
+/// here. Slots: 0-3 a convolution's reordered operands, 4 its scratchpad, 5 matmul's scratchpad,
+/// 6 the flipped weights of an input gradient run as a forward convolution.
 void* buffer(int slot, size_t bytes);
 }  // namespace mpx::cpu::onednn
