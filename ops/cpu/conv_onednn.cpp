@@ -311,7 +311,8 @@ std::optional<dt> common_type(std::initializer_list<Tensor> ts) {
 bool input_gradient_as_forward(const Geom& g, const Conv2dParams& p, const Entry& bwd) {
   return g.type == dt::bf16 && bwd.impl.rfind("jit:avx512_core_amx_bf16", 0) == 0 && p.groups == 1 &&
          p.stride[0] == 1 && p.stride[1] == 1 && p.dilation[0] == 1 && p.dilation[1] == 1 && p.padding[0] >= 0 &&
-         p.padding[1] >= 0 && p.padding[0] < g.kh && p.padding[1] < g.kw;
+         p.padding[1] >= 0 && p.padding[0] < g.kh && p.padding[1] < g.kw &&
+         g.H == g.Ho + g.kh - 1 - 2 * p.padding[0] && g.W == g.Wo + g.kw - 1 - 2 * p.padding[1];
 }
 
 // dst [C, O, kh, kw] (contiguous) = w [O, C, kh, kw] (any strides) with C and O swapped and
