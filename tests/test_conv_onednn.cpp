@@ -6,6 +6,7 @@
 #include "test_util.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -81,38 +82,36 @@ bool within_ulp(const Tensor& got, const Tensor& ref32) {
   return differ < 0.01 && (abs(a - r) - (abs(r) * (1.0 / 128) + 1e-5 * scale)).max().item<double>() <= 0.0;
 }
 
+// The three kernels of case c called directly in dtype dt, on x, w, gy cast to dt in the case's
+// layouts: y (plus bias b when the case has one), gx (plus the per-channel bias bx when defined,
+// as conv_transpose2d's forward) and gw.
+std::array<Tensor, 3> run_kernels(const Case& c, DType dt, const Tensor& x, const Tensor& w, const Tensor& b,
+                                  const Tensor& gy, const Tensor& bx) {
+  NoGradGuard ng;
+  const Conv2dParams p{c.s, c.p, c.d, c.G};
+  auto layout = [](bool cl) { return cl ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous; };
+  const Tensor xd = as_format(x.to(dt), c.cl_x), gyd = as_format(gy.to(dt), c.cl_gy), wd = w.to(dt);
+  Tensor y = empty(gy.sizes(), TensorOptions(dt).memory_format(layout(c.cl_gy)));
+  dispatch::kernel<kernels::Conv2dFn>(OpId::conv2d, Device::cpu(), dt)(y, xd, wd, c.bias ? b.to(dt) : Tensor(), p);
+  Tensor gx = empty(x.sizes(), TensorOptions(dt).memory_format(layout(c.cl_x)));
+  dispatch::kernel<kernels::Conv2dBackwardInputFn>(OpId::conv2d_backward_input, Device::cpu(), dt)(
+      gx, gyd, wd, bx.defined() ? bx.to(dt) : Tensor(), p);
+  Tensor gw = empty(w.sizes(), TensorOptions(dt));
+  dispatch::kernel<kernels::Conv2dBackwardWeightFn>(OpId::conv2d_backward_weight, Device::cpu(), dt)(gw, gyd, xd, p);
+  return {y, gx, gw};
+}
+
 // The three bf16 kernels of case c on bf16 values, against the f32 kernels on the same values.
 void check_bf16_against_f32(const Case& c) {
   INFO(c.str());
-  const Conv2dParams p{c.s, c.p, c.d, c.G};
   const int64_t C = c.G * c.Cg, O = c.G * c.Og;
   // bf16 values, so that the f32 reference sees exactly what the bf16 kernels see.
   const Tensor x = randn({c.N, C, c.H, c.W}).to(kBFloat16), w = randn({O, c.Cg, c.kh, c.kw}).to(kBFloat16);
   const Tensor b = randn({O}).to(kBFloat16), gy = randn({c.N, O, c.Ho(), c.Wo()}).to(kBFloat16);
-  NoGradGuard ng;
-  auto fwd = [&](DType dt) {
-    Tensor y = empty({c.N, O, c.Ho(), c.Wo()},
-                     TensorOptions(dt).memory_format(c.cl_gy ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous));
-    dispatch::kernel<kernels::Conv2dFn>(OpId::conv2d, Device::cpu(), dt)(y, as_format(x.to(dt), c.cl_x), w.to(dt),
-                                                                         c.bias ? b.to(dt) : Tensor(), p);
-    return y;
-  };
-  auto bwd_in = [&](DType dt) {
-    Tensor gx = empty({c.N, C, c.H, c.W},
-                      TensorOptions(dt).memory_format(c.cl_x ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous));
-    dispatch::kernel<kernels::Conv2dBackwardInputFn>(OpId::conv2d_backward_input, Device::cpu(), dt)(
-        gx, as_format(gy.to(dt), c.cl_gy), w.to(dt), Tensor(), p);
-    return gx;
-  };
-  auto bwd_w = [&](DType dt) {
-    Tensor gw = empty(w.sizes(), TensorOptions(dt));
-    dispatch::kernel<kernels::Conv2dBackwardWeightFn>(OpId::conv2d_backward_weight, Device::cpu(), dt)(
-        gw, as_format(gy.to(dt), c.cl_gy), as_format(x.to(dt), c.cl_x), p);
-    return gw;
-  };
-  CHECK(within_ulp(fwd(kBFloat16), fwd(kFloat32)));
-  CHECK(within_ulp(bwd_in(kBFloat16), bwd_in(kFloat32)));
-  CHECK(within_ulp(bwd_w(kBFloat16), bwd_w(kFloat32)));
+  const auto got = run_kernels(c, kBFloat16, x, w, b, gy, Tensor()), ref = run_kernels(c, kFloat32, x, w, b, gy, Tensor());
+  CHECK(within_ulp(got[0], ref[0]));
+  CHECK(within_ulp(got[1], ref[1]));
+  CHECK(within_ulp(got[2], ref[2]));
 }
 
 }  // namespace
@@ -148,36 +147,17 @@ TEST_CASE("conv f32 kernels match f64 when called directly with mixed layouts", 
   manual_seed(12);
   for (const Case& c : random_cases(25)) {
     INFO(c.str());
-    const Conv2dParams p{c.s, c.p, c.d, c.G};
     const int64_t C = c.G * c.Cg, O = c.G * c.Og;
     Tensor x64 = randn({c.N, C, c.H, c.W}, kFloat64), w64 = randn({O, c.Cg, c.kh, c.kw}, kFloat64);
     Tensor b64 = randn({O}, kFloat64), bx64 = randn({C}, kFloat64);
     Tensor gy64 = randn({c.N, O, c.Ho(), c.Wo()}, kFloat64);
-    NoGradGuard ng;
-    auto fwd = [&](DType dt) {
-      Tensor x = as_format(x64.to(dt), c.cl_x);
-      Tensor y = empty({c.N, O, c.Ho(), c.Wo()}, TensorOptions(dt).memory_format(
-                                                     c.cl_gy ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous));
-      dispatch::kernel<kernels::Conv2dFn>(OpId::conv2d, Device::cpu(), dt)(y, x, w64.to(dt), c.bias ? b64.to(dt) : Tensor(), p);
-      return y;
-    };
-    auto bwd_in = [&](DType dt) {  // with a per-channel bias, as conv_transpose2d's forward
-      Tensor gy = as_format(gy64.to(dt), c.cl_gy);
-      Tensor gx = empty({c.N, C, c.H, c.W}, TensorOptions(dt).memory_format(
-                                                c.cl_x ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous));
-      dispatch::kernel<kernels::Conv2dBackwardInputFn>(OpId::conv2d_backward_input, Device::cpu(), dt)(
-          gx, gy, w64.to(dt), c.bias ? bx64.to(dt) : Tensor(), p);
-      return gx;
-    };
-    auto bwd_w = [&](DType dt) {
-      Tensor gw = empty(w64.sizes(), TensorOptions(dt));
-      dispatch::kernel<kernels::Conv2dBackwardWeightFn>(OpId::conv2d_backward_weight, Device::cpu(), dt)(
-          gw, as_format(gy64.to(dt), c.cl_gy), as_format(x64.to(dt), c.cl_x), p);
-      return gw;
-    };
-    CHECK(close(fwd(kFloat32), fwd(kFloat64)));
-    CHECK(close(bwd_in(kFloat32), bwd_in(kFloat64)));
-    CHECK(close(bwd_w(kFloat32), bwd_w(kFloat64)));
+    // The input gradient with a per-channel bias when the case has one, as conv_transpose2d's forward.
+    const Tensor bx = c.bias ? bx64 : Tensor();
+    const auto got = run_kernels(c, kFloat32, x64, w64, b64, gy64, bx);
+    const auto ref = run_kernels(c, kFloat64, x64, w64, b64, gy64, bx);
+    CHECK(close(got[0], ref[0]));
+    CHECK(close(got[1], ref[1]));
+    CHECK(close(got[2], ref[2]));
   }
 }
 
