@@ -192,6 +192,18 @@ TEST_CASE("inputs of other ranks and strides", "[attention]") {
   const tensor_list b = run([](const Tensor& x, const Tensor& y, const Tensor& z) { return scaled_dot_product_attention_math(x, y, z); },
                             qt, kt, vt, w);
   for (int n = 0; n < 4; ++n) CHECK(rel_err(a[n], b[n]) < 1e-13);
+  // The same layout in f32 with heads wide enough for the kernels' blocked transposes (rows and
+  // head dims that are and are not multiples of 16), causal, against f64 on the same values.
+  const Tensor qf = randn_f64({2, 40, 3, 24}, 15).to(kFloat32).permute({0, 2, 1, 3}),
+               kf = randn_f64({2, 40, 3, 24}, 16).to(kFloat32).permute({0, 2, 1, 3}),
+               vf = randn_f64({2, 40, 3, 40}, 17).to(kFloat32).permute({0, 2, 1, 3});
+  const Tensor wf = randn_f64({2, 3, 40, 40}, 18).to(kFloat32);
+  const auto causal = [](const Tensor& x, const Tensor& y, const Tensor& z) {
+    return scaled_dot_product_attention(x, y, z, {}, 0.0, true);
+  };
+  const tensor_list af = run(causal, qf, kf, vf, wf);
+  const tensor_list bf = run(causal, qf.to(kFloat64), kf.to(kFloat64), vf.to(kFloat64), wf.to(kFloat64));
+  for (int n = 0; n < 4; ++n) CHECK(rel_err(af[n], bf[n]) < 1e-5);
   // A non-unit last stride is copied, not misread.
   const Tensor qs = randn_f64({1, 1, 8, 10}, 12).transpose(-2, -1);
   const Tensor ks = randn_f64({1, 1, 9, 8}, 13), vs = randn_f64({1, 1, 9, 3}, 14);

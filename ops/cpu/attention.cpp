@@ -228,12 +228,68 @@ template <typename A> struct HeadRows {
   const A* row(int64_t b, int64_t hk, int64_t j) const { return base + st.at(b, hk, j); }
 };
 
+#ifdef __AVX512F__
+// 16 rows of 16 floats (row stride rs) into 16 rows of 16 (stride ld), transposed in registers:
+// the source rows are read whole, where a column-by-column copy misses the cache on every row.
+// Interleave pairs of rows within each 128-bit lane, then pairs of pairs, then move the lanes.
+inline void transpose16(float* dst, int64_t ld, const float* src, int64_t rs) {
+  using V = VecOf<float>::type;
+  using U = VecOf<float>::unaligned;
+  V r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = *reinterpret_cast<const U*>(src + i * rs);
+#define MPX_LANES(f) f(0), f(1), f(2), f(3)
+#define MPX_LO(l) 4 * l, 16 + 4 * l, 4 * l + 1, 17 + 4 * l
+#define MPX_HI(l) 4 * l + 2, 18 + 4 * l, 4 * l + 3, 19 + 4 * l
+#define MPX_P01(l) 4 * l, 4 * l + 1, 16 + 4 * l, 17 + 4 * l
+#define MPX_P23(l) 4 * l + 2, 4 * l + 3, 18 + 4 * l, 19 + 4 * l
+#define MPX_EVEN 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27
+#define MPX_ODD 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = __builtin_shufflevector(r[i], r[i + 1], MPX_LANES(MPX_LO));
+    t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], MPX_LANES(MPX_HI));
+  }
+  for (int i = 0; i < 16; i += 4)
+    for (int k = 0; k < 2; ++k) {
+      r[i + 2 * k] = __builtin_shufflevector(t[i + k], t[i + k + 2], MPX_LANES(MPX_P01));
+      r[i + 2 * k + 1] = __builtin_shufflevector(t[i + k], t[i + k + 2], MPX_LANES(MPX_P23));
+    }
+  for (int h = 0; h < 16; h += 8)
+    for (int i = 0; i < 4; ++i) {
+      t[h + i] = __builtin_shufflevector(r[h + i], r[h + i + 4], MPX_EVEN);
+      t[h + i + 4] = __builtin_shufflevector(r[h + i], r[h + i + 4], MPX_ODD);
+    }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = __builtin_shufflevector(t[i], t[i + 8], MPX_EVEN);
+    r[i + 8] = __builtin_shufflevector(t[i], t[i + 8], MPX_ODD);
+  }
+#undef MPX_LANES
+#undef MPX_LO
+#undef MPX_HI
+#undef MPX_P01
+#undef MPX_P23
+#undef MPX_EVEN
+#undef MPX_ODD
+  for (int i = 0; i < 16; ++i) *reinterpret_cast<U*>(dst + i * ld) = r[i];
+}
+#endif
+
 // n rows of `cols` elements (row stride rs) transposed into a cols x kBq tile (row r of the
 // source is column r), zero in columns n..kBq.
 template <typename A> void load_tile_t(A* dst, const A* src, int64_t rs, int64_t n, int64_t cols) {
+  int64_t r0 = 0;  // source rows before r0 are done
+#ifdef __AVX512F__
+  if constexpr (std::is_same_v<A, float>) {
+    const int64_t nb = n / 16 * 16, cb = cols / 16 * 16;
+    for (; r0 < nb; r0 += 16) {
+      for (int64_t c = 0; c < cb; c += 16) transpose16(dst + c * kBq + r0, kBq, src + r0 * rs + c, rs);
+      for (int64_t c = cb; c < cols; ++c)
+        for (int64_t r = r0; r < r0 + 16; ++r) dst[c * kBq + r] = src[r * rs + c];
+    }
+  }
+#endif
   for (int64_t c = 0; c < cols; ++c) {
     A* __restrict d = dst + c * kBq;
-    for (int64_t r = 0; r < n; ++r) d[r] = src[r * rs + c];
+    for (int64_t r = r0; r < n; ++r) d[r] = src[r * rs + c];
     std::fill(d + n, d + kBq, A(0));
   }
 }
