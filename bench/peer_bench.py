@@ -22,7 +22,9 @@
 #   on CUDA; on the CPU one extra profiled step (see cpu_step_peak). Loss scale for O2/O3 f16: a static 128
 #   (bf16: 1). A row PyTorch cannot run (e.g. f16 convolutions on the CPU) reports its reason.
 import argparse
+import json
 import math
+import os
 import statistics
 import time
 
@@ -241,11 +243,14 @@ def dcgan_init(m):
 class Recipe:
     """One network + optimizer under an opt level: forward context, backward with scaling, step."""
 
+    instances = []  # the current row's recipes (build() starts a new list)
+
     def __init__(self, net, make_opt, level, low, dev, compile_net=False):
         # O3-bnf32 is O3 with keep_batchnorm_fp32=True (apex's fastest ImageNet recipe).
         bn32 = level in ("O2", "O3-bnf32")
         level = "O3" if level == "O3-bnf32" else level
         self.level, self.low, self.dev = level, low, dev
+        Recipe.instances.append(self)
         self.net = net.to(dev)
         self.params = list(self.net.parameters())
         self.masters = None
@@ -327,6 +332,7 @@ class Recipe:
 
 def build(model, level, low, a, dev):
     """Returns (step function, parameter count, bytes living between steps, samples per step)."""
+    Recipe.instances = []
     if model in GPT_PRESETS:
         return build_gpt(model, level, low, a, dev, Recipe, tensor_bytes)
     side = a.image_size
@@ -385,16 +391,38 @@ def tensor_bytes(*ts):
 
 def cpu_step_peak(step, live):
     """Peak CPU tensor bytes of one step: what lives between steps plus the largest growth of
-    the allocations the profiler records, summed op by op (so a lower bound: an op's own
-    short-lived scratch is not seen). torch has no CPU allocator statistics."""
+    the allocations torch's profiler records (torch has no CPU allocator statistics). Every
+    allocation and release is one timestamped event of its trace, summed in time order; the
+    per-op totals of prof.events() would misplace them (an autograd node's releases are charged
+    at its start, before its ops allocate, hiding its peak). The profiler never sees a tensor
+    freed that was allocated before it started, so the gradients the last step left (alive until
+    their zero_grad, which may come mid-step: DCGAN's generator) are copied under it first. A
+    lower bound still: allocations outside torch's allocator (oneDNN's scratch) are not seen."""
+    import tempfile
     from torch.profiler import ProfilerActivity, profile
 
     base = live()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        with torch.no_grad():
+            for r in Recipe.instances:
+                for p in r.params + (r.masters or []):
+                    if p.grad is not None:
+                        p.grad = p.grad.clone()
         step()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    mem = sorted((e["ts"], e["args"]["Bytes"]) for e in events
+                 if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type", 0) == 0)
+    if not mem:  # a trace without allocation events (an older torch): the per-op totals, cruder
+        mem = [(e.time_range.start, e.cpu_memory_usage if e.name == "[memory]" else e.self_cpu_memory_usage)
+               for e in prof.events()]
+        mem.sort(key=lambda m: m[0])
     cur = peak = 0
-    for e in sorted(prof.events(), key=lambda e: e.time_range.start):
-        cur += e.cpu_memory_usage if e.name == "[memory]" else e.self_cpu_memory_usage
+    for _, nbytes in mem:
+        cur += nbytes
         peak = max(peak, cur)
     return base + peak
 

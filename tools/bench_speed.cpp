@@ -516,7 +516,7 @@ int run_speed(const Args& args) {
   std::printf("%s%s", notes.c_str(), fallback_notes.c_str());
   if (peer && cpu)
     std::printf("PyTorch MiB: what lives between steps plus the step's largest growth in the allocations torch's "
-                "profiler records op by op (a lower bound; torch has no CPU allocator statistics)\n");
+                "profiler records, in time order (a lower bound; torch has no CPU allocator statistics)\n");
   std::printf("peak MiB: %s; state B/param: bytes per parameter element of the weights, f32 masters and "
               "optimizer state (not gradients); loss scale: amp's at the end (dcgan: the smallest of its three); vs O0: %s over "
               "O0's of the same model\n", mem_kind.c_str(), unit.c_str());
