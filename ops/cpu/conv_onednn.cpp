@@ -80,13 +80,6 @@ struct Entry {
 // Everything that determines a primitive: the kind, sizes, geometry, layouts, and the
 // thread count, which oneDNN fixes when it creates a primitive.
 using Key = std::array<int64_t, 23>;
-struct KeyHash {
-  size_t operator()(const Key& k) const {
-    size_t h = 0xcbf29ce484222325ull;
-    for (int64_t v : k) h = (h ^ static_cast<size_t>(v)) * 0x100000001b3ull;
-    return h;
-  }
-};
 
 // The sizes of one convolution in forward terms (x input, y output), from any of the three kernels.
 struct Geom {
@@ -337,6 +330,7 @@ bool conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tenso
   const auto t = common_type({y, x, w});
   const int lw = weight_layout(w, p.groups);
   if (!t || y.numel() == 0 || x.numel() == 0 || w.numel() == 0 || lw < 0) return false;
+  if (gemm_conv_forward(y, x, w, b, p)) return true;
   Geom g{x.size(0), x.size(1), x.size(2), x.size(3), y.size(1), y.size(2), y.size(3), w.size(2), w.size(3),
          layout_of(x), layout_of(y), b.defined(), *t};
   g.lw = lw;
@@ -361,6 +355,7 @@ bool conv_backward_input(const Tensor& gx, const Tensor& gy, const Tensor& w, co
   if (!t || (b.defined() && (*t != f32 || b.dtype() != kFloat32))) return false;
   const int lw = weight_layout(w, p.groups);
   if (gx.numel() == 0 || gy.numel() == 0 || w.numel() == 0 || lw < 0) return false;
+  if (!b.defined() && gemm_conv_backward_input(gx, gy, w, p)) return true;
   Geom g{gx.size(0), gx.size(1), gx.size(2), gx.size(3), gy.size(1), gy.size(2), gy.size(3), w.size(2), w.size(3),
          layout_of(gx), layout_of(gy), false, *t};
   g.lw = lw;
@@ -407,6 +402,7 @@ bool conv_backward_weight(const Tensor& gw, const Tensor& gy, const Tensor& x, c
   const auto t = common_type({gw, gy, x});
   const int lw = weight_layout(gw, p.groups);
   if (!t || gw.numel() == 0 || gy.numel() == 0 || x.numel() == 0 || lw < 0) return false;
+  if (gemm_conv_backward_weight(gw, gy, x, p)) return true;
   Geom g{x.size(0), x.size(1), x.size(2), x.size(3), gy.size(1), gy.size(2), gy.size(3), gw.size(2), gw.size(3),
          layout_of(x), layout_of(gy), false, *t};
   g.lw = lw;

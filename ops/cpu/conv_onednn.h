@@ -14,6 +14,11 @@ bool conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tenso
 bool conv_backward_input(const Tensor& gx, const Tensor& gy, const Tensor& w, const Tensor& b,
                          const kernels::Conv2dParams& p);
 bool conv_backward_weight(const Tensor& gw, const Tensor& gy, const Tensor& x, const kernels::Conv2dParams& p);
+// bf16 convolutions on small maps as one AMX matmul each (conv_gemm_onednn.cpp); the same
+// contract, false when the case is not one of those. Tried first by the three above.
+bool gemm_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const kernels::Conv2dParams& p);
+bool gemm_conv_backward_input(const Tensor& gx, const Tensor& gy, const Tensor& w, const kernels::Conv2dParams& p);
+bool gemm_conv_backward_weight(const Tensor& gw, const Tensor& gy, const Tensor& x, const kernels::Conv2dParams& p);
 // Whether oneDNN runs bf16 convolutions on this CPU with real kernels (AVX-512 and newer).
 bool bf16_native();
 // "oneDNN 2.6.3 (cpu isa ...)".

@@ -30,13 +30,6 @@ std::optional<dt> type_of(DType d) {
 // Everything that decides a primitive: batch, sizes, strides of both operands, dtypes, the
 // epilogue and the thread count (oneDNN fixes it when it creates a primitive).
 using Key = std::array<int64_t, 20>;
-struct KeyHash {
-  size_t operator()(const Key& k) const {
-    size_t h = 0xcbf29ce484222325ull;
-    for (int64_t v : k) h = (h ^ static_cast<size_t>(v)) * 0x100000001b3ull;
-    return h;
-  }
-};
 struct Entry {
   dnnl::matmul prim;
   md a, b, bias, out, scratch;

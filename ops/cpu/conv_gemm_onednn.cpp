@@ -1,0 +1,231 @@
+// bf16 convolutions on small feature maps as one matrix product each (im2col / col2im around oneDNN's AMX matmul).
+#include "ops/cpu/conv_onednn.h"
+#include "ops/cpu/onednn_util.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "core/half.h"
+
+namespace mpx::cpu::onednn {
+namespace {
+using kernels::Conv2dParams;
+using md = dnnl::memory::desc;
+using dt = dnnl::memory::data_type;
+
+// Why: on the deep layers of a CNN fed small images (7x7 maps and below at batch 32) oneDNN
+// 2.x's convolution kernels use AMX poorly, while its matmul runs the same products as one long
+// GEMM at several times the rate. Measured on an AMX Xeon, 2 threads, batch 32, 512->512 3x3 on
+// 4x4 maps: convolution forward 5.0 ms, weight gradient 22-24 (its f32 kernel 15-17), and the
+// equal-sized bf16 matmul (512 x 512 x 4608) 2.7-2.9 ms. Products are bf16 x bf16 summed in f32,
+// and each output is rounded to bf16 once (the input gradient sums its k x k overlapping terms
+// in f32 before that rounding): the contract of every other bf16 kernel here.
+
+// A row-major [m, k] x [k, n] product (either operand may be stored transposed) into a
+// row-major [m, n] f32 or bf16 matrix, on oneDNN's matmul when it runs on AMX here.
+struct Gemm {
+  dnnl::matmul prim;
+  md a, b, c, scratch;
+};
+using GemmKey = std::array<int64_t, 6>;
+
+std::shared_ptr<Gemm> gemm(int64_t m, int64_t k, int64_t n, bool a_t, bool b_t, dt out) {
+  static std::mutex mu;
+  static auto* cache = new std::unordered_map<GemmKey, std::shared_ptr<Gemm>, KeyHash>();
+  const GemmKey key{m, k, n, (a_t ? 1 : 0) + (b_t ? 2 : 0), static_cast<int64_t>(out), omp_get_max_threads()};
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache->find(key); it != cache->end()) return it->second;
+  std::shared_ptr<Gemm> g;
+  try {
+    auto e = std::make_shared<Gemm>();
+    e->a = md({m, k}, dt::bf16, a_t ? dnnl::memory::dims{1, m} : dnnl::memory::dims{k, 1});
+    e->b = md({k, n}, dt::bf16, b_t ? dnnl::memory::dims{1, k} : dnnl::memory::dims{n, 1});
+    e->c = md({m, n}, out, {n, 1});
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e->a, e->b, e->c), attr, engine());
+    if (std::strstr(pd.impl_info_str(), "amx") != nullptr) {
+      e->scratch = pd.scratchpad_desc();
+      e->prim = dnnl::matmul(pd);
+      g = e;
+    }
+  } catch (const dnnl::error&) {
+    g = nullptr;
+  }
+  cache->emplace(key, g);
+  return g;
+}
+
+void run(Gemm& g, const void* a, const void* b, void* c) {
+  dnnl::stream& s = stream();
+  g.prim.execute(s, {{DNNL_ARG_SRC, dnnl::memory(g.a, engine(), const_cast<void*>(a))},
+                     {DNNL_ARG_WEIGHTS, dnnl::memory(g.b, engine(), const_cast<void*>(b))},
+                     {DNNL_ARG_DST, dnnl::memory(g.c, engine(), c)},
+                     {DNNL_ARG_SCRATCHPAD, dnnl::memory(g.scratch, engine(), buffer(4, std::max<size_t>(
+                                                                                          g.scratch.get_size(), 64)))}});
+  s.wait();
+}
+
+// One convolution's sizes in forward terms; x [N, C, H, W] and y [N, O, Ho, Wo], NCHW.
+struct Shape {
+  int64_t N, C, H, W, O, Ho, Wo, kh, kw, sh, sw, ph, pw;
+  int64_t rows() const { return C * kh * kw; }  // of the column matrix: (c, i, j)
+  int64_t cols() const { return N * Ho * Wo; }  // of the column matrix: (n, ho, wo)
+};
+
+// Where the products run as one GEMM: bf16, one group, no dilation, NCHW activations and
+// contiguous weights, enough channels to fill AMX tiles, and small maps. How small, per
+// direction (same machine, ms per call, oneDNN's convolution kernel / this path): the weight
+// gradient wins up to 7x7 outputs (256->256 on 7x7 8.1 / 3.0, 128->256 stride 2 to 7x7
+// 4.2 / 1.4, 512->512 on 4x4 12.2 / 2.9, on 2x2 9.0 / 1.4); the forward and input gradient only
+// from 4x4 down (on 7x7 the convolution kernels are faster: forward 1.7 / 5.0; on 4x4 forward
+// 4.3 / 4.1, input gradient 6.0 / 4.8; on 2x2 3.8 / 1.1 and 5.7 / 1.7). On 1x1 maps, where 8 of
+// a 3x3 kernel's 9 taps read padding, the GEMM would multiply zeros: left to the convolution.
+bool eligible(const Tensor& a, const Tensor& b, const Tensor& c, const Conv2dParams& p) {
+  return a.dtype() == kBFloat16 && b.dtype() == kBFloat16 && c.dtype() == kBFloat16 && a.is_contiguous() &&
+         b.is_contiguous() && c.is_contiguous() && p.groups == 1 && p.dilation[0] == 1 && p.dilation[1] == 1 &&
+         p.padding[0] >= 0 && p.padding[1] >= 0;
+}
+bool small_maps(const Shape& s, int64_t max_maps) {
+  const int64_t maps = s.Ho * s.Wo;
+  return maps >= 2 && maps <= max_maps && s.C >= 64 && s.O >= 64 && s.kh * s.kw > 1;
+}
+constexpr int64_t kMaxMapsWeight = 49, kMaxMapsData = 16;
+Shape shape_of(const Tensor& x, const Tensor& y, int64_t kh, int64_t kw, const Conv2dParams& p) {
+  return Shape{x.size(0), x.size(1), x.size(2), x.size(3), y.size(1), y.size(2), y.size(3), kh, kw,
+               p.stride[0], p.stride[1], p.padding[0], p.padding[1]};
+}
+
+// For each kernel tap (i, j) and output position q = (ho, wo): the offset in an input plane
+// that the tap reads there, ho * sh - ph + i rows and wo * sw - pw + j columns in, or -1 in the
+// padding. im2col and col2im walk it per plane instead of testing bounds per element.
+std::vector<int32_t> tap_offsets(const Shape& s) {
+  std::vector<int32_t> m(static_cast<size_t>(s.kh * s.kw * s.Ho * s.Wo));
+  for (int64_t i = 0; i < s.kh; ++i)
+    for (int64_t j = 0; j < s.kw; ++j)
+      for (int64_t ho = 0; ho < s.Ho; ++ho)
+        for (int64_t wo = 0; wo < s.Wo; ++wo) {
+          const int64_t h = ho * s.sh - s.ph + i, w = wo * s.sw - s.pw + j;
+          m[static_cast<size_t>(((i * s.kw + j) * s.Ho + ho) * s.Wo + wo)] =
+              h >= 0 && h < s.H && w >= 0 && w < s.W ? static_cast<int32_t>(h * s.W + w) : -1;
+        }
+  return m;
+}
+
+// col [(c, i, j), (n, ho, wo)] = x[n, c, ho * sh - ph + i, wo * sw - pw + j], 0 in the padding.
+void im2col(uint16_t* col, const uint16_t* x, const Shape& s) {
+  const std::vector<int32_t> taps = tap_offsets(s);
+  const int64_t cols = s.cols(), HoWo = s.Ho * s.Wo, kk = s.kh * s.kw;
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < s.C; ++c)
+    for (int64_t n = 0; n < s.N; ++n) {
+      const uint16_t* plane = x + (n * s.C + c) * s.H * s.W;
+      for (int64_t t = 0; t < kk; ++t) {
+        const int32_t* m = taps.data() + t * HoWo;
+        uint16_t* d = col + (c * kk + t) * cols + n * HoWo;
+        for (int64_t q = 0; q < HoWo; ++q) d[q] = m[q] >= 0 ? plane[m[q]] : uint16_t{0};
+      }
+    }
+}
+
+// [A, B, L] -> [B, A, L] for 16-bit elements (NCHW's [N, O, HW] and the GEMM's [O, N, HW]).
+void swap_outer(uint16_t* dst, const uint16_t* src, int64_t A, int64_t B, int64_t L) {
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t a = 0; a < A; ++a) std::memcpy(dst + (b * A + a) * L, src + (a * B + b) * L, L * sizeof(uint16_t));
+}
+
+uint16_t to_bf16(float f) { return BFloat16(f).x; }
+
+}  // namespace
+
+bool gemm_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
+  if (!eligible(x, w, y, p) || (b.defined() && (!b.is_contiguous() || (b.dtype() != kFloat32 && b.dtype() != kBFloat16))))
+    return false;
+  const Shape s = shape_of(x, y, w.size(2), w.size(3), p);
+  if (!small_maps(s, kMaxMapsData)) return false;
+  // y' [O, (n, ho, wo)] = w [O, (c, i, j)] col [(c, i, j), (n, ho, wo)], in f32; then the bias
+  // and the one rounding on the way to NCHW.
+  auto g = gemm(s.O, s.rows(), s.cols(), false, false, dt::f32);
+  if (!g) return false;
+  auto* col = static_cast<uint16_t*>(buffer(0, static_cast<size_t>(s.rows() * s.cols()) * 2));
+  auto* acc = static_cast<float*>(buffer(1, static_cast<size_t>(s.O * s.cols()) * 4));
+  im2col(col, static_cast<const uint16_t*>(x.raw_data()), s);
+  run(*g, w.raw_data(), col, acc);
+  auto* out = static_cast<uint16_t*>(y.raw_data());
+  const int64_t HW = s.Ho * s.Wo;
+#pragma omp parallel for schedule(static)
+  for (int64_t no = 0; no < s.N * s.O; ++no) {
+    const int64_t n = no / s.O, o = no % s.O;
+    const float bias = !b.defined()                  ? 0.0f
+                       : b.dtype() == kFloat32 ? static_cast<const float*>(b.raw_data())[o]
+                                               : static_cast<float>(static_cast<const BFloat16*>(b.raw_data())[o]);
+    const float* src = acc + (o * s.N + n) * HW;
+    for (int64_t q = 0; q < HW; ++q) out[no * HW + q] = to_bf16(src[q] + bias);
+  }
+  return true;
+}
+
+bool gemm_conv_backward_input(const Tensor& gx, const Tensor& gy, const Tensor& w, const Conv2dParams& p) {
+  if (!eligible(gx, gy, w, p)) return false;
+  const Shape s = shape_of(gx, gy, w.size(2), w.size(3), p);
+  if (!small_maps(s, kMaxMapsData)) return false;
+  // dcol [(c, i, j), (n, ho, wo)] = w^T [(c, i, j), O] gy' [O, (n, ho, wo)] in f32, then each
+  // input element sums the terms that read it (col2im) and is rounded once.
+  auto g = gemm(s.rows(), s.O, s.cols(), true, false, dt::f32);
+  if (!g) return false;
+  const int64_t HoWo = s.Ho * s.Wo;
+  auto* gyt = static_cast<uint16_t*>(buffer(2, static_cast<size_t>(s.O * s.cols()) * 2));
+  auto* dcol = static_cast<float*>(buffer(1, static_cast<size_t>(s.rows() * s.cols()) * 4));
+  swap_outer(gyt, static_cast<const uint16_t*>(gy.raw_data()), s.N, s.O, HoWo);
+  run(*g, w.raw_data(), gyt, dcol);
+  auto* out = static_cast<uint16_t*>(gx.raw_data());
+  const std::vector<int32_t> taps = tap_offsets(s);
+  const int64_t cols = s.cols(), kk = s.kh * s.kw, HW = s.H * s.W;
+#pragma omp parallel
+  {
+    std::vector<float> acc(static_cast<size_t>(HW));
+#pragma omp for schedule(static)
+    for (int64_t nc = 0; nc < s.N * s.C; ++nc) {
+      const int64_t n = nc / s.C, c = nc % s.C;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      // Taps in a fixed order, so each sum is the same whatever the thread count.
+      for (int64_t t = 0; t < kk; ++t) {
+        const int32_t* m = taps.data() + t * HoWo;
+        const float* src = dcol + (c * kk + t) * cols + n * HoWo;
+        for (int64_t q = 0; q < HoWo; ++q)
+          if (m[q] >= 0) acc[static_cast<size_t>(m[q])] += src[q];
+      }
+      uint16_t* o = out + nc * HW;
+      for (int64_t q = 0; q < HW; ++q) o[q] = to_bf16(acc[static_cast<size_t>(q)]);
+    }
+  }
+  return true;
+}
+
+bool gemm_conv_backward_weight(const Tensor& gw, const Tensor& gy, const Tensor& x, const Conv2dParams& p) {
+  if (!eligible(gw, gy, x, p)) return false;
+  const Shape s = shape_of(x, gy, gw.size(2), gw.size(3), p);
+  if (!small_maps(s, kMaxMapsWeight)) return false;
+  // gw [O, (c, i, j)] = gy' [O, (n, ho, wo)] col^T [(n, ho, wo), (c, i, j)], rounded once.
+  auto g = gemm(s.O, s.cols(), s.rows(), false, true, dt::bf16);
+  if (!g) return false;
+  auto* col = static_cast<uint16_t*>(buffer(0, static_cast<size_t>(s.rows() * s.cols()) * 2));
+  auto* gyt = static_cast<uint16_t*>(buffer(2, static_cast<size_t>(s.O * s.cols()) * 2));
+  im2col(col, static_cast<const uint16_t*>(x.raw_data()), s);
+  swap_outer(gyt, static_cast<const uint16_t*>(gy.raw_data()), s.N, s.O, s.Ho * s.Wo);
+  run(*g, gyt, col, gw.raw_data());
+  return true;
+}
+
+}  // namespace mpx::cpu::onednn
