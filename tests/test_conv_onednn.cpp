@@ -67,6 +67,9 @@ std::vector<Case> random_cases(int count) {
   out.push_back({2, 1, 16, 32, 8, 8, 3, 3, {2, 2}, {1, 1}, {1, 1}, false, true, true});
   out.push_back({2, 1, 16, 32, 8, 8, 1, 1, {2, 2}, {0, 0}, {1, 1}, false, false, false});
   out.push_back({3, 1, 1, 16, 9, 9, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, false});
+  // 1x1 maps into 1x1 maps, where one kernel tap is live (a product on its weights).
+  out.push_back({3, 1, 24, 40, 1, 1, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, false});
+  out.push_back({2, 1, 16, 24, 1, 1, 2, 2, {2, 2}, {1, 1}, {1, 1}, false, false, false});
   return out;
 }
 
@@ -213,6 +216,9 @@ TEST_CASE("conv bf16 on small maps as one matrix product (im2col / col2im around
       {2, 1, 64, 64, 2, 2, 3, 3, {1, 1}, {2, 2}, {1, 1}, false, false, false},
       // Unequal kernel sides, strides and paddings.
       {3, 1, 64, 80, 5, 6, 3, 2, {1, 2}, {1, 0}, {1, 1}, false, false, false},
+      // 1x1 maps into 1x1 maps: only the tap at (ph, pw) is live, whatever the channel count.
+      {4, 1, 64, 64, 1, 1, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, false},
+      {2, 1, 24, 40, 1, 1, 2, 2, {2, 2}, {1, 1}, {1, 1}, false, false, false},
   };
   for (const Case& c : cases) check_bf16_against_f32(c);
 }

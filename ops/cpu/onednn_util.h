@@ -13,8 +13,9 @@ dnnl::engine& engine();
 /// A stream per thread: streams are cheap, and this keeps callers on different threads apart.
 dnnl::stream& stream();
 /// Per-thread, grow-only, 64-byte-aligned buffers, so steady-state training allocates nothing
-/// here. Slots: 0-3 a convolution's reordered operands, 4 its scratchpad, 5 matmul's scratchpad,
-/// 6 the flipped weights of an input gradient run as a forward convolution.
+/// here. Slots: 0-3 a convolution's reordered operands (on the small-map GEMM path: the column
+/// matrix, the f32 product, gy transposed, one tap's weights), 4 its scratchpad, 5 matmul's
+/// scratchpad, 6 the flipped weights of an input gradient run as a forward convolution.
 void* buffer(int slot, size_t bytes);
 /// FNV-1a over the integers of a primitive cache's key.
 struct KeyHash {
