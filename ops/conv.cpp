@@ -32,10 +32,12 @@ MemoryFormat weight_format(const Tensor& w) {
   return channels_last(w) ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
 }
 
-// A fresh output in the format of the activation it comes from.
-Tensor empty_like_format(const IntList& shape, const Tensor& like) {
-  return empty(shape, like.options().memory_format(channels_last(like) ? MemoryFormat::ChannelsLast
-                                                                         : MemoryFormat::Contiguous));
+// A fresh output, channels-last when the activation it comes from or the weights are (as
+// PyTorch's CPU and cuDNN convolutions decide): a channels-last model stays so from its first
+// layer on, even when that layer's input is ambiguous (one channel: both layouts at once).
+Tensor empty_like_format(const IntList& shape, const Tensor& like, const Tensor& w) {
+  return empty(shape, like.options().memory_format(channels_last(like) || channels_last(w) ? MemoryFormat::ChannelsLast
+                                                                                           : MemoryFormat::Contiguous));
 }
 
 void check_params(const char* op, const Conv2dParams& p) {
@@ -100,7 +102,7 @@ Tensor conv_weight_grad(const Tensor& x, const Tensor& gy0, const IntList& wsize
 Tensor conv2d_impl(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
   const int64_t Ho = conv_out(x.size(2), w.size(2), p.stride[0], p.padding[0], p.dilation[0]);
   const int64_t Wo = conv_out(x.size(3), w.size(3), p.stride[1], p.padding[1], p.dilation[1]);
-  Tensor y = empty_like_format({x.size(0), w.size(0), Ho, Wo}, x);
+  Tensor y = empty_like_format({x.size(0), w.size(0), Ho, Wo}, x, w);
   {
     NoGradGuard ng;
     dispatch::kernel<OpId::conv2d>(x.device(), x.dtype())(
@@ -126,7 +128,7 @@ Tensor conv2d_impl(const Tensor& x, const Tensor& w, const Tensor& b, const Conv
 // slot): x [N, C, H, W], w [C, O/groups, kh, kw] -> [N, O, Hout, Wout].
 Tensor conv_transpose_impl(OpId op, const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p,
                            int64_t Hout, int64_t Wout) {
-  Tensor y = empty_like_format({x.size(0), w.size(1) * p.groups, Hout, Wout}, x);
+  Tensor y = empty_like_format({x.size(0), w.size(1) * p.groups, Hout, Wout}, x, w);
   {
     NoGradGuard ng;
     dispatch::kernel<kernels::Conv2dBackwardInputFn>(op, x.device(), x.dtype())(

@@ -55,9 +55,14 @@ Tensor expand_back(const Tensor& g, const IntList& kept, const IntList& shape) {
 // On the CPU, a sum that keeps one run of adjacent dims of a contiguous tensor and reduces all
 // the others (a bias gradient over N, H, W) goes to the kernel in place as [outer, rows, inner],
 // where as_rows would copy the whole tensor to bring the rows first.
+// A channels-last tensor's sum over N, H and W (a channels-last model's bias gradient) is the
+// same in place: its memory is [N x H x W, C], column sums.
 std::optional<Tensor> outer_inner_view(const Tensor& x, const Plan& p) {
-  if (!x.device().is_cpu() || !x.is_contiguous() || p.rows <= 1 || p.cols == 0) return std::nullopt;
+  if (!x.device().is_cpu() || p.rows <= 1 || p.cols == 0) return std::nullopt;
   NoGradGuard ng;
+  if (x.dim() == 4 && !x.is_contiguous() && x.is_contiguous(MemoryFormat::ChannelsLast) && p.dims == IntList{0, 2, 3})
+    return x.permute({0, 2, 3, 1}).view({p.cols, p.rows, 1});
+  if (!x.is_contiguous()) return std::nullopt;
   int64_t first = -1, last = -1;
   for (int64_t d = 0; d < x.dim(); ++d)
     if (!std::binary_search(p.dims.begin(), p.dims.end(), d)) {

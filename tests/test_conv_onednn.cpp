@@ -87,31 +87,32 @@ bool within_ulp(const Tensor& got, const Tensor& ref32) {
 
 // The three kernels of case c called directly in dtype dt, on x, w, gy cast to dt in the case's
 // layouts: y (plus bias b when the case has one), gx (plus the per-channel bias bx when defined,
-// as conv_transpose2d's forward) and gw.
+// as conv_transpose2d's forward) and gw; weights (and gw) channels-last with cl_w.
 std::array<Tensor, 3> run_kernels(const Case& c, DType dt, const Tensor& x, const Tensor& w, const Tensor& b,
-                                  const Tensor& gy, const Tensor& bx) {
+                                  const Tensor& gy, const Tensor& bx, bool cl_w = false) {
   NoGradGuard ng;
   const Conv2dParams p{c.s, c.p, c.d, c.G};
   auto layout = [](bool cl) { return cl ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous; };
-  const Tensor xd = as_format(x.to(dt), c.cl_x), gyd = as_format(gy.to(dt), c.cl_gy), wd = w.to(dt);
+  const Tensor xd = as_format(x.to(dt), c.cl_x), gyd = as_format(gy.to(dt), c.cl_gy), wd = as_format(w.to(dt), cl_w);
   Tensor y = empty(gy.sizes(), TensorOptions(dt).memory_format(layout(c.cl_gy)));
   dispatch::kernel<kernels::Conv2dFn>(OpId::conv2d, Device::cpu(), dt)(y, xd, wd, c.bias ? b.to(dt) : Tensor(), p);
   Tensor gx = empty(x.sizes(), TensorOptions(dt).memory_format(layout(c.cl_x)));
   dispatch::kernel<kernels::Conv2dBackwardInputFn>(OpId::conv2d_backward_input, Device::cpu(), dt)(
       gx, gyd, wd, bx.defined() ? bx.to(dt) : Tensor(), p);
-  Tensor gw = empty(w.sizes(), TensorOptions(dt));
+  Tensor gw = empty(w.sizes(), TensorOptions(dt).memory_format(layout(cl_w)));
   dispatch::kernel<kernels::Conv2dBackwardWeightFn>(OpId::conv2d_backward_weight, Device::cpu(), dt)(gw, gyd, xd, p);
   return {y, gx, gw};
 }
 
 // The three bf16 kernels of case c on bf16 values, against the f32 kernels on the same values.
-void check_bf16_against_f32(const Case& c) {
-  INFO(c.str());
+void check_bf16_against_f32(const Case& c, bool cl_w = false) {
+  INFO(c.str() << (cl_w ? " w:OHWI" : ""));
   const int64_t C = c.G * c.Cg, O = c.G * c.Og;
   // bf16 values, so that the f32 reference sees exactly what the bf16 kernels see.
   const Tensor x = randn({c.N, C, c.H, c.W}).to(kBFloat16), w = randn({O, c.Cg, c.kh, c.kw}).to(kBFloat16);
   const Tensor b = randn({O}).to(kBFloat16), gy = randn({c.N, O, c.Ho(), c.Wo()}).to(kBFloat16);
-  const auto got = run_kernels(c, kBFloat16, x, w, b, gy, Tensor()), ref = run_kernels(c, kFloat32, x, w, b, gy, Tensor());
+  const auto got = run_kernels(c, kBFloat16, x, w, b, gy, Tensor(), cl_w),
+             ref = run_kernels(c, kFloat32, x, w, b, gy, Tensor(), cl_w);
   CHECK(within_ulp(got[0], ref[0]));
   CHECK(within_ulp(got[1], ref[1]));
   CHECK(within_ulp(got[2], ref[2]));
@@ -221,6 +222,14 @@ TEST_CASE("conv bf16 on small maps as one matrix product (im2col / col2im around
       {2, 1, 24, 40, 1, 1, 2, 2, {2, 2}, {1, 1}, {1, 1}, false, false, false},
   };
   for (const Case& c : cases) check_bf16_against_f32(c);
+  // A channels-last model (activations NHWC, weights OHWI): the same products without transposes.
+  const Case nhwc[] = {
+      {4, 1, 64, 64, 4, 4, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, true, true},
+      {4, 1, 64, 96, 7, 7, 3, 3, {2, 2}, {1, 1}, {1, 1}, false, true, true},
+      {2, 1, 64, 64, 7, 7, 3, 3, {1, 1}, {1, 1}, {1, 1}, false, true, true},
+      {3, 1, 64, 80, 5, 6, 3, 2, {1, 2}, {1, 0}, {1, 1}, false, true, true},
+  };
+  for (const Case& c : nhwc) check_bf16_against_f32(c, true);
 }
 
 TEST_CASE("conv_transpose2d f32 matches f64 with bias, groups and output_padding", "[conv][onednn]") {

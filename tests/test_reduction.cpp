@@ -1,4 +1,4 @@
-// Tests for per-channel sums and means of NCHW data (outer and inner dims reduced in place): values against f64 loops, every dtype, any thread count.
+// Tests for per-channel sums and means of NCHW and channels-last data (reduced in place): values against f64 loops, every dtype, any thread count.
 #include <catch2/catch.hpp>
 #include <omp.h>
 
@@ -32,16 +32,19 @@ std::vector<double> channel_sums(const Tensor& x, int64_t k0, int64_t k1) {
 
 }  // namespace
 
-TEST_CASE("sum over N, H, W of NCHW data equals f64 loops in every dtype, on any thread count", "[ops][reduction]") {
+TEST_CASE("sum over N, H, W of NCHW and channels-last data equals f64 loops in every dtype, on any thread count",
+          "[ops][reduction]") {
   manual_seed(11);
   const int saved = omp_get_max_threads();
   // Inner runs of 1 (a 1x1 feature map), 3, 49 and 784 take both of the kernel's loops.
   for (int64_t hw : {1, 3, 7, 28}) {
     const int64_t w = hw == 3 ? 1 : hw;
     Tensor base = randn({5, 37, hw, w}) * 3.0 + 0.5;
-    for (DType dt : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
-      INFO("hw " << hw << " " << dtype_name(dt));
-      const Tensor x = base.to(dt);
+    for (DType dt : {kFloat32, kBFloat16, kFloat16, kFloat64})
+    for (bool cl : {false, true}) {
+      INFO("hw " << hw << " " << dtype_name(dt) << (cl ? " channels-last" : ""));
+      // Channels-last: the sums run down the columns of its [N x H x W, C] memory, in place.
+      const Tensor x = cl ? base.to(dt).contiguous(MemoryFormat::ChannelsLast) : base.to(dt);
       const std::vector<double> want = channel_sums(x, 1, 2);
       const double tol = dt == kFloat64 ? 1e-12 : dt == kFloat32 ? 1e-6 : 1e-2;
       std::vector<double> first;

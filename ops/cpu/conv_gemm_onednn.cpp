@@ -82,22 +82,28 @@ void run(Gemm& g, const void* a, const void* b, void* c) {
 // One convolution's sizes in forward terms; x [N, C, H, W] and y [N, O, Ho, Wo], NCHW.
 struct Shape {
   int64_t N, C, H, W, O, Ho, Wo, kh, kw, sh, sw, ph, pw;
-  int64_t rows() const { return C * kh * kw; }  // of the column matrix: (c, i, j)
-  int64_t cols() const { return N * Ho * Wo; }  // of the column matrix: (n, ho, wo)
+  int64_t rows() const { return C * kh * kw; }  // of the NCHW column matrix: (c, i, j); NHWC's columns (i, j, c)
+  int64_t cols() const { return N * Ho * Wo; }  // of the NCHW column matrix: (n, ho, wo); NHWC's rows
 };
 
-// Where the products run as one GEMM: bf16, one group, no dilation, NCHW activations and
-// contiguous weights, enough channels to fill AMX tiles, and small maps. How small, per
+// Where the products run as one GEMM: bf16, one group, no dilation, NCHW activations with OIHW
+// weights or channels-last ones with OHWI weights, enough channels to fill AMX tiles, and small
+// maps. How small, per
 // direction (same machine, ms per call, oneDNN's convolution kernel / this path): the weight
 // gradient wins up to 7x7 outputs (256->256 on 7x7 8.1 / 3.0, 128->256 stride 2 to 7x7
 // 4.2 / 1.4, 512->512 on 4x4 12.2 / 2.9, on 2x2 9.0 / 1.4); the forward and input gradient only
 // from 4x4 down (on 7x7 the convolution kernels are faster: forward 1.7 / 5.0; on 4x4 forward
 // 4.3 / 4.1, input gradient 6.0 / 4.8; on 2x2 3.8 / 1.1 and 5.7 / 1.7). On 1x1 maps, where 8 of
 // a 3x3 kernel's 9 taps read padding, the GEMM would multiply zeros: left to the convolution.
-bool eligible(const Tensor& a, const Tensor& b, const Tensor& c, const Conv2dParams& p) {
-  return a.dtype() == kBFloat16 && b.dtype() == kBFloat16 && c.dtype() == kBFloat16 && a.is_contiguous() &&
-         b.is_contiguous() && c.is_contiguous() && p.groups == 1 && p.dilation[0] == 1 && p.dilation[1] == 1 &&
-         p.padding[0] >= 0 && p.padding[1] >= 0;
+// The activations' layout when the GEMM path takes the case: 0 NCHW (weights OIHW), 1 channels-
+// last (weights OHWI, as `model->to(MemoryFormat::ChannelsLast)` leaves them), -1 neither.
+int gemm_layout(const Tensor& a1, const Tensor& a2, const Tensor& w, const Conv2dParams& p) {
+  if (a1.dtype() != kBFloat16 || a2.dtype() != kBFloat16 || w.dtype() != kBFloat16 || p.groups != 1 ||
+      p.dilation[0] != 1 || p.dilation[1] != 1 || p.padding[0] < 0 || p.padding[1] < 0)
+    return -1;
+  if (a1.is_contiguous() && a2.is_contiguous() && w.is_contiguous()) return 0;
+  const auto cl = MemoryFormat::ChannelsLast;
+  return a1.is_contiguous(cl) && a2.is_contiguous(cl) && w.is_contiguous(cl) ? 1 : -1;
 }
 bool small_maps(const Shape& s, int64_t max_maps) {
   const int64_t maps = s.Ho * s.Wo;
@@ -141,6 +147,23 @@ void im2col(uint16_t* col, const uint16_t* x, const Shape& s) {
     }
 }
 
+// Channels-last: col [(n, ho, wo), (i, j, c)] = x[n, ho * sh - ph + i, wo * sw - pw + j, c], whole
+// channel rows at a time.
+void im2col_nhwc(uint16_t* col, const uint16_t* x, const Shape& s) {
+  const int64_t K = s.rows();
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < s.cols(); ++r) {
+    const int64_t n = r / (s.Ho * s.Wo), ho = r / s.Wo % s.Ho, wo = r % s.Wo;
+    for (int64_t i = 0; i < s.kh; ++i)
+      for (int64_t j = 0; j < s.kw; ++j) {
+        const int64_t h = ho * s.sh - s.ph + i, w = wo * s.sw - s.pw + j;
+        uint16_t* d = col + r * K + (i * s.kw + j) * s.C;
+        if (h >= 0 && h < s.H && w >= 0 && w < s.W) std::memcpy(d, x + ((n * s.H + h) * s.W + w) * s.C, s.C * 2);
+        else std::fill(d, d + s.C, uint16_t{0});
+      }
+  }
+}
+
 // [A, B, L] -> [B, A, L] for 16-bit elements (NCHW's [N, O, HW] and the GEMM's [O, N, HW]).
 void swap_outer(uint16_t* dst, const uint16_t* src, int64_t A, int64_t B, int64_t L) {
 #pragma omp parallel for schedule(static)
@@ -149,6 +172,70 @@ void swap_outer(uint16_t* dst, const uint16_t* src, int64_t A, int64_t B, int64_
 }
 
 uint16_t to_bf16(float f) { return BFloat16(f).x; }
+float bias_at(const Tensor& b, int64_t o) {
+  if (!b.defined()) return 0.0f;
+  return b.dtype() == kFloat32 ? static_cast<const float*>(b.raw_data())[o]
+                               : static_cast<float>(static_cast<const BFloat16*>(b.raw_data())[o]);
+}
+
+// The channels-last forms: the column matrix is [(n, ho, wo), (i, j, c)] and the products need
+// no transposes (an NHWC activation is already a [(n, h, w), channels] matrix).
+bool forward_nhwc(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Shape& s) {
+  // y [(n, ho, wo), O] = col [(n, ho, wo), (i, j, c)] w^T, in f32; the bias, one rounding.
+  auto g = gemm(s.cols(), s.rows(), s.O, false, true, dt::bf16, dt::f32, true);
+  if (!g) return false;
+  auto* col = static_cast<uint16_t*>(buffer(0, static_cast<size_t>(s.rows() * s.cols()) * 2));
+  auto* acc = static_cast<float*>(buffer(1, static_cast<size_t>(s.O * s.cols()) * 4));
+  im2col_nhwc(col, static_cast<const uint16_t*>(x.raw_data()), s);
+  run(*g, col, w.raw_data(), acc);
+  auto* out = static_cast<uint16_t*>(y.raw_data());
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < s.cols(); ++r)
+    for (int64_t o = 0; o < s.O; ++o) out[r * s.O + o] = to_bf16(acc[r * s.O + o] + bias_at(b, o));
+  return true;
+}
+
+bool backward_input_nhwc(const Tensor& gx, const Tensor& gy, const Tensor& w, const Shape& s) {
+  // dcol [(n, ho, wo), (i, j, c)] = gy [(n, ho, wo), O] w [O, (i, j, c)] in f32; then each input
+  // element sums the taps that read it, in a fixed order, and is rounded once.
+  auto g = gemm(s.cols(), s.O, s.rows(), false, false, dt::bf16, dt::f32, true);
+  if (!g) return false;
+  auto* dcol = static_cast<float*>(buffer(1, static_cast<size_t>(s.rows() * s.cols()) * 4));
+  run(*g, gy.raw_data(), w.raw_data(), dcol);
+  auto* out = static_cast<uint16_t*>(gx.raw_data());
+  const int64_t K = s.rows();
+#pragma omp parallel
+  {
+    std::vector<float> acc(static_cast<size_t>(s.C));
+#pragma omp for schedule(static)
+    for (int64_t px = 0; px < s.N * s.H * s.W; ++px) {
+      const int64_t n = px / (s.H * s.W), h = px / s.W % s.H, x = px % s.W;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t i = 0; i < s.kh; ++i) {
+        const int64_t hs = h + s.ph - i;
+        if (hs < 0 || hs % s.sh != 0 || hs / s.sh >= s.Ho) continue;
+        for (int64_t j = 0; j < s.kw; ++j) {
+          const int64_t ws = x + s.pw - j;
+          if (ws < 0 || ws % s.sw != 0 || ws / s.sw >= s.Wo) continue;
+          const float* src = dcol + ((n * s.Ho + hs / s.sh) * s.Wo + ws / s.sw) * K + (i * s.kw + j) * s.C;
+          for (int64_t c = 0; c < s.C; ++c) acc[static_cast<size_t>(c)] += src[c];
+        }
+      }
+      for (int64_t c = 0; c < s.C; ++c) out[px * s.C + c] = to_bf16(acc[static_cast<size_t>(c)]);
+    }
+  }
+  return true;
+}
+
+bool backward_weight_nhwc(const Tensor& gw, const Tensor& gy, const Tensor& x, const Shape& s) {
+  // gw [O, (i, j, c)] = gy^T [O, (n, ho, wo)] col [(n, ho, wo), (i, j, c)], rounded once.
+  auto g = gemm(s.O, s.cols(), s.rows(), true, false, dt::bf16, dt::bf16, true);
+  if (!g) return false;
+  auto* col = static_cast<uint16_t*>(buffer(0, static_cast<size_t>(s.rows() * s.cols()) * 2));
+  im2col_nhwc(col, static_cast<const uint16_t*>(x.raw_data()), s);
+  run(*g, gy.raw_data(), col, gw.raw_data());
+  return true;
+}
 
 // A convolution of 1x1 maps into 1x1 maps (VGG's last block on 28-px inputs: 3x3, padding 1)
 // reads one kernel tap, (ph, pw); the others only ever meet padding. It is then one product of
@@ -195,9 +282,7 @@ bool one_tap_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Te
   run(*g, x.raw_data(), wt, acc);
   for (int64_t n = 0; n < s.N; ++n)
     for (int64_t o = 0; o < s.O; ++o) {
-      const float v = acc[n * s.O + o] + (!b.defined()               ? 0.0f
-                                          : b.dtype() == kFloat32 ? static_cast<const float*>(b.raw_data())[o]
-                                                                  : static_cast<float>(static_cast<const BFloat16*>(b.raw_data())[o]));
+      const float v = acc[n * s.O + o] + bias_at(b, o);
       if (in == dt::f32) static_cast<float*>(y.raw_data())[n * s.O + o] = v;
       else static_cast<uint16_t*>(y.raw_data())[n * s.O + o] = to_bf16(v);
     }
@@ -210,7 +295,9 @@ bool gemm_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const 
   if (b.defined() && (!b.is_contiguous() || (b.dtype() != kFloat32 && b.dtype() != kBFloat16))) return false;
   const Shape s = shape_of(x, y, w.size(2), w.size(3), p);
   if (one_tap(x, w, y, p, s)) return one_tap_forward(y, x, w, b, s);
-  if (!eligible(x, w, y, p) || !small_maps(s, kMaxMapsData)) return false;
+  const int layout = gemm_layout(x, y, w, p);
+  if (layout < 0 || !small_maps(s, kMaxMapsData)) return false;
+  if (layout == 1) return forward_nhwc(y, x, w, b, s);
   // y' [O, (n, ho, wo)] = w [O, (c, i, j)] col [(c, i, j), (n, ho, wo)], in f32; then the bias
   // and the one rounding on the way to NCHW.
   auto g = gemm(s.O, s.rows(), s.cols(), false, false, dt::bf16, dt::f32, true);
@@ -224,9 +311,7 @@ bool gemm_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const 
 #pragma omp parallel for schedule(static)
   for (int64_t no = 0; no < s.N * s.O; ++no) {
     const int64_t n = no / s.O, o = no % s.O;
-    const float bias = !b.defined()                  ? 0.0f
-                       : b.dtype() == kFloat32 ? static_cast<const float*>(b.raw_data())[o]
-                                               : static_cast<float>(static_cast<const BFloat16*>(b.raw_data())[o]);
+    const float bias = bias_at(b, o);
     const float* src = acc + (o * s.N + n) * HW;
     for (int64_t q = 0; q < HW; ++q) out[no * HW + q] = to_bf16(src[q] + bias);
   }
@@ -245,7 +330,9 @@ bool gemm_conv_backward_input(const Tensor& gx, const Tensor& gy, const Tensor& 
     run(*g, gy.raw_data(), wt, gx.raw_data());
     return true;
   }
-  if (!eligible(gx, gy, w, p) || !small_maps(s, kMaxMapsData)) return false;
+  const int layout = gemm_layout(gx, gy, w, p);
+  if (layout < 0 || !small_maps(s, kMaxMapsData)) return false;
+  if (layout == 1) return backward_input_nhwc(gx, gy, w, s);
   // dcol [(c, i, j), (n, ho, wo)] = w^T [(c, i, j), O] gy' [O, (n, ho, wo)] in f32, then each
   // input element sums the terms that read it (col2im) and is rounded once.
   auto g = gemm(s.rows(), s.O, s.cols(), true, false, dt::bf16, dt::f32, true);
@@ -291,7 +378,9 @@ bool gemm_conv_backward_weight(const Tensor& gw, const Tensor& gy, const Tensor&
     tap_copy(r, gw, s, true);
     return true;
   }
-  if (!eligible(gw, gy, x, p) || !small_maps(s, kMaxMapsWeight)) return false;
+  const int layout = gemm_layout(x, gy, gw, p);
+  if (layout < 0 || !small_maps(s, kMaxMapsWeight)) return false;
+  if (layout == 1) return backward_weight_nhwc(gw, gy, x, s);
   // gw [O, (c, i, j)] = gy' [O, (n, ho, wo)] col^T [(n, ho, wo), (c, i, j)], rounded once.
   auto g = gemm(s.O, s.cols(), s.rows(), false, true, dt::bf16, dt::bf16, true);
   if (!g) return false;

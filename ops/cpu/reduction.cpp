@@ -1,4 +1,6 @@
 // CPU reduction kernels over the rows of a contiguous 2-d view; f16/bf16/f32 accumulate in f64.
+#include <omp.h>
+
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -39,6 +41,34 @@ void sum_outer_inner(T* o, const T* p, int64_t outer, int64_t rows, int64_t inne
         wide_t<T> s = 0;
         for (int64_t a = 0; a < outer; ++a) s += row_sum(p + (a * rows + r) * inner, inner);
         o[r] = finish<T>(s, mean, outer * inner);
+      }
+    });
+    return;
+  }
+  if (inner == 1) {
+    // Column sums of an [outer, rows] matrix (a channels-last bias gradient), in bands of 32
+    // columns: 64 rows at a time summed in acc_t lanes (vectorized down the rows), each block
+    // then added to the wide sums in order, so the result does not depend on the thread count.
+    constexpr int64_t kBand = 32, kBlock = 64;
+    // One task per thread (bands whole): a task walks all `outer` rows of its columns.
+    const int64_t per = (rows + omp_get_max_threads() - 1) / omp_get_max_threads();
+    parallel_for(rows, (per + kBand - 1) / kBand * kBand, [&](int64_t b, int64_t e) {
+      for (int64_t c0 = b; c0 < e; c0 += kBand) {
+        const int64_t n = std::min(kBand, e - c0);
+        wide_t<T> s[kBand] = {};
+        for (int64_t a0 = 0; a0 < outer; a0 += kBlock) {
+          acc_t<T> blk[kBand] = {};
+          const int64_t a1 = std::min(outer, a0 + kBlock);
+          if (n == kBand) {
+            for (int64_t a = a0; a < a1; ++a)
+              for (int64_t c = 0; c < kBand; ++c) blk[c] += static_cast<acc_t<T>>(p[a * rows + c0 + c]);
+          } else {
+            for (int64_t a = a0; a < a1; ++a)
+              for (int64_t c = 0; c < n; ++c) blk[c] += static_cast<acc_t<T>>(p[a * rows + c0 + c]);
+          }
+          for (int64_t c = 0; c < n; ++c) s[c] += static_cast<wide_t<T>>(blk[c]);
+        }
+        for (int64_t c = 0; c < n; ++c) o[c0 + c] = finish<T>(s[c], mean, outer);
       }
     });
     return;
