@@ -228,6 +228,7 @@ TEST_CASE("conv bf16 on small maps as one matrix product (im2col / col2im around
       {4, 1, 64, 96, 7, 7, 3, 3, {2, 2}, {1, 1}, {1, 1}, false, true, true},
       {2, 1, 64, 64, 7, 7, 3, 3, {1, 1}, {1, 1}, {1, 1}, false, true, true},
       {3, 1, 64, 80, 5, 6, 3, 2, {1, 2}, {1, 0}, {1, 1}, false, true, true},
+      {4, 1, 64, 64, 1, 1, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, true, true},
   };
   for (const Case& c : nhwc) check_bf16_against_f32(c, true);
 }

@@ -241,33 +241,36 @@ bool backward_weight_nhwc(const Tensor& gw, const Tensor& gy, const Tensor& x, c
 // reads one kernel tap, (ph, pw); the others only ever meet padding. It is then one product of
 // [N, C] and that tap's [C, O] weights: measured 512 -> 512 at batch 32, 2 threads, bf16, oneDNN's
 // convolution over all nine taps 2.4-4.4 ms forward, 4-7.5 input gradient, 3-3.7 weight gradient.
-// f32 or bf16 (all three tensors alike), one group, no dilation, contiguous.
-bool one_tap(const Tensor& a, const Tensor& b, const Tensor& c, const Conv2dParams& p, const Shape& s) {
-  return (a.dtype() == kBFloat16 || a.dtype() == kFloat32) && b.dtype() == a.dtype() && c.dtype() == a.dtype() &&
-         a.is_contiguous() && b.is_contiguous() && c.is_contiguous() && p.groups == 1 && p.dilation[0] == 1 &&
+// f32 or bf16 (all three tensors alike), one group, no dilation; the weights OIHW or OHWI (the
+// 1x1 activations are the same memory either way).
+bool one_tap(const Tensor& xa, const Tensor& ya, const Tensor& w, const Conv2dParams& p, const Shape& s) {
+  return (xa.dtype() == kBFloat16 || xa.dtype() == kFloat32) && ya.dtype() == xa.dtype() && w.dtype() == xa.dtype() &&
+         xa.is_contiguous() && ya.is_contiguous() &&
+         (w.is_contiguous() || w.is_contiguous(MemoryFormat::ChannelsLast)) && p.groups == 1 && p.dilation[0] == 1 &&
          p.dilation[1] == 1 && s.H == 1 && s.W == 1 && s.Ho == 1 && s.Wo == 1 && s.ph >= 0 && s.pw >= 0 &&
          s.ph < s.kh && s.pw < s.kw && s.kh * s.kw > 1;
 }
 dt type_of_tensor(const Tensor& t) { return t.dtype() == kBFloat16 ? dt::bf16 : dt::f32; }
 
 // dst [O, C] = w[:, :, ph, pw] (or, with `to_w`, the reverse into a zeroed w: the other taps' gradients are 0).
-template <typename E> void tap_copy(E* mat, E* w, const Shape& s, bool to_w) {
+template <typename E> void tap_copy(E* mat, E* w, const Shape& s, bool to_w, bool ohwi) {
   const int64_t kk = s.kh * s.kw, t = s.ph * s.kw + s.pw;
+  // Element (o, c) of tap q: OIHW (o * C + c) * kk + q, OHWI (o * kk + q) * C + c.
+  const int64_t so = s.C * kk, sc = ohwi ? 1 : kk, sq = ohwi ? s.C : 1;
 #pragma omp parallel for schedule(static)
-  for (int64_t o = 0; o < s.O; ++o)
+  for (int64_t o = 0; o < s.O; ++o) {
+    E* wo = w + o * so;
+    if (to_w) std::fill(wo, wo + so, E{});
     for (int64_t c = 0; c < s.C; ++c) {
-      E* wt = w + (o * s.C + c) * kk;
-      if (to_w) {
-        std::fill(wt, wt + kk, E{});
-        wt[t] = mat[o * s.C + c];
-      } else {
-        mat[o * s.C + c] = wt[t];
-      }
+      if (to_w) wo[c * sc + t * sq] = mat[o * s.C + c];
+      else mat[o * s.C + c] = wo[c * sc + t * sq];
     }
+  }
 }
 void tap_copy(void* mat, const Tensor& w, const Shape& s, bool to_w) {
-  if (w.dtype() == kFloat32) tap_copy(static_cast<float*>(mat), static_cast<float*>(w.raw_data()), s, to_w);
-  else tap_copy(static_cast<uint16_t*>(mat), static_cast<uint16_t*>(w.raw_data()), s, to_w);
+  const bool ohwi = !w.is_contiguous();
+  if (w.dtype() == kFloat32) tap_copy(static_cast<float*>(mat), static_cast<float*>(w.raw_data()), s, to_w, ohwi);
+  else tap_copy(static_cast<uint16_t*>(mat), static_cast<uint16_t*>(w.raw_data()), s, to_w, ohwi);
 }
 
 bool one_tap_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Shape& s) {
@@ -294,7 +297,7 @@ bool one_tap_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Te
 bool gemm_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
   if (b.defined() && (!b.is_contiguous() || (b.dtype() != kFloat32 && b.dtype() != kBFloat16))) return false;
   const Shape s = shape_of(x, y, w.size(2), w.size(3), p);
-  if (one_tap(x, w, y, p, s)) return one_tap_forward(y, x, w, b, s);
+  if (one_tap(x, y, w, p, s)) return one_tap_forward(y, x, w, b, s);
   const int layout = gemm_layout(x, y, w, p);
   if (layout < 0 || !small_maps(s, kMaxMapsData)) return false;
   if (layout == 1) return forward_nhwc(y, x, w, b, s);
@@ -368,7 +371,7 @@ bool gemm_conv_backward_input(const Tensor& gx, const Tensor& gy, const Tensor& 
 
 bool gemm_conv_backward_weight(const Tensor& gw, const Tensor& gy, const Tensor& x, const Conv2dParams& p) {
   const Shape s = shape_of(x, gy, gw.size(2), gw.size(3), p);
-  if (one_tap(gw, gy, x, p, s)) {
+  if (one_tap(x, gy, gw, p, s)) {
     // gw[:, :, ph, pw] = gy^T [O, N] x [N, C], rounded once; the other taps 0.
     const dt in = type_of_tensor(gw);
     auto g = gemm(s.O, s.N, s.C, true, false, in, in, false);
