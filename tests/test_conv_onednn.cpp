@@ -157,11 +157,16 @@ TEST_CASE("conv f32 kernels match f64 when called directly with mixed layouts", 
     Tensor gy64 = randn({c.N, O, c.Ho(), c.Wo()}, kFloat64);
     // The input gradient with a per-channel bias when the case has one, as conv_transpose2d's forward.
     const Tensor bx = c.bias ? bx64 : Tensor();
-    const auto got = run_kernels(c, kFloat32, x64, w64, b64, gy64, bx);
-    const auto ref = run_kernels(c, kFloat64, x64, w64, b64, gy64, bx);
-    CHECK(close(got[0], ref[0]));
-    CHECK(close(got[1], ref[1]));
-    CHECK(close(got[2], ref[2]));
+    // Weights OIHW, and for one group also OHWI (a channels-last model's).
+    for (bool cl_w : {false, true}) {
+      if (cl_w && c.G != 1) continue;
+      INFO((cl_w ? "w:OHWI" : "w:OIHW"));
+      const auto got = run_kernels(c, kFloat32, x64, w64, b64, gy64, bx, cl_w);
+      const auto ref = run_kernels(c, kFloat64, x64, w64, b64, gy64, bx, cl_w);
+      CHECK(close(got[0], ref[0]));
+      CHECK(close(got[1], ref[1]));
+      CHECK(close(got[2], ref[2]));
+    }
   }
 }
 
