@@ -209,19 +209,20 @@ TEST_CASE("conv bf16 on the deep layers of a CNN: input gradient as a forward co
 
 TEST_CASE("conv bf16 on small maps as one matrix product (im2col / col2im around the AMX matmul)", "[conv][onednn]") {
   // Where oneDNN's matmul runs on AMX, NCHW bf16 convolutions with 64+ channels on small maps go
-  // through conv_gemm_onednn.cpp: all three directions from 4x4 outputs down, the weight gradient
-  // up to 7x7. Elsewhere (no AMX) these are the convolution kernels; the contract is the same.
+  // through conv_gemm_onednn.cpp: all three directions from 4x4 outputs down (64 x 128 channels
+  // and more), the weight gradient up to 7x7. Elsewhere (no AMX) these are the convolution
+  // kernels; the contract is the same.
   manual_seed(16);
   const Case cases[] = {
       // ResNet-18's last stage on 28-px inputs, with a bias; its stride-2 entry (7x7 -> 4x4).
-      {4, 1, 64, 64, 4, 4, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, false},
-      {4, 1, 64, 96, 7, 7, 3, 3, {2, 2}, {1, 1}, {1, 1}, false, false, false},
+      {4, 1, 64, 128, 4, 4, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, false},
+      {4, 1, 64, 128, 7, 7, 3, 3, {2, 2}, {1, 1}, {1, 1}, false, false, false},
       // 7x7 outputs (the weight gradient only), 2x2 maps, and padding 2 (rows of pure padding).
       {2, 1, 64, 64, 7, 7, 3, 3, {1, 1}, {1, 1}, {1, 1}, false, false, false},
-      {4, 1, 64, 64, 2, 2, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, false},
-      {2, 1, 64, 64, 2, 2, 3, 3, {1, 1}, {2, 2}, {1, 1}, false, false, false},
+      {4, 1, 128, 64, 2, 2, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, false},
+      {2, 1, 64, 128, 2, 2, 3, 3, {1, 1}, {2, 2}, {1, 1}, false, false, false},
       // Unequal kernel sides, strides and paddings.
-      {3, 1, 64, 80, 5, 6, 3, 2, {1, 2}, {1, 0}, {1, 1}, false, false, false},
+      {3, 1, 64, 128, 5, 6, 3, 2, {1, 2}, {1, 0}, {1, 1}, false, false, false},
       // 1x1 maps into 1x1 maps: only the tap at (ph, pw) is live, whatever the channel count.
       {4, 1, 64, 64, 1, 1, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, false},
       {2, 1, 24, 40, 1, 1, 2, 2, {2, 2}, {1, 1}, {1, 1}, false, false, false},
@@ -229,10 +230,10 @@ TEST_CASE("conv bf16 on small maps as one matrix product (im2col / col2im around
   for (const Case& c : cases) check_bf16_against_f32(c);
   // A channels-last model (activations NHWC, weights OHWI): the same products without transposes.
   const Case nhwc[] = {
-      {4, 1, 64, 64, 4, 4, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, true, true},
-      {4, 1, 64, 96, 7, 7, 3, 3, {2, 2}, {1, 1}, {1, 1}, false, true, true},
+      {4, 1, 64, 128, 4, 4, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, true, true},
+      {4, 1, 128, 64, 7, 7, 3, 3, {2, 2}, {1, 1}, {1, 1}, false, true, true},
       {2, 1, 64, 64, 7, 7, 3, 3, {1, 1}, {1, 1}, {1, 1}, false, true, true},
-      {3, 1, 64, 80, 5, 6, 3, 2, {1, 2}, {1, 0}, {1, 1}, false, true, true},
+      {3, 1, 64, 128, 5, 6, 3, 2, {1, 2}, {1, 0}, {1, 1}, false, true, true},
       {4, 1, 64, 64, 1, 1, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, true, true},
   };
   for (const Case& c : nhwc) check_bf16_against_f32(c, true);

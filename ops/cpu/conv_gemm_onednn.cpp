@@ -86,17 +86,9 @@ struct Shape {
   int64_t cols() const { return N * Ho * Wo; }  // of the NCHW column matrix: (n, ho, wo); NHWC's rows
 };
 
-// Where the products run as one GEMM: bf16, one group, no dilation, NCHW activations with OIHW
-// weights or channels-last ones with OHWI weights, enough channels to fill AMX tiles, and small
-// maps. How small, per
-// direction (same machine, ms per call, oneDNN's convolution kernel / this path): the weight
-// gradient wins up to 7x7 outputs (256->256 on 7x7 8.1 / 3.0, 128->256 stride 2 to 7x7
-// 4.2 / 1.4, 512->512 on 4x4 12.2 / 2.9, on 2x2 9.0 / 1.4); the forward and input gradient only
-// from 4x4 down (on 7x7 the convolution kernels are faster: forward 1.7 / 5.0; on 4x4 forward
-// 4.3 / 4.1, input gradient 6.0 / 4.8; on 2x2 3.8 / 1.1 and 5.7 / 1.7). On 1x1 maps, where 8 of
-// a 3x3 kernel's 9 taps read padding, the GEMM would multiply zeros: left to the convolution.
-// The activations' layout when the GEMM path takes the case: 0 NCHW (weights OIHW), 1 channels-
-// last (weights OHWI, as `model->to(MemoryFormat::ChannelsLast)` leaves them), -1 neither.
+// The activations' layout when the GEMM path may take the case: 0 NCHW (weights OIHW), 1
+// channels-last (weights OHWI, as `model->to(MemoryFormat::ChannelsLast)` leaves them), -1
+// neither. bf16, one group, no dilation.
 int gemm_layout(const Tensor& a1, const Tensor& a2, const Tensor& w, const Conv2dParams& p) {
   if (a1.dtype() != kBFloat16 || a2.dtype() != kBFloat16 || w.dtype() != kBFloat16 || p.groups != 1 ||
       p.dilation[0] != 1 || p.dilation[1] != 1 || p.padding[0] < 0 || p.padding[1] < 0)
@@ -105,11 +97,25 @@ int gemm_layout(const Tensor& a1, const Tensor& a2, const Tensor& w, const Conv2
   const auto cl = MemoryFormat::ChannelsLast;
   return a1.is_contiguous(cl) && a2.is_contiguous(cl) && w.is_contiguous(cl) ? 1 : -1;
 }
-bool small_maps(const Shape& s, int64_t max_maps) {
+
+// Where the GEMM beats oneDNN's convolution kernels: small maps, and enough channels that the
+// product fills AMX tiles. Per direction (same machine, ms per call, convolution / GEMM path):
+// the weight gradient wins up to 7x7 outputs from 64 channels on (256->256 on 7x7 8.1 / 3.0,
+// 128->256 stride 2 to 7x7 4.2 / 1.4, 512->512 on 4x4 12.2 / 2.9, on 2x2 9.0 / 1.4, 64->64 on
+// 4x4 0.25 / 0.20, on 7x7 even); the forward and input gradient only from 4x4 down and with
+// C x O >= 64 x 128 (on 7x7 the convolution kernels are faster: forward 1.7 / 5.0; on 4x4
+// 512->512 forward 4.3 / 4.1, input gradient 6.0 / 4.8, 64->128 stride 2 input gradient
+// 0.63-0.74 / 0.35; on 2x2 3.8 / 1.1 and 5.7 / 1.7; but 64->64 on 4x4 0.15 / 0.20 and
+// 0.18 / 0.33). 1x1 maps are one_tap's (below).
+struct Limits {
+  int64_t max_maps, min_channel_product;
+};
+constexpr Limits kWeightGradient{49, 64 * 64}, kData{16, 64 * 128};
+bool small_maps(const Shape& s, Limits lim) {
   const int64_t maps = s.Ho * s.Wo;
-  return maps >= 2 && maps <= max_maps && s.C >= 64 && s.O >= 64 && s.kh * s.kw > 1;
+  return maps >= 2 && maps <= lim.max_maps && s.C >= 64 && s.O >= 64 && s.C * s.O >= lim.min_channel_product &&
+         s.kh * s.kw > 1;
 }
-constexpr int64_t kMaxMapsWeight = 49, kMaxMapsData = 16;
 Shape shape_of(const Tensor& x, const Tensor& y, int64_t kh, int64_t kw, const Conv2dParams& p) {
   return Shape{x.size(0), x.size(1), x.size(2), x.size(3), y.size(1), y.size(2), y.size(3), kh, kw,
                p.stride[0], p.stride[1], p.padding[0], p.padding[1]};
@@ -299,7 +305,7 @@ bool gemm_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const 
   const Shape s = shape_of(x, y, w.size(2), w.size(3), p);
   if (one_tap(x, y, w, p, s)) return one_tap_forward(y, x, w, b, s);
   const int layout = gemm_layout(x, y, w, p);
-  if (layout < 0 || !small_maps(s, kMaxMapsData)) return false;
+  if (layout < 0 || !small_maps(s, kData)) return false;
   if (layout == 1) return forward_nhwc(y, x, w, b, s);
   // y' [O, (n, ho, wo)] = w [O, (c, i, j)] col [(c, i, j), (n, ho, wo)], in f32; then the bias
   // and the one rounding on the way to NCHW.
@@ -334,7 +340,7 @@ bool gemm_conv_backward_input(const Tensor& gx, const Tensor& gy, const Tensor& 
     return true;
   }
   const int layout = gemm_layout(gx, gy, w, p);
-  if (layout < 0 || !small_maps(s, kMaxMapsData)) return false;
+  if (layout < 0 || !small_maps(s, kData)) return false;
   if (layout == 1) return backward_input_nhwc(gx, gy, w, s);
   // dcol [(c, i, j), (n, ho, wo)] = w^T [(c, i, j), O] gy' [O, (n, ho, wo)] in f32, then each
   // input element sums the terms that read it (col2im) and is rounded once.
@@ -382,7 +388,7 @@ bool gemm_conv_backward_weight(const Tensor& gw, const Tensor& gy, const Tensor&
     return true;
   }
   const int layout = gemm_layout(x, gy, gw, p);
-  if (layout < 0 || !small_maps(s, kMaxMapsWeight)) return false;
+  if (layout < 0 || !small_maps(s, kWeightGradient)) return false;
   if (layout == 1) return backward_weight_nhwc(gw, gy, x, s);
   // gw [O, (c, i, j)] = gy' [O, (n, ho, wo)] col^T [(n, ho, wo), (c, i, j)], rounded once.
   auto g = gemm(s.O, s.cols(), s.rows(), false, true, dt::bf16, dt::bf16, true);
