@@ -70,6 +70,9 @@ std::vector<Case> random_cases(int count) {
   // 1x1 maps into 1x1 maps, where one kernel tap is live (a product on its weights).
   out.push_back({3, 1, 24, 40, 1, 1, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, false});
   out.push_back({2, 1, 16, 24, 1, 1, 2, 2, {2, 2}, {1, 1}, {1, 1}, false, false, false});
+  // A kernel covering its whole unpadded input (1x1 outputs): one product over all of it.
+  out.push_back({3, 1, 24, 40, 5, 5, 5, 5, {1, 1}, {0, 0}, {1, 1}, true, false, false});
+  out.push_back({2, 1, 16, 24, 3, 4, 3, 4, {2, 2}, {0, 0}, {1, 1}, false, true, true});
   return out;
 }
 
@@ -226,6 +229,9 @@ TEST_CASE("conv bf16 on small maps as one matrix product (im2col / col2im around
       // 1x1 maps into 1x1 maps: only the tap at (ph, pw) is live, whatever the channel count.
       {4, 1, 64, 64, 1, 1, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, false},
       {2, 1, 24, 40, 1, 1, 2, 2, {2, 2}, {1, 1}, {1, 1}, false, false, false},
+      // A kernel covering its whole input: DCGAN's first and last layers.
+      {4, 1, 100, 128, 7, 7, 7, 7, {1, 1}, {0, 0}, {1, 1}, false, false, false},
+      {4, 1, 128, 1, 4, 4, 4, 4, {1, 1}, {0, 0}, {1, 1}, true, false, false},
   };
   for (const Case& c : cases) check_bf16_against_f32(c);
   // A channels-last model (activations NHWC, weights OHWI): the same products without transposes.
@@ -235,6 +241,7 @@ TEST_CASE("conv bf16 on small maps as one matrix product (im2col / col2im around
       {2, 1, 64, 64, 7, 7, 3, 3, {1, 1}, {1, 1}, {1, 1}, false, true, true},
       {3, 1, 64, 128, 5, 6, 3, 2, {1, 2}, {1, 0}, {1, 1}, false, true, true},
       {4, 1, 64, 64, 1, 1, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, true, true},
+      {4, 1, 100, 128, 7, 7, 7, 7, {1, 1}, {0, 0}, {1, 1}, true, true, true},
   };
   for (const Case& c : nhwc) check_bf16_against_f32(c, true);
 }

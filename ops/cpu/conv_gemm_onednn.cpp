@@ -279,22 +279,46 @@ void tap_copy(void* mat, const Tensor& w, const Shape& s, bool to_w) {
   else tap_copy(static_cast<uint16_t*>(mat), static_cast<uint16_t*>(w.raw_data()), s, to_w, ohwi);
 }
 
-bool one_tap_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Shape& s) {
-  const dt in = type_of_tensor(x);
-  // y [N, O] = x [N, C] w_t^T, in f32; then the bias and the one rounding.
-  auto g = gemm(s.N, s.C, s.O, false, true, in, dt::f32, false);
+// A convolution whose kernel covers its whole unpadded input, giving 1x1 maps (DCGAN's generator
+// input layer, read as a transposed convolution, and its discriminator's last layer): a product of
+// [N, C x kh x kw] and [C x kh x kw, O], in NCHW with OIHW weights or NHWC with OHWI (the inner dim
+// is (c, i, j) or (i, j, c) alike in both operands). Measured, DCGAN's 100 -> 128 by 7x7 at batch
+// 32, bf16, 2 threads: oneDNN 0.39 ms as a transposed convolution, 1.04 its backward.
+bool whole_input(const Tensor& xa, const Tensor& ya, const Tensor& w, const Conv2dParams& p, const Shape& s) {
+  const auto cl = MemoryFormat::ChannelsLast;
+  return (xa.dtype() == kBFloat16 || xa.dtype() == kFloat32) && ya.dtype() == xa.dtype() && w.dtype() == xa.dtype() &&
+         ya.is_contiguous() && ((xa.is_contiguous() && w.is_contiguous()) || (xa.is_contiguous(cl) && w.is_contiguous(cl))) &&
+         p.groups == 1 && p.dilation[0] == 1 && p.dilation[1] == 1 && s.ph == 0 && s.pw == 0 && s.H == s.kh &&
+         s.W == s.kw && s.Ho == 1 && s.Wo == 1 && s.kh * s.kw > 1;
+}
+
+// y [N, O] = x [N, K] w^T for w stored [O, K], in f32; then the bias and the one rounding.
+bool product_forward(const Tensor& y, const void* x, const void* w, const Tensor& b, int64_t N, int64_t K, int64_t O) {
+  const dt in = type_of_tensor(y);
+  auto g = gemm(N, K, O, false, true, in, dt::f32, false);
   if (!g) return false;
-  const size_t es = x.element_size();
-  void* wt = buffer(3, static_cast<size_t>(s.O * s.C) * es);
-  auto* acc = static_cast<float*>(buffer(1, static_cast<size_t>(s.N * s.O) * 4));
-  tap_copy(wt, w, s, false);
-  run(*g, x.raw_data(), wt, acc);
-  for (int64_t n = 0; n < s.N; ++n)
-    for (int64_t o = 0; o < s.O; ++o) {
-      const float v = acc[n * s.O + o] + bias_at(b, o);
-      if (in == dt::f32) static_cast<float*>(y.raw_data())[n * s.O + o] = v;
-      else static_cast<uint16_t*>(y.raw_data())[n * s.O + o] = to_bf16(v);
+  auto* acc = static_cast<float*>(buffer(1, static_cast<size_t>(N * O) * 4));
+  run(*g, x, w, acc);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o) {
+      const float v = acc[n * O + o] + bias_at(b, o);
+      if (in == dt::f32) static_cast<float*>(y.raw_data())[n * O + o] = v;
+      else static_cast<uint16_t*>(y.raw_data())[n * O + o] = to_bf16(v);
     }
+  return true;
+}
+
+// gx [N, K] = gy [N, O] w [O, K], and gw [O, K] = gy^T [O, N] x [N, K]: one sum per element, rounded once.
+bool product_input_grad(void* gx, const void* gy, const void* w, int64_t N, int64_t O, int64_t K, dt in) {
+  auto g = gemm(N, O, K, false, false, in, in, false);
+  if (!g) return false;
+  run(*g, gy, w, gx);
+  return true;
+}
+bool product_weight_grad(void* gw, const void* gy, const void* x, int64_t N, int64_t O, int64_t K, dt in) {
+  auto g = gemm(O, N, K, true, false, in, in, false);
+  if (!g) return false;
+  run(*g, gy, x, gw);
   return true;
 }
 
@@ -303,7 +327,12 @@ bool one_tap_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Te
 bool gemm_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
   if (b.defined() && (!b.is_contiguous() || (b.dtype() != kFloat32 && b.dtype() != kBFloat16))) return false;
   const Shape s = shape_of(x, y, w.size(2), w.size(3), p);
-  if (one_tap(x, y, w, p, s)) return one_tap_forward(y, x, w, b, s);
+  if (one_tap(x, y, w, p, s)) {
+    void* wt = buffer(3, static_cast<size_t>(s.O * s.C) * x.element_size());
+    tap_copy(wt, w, s, false);
+    return product_forward(y, x.raw_data(), wt, b, s.N, s.C, s.O);
+  }
+  if (whole_input(x, y, w, p, s)) return product_forward(y, x.raw_data(), w.raw_data(), b, s.N, s.rows(), s.O);
   const int layout = gemm_layout(x, y, w, p);
   if (layout < 0 || !small_maps(s, kData)) return false;
   if (layout == 1) return forward_nhwc(y, x, w, b, s);
@@ -330,15 +359,12 @@ bool gemm_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const 
 bool gemm_conv_backward_input(const Tensor& gx, const Tensor& gy, const Tensor& w, const Conv2dParams& p) {
   const Shape s = shape_of(gx, gy, w.size(2), w.size(3), p);
   if (one_tap(gx, gy, w, p, s)) {
-    // gx [N, C] = gy [N, O] w_t [O, C]: one sum per element, rounded once.
-    const dt in = type_of_tensor(gx);
-    auto g = gemm(s.N, s.O, s.C, false, false, in, in, false);
-    if (!g) return false;
     void* wt = buffer(3, static_cast<size_t>(s.O * s.C) * gx.element_size());
     tap_copy(wt, w, s, false);
-    run(*g, gy.raw_data(), wt, gx.raw_data());
-    return true;
+    return product_input_grad(gx.raw_data(), gy.raw_data(), wt, s.N, s.O, s.C, type_of_tensor(gx));
   }
+  if (whole_input(gx, gy, w, p, s))
+    return product_input_grad(gx.raw_data(), gy.raw_data(), w.raw_data(), s.N, s.O, s.rows(), type_of_tensor(gx));
   const int layout = gemm_layout(gx, gy, w, p);
   if (layout < 0 || !small_maps(s, kData)) return false;
   if (layout == 1) return backward_input_nhwc(gx, gy, w, s);
@@ -378,15 +404,14 @@ bool gemm_conv_backward_input(const Tensor& gx, const Tensor& gy, const Tensor& 
 bool gemm_conv_backward_weight(const Tensor& gw, const Tensor& gy, const Tensor& x, const Conv2dParams& p) {
   const Shape s = shape_of(x, gy, gw.size(2), gw.size(3), p);
   if (one_tap(x, gy, gw, p, s)) {
-    // gw[:, :, ph, pw] = gy^T [O, N] x [N, C], rounded once; the other taps 0.
-    const dt in = type_of_tensor(gw);
-    auto g = gemm(s.O, s.N, s.C, true, false, in, in, false);
-    if (!g) return false;
+    // The live tap's gradient; the other taps' are 0.
     void* r = buffer(1, static_cast<size_t>(s.O * s.C) * gw.element_size());
-    run(*g, gy.raw_data(), x.raw_data(), r);
+    if (!product_weight_grad(r, gy.raw_data(), x.raw_data(), s.N, s.O, s.C, type_of_tensor(gw))) return false;
     tap_copy(r, gw, s, true);
     return true;
   }
+  if (whole_input(x, gy, gw, p, s))
+    return product_weight_grad(gw.raw_data(), gy.raw_data(), x.raw_data(), s.N, s.O, s.rows(), type_of_tensor(gw));
   const int layout = gemm_layout(x, gy, gw, p);
   if (layout < 0 || !small_maps(s, kWeightGradient)) return false;
   if (layout == 1) return backward_weight_nhwc(gw, gy, x, s);
