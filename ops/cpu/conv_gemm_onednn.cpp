@@ -1,4 +1,4 @@
-// bf16 convolutions on small feature maps as one matrix product each (im2col / col2im around oneDNN's AMX matmul).
+// Convolutions run as one oneDNN matrix product each: bf16 on small maps (im2col / col2im, AMX), and 1x1-output cases.
 #include "ops/cpu/conv_onednn.h"
 #include "ops/cpu/onednn_util.h"
 

@@ -14,7 +14,8 @@ bool conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tenso
 bool conv_backward_input(const Tensor& gx, const Tensor& gy, const Tensor& w, const Tensor& b,
                          const kernels::Conv2dParams& p);
 bool conv_backward_weight(const Tensor& gw, const Tensor& gy, const Tensor& x, const kernels::Conv2dParams& p);
-// bf16 convolutions on small maps as one AMX matmul each (conv_gemm_onednn.cpp); the same
+// Convolutions as one oneDNN matmul each (conv_gemm_onednn.cpp): bf16 on small maps where AMX
+// runs it, and 1x1 outputs that read one kernel tap or the whole input (f32 and bf16); the same
 // contract, false when the case is not one of those. Tried first by the three above.
 bool gemm_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const kernels::Conv2dParams& p);
 bool gemm_conv_backward_input(const Tensor& gx, const Tensor& gy, const Tensor& w, const kernels::Conv2dParams& p);
