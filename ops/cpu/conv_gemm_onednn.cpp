@@ -178,10 +178,14 @@ void swap_outer(uint16_t* dst, const uint16_t* src, int64_t A, int64_t B, int64_
 }
 
 uint16_t to_bf16(float f) { return BFloat16(f).x; }
-float bias_at(const Tensor& b, int64_t o) {
-  if (!b.defined()) return 0.0f;
-  return b.dtype() == kFloat32 ? static_cast<const float*>(b.raw_data())[o]
-                               : static_cast<float>(static_cast<const BFloat16*>(b.raw_data())[o]);
+// The bias widened to f32 once per call (zeros without one), so the output loops read plain floats.
+std::vector<float> bias_f32(const Tensor& b, int64_t O) {
+  std::vector<float> v(static_cast<size_t>(O), 0.0f);
+  if (b.defined())
+    for (int64_t o = 0; o < O; ++o)
+      v[static_cast<size_t>(o)] = b.dtype() == kFloat32 ? static_cast<const float*>(b.raw_data())[o]
+                                                        : static_cast<float>(static_cast<const BFloat16*>(b.raw_data())[o]);
+  return v;
 }
 
 // The channels-last forms: the column matrix is [(n, ho, wo), (i, j, c)] and the products need
@@ -195,9 +199,10 @@ bool forward_nhwc(const Tensor& y, const Tensor& x, const Tensor& w, const Tenso
   im2col_nhwc(col, static_cast<const uint16_t*>(x.raw_data()), s);
   run(*g, col, w.raw_data(), acc);
   auto* out = static_cast<uint16_t*>(y.raw_data());
+  const std::vector<float> bias = bias_f32(b, s.O);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < s.cols(); ++r)
-    for (int64_t o = 0; o < s.O; ++o) out[r * s.O + o] = to_bf16(acc[r * s.O + o] + bias_at(b, o));
+    for (int64_t o = 0; o < s.O; ++o) out[r * s.O + o] = to_bf16(acc[r * s.O + o] + bias[static_cast<size_t>(o)]);
   return true;
 }
 
@@ -299,9 +304,10 @@ bool product_forward(const Tensor& y, const void* x, const void* w, const Tensor
   if (!g) return false;
   auto* acc = static_cast<float*>(buffer(1, static_cast<size_t>(N * O) * 4));
   run(*g, x, w, acc);
+  const std::vector<float> bias = bias_f32(b, O);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t o = 0; o < O; ++o) {
-      const float v = acc[n * O + o] + bias_at(b, o);
+      const float v = acc[n * O + o] + bias[static_cast<size_t>(o)];
       if (in == dt::f32) static_cast<float*>(y.raw_data())[n * O + o] = v;
       else static_cast<uint16_t*>(y.raw_data())[n * O + o] = to_bf16(v);
     }
@@ -346,12 +352,12 @@ bool gemm_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const 
   run(*g, w.raw_data(), col, acc);
   auto* out = static_cast<uint16_t*>(y.raw_data());
   const int64_t HW = s.Ho * s.Wo;
+  const std::vector<float> bias = bias_f32(b, s.O);
 #pragma omp parallel for schedule(static)
   for (int64_t no = 0; no < s.N * s.O; ++no) {
     const int64_t n = no / s.O, o = no % s.O;
-    const float bias = bias_at(b, o);
     const float* src = acc + (o * s.N + n) * HW;
-    for (int64_t q = 0; q < HW; ++q) out[no * HW + q] = to_bf16(src[q] + bias);
+    for (int64_t q = 0; q < HW; ++q) out[no * HW + q] = to_bf16(src[q] + bias[static_cast<size_t>(o)]);
   }
   return true;
 }
