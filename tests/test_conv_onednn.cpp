@@ -73,6 +73,9 @@ std::vector<Case> random_cases(int count) {
   // A kernel covering its whole unpadded input (1x1 outputs): one product over all of it.
   out.push_back({3, 1, 24, 40, 5, 5, 5, 5, {1, 1}, {0, 0}, {1, 1}, true, false, false});
   out.push_back({2, 1, 16, 24, 3, 4, 3, 4, {2, 2}, {0, 0}, {1, 1}, false, true, true});
+  // Wide layers on small maps, whose f32 weight gradients are one matrix product (im2col).
+  out.push_back({1, 1, 256, 512, 4, 4, 3, 3, {1, 1}, {1, 1}, {1, 1}, true, false, false});
+  out.push_back({2, 1, 256, 512, 7, 7, 3, 3, {2, 2}, {1, 1}, {1, 1}, false, true, true});
   return out;
 }
 

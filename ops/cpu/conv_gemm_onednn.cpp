@@ -1,4 +1,4 @@
-// Convolutions run as one oneDNN matrix product each: bf16 on small maps (im2col / col2im, AMX), and 1x1-output cases.
+// Convolutions run as one oneDNN matrix product each: bf16 on small maps (im2col / col2im, AMX), f32 weight gradients there, and 1x1-output cases.
 #include "ops/cpu/conv_onednn.h"
 #include "ops/cpu/onednn_util.h"
 
@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -88,9 +89,10 @@ struct Shape {
 
 // The activations' layout when the GEMM path may take the case: 0 NCHW (weights OIHW), 1
 // channels-last (weights OHWI, as `model->to(MemoryFormat::ChannelsLast)` leaves them), -1
-// neither. bf16, one group, no dilation.
+// neither. bf16 or f32 (all three alike), one group, no dilation.
 int gemm_layout(const Tensor& a1, const Tensor& a2, const Tensor& w, const Conv2dParams& p) {
-  if (a1.dtype() != kBFloat16 || a2.dtype() != kBFloat16 || w.dtype() != kBFloat16 || p.groups != 1 ||
+  const DType t = a1.dtype();
+  if ((t != kBFloat16 && t != kFloat32) || a2.dtype() != t || w.dtype() != t || p.groups != 1 ||
       p.dilation[0] != 1 || p.dilation[1] != 1 || p.padding[0] < 0 || p.padding[1] < 0)
     return -1;
   if (a1.is_contiguous() && a2.is_contiguous() && w.is_contiguous()) return 0;
@@ -111,6 +113,13 @@ struct Limits {
   int64_t max_maps, min_channel_product;
 };
 constexpr Limits kWeightGradient{49, 64 * 64}, kData{16, 64 * 128};
+// In f32 (no AMX; oneDNN's matmul and convolution share the AVX-512 FMA rate) only the weight
+// gradient of the widest small-map layers gains: 1 / 2 threads, convolution / GEMM path, 512->512
+// on 4x4 34.4 / 27.9 and 17.6 / 14.0 ms, on 3x3 22.0 / 15.2 and 10.5 / 6.6, on 2x2 22.3 / 7.0;
+// 256->512 stride 2 to 4x4 15.5 / 11.1; but 256->256 on 4x4 even (7.0 / 6.6, 2.7 / 3.5), 256->256
+// on 7x7 18.8 / 22.6, and the forward and input gradient slower from 4x4 on (512->512 4x4 forward
+// 22.2 / 27.9).
+constexpr Limits kWeightGradientF32{16, 256 * 512};
 bool small_maps(const Shape& s, Limits lim) {
   const int64_t maps = s.Ho * s.Wo;
   return maps >= 2 && maps <= lim.max_maps && s.C >= 64 && s.O >= 64 && s.C * s.O >= lim.min_channel_product &&
@@ -138,24 +147,24 @@ std::vector<int32_t> tap_offsets(const Shape& s) {
 }
 
 // col [(c, i, j), (n, ho, wo)] = x[n, c, ho * sh - ph + i, wo * sw - pw + j], 0 in the padding.
-void im2col(uint16_t* col, const uint16_t* x, const Shape& s) {
+template <typename T> void im2col(T* col, const T* x, const Shape& s) {
   const std::vector<int32_t> taps = tap_offsets(s);
   const int64_t cols = s.cols(), HoWo = s.Ho * s.Wo, kk = s.kh * s.kw;
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < s.C; ++c)
     for (int64_t n = 0; n < s.N; ++n) {
-      const uint16_t* plane = x + (n * s.C + c) * s.H * s.W;
+      const T* plane = x + (n * s.C + c) * s.H * s.W;
       for (int64_t t = 0; t < kk; ++t) {
         const int32_t* m = taps.data() + t * HoWo;
-        uint16_t* d = col + (c * kk + t) * cols + n * HoWo;
-        for (int64_t q = 0; q < HoWo; ++q) d[q] = m[q] >= 0 ? plane[m[q]] : uint16_t{0};
+        T* d = col + (c * kk + t) * cols + n * HoWo;
+        for (int64_t q = 0; q < HoWo; ++q) d[q] = m[q] >= 0 ? plane[m[q]] : T{0};
       }
     }
 }
 
 // Channels-last: col [(n, ho, wo), (i, j, c)] = x[n, ho * sh - ph + i, wo * sw - pw + j, c], whole
 // channel rows at a time.
-void im2col_nhwc(uint16_t* col, const uint16_t* x, const Shape& s) {
+template <typename T> void im2col_nhwc(T* col, const T* x, const Shape& s) {
   const int64_t K = s.rows();
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < s.cols(); ++r) {
@@ -163,21 +172,31 @@ void im2col_nhwc(uint16_t* col, const uint16_t* x, const Shape& s) {
     for (int64_t i = 0; i < s.kh; ++i)
       for (int64_t j = 0; j < s.kw; ++j) {
         const int64_t h = ho * s.sh - s.ph + i, w = wo * s.sw - s.pw + j;
-        uint16_t* d = col + r * K + (i * s.kw + j) * s.C;
-        if (h >= 0 && h < s.H && w >= 0 && w < s.W) std::memcpy(d, x + ((n * s.H + h) * s.W + w) * s.C, s.C * 2);
-        else std::fill(d, d + s.C, uint16_t{0});
+        T* d = col + r * K + (i * s.kw + j) * s.C;
+        if (h >= 0 && h < s.H && w >= 0 && w < s.W) std::memcpy(d, x + ((n * s.H + h) * s.W + w) * s.C, s.C * sizeof(T));
+        else std::fill(d, d + s.C, T{0});
       }
   }
 }
 
-// [A, B, L] -> [B, A, L] for 16-bit elements (NCHW's [N, O, HW] and the GEMM's [O, N, HW]).
-void swap_outer(uint16_t* dst, const uint16_t* src, int64_t A, int64_t B, int64_t L) {
+// [A, B, L] -> [B, A, L] (NCHW's [N, O, HW] and the GEMM's [O, N, HW]).
+template <typename T> void swap_outer(T* dst, const T* src, int64_t A, int64_t B, int64_t L) {
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t a = 0; a < A; ++a) std::memcpy(dst + (b * A + a) * L, src + (a * B + b) * L, L * sizeof(uint16_t));
+    for (int64_t a = 0; a < A; ++a) std::memcpy(dst + (b * A + a) * L, src + (a * B + b) * L, L * sizeof(T));
 }
 
 uint16_t to_bf16(float f) { return BFloat16(f).x; }
+// The element types the small-map path runs: bf16 (its 16 bits) and f32. `narrow` is the one
+// rounding of an f32 sum to T; `kAmxOnly` says the product is only worth it on AMX tiles.
+template <typename T> constexpr dt kType = std::is_same_v<T, float> ? dt::f32 : dt::bf16;
+template <typename T> constexpr bool kAmxOnly = !std::is_same_v<T, float>;
+template <typename T> T narrow(float f) {
+  if constexpr (std::is_same_v<T, float>) return f;
+  else return to_bf16(f);
+}
+template <typename T> T* scratch(int slot, int64_t n) { return static_cast<T*>(buffer(slot, static_cast<size_t>(n) * sizeof(T))); }
+
 // The bias widened to f32 once per call (zeros without one), so the output loops read plain floats.
 std::vector<float> bias_f32(const Tensor& b, int64_t O) {
   std::vector<float> v(static_cast<size_t>(O), 0.0f);
@@ -188,32 +207,101 @@ std::vector<float> bias_f32(const Tensor& b, int64_t O) {
   return v;
 }
 
-// The channels-last forms: the column matrix is [(n, ho, wo), (i, j, c)] and the products need
-// no transposes (an NHWC activation is already a [(n, h, w), channels] matrix).
-bool forward_nhwc(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Shape& s) {
-  // y [(n, ho, wo), O] = col [(n, ho, wo), (i, j, c)] w^T, in f32; the bias, one rounding.
-  auto g = gemm(s.cols(), s.rows(), s.O, false, true, dt::bf16, dt::f32, true);
+// The NCHW forms: the column matrix is [(c, i, j), (n, ho, wo)], and the GEMM's [O, (n, ho, wo)]
+// side is NCHW's [N, O, HW] with its outer dims swapped.
+template <typename T> bool forward_nchw(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Shape& s) {
+  // y' [O, (n, ho, wo)] = w [O, (c, i, j)] col [(c, i, j), (n, ho, wo)], in f32; then the bias
+  // and the one rounding on the way to NCHW.
+  auto g = gemm(s.O, s.rows(), s.cols(), false, false, kType<T>, dt::f32, kAmxOnly<T>);
   if (!g) return false;
-  auto* col = static_cast<uint16_t*>(buffer(0, static_cast<size_t>(s.rows() * s.cols()) * 2));
-  auto* acc = static_cast<float*>(buffer(1, static_cast<size_t>(s.O * s.cols()) * 4));
-  im2col_nhwc(col, static_cast<const uint16_t*>(x.raw_data()), s);
-  run(*g, col, w.raw_data(), acc);
-  auto* out = static_cast<uint16_t*>(y.raw_data());
+  T* col = scratch<T>(0, s.rows() * s.cols());
+  float* acc = scratch<float>(1, s.O * s.cols());
+  im2col(col, static_cast<const T*>(x.raw_data()), s);
+  run(*g, w.raw_data(), col, acc);
+  auto* out = static_cast<T*>(y.raw_data());
+  const int64_t HW = s.Ho * s.Wo;
   const std::vector<float> bias = bias_f32(b, s.O);
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < s.cols(); ++r)
-    for (int64_t o = 0; o < s.O; ++o) out[r * s.O + o] = to_bf16(acc[r * s.O + o] + bias[static_cast<size_t>(o)]);
+  for (int64_t no = 0; no < s.N * s.O; ++no) {
+    const int64_t n = no / s.O, o = no % s.O;
+    const float* src = acc + (o * s.N + n) * HW;
+    for (int64_t q = 0; q < HW; ++q) out[no * HW + q] = narrow<T>(src[q] + bias[static_cast<size_t>(o)]);
+  }
   return true;
 }
 
-bool backward_input_nhwc(const Tensor& gx, const Tensor& gy, const Tensor& w, const Shape& s) {
+template <typename T> bool backward_input_nchw(const Tensor& gx, const Tensor& gy, const Tensor& w, const Shape& s) {
+  // dcol [(c, i, j), (n, ho, wo)] = w^T [(c, i, j), O] gy' [O, (n, ho, wo)] in f32, then each
+  // input element sums the terms that read it (col2im) and is rounded once.
+  auto g = gemm(s.rows(), s.O, s.cols(), true, false, kType<T>, dt::f32, kAmxOnly<T>);
+  if (!g) return false;
+  const int64_t HoWo = s.Ho * s.Wo;
+  T* gyt = scratch<T>(2, s.O * s.cols());
+  float* dcol = scratch<float>(1, s.rows() * s.cols());
+  swap_outer(gyt, static_cast<const T*>(gy.raw_data()), s.N, s.O, HoWo);
+  run(*g, w.raw_data(), gyt, dcol);
+  auto* out = static_cast<T*>(gx.raw_data());
+  const std::vector<int32_t> taps = tap_offsets(s);
+  const int64_t cols = s.cols(), kk = s.kh * s.kw, HW = s.H * s.W;
+#pragma omp parallel
+  {
+    std::vector<float> acc(static_cast<size_t>(HW));
+#pragma omp for schedule(static)
+    for (int64_t nc = 0; nc < s.N * s.C; ++nc) {
+      const int64_t n = nc / s.C, c = nc % s.C;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      // Taps in a fixed order, so each sum is the same whatever the thread count.
+      for (int64_t t = 0; t < kk; ++t) {
+        const int32_t* m = taps.data() + t * HoWo;
+        const float* src = dcol + (c * kk + t) * cols + n * HoWo;
+        for (int64_t q = 0; q < HoWo; ++q)
+          if (m[q] >= 0) acc[static_cast<size_t>(m[q])] += src[q];
+      }
+      T* o = out + nc * HW;
+      for (int64_t q = 0; q < HW; ++q) o[q] = narrow<T>(acc[static_cast<size_t>(q)]);
+    }
+  }
+  return true;
+}
+
+template <typename T> bool backward_weight_nchw(const Tensor& gw, const Tensor& gy, const Tensor& x, const Shape& s) {
+  // gw [O, (c, i, j)] = gy' [O, (n, ho, wo)] col^T [(n, ho, wo), (c, i, j)], rounded once.
+  auto g = gemm(s.O, s.cols(), s.rows(), false, true, kType<T>, kType<T>, kAmxOnly<T>);
+  if (!g) return false;
+  T* col = scratch<T>(0, s.rows() * s.cols());
+  T* gyt = scratch<T>(2, s.O * s.cols());
+  im2col(col, static_cast<const T*>(x.raw_data()), s);
+  swap_outer(gyt, static_cast<const T*>(gy.raw_data()), s.N, s.O, s.Ho * s.Wo);
+  run(*g, gyt, col, gw.raw_data());
+  return true;
+}
+
+// The channels-last forms: the column matrix is [(n, ho, wo), (i, j, c)] and the products need
+// no transposes (an NHWC activation is already a [(n, h, w), channels] matrix).
+template <typename T> bool forward_nhwc(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Shape& s) {
+  // y [(n, ho, wo), O] = col [(n, ho, wo), (i, j, c)] w^T, in f32; the bias, one rounding.
+  auto g = gemm(s.cols(), s.rows(), s.O, false, true, kType<T>, dt::f32, kAmxOnly<T>);
+  if (!g) return false;
+  T* col = scratch<T>(0, s.rows() * s.cols());
+  float* acc = scratch<float>(1, s.O * s.cols());
+  im2col_nhwc(col, static_cast<const T*>(x.raw_data()), s);
+  run(*g, col, w.raw_data(), acc);
+  auto* out = static_cast<T*>(y.raw_data());
+  const std::vector<float> bias = bias_f32(b, s.O);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < s.cols(); ++r)
+    for (int64_t o = 0; o < s.O; ++o) out[r * s.O + o] = narrow<T>(acc[r * s.O + o] + bias[static_cast<size_t>(o)]);
+  return true;
+}
+
+template <typename T> bool backward_input_nhwc(const Tensor& gx, const Tensor& gy, const Tensor& w, const Shape& s) {
   // dcol [(n, ho, wo), (i, j, c)] = gy [(n, ho, wo), O] w [O, (i, j, c)] in f32; then each input
   // element sums the taps that read it, in a fixed order, and is rounded once.
-  auto g = gemm(s.cols(), s.O, s.rows(), false, false, dt::bf16, dt::f32, true);
+  auto g = gemm(s.cols(), s.O, s.rows(), false, false, kType<T>, dt::f32, kAmxOnly<T>);
   if (!g) return false;
-  auto* dcol = static_cast<float*>(buffer(1, static_cast<size_t>(s.rows() * s.cols()) * 4));
+  float* dcol = scratch<float>(1, s.rows() * s.cols());
   run(*g, gy.raw_data(), w.raw_data(), dcol);
-  auto* out = static_cast<uint16_t*>(gx.raw_data());
+  auto* out = static_cast<T*>(gx.raw_data());
   const int64_t K = s.rows();
 #pragma omp parallel
   {
@@ -232,18 +320,18 @@ bool backward_input_nhwc(const Tensor& gx, const Tensor& gy, const Tensor& w, co
           for (int64_t c = 0; c < s.C; ++c) acc[static_cast<size_t>(c)] += src[c];
         }
       }
-      for (int64_t c = 0; c < s.C; ++c) out[px * s.C + c] = to_bf16(acc[static_cast<size_t>(c)]);
+      for (int64_t c = 0; c < s.C; ++c) out[px * s.C + c] = narrow<T>(acc[static_cast<size_t>(c)]);
     }
   }
   return true;
 }
 
-bool backward_weight_nhwc(const Tensor& gw, const Tensor& gy, const Tensor& x, const Shape& s) {
+template <typename T> bool backward_weight_nhwc(const Tensor& gw, const Tensor& gy, const Tensor& x, const Shape& s) {
   // gw [O, (i, j, c)] = gy^T [O, (n, ho, wo)] col [(n, ho, wo), (i, j, c)], rounded once.
-  auto g = gemm(s.O, s.cols(), s.rows(), true, false, dt::bf16, dt::bf16, true);
+  auto g = gemm(s.O, s.cols(), s.rows(), true, false, kType<T>, kType<T>, kAmxOnly<T>);
   if (!g) return false;
-  auto* col = static_cast<uint16_t*>(buffer(0, static_cast<size_t>(s.rows() * s.cols()) * 2));
-  im2col_nhwc(col, static_cast<const uint16_t*>(x.raw_data()), s);
+  T* col = scratch<T>(0, s.rows() * s.cols());
+  im2col_nhwc(col, static_cast<const T*>(x.raw_data()), s);
   run(*g, gy.raw_data(), col, gw.raw_data());
   return true;
 }
@@ -340,26 +428,8 @@ bool gemm_conv_forward(const Tensor& y, const Tensor& x, const Tensor& w, const 
   }
   if (whole_input(x, y, w, p, s)) return product_forward(y, x.raw_data(), w.raw_data(), b, s.N, s.rows(), s.O);
   const int layout = gemm_layout(x, y, w, p);
-  if (layout < 0 || !small_maps(s, kData)) return false;
-  if (layout == 1) return forward_nhwc(y, x, w, b, s);
-  // y' [O, (n, ho, wo)] = w [O, (c, i, j)] col [(c, i, j), (n, ho, wo)], in f32; then the bias
-  // and the one rounding on the way to NCHW.
-  auto g = gemm(s.O, s.rows(), s.cols(), false, false, dt::bf16, dt::f32, true);
-  if (!g) return false;
-  auto* col = static_cast<uint16_t*>(buffer(0, static_cast<size_t>(s.rows() * s.cols()) * 2));
-  auto* acc = static_cast<float*>(buffer(1, static_cast<size_t>(s.O * s.cols()) * 4));
-  im2col(col, static_cast<const uint16_t*>(x.raw_data()), s);
-  run(*g, w.raw_data(), col, acc);
-  auto* out = static_cast<uint16_t*>(y.raw_data());
-  const int64_t HW = s.Ho * s.Wo;
-  const std::vector<float> bias = bias_f32(b, s.O);
-#pragma omp parallel for schedule(static)
-  for (int64_t no = 0; no < s.N * s.O; ++no) {
-    const int64_t n = no / s.O, o = no % s.O;
-    const float* src = acc + (o * s.N + n) * HW;
-    for (int64_t q = 0; q < HW; ++q) out[no * HW + q] = to_bf16(src[q] + bias[static_cast<size_t>(o)]);
-  }
-  return true;
+  if (layout < 0 || x.dtype() != kBFloat16 || !small_maps(s, kData)) return false;
+  return layout == 1 ? forward_nhwc<uint16_t>(y, x, w, b, s) : forward_nchw<uint16_t>(y, x, w, b, s);
 }
 
 bool gemm_conv_backward_input(const Tensor& gx, const Tensor& gy, const Tensor& w, const Conv2dParams& p) {
@@ -372,39 +442,8 @@ bool gemm_conv_backward_input(const Tensor& gx, const Tensor& gy, const Tensor& 
   if (whole_input(gx, gy, w, p, s))
     return product_input_grad(gx.raw_data(), gy.raw_data(), w.raw_data(), s.N, s.O, s.rows(), type_of_tensor(gx));
   const int layout = gemm_layout(gx, gy, w, p);
-  if (layout < 0 || !small_maps(s, kData)) return false;
-  if (layout == 1) return backward_input_nhwc(gx, gy, w, s);
-  // dcol [(c, i, j), (n, ho, wo)] = w^T [(c, i, j), O] gy' [O, (n, ho, wo)] in f32, then each
-  // input element sums the terms that read it (col2im) and is rounded once.
-  auto g = gemm(s.rows(), s.O, s.cols(), true, false, dt::bf16, dt::f32, true);
-  if (!g) return false;
-  const int64_t HoWo = s.Ho * s.Wo;
-  auto* gyt = static_cast<uint16_t*>(buffer(2, static_cast<size_t>(s.O * s.cols()) * 2));
-  auto* dcol = static_cast<float*>(buffer(1, static_cast<size_t>(s.rows() * s.cols()) * 4));
-  swap_outer(gyt, static_cast<const uint16_t*>(gy.raw_data()), s.N, s.O, HoWo);
-  run(*g, w.raw_data(), gyt, dcol);
-  auto* out = static_cast<uint16_t*>(gx.raw_data());
-  const std::vector<int32_t> taps = tap_offsets(s);
-  const int64_t cols = s.cols(), kk = s.kh * s.kw, HW = s.H * s.W;
-#pragma omp parallel
-  {
-    std::vector<float> acc(static_cast<size_t>(HW));
-#pragma omp for schedule(static)
-    for (int64_t nc = 0; nc < s.N * s.C; ++nc) {
-      const int64_t n = nc / s.C, c = nc % s.C;
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      // Taps in a fixed order, so each sum is the same whatever the thread count.
-      for (int64_t t = 0; t < kk; ++t) {
-        const int32_t* m = taps.data() + t * HoWo;
-        const float* src = dcol + (c * kk + t) * cols + n * HoWo;
-        for (int64_t q = 0; q < HoWo; ++q)
-          if (m[q] >= 0) acc[static_cast<size_t>(m[q])] += src[q];
-      }
-      uint16_t* o = out + nc * HW;
-      for (int64_t q = 0; q < HW; ++q) o[q] = to_bf16(acc[static_cast<size_t>(q)]);
-    }
-  }
-  return true;
+  if (layout < 0 || gx.dtype() != kBFloat16 || !small_maps(s, kData)) return false;
+  return layout == 1 ? backward_input_nhwc<uint16_t>(gx, gy, w, s) : backward_input_nchw<uint16_t>(gx, gy, w, s);
 }
 
 bool gemm_conv_backward_weight(const Tensor& gw, const Tensor& gy, const Tensor& x, const Conv2dParams& p) {
@@ -419,17 +458,10 @@ bool gemm_conv_backward_weight(const Tensor& gw, const Tensor& gy, const Tensor&
   if (whole_input(x, gy, gw, p, s))
     return product_weight_grad(gw.raw_data(), gy.raw_data(), x.raw_data(), s.N, s.O, s.rows(), type_of_tensor(gw));
   const int layout = gemm_layout(x, gy, gw, p);
-  if (layout < 0 || !small_maps(s, kWeightGradient)) return false;
-  if (layout == 1) return backward_weight_nhwc(gw, gy, x, s);
-  // gw [O, (c, i, j)] = gy' [O, (n, ho, wo)] col^T [(n, ho, wo), (c, i, j)], rounded once.
-  auto g = gemm(s.O, s.cols(), s.rows(), false, true, dt::bf16, dt::bf16, true);
-  if (!g) return false;
-  auto* col = static_cast<uint16_t*>(buffer(0, static_cast<size_t>(s.rows() * s.cols()) * 2));
-  auto* gyt = static_cast<uint16_t*>(buffer(2, static_cast<size_t>(s.O * s.cols()) * 2));
-  im2col(col, static_cast<const uint16_t*>(x.raw_data()), s);
-  swap_outer(gyt, static_cast<const uint16_t*>(gy.raw_data()), s.N, s.O, s.Ho * s.Wo);
-  run(*g, gyt, col, gw.raw_data());
-  return true;
+  const bool f32 = x.dtype() == kFloat32;
+  if (layout < 0 || !small_maps(s, f32 ? kWeightGradientF32 : kWeightGradient)) return false;
+  if (layout == 1) return f32 ? backward_weight_nhwc<float>(gw, gy, x, s) : backward_weight_nhwc<uint16_t>(gw, gy, x, s);
+  return f32 ? backward_weight_nchw<float>(gw, gy, x, s) : backward_weight_nchw<uint16_t>(gw, gy, x, s);
 }
 
 }  // namespace mpx::cpu::onednn
