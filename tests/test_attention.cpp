@@ -213,6 +213,48 @@ TEST_CASE("inputs of other ranks and strides", "[attention]") {
                 scaled_dot_product_attention_math(q3, k3, v3, {}, 0.0, false, 0.7)) < 1e-13);
 }
 
+TEST_CASE("bf16 at a GPT's layout and sizes: causal, GQA with a mask, dropout, odd row strides", "[attention]") {
+  // Where the CPU has AVX-512-BF16 these run its dot products (P and dS rounded to bf16 before
+  // their products); elsewhere, and for the odd row stride, the widened f32 kernels. Either way
+  // the result is within bf16 rounding of f64 arithmetic on the same values.
+  const auto check = [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double p, bool causal,
+                        bool gqa) {
+    const Tensor w = randn_f64({q.size(0), q.size(1), q.size(2), v.size(3)}, 40).to(kBFloat16);
+    manual_seed(7);
+    const tensor_list got = run(
+        [&](const Tensor& a, const Tensor& b, const Tensor& c) {
+          return scaled_dot_product_attention(a, b, c, mask, p, causal, std::nullopt, gqa);
+        },
+        q, k, v, w);
+    manual_seed(7);
+    const tensor_list ref = run(
+        [&](const Tensor& a, const Tensor& b, const Tensor& c) {
+          return scaled_dot_product_attention_math(a, b, c, mask, p, causal, std::nullopt, gqa);
+        },
+        q.to(kFloat64), k.to(kFloat64), v.to(kFloat64), w.to(kFloat64));
+    const char* what[] = {"out", "dq", "dk", "dv"};
+    for (int n = 0; n < 4; ++n) {
+      INFO(what[n] << " rel_err " << rel_err(got[n], ref[n]));
+      CHECK(got[n].dtype() == kBFloat16);
+      CHECK(rel_err(got[n], ref[n]) < tol(kBFloat16));
+    }
+  };
+  // q, k, v as a GPT splits them: views of one [B, T, 3, H, E] projection, heads permuted in.
+  const Tensor qkv = randn_f64({2, 150, 3, 2, 64}, 41).to(kBFloat16);
+  const auto head = [&](int64_t i) { return qkv.select(2, i).permute({0, 2, 1, 3}); };
+  SECTION("causal self-attention, T = 150") { check(head(0), head(1), head(2), {}, 0.0, true, false); }
+  SECTION("causal, dropout 0.2") { check(head(0), head(1), head(2), {}, 0.2, true, false); }
+  SECTION("4 heads on 2, an additive mask, 97 keys, E = 32, Ev = 48") {
+    const Tensor q = randn_f64({1, 4, 70, 32}, 42).to(kBFloat16), k = randn_f64({1, 2, 97, 32}, 43).to(kBFloat16),
+                 v = randn_f64({1, 2, 97, 48}, 44).to(kBFloat16);
+    check(q, k, v, randn_f64({1, 4, 70, 97}, 45), 0.0, false, true);
+  }
+  SECTION("an odd row stride (the f32 kernels take it)") {
+    const Tensor q = randn_f64({2, 2, 33, 65}, 46).to(kBFloat16).narrow(3, 0, 64);
+    check(q, head(1).narrow(2, 0, 40), head(2).narrow(2, 0, 40), {}, 0.0, false, false);
+  }
+}
+
 TEST_CASE("f64 gradchecks of the public op: causal, bool and additive masks, GQA, dropout", "[attention][gradcheck]") {
   using testing::gradcheck;
   using testing::leaf;
