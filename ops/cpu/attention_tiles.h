@@ -241,7 +241,8 @@ void mask_scores_t(A* st, const Operands<A, X>& o, int64_t b, int64_t h, int64_t
 // One key block's step of the online softmax, down the key rows of the transposed score tile st
 // [nkm, kBq], all bqn query columns at once: the running max m and sum l are updated, alpha gets
 // the factor that rescales the output accumulated so far, and st becomes exp(s - max).
-template <typename A> void online_softmax_step(A* st, int64_t nkm, int64_t bqn, A* m, A* l, A* alpha) {
+template <typename A>
+void online_softmax_step(A* __restrict st, int64_t nkm, int64_t bqn, A* __restrict m, A* __restrict l, A* __restrict alpha) {
   A safe[kBq];
   for (int64_t i = 0; i < bqn; ++i) alpha[i] = m[i];
   for (int64_t j = 0; j < nkm; ++j) {
@@ -277,8 +278,9 @@ void drop_weights(A* st, const Operands<A, X>& o, int64_t b, int64_t h, int64_t 
 // P = exp(s - lse) into pt (times the dropout factor Z, dv's operand) and dS = P * (Z * dP - D) *
 // scale into dst, for key rows up to nkm (D: each query's dO . out).
 template <typename A, typename X>
-void weights_and_score_grads(A* pt, A* dst, const Operands<A, X>& o, int64_t b, int64_t h, int64_t i0, int64_t bq,
-                             int64_t bqn, int64_t j0, int64_t nk, int64_t nkm, const A* D, const A* lsafe) {
+void weights_and_score_grads(A* __restrict pt, A* __restrict dst, const Operands<A, X>& o, int64_t b, int64_t h,
+                             int64_t i0, int64_t bq, int64_t bqn, int64_t j0, int64_t nk, int64_t nkm,
+                             const A* __restrict D, const A* __restrict lsafe) {
   const A sc = static_cast<A>(o.scale);
   for (int64_t j = 0; j < nkm; ++j) {
     A* prow = pt + j * kBq;
