@@ -29,6 +29,9 @@ namespace {
 // in its low half: AMX's B operand is a [k / 2, n] matrix of them. Its A operand is [m, k] bf16
 // rows, its C [m, n] f32 rows.
 using Word = uint32_t;
+// The products' sizes are padded to 32 (two tiles): query and key blocks, and the padded head
+// dims (multiples of kNr) are already.
+static_assert(kNr % 32 == 0 && kBq % 32 == 0 && kBk % 32 == 0);
 
 // The CPU has AMX-BF16 and the kernel lets this process use the tile registers (Linux asks each
 // process to request them once).

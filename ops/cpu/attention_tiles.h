@@ -37,9 +37,9 @@ constexpr int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 constexpr int64_t kBqRows = round_up(kBq, kMr), kBkRows = round_up(kBk, kMr);
 
 // exp(x) for x <= 0 (scores minus their running max), vectorizable (no libm call, no branch;
-// this file is compiled with -fno-trapping-math so GCC if-converts the selects): 2^n * p(r)
-// with a degree-6 polynomial on |r| <= ln2/2, about 2 ulp in f32; x below the smallest
-// normal's log (masked keys: -inf) gives exactly 0.
+// the attention files are compiled with -fno-trapping-math so GCC if-converts the selects):
+// 2^n * p(r) with a degree-6 polynomial on |r| <= ln2/2, about 2 ulp in f32; x below the
+// smallest normal's log (masked keys: -inf) gives exactly 0.
 inline float exp_nonpos(float x) {
   const float xc = x > -87.0f ? x : -87.0f;
   const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
