@@ -1,7 +1,10 @@
 // scaled_dot_product_attention: fused kernels against the math path and f64 loops, gradchecks, masks, GQA, dropout, errors, memory.
+#include <omp.h>
+
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <string>
@@ -244,6 +247,11 @@ TEST_CASE("bf16 at a GPT's layout and sizes: causal, GQA with a mask, dropout, o
   const auto head = [&](int64_t i) { return qkv.select(2, i).permute({0, 2, 1, 3}); };
   SECTION("causal self-attention, T = 150") { check(head(0), head(1), head(2), {}, 0.0, true, false); }
   SECTION("causal, dropout 0.2") { check(head(0), head(1), head(2), {}, 0.2, true, false); }
+  SECTION("T = 128, keys and values read in place") {
+    const auto first = [&](int64_t i) { return head(i).narrow(2, 0, 128); };
+    check(first(0), first(1), first(2), {}, 0.0, true, false);
+    check(first(0), first(1), first(2), {}, 0.0, false, false);
+  }
   SECTION("4 heads on 2, an additive mask, 97 keys, E = 32, Ev = 48") {
     const Tensor q = randn_f64({1, 4, 70, 32}, 42).to(kBFloat16), k = randn_f64({1, 2, 97, 32}, 43).to(kBFloat16),
                  v = randn_f64({1, 2, 97, 48}, 44).to(kBFloat16);
@@ -252,6 +260,29 @@ TEST_CASE("bf16 at a GPT's layout and sizes: causal, GQA with a mask, dropout, o
   SECTION("an odd row stride (the f32 kernels take it)") {
     const Tensor q = randn_f64({2, 2, 33, 65}, 46).to(kBFloat16).narrow(3, 0, 64);
     check(q, head(1).narrow(2, 0, 40), head(2).narrow(2, 0, 40), {}, 0.0, false, false);
+  }
+}
+
+TEST_CASE("fused attention gives the same bits on any thread count", "[attention]") {
+  // Each task writes outputs of its own, whatever the split of tasks over threads.
+  for (DType dt : {kFloat32, kBFloat16}) {
+    INFO(dtype_name(dt));
+    const Tensor qkv = randn_f64({3, 150, 3, 2, 64}, 51).to(dt);
+    const auto head = [&](int64_t i) { return qkv.select(2, i).permute({0, 2, 1, 3}); };
+    const Tensor w = randn_f64({3, 2, 150, 64}, 52).to(dt);
+    const auto f = [](const Tensor& a, const Tensor& b, const Tensor& c) {
+      return scaled_dot_product_attention(a, b, c, {}, 0.0, true);
+    };
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const tensor_list one = run(f, head(0), head(1), head(2), w);
+    omp_set_num_threads(3);
+    const tensor_list three = run(f, head(0), head(1), head(2), w);
+    omp_set_num_threads(saved);
+    for (int n = 0; n < 4; ++n) {
+      const Tensor a = one[n].contiguous(), b = three[n].contiguous();
+      CHECK(std::memcmp(a.raw_data(), b.raw_data(), static_cast<size_t>(a.numel()) * a.element_size()) == 0);
+    }
   }
 }
 

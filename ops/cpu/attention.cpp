@@ -120,7 +120,7 @@ template <typename T> struct SdpaForward {
     const int64_t nqb = (L + kBq - 1) / kBq;
     const HeadRows<A> vr(o.v, o.sv, o.B, o.Hk, S, Ev, Evp);
     // One task per (b, h, query block); each writes its own rows only.
-    parallel_for(o.B * o.H * nqb, 1, [&](int64_t t0, int64_t t1) {
+    parallel_tasks(o.B * o.H * nqb, [&](int64_t t0, int64_t t1) {
       Tensor h1, h2, h3;
       A* qt = scratch<A>(h1, E * kBq);     // the query block transposed, [E, kBq]
       A* st = scratch<A>(h2, kBkRows * kBq);   // scores, then weights, [keys, queries]
@@ -178,7 +178,7 @@ template <typename T> struct SdpaBackward {
     const HeadRows<A> kr(o.k, o.sk, o.B, o.Hk, S, E, Ep);
     // One task per (b, kv head): it owns its keys' dk/dv (the grouped query heads are summed in
     // order, so results do not depend on the thread count) and the dq rows of its query heads.
-    parallel_for(o.B * o.Hk, 1, [&](int64_t t0, int64_t t1) {
+    parallel_tasks(o.B * o.Hk, [&](int64_t t0, int64_t t1) {
       Tensor h1, h2, h3, h4, h5, h6, h7, h8, h9;
       A* dk_acc = scratch<A>(h1, (Sp + kMr) * Ep);
       A* dv_acc = scratch<A>(h2, (Sp + kMr) * Evp);

@@ -147,31 +147,43 @@ void transpose_round(uint16_t* dst, float* tmp, float* st, int64_t nkm, int64_t 
   round_rows(dst, kBk, tmp, kBk, bqn, kBk);
 }
 
-// Whole key or value heads, their rows padded with zeros to Sp: as bf16 rows [B * Hk, Sp, ld]
-// (A operands) and as pair words [B * Hk, Sp / 2, ld] (B operands, keys paired). O(S * E).
-struct PackedHeads {
+// Key or value heads as the products read them: bf16 rows (A operands), in place where the head
+// dim fills whole tiles (a multiple of 32) and the rows whole blocks of 32, else copied with zero
+// padding to [B * Hk, Sp, ld]; and on request their keys paired into words (B operands),
+// [B * Hk, Sp / 2, ld]. The copies take O(S * E) memory, like the inputs.
+struct Heads {
   Tensor rows_t, pairs_t;
   const uint16_t* rows;
-  const Word* pairs;
-  int64_t Sp, ld;
-  PackedHeads(const uint16_t* src, const Strides4& st, int64_t B, int64_t Hk, int64_t S, int64_t cols, int64_t ld_)
-      : Sp(round_up(std::max<int64_t>(S, 1), kBk)), ld(ld_) {
-    rows_t = empty({B * Hk * Sp * ld}, TensorOptions(kBFloat16));
-    pairs_t = empty({B * Hk * Sp / 2 * ld}, TensorOptions(kInt32));
-    auto* r = static_cast<uint16_t*>(rows_t.raw_data());
-    auto* p = static_cast<Word*>(pairs_t.raw_data());
-    rows = r, pairs = p;
+  Strides4 rs;  // row j of head (b, h) at rows + rs.at(b, h, j)
+  const Word* pairs = nullptr;
+  int64_t Hk, Sp, ld;
+  Heads(const uint16_t* src, const Strides4& st, int64_t B, int64_t Hk_, int64_t S, int64_t cols, int64_t ld_,
+        bool want_pairs)
+      : rows(src), rs(st), Hk(Hk_), Sp(round_up(std::max<int64_t>(S, 1), kBk)), ld(ld_) {
+    const bool copy_rows = cols % 32 != 0 || S % 32 != 0;
+    uint16_t* r = nullptr;
+    Word* p = nullptr;
+    if (copy_rows) {
+      rows_t = empty({B * Hk * Sp * ld}, TensorOptions(kBFloat16));
+      rows = r = static_cast<uint16_t*>(rows_t.raw_data());
+      rs.s[0] = Hk * Sp * ld, rs.s[1] = Sp * ld, rs.s[2] = ld, rs.s[3] = 1;
+    }
+    if (want_pairs) {
+      pairs_t = empty({B * Hk * Sp / 2 * ld}, TensorOptions(kInt32));
+      pairs = p = static_cast<Word*>(pairs_t.raw_data());
+    }
     const int64_t Spv = Sp, ldv = ld;
     parallel_for(B * Hk, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
-        const uint16_t* s = src + st.at(t / Hk, t % Hk, 0);
-        load_tile(r + t * Spv * ldv, ldv, Spv, s, st.s[2], S, cols);
-        pair_rows(p + t * Spv / 2 * ldv, ldv, Spv / 2, s, st.s[2], S, cols);
+        const uint16_t* s = src + st.at(t / Hk_, t % Hk_, 0);
+        if (r) load_tile(r + t * Spv * ldv, ldv, Spv, s, st.s[2], S, cols);
+        if (p) pair_rows(p + t * Spv / 2 * ldv, ldv, Spv / 2, s, st.s[2], S, cols);
       }
     });
   }
-  const uint16_t* row(int64_t bh, int64_t j) const { return rows + (bh * Sp + j) * ld; }
-  const Word* pair(int64_t bh, int64_t j) const { return pairs + (bh * Sp + j) / 2 * ld; }
+  const uint16_t* row(int64_t b, int64_t h, int64_t j) const { return rows + rs.at(b, h, j); }
+  int64_t row_stride() const { return rs.s[2]; }
+  const Word* pair(int64_t b, int64_t h, int64_t j) const { return pairs + ((b * Hk + h) * Sp + j) / 2 * ld; }
 };
 
 // Words of bf16 rows: every stride even and the data 4-byte aligned, so that a row's pairs
@@ -207,9 +219,9 @@ bool sdpa_forward_bf16(const Tensor& out, const Tensor& lse, const Tensor& q, co
   float* lse_p = lse.data_ptr<float>();
   const int64_t E = o.E, Ep = o.Ep, Ev = o.Ev, Evp = o.Evp, L = o.L, S = o.S;
   const int64_t nqb = (L + kBq - 1) / kBq;
-  const PackedHeads kh(o.k, o.sk, o.B, o.Hk, S, E, Ep), vh(o.v, o.sv, o.B, o.Hk, S, Ev, Evp);
+  const Heads kh(o.k, o.sk, o.B, o.Hk, S, E, Ep, false), vh(o.v, o.sv, o.B, o.Hk, S, Ev, Evp, true);
   // One task per (b, h, query block); each writes its own rows only.
-  parallel_for(o.B * o.H * nqb, 1, [&](int64_t t0, int64_t t1) {
+  parallel_tasks(o.B * o.H * nqb, [&](int64_t t0, int64_t t1) {
     const Tiles tiles;
     Tensor h[5];
     Word* qw = word_scratch(h[0], Ep / 2 * kBq);       // q^T, features paired
@@ -219,7 +231,7 @@ bool sdpa_forward_bf16(const Tensor& out, const Tensor& lse, const Tensor& q, co
     uint16_t* pt = bf16_scratch(h[4], kBq * kBk);      // weights, [queries, keys]
     float m[kBq], l[kBq], alpha[kBq];
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t qb = t % nqb, bh = t / nqb, b = bh / o.H, hh = bh % o.H, kv = b * o.Hk + o.kv_head(hh);
+      const int64_t qb = t % nqb, bh = t / nqb, b = bh / o.H, hh = bh % o.H, hk = o.kv_head(hh);
       const int64_t i0 = qb * kBq, bq = std::min(kBq, L - i0), bqn = round_up(bq, kNr);
       load_tile_t(qw, words(o.q + o.sq.at(b, hh, i0)), o.sq.s[2] / 2, bq, E / 2);
       std::fill(acc, acc + kBqRows * Evp, 0.0f);
@@ -230,14 +242,14 @@ bool sdpa_forward_bf16(const Tensor& out, const Tensor& lse, const Tensor& q, co
         const int64_t bk = std::min(kBk, S - j0), nk = o.causal ? std::min(bk, i0 + bq - j0) : bk;
         const int64_t nkm = round_up(nk, kMr);
         const int64_t diag = o.causal ? j0 - i0 : kNoDiag;
-        amx_gemm(st, kBq, kh.row(kv, j0), Ep, qw, kBq, round_up(nk, 32), bqn, Ep, false, diag);
+        amx_gemm(st, kBq, kh.row(b, hk, j0), kh.row_stride(), qw, kBq, round_up(nk, 32), bqn, Ep, false, diag);
         mask_scores_t(st, o, b, hh, i0, bq, bqn, j0, nk);
         online_softmax_step(st, nkm, bqn, m, l, alpha);
         drop_weights(st, o, b, hh, i0, bq, j0, nk);
         for (int64_t i = 0; i < bq; ++i)
           for (int64_t c = 0; c < Evp; ++c) acc[i * Evp + c] *= alpha[i];
         transpose_round(pt, tmp, st, nkm, bqn);
-        amx_gemm(acc, Evp, pt, kBk, vh.pair(kv, j0), Evp, bqn, Evp, kBk, true);
+        amx_gemm(acc, Evp, pt, kBk, vh.pair(b, hk, j0), Evp, bqn, Evp, kBk, true);
       }
       finish_rows(out_p + so.at(b, hh, i0), so.s[2], lse_p + (b * o.H + hh) * L + i0, acc, Evp, m, l, bq, Ev);
     }
@@ -258,10 +270,10 @@ bool sdpa_backward_bf16(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
   auto* dk_p = static_cast<BFloat16*>(dk.raw_data());
   auto* dv_p = static_cast<BFloat16*>(dv.raw_data());
   const int64_t E = o.E, Ev = o.Ev, Ep = o.Ep, Evp = o.Evp, L = o.L, S = o.S, G = o.Hk > 0 ? o.H / o.Hk : 0;
-  const PackedHeads kh(o.k, o.sk, o.B, o.Hk, S, E, Ep), vh(o.v, o.sv, o.B, o.Hk, S, Ev, Evp);
+  const Heads kh(o.k, o.sk, o.B, o.Hk, S, E, Ep, true), vh(o.v, o.sv, o.B, o.Hk, S, Ev, Evp, false);
   const int64_t Sp = kh.Sp;
   // One task per (b, kv head), as the f32 kernel: dk/dv of its keys, dq of its query heads.
-  parallel_for(o.B * o.Hk, 1, [&](int64_t t0, int64_t t1) {
+  parallel_tasks(o.B * o.Hk, [&](int64_t t0, int64_t t1) {
     const Tiles tiles;
     Tensor h[11];
     float* dk_acc = scratch<float>(h[0], Sp * Ep);
@@ -277,7 +289,7 @@ bool sdpa_backward_bf16(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
     float* dq_acc = scratch<float>(h[10], kBqRows * Ep);
     float D[kBq], lsafe[kBq];
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t b = t / o.Hk, hk = t % o.Hk, kv = b * o.Hk + hk;
+      const int64_t b = t / o.Hk, hk = t % o.Hk;
       std::fill(dk_acc, dk_acc + Sp * Ep, 0.0f);
       std::fill(dv_acc, dv_acc + Sp * Evp, 0.0f);
       for (int64_t hh = hk * G; hh < (hk + 1) * G; ++hh) {
@@ -297,9 +309,9 @@ bool sdpa_backward_bf16(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
             const int64_t bk = std::min(kBk, S - j0), nk = o.causal ? std::min(bk, i0 + bq - j0) : bk;
             const int64_t nkm = round_up(nk, kMr), nk32 = round_up(nk, 32);
             const int64_t diag = o.causal ? j0 - i0 : kNoDiag;
-            amx_gemm(pt, kBq, kh.row(kv, j0), Ep, qw, kBq, nk32, bqn, Ep, false, diag);
+            amx_gemm(pt, kBq, kh.row(b, hk, j0), kh.row_stride(), qw, kBq, nk32, bqn, Ep, false, diag);
             mask_scores_t(pt, o, b, hh, i0, bq, bqn, j0, nk);
-            amx_gemm(dst, kBq, vh.row(kv, j0), Evp, gw, kBq, nk32, bqn, Evp, false);
+            amx_gemm(dst, kBq, vh.row(b, hk, j0), vh.row_stride(), gw, kBq, nk32, bqn, Evp, false);
             weights_and_score_grads(pt, dst, o, b, hh, i0, bq, bqn, j0, nk, nkm, D, lsafe);
             std::fill(pt + nkm * kBq, pt + nk32 * kBq, 0.0f);
             std::fill(dst + nkm * kBq, dst + nk32 * kBq, 0.0f);
@@ -310,7 +322,7 @@ bool sdpa_backward_bf16(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
             round_rows(rounded, kBq, dst, kBq, nk32, bqn);
             amx_gemm(dk_acc + j0 * Ep, Ep, rounded, kBq, qp, Ep, nk32, Ep, bqn, true);
             transpose_round(rounded, tmp, dst, nkm, bqn);
-            amx_gemm(dq_acc, Ep, rounded, kBk, kh.pair(kv, j0), Ep, bqn, Ep, kBk, true);
+            amx_gemm(dq_acc, Ep, rounded, kBk, kh.pair(b, hk, j0), Ep, bqn, Ep, kBk, true);
           }
           BFloat16* dqo = dq_p + sdq.at(b, hh, i0);
           for (int64_t i = 0; i < bq; ++i)

@@ -1,5 +1,7 @@
 // Internal: the tile sizes, operands and elementwise steps shared by the f32 and the bf16 CPU attention kernels.
 #pragma once
+#include <omp.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -86,6 +88,19 @@ struct Strides4 {
   }
   int64_t at(int64_t b, int64_t h, int64_t i) const { return b * s[0] + h * s[1] + i * s[2]; }
 };
+
+// Calls f(begin, end) once per thread over a static split of [0, n) tasks, each writing outputs
+// of its own (so results do not depend on the split): a task's scratch is then set up once per
+// thread, where parallel_for would call f once per task.
+template <typename F> void parallel_tasks(int64_t n, F&& f) {
+  if (n <= 0) return;
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads(), id = omp_get_thread_num();
+    const int64_t begin = n * id / threads, end = n * (id + 1) / threads;
+    if (begin < end) f(begin, end);
+  }
+}
 
 // Scratch buffers come from tensors, so the CPU allocator's counters see every byte.
 template <typename A> A* scratch(Tensor& holder, int64_t n) {
