@@ -29,17 +29,14 @@ template <typename S> S* mptr(const Tensor& t) { return t.defined() ? static_cas
 
 // kLanes partial sums in one vector register (lane j takes elements j, j + kLanes, ...): written
 // as scalar arrays GCC kept them in scalars and shuffled every element in (a third of the
-// kernels' time). lane_total adds the lanes in a fixed order.
-// (A typedef in a class template: GCC drops vector_size from an alias template of a dependent type.)
+// kernels' time). lane_total adds the lanes in a fixed order. The type is a typedef in a class
+// template because GCC drops vector_size from an alias template of a dependent type; vectors
+// are passed by reference, as f64's 64 bytes have no register ABI without AVX-512.
 template <typename S> struct LanesOf {
   typedef S type __attribute__((vector_size(kLanes * sizeof(S))));
 };
 template <typename S> using Lanes = typename LanesOf<S>::type;
-template <typename S> Lanes<S> load_lanes(const S* p) {
-  Lanes<S> v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
+template <typename S> void load_lanes(Lanes<S>& v, const S* p) { std::memcpy(&v, p, sizeof v); }
 // The lanes as an array, for the tail's scalar adds to lane 0.
 template <typename S> struct LaneArray {
   S v[kLanes];
@@ -85,7 +82,9 @@ template <typename T, bool Rms> struct RowNormFwd {
         Lanes<S> sv = {}, qv = {};
         int64_t i = 0;
         for (; i + kLanes <= D; i += kLanes) {
-          const Lanes<S> d = load_lanes(xs + i) - shift;
+          Lanes<S> d;
+          load_lanes(d, xs + i);
+          d -= shift;
           sv += d;
           qv += d * d;
         }
@@ -171,9 +170,13 @@ template <typename T, bool Rms> struct RowNormBwd {
         Lanes<S> gv = {}, gxv = {};
         int64_t i = 0;
         for (; i + kLanes <= D; i += kLanes) {
-          const Lanes<S> g = load_lanes(gs + i) * load_lanes(wp + i);
+          Lanes<S> g, w, x;
+          load_lanes(g, gs + i);
+          load_lanes(w, wp + i);
+          load_lanes(x, xh + i);
+          g *= w;
           gv += g;
-          gxv += g * load_lanes(xh + i);
+          gxv += g * x;
         }
         LaneArray<S> sg = lane_array<S>(gv), sgx = lane_array<S>(gxv);
         for (; i < D; ++i) {
