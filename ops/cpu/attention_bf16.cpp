@@ -5,9 +5,9 @@
 // Xeon core: 940 GFLOPS of bf16 tile products against 160 of f32 FMAs, and AVX-512-BF16's
 // vdpbf16ps only 79 there, so no path uses it). Inputs are read as bf16, padded copies of the key
 // and value heads made once per call; the weights P and score gradients dS, which are not
-// inputs, are rounded to bf16 once before their products (as the GPU's flash attention and
-// PyTorch's CPU kernel do); the softmax, its statistics and every sum stay f32, and each output
-// is rounded once. AMX treats bf16 subnormals (below 1.2e-38) as 0.
+// inputs, are rounded to bf16 once before their products (as the GPU's flash attention does;
+// PyTorch's CPU kernel rounds P so too); the softmax, its statistics and every sum stay f32, and
+// each output is rounded once. AMX treats bf16 subnormals (below 1.2e-38) as 0.
 #include <algorithm>
 #include <cstdint>
 
