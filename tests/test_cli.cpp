@@ -43,6 +43,7 @@ TEST_CASE("mpx info prints the version line and the build", "[cli]") {
   CHECK(r.rc == 0);
   CHECK(r.out.rfind("mpx 0.1.0\n", 0) == 0);
   CHECK(r.out.find("CPU features:") != std::string::npos);
+  CHECK(r.out.find("CPU attention: f32 FMA tiles; bf16 ") != std::string::npos);
   CHECK(r.out.find("CUDA") != std::string::npos);
 }
 

@@ -52,6 +52,7 @@ int run_info(int argc, char** argv) {
               std::string(MPX_BUILD_CUDNN) == "ON" ? "on" : "off", std::string(MPX_BUILD_ONEDNN) == "ON" ? "on" : "off",
               cpu_conv_backend().c_str(), cpu_conv_native(kBFloat16) ? "native" : "on f32 copies");
   std::printf("CPU matrix products: %s\n", cpu_matmul_backend().c_str());
+  std::printf("CPU attention: %s\n", cpu_attention_backend().c_str());
   std::printf("distributed: %s\n", distributed::backend_info().c_str());
   std::printf("JPEG decoding: %s%s\n",
               data::have_libjpeg_turbo() ? "libjpeg-turbo"

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "core/half.h"
+#include "ops/backends.h"
 #include "ops/cpu/attention_tiles.h"
 #include "ops/cpu/loops.h"
 
@@ -354,3 +355,14 @@ bool sdpa_backward_bf16(const Tensor&, const Tensor&, const Tensor&, const Tenso
 #endif
 
 }  // namespace mpx::cpu::attn
+
+namespace mpx {
+std::string cpu_attention_backend() {
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
+  return cpu::attn::amx_usable() ? "f32 FMA tiles; bf16 on AMX tiles"
+                                 : "f32 FMA tiles; bf16 widened to f32 (the CPU or the OS gives no AMX-BF16)";
+#else
+  return "f32 FMA tiles; bf16 widened to f32 (built without AMX-BF16: -march has none)";
+#endif
+}
+}  // namespace mpx
