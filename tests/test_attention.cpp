@@ -127,6 +127,30 @@ double tol(DType dt) {
   }
 }
 
+// The fused op on q, k, v (one dtype) against the math path in f64 on the same values, both
+// drawing dropout from the same seed: out, dq, dk and dv in the inputs' dtype and within its tol.
+void check_fused_against_math(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& mask,
+                              double p, bool causal, bool gqa) {
+  manual_seed(7);
+  const tensor_list got = run(
+      [&](const Tensor& a, const Tensor& b, const Tensor& c) {
+        return scaled_dot_product_attention(a, b, c, mask, p, causal, std::nullopt, gqa);
+      },
+      q, k, v, w);
+  manual_seed(7);
+  const tensor_list ref = run(
+      [&](const Tensor& a, const Tensor& b, const Tensor& c) {
+        return scaled_dot_product_attention_math(a, b, c, mask, p, causal, std::nullopt, gqa);
+      },
+      q.to(kFloat64), k.to(kFloat64), v.to(kFloat64), w.to(kFloat64));
+  const char* what[] = {"out", "dq", "dk", "dv"};
+  for (int n = 0; n < 4; ++n) {
+    INFO(what[n] << " rel_err " << rel_err(got[n], ref[n]));
+    CHECK(got[n].dtype() == q.dtype());
+    CHECK(rel_err(got[n], ref[n]) < tol(q.dtype()));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("the math path equals f64 loops", "[attention]") {
@@ -154,24 +178,7 @@ TEST_CASE("fused forward and backward equal the math path in every floating dtyp
       const Tensor q = randn_f64({c.B, c.H, c.L, c.E}, 11).to(dt), k = randn_f64({c.B, c.Hk, c.S, c.E}, 12).to(dt),
                    v = randn_f64({c.B, c.Hk, c.S, c.Ev}, 13).to(dt);
       const Tensor w = randn_f64({c.B, c.H, c.L, c.Ev}, 14).to(dt);
-      const Tensor mask = make_mask(c, 15);
-      const bool gqa = c.Hk != c.H;
-      const tensor_list got = run(
-          [&](const Tensor& a, const Tensor& b, const Tensor& d) {
-            return scaled_dot_product_attention(a, b, d, mask, 0.0, c.causal, std::nullopt, gqa);
-          },
-          q, k, v, w);
-      const tensor_list ref = run(
-          [&](const Tensor& a, const Tensor& b, const Tensor& d) {
-            return scaled_dot_product_attention_math(a, b, d, mask, 0.0, c.causal, std::nullopt, gqa);
-          },
-          q.to(kFloat64), k.to(kFloat64), v.to(kFloat64), w.to(kFloat64));
-      const char* what[] = {"out", "dq", "dk", "dv"};
-      for (int n = 0; n < 4; ++n) {
-        INFO(what[n] << " rel_err " << rel_err(got[n], ref[n]));
-        CHECK(got[n].dtype() == dt);
-        CHECK(rel_err(got[n], ref[n]) < tol(dt));
-      }
+      check_fused_against_math(q, k, v, w, make_mask(c, 15), 0.0, c.causal, c.Hk != c.H);
     }
   }
 }
@@ -217,30 +224,13 @@ TEST_CASE("inputs of other ranks and strides", "[attention]") {
 }
 
 TEST_CASE("bf16 at a GPT's layout and sizes: causal, GQA with a mask, dropout, odd row strides", "[attention]") {
-  // Where the CPU has AVX-512-BF16 these run its dot products (P and dS rounded to bf16 before
-  // their products); elsewhere, and for the odd row stride, the widened f32 kernels. Either way
-  // the result is within bf16 rounding of f64 arithmetic on the same values.
+  // Where the build and the CPU have AMX-BF16 these run its tiles (P and dS rounded to bf16
+  // before their products); elsewhere, and for the odd row stride, the widened f32 kernels.
+  // Either way the result is within bf16 rounding of f64 arithmetic on the same values.
   const auto check = [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double p, bool causal,
                         bool gqa) {
     const Tensor w = randn_f64({q.size(0), q.size(1), q.size(2), v.size(3)}, 40).to(kBFloat16);
-    manual_seed(7);
-    const tensor_list got = run(
-        [&](const Tensor& a, const Tensor& b, const Tensor& c) {
-          return scaled_dot_product_attention(a, b, c, mask, p, causal, std::nullopt, gqa);
-        },
-        q, k, v, w);
-    manual_seed(7);
-    const tensor_list ref = run(
-        [&](const Tensor& a, const Tensor& b, const Tensor& c) {
-          return scaled_dot_product_attention_math(a, b, c, mask, p, causal, std::nullopt, gqa);
-        },
-        q.to(kFloat64), k.to(kFloat64), v.to(kFloat64), w.to(kFloat64));
-    const char* what[] = {"out", "dq", "dk", "dv"};
-    for (int n = 0; n < 4; ++n) {
-      INFO(what[n] << " rel_err " << rel_err(got[n], ref[n]));
-      CHECK(got[n].dtype() == kBFloat16);
-      CHECK(rel_err(got[n], ref[n]) < tol(kBFloat16));
-    }
+    check_fused_against_math(q, k, v, w, mask, p, causal, gqa);
   };
   // q, k, v as a GPT splits them: views of one [B, T, 3, H, E] projection, heads permuted in.
   const Tensor qkv = randn_f64({2, 150, 3, 2, 64}, 41).to(kBFloat16);

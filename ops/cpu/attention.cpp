@@ -224,17 +224,11 @@ template <typename T> struct SdpaBackward {
               tile_gemm<true, true, Causal::kKeysAfter>(dq_acc, Ep, dst, kBq, kr.row(b, hk, j0), kr.ld, bq, Ep, nk,
                                                         diag);
             }
-            T* dqo = dq_p + sdq.at(b, h, i0);
-            for (int64_t i = 0; i < bq; ++i)
-              for (int64_t c = 0; c < E; ++c) dqo[i * sdq.s[2] + c] = static_cast<T>(dq_acc[i * Ep + c]);
+            store_rows(dq_p + sdq.at(b, h, i0), sdq.s[2], dq_acc, Ep, bq, E);
           }
         }
-        T* dko = dk_p + sdk.at(b, hk, 0);
-        T* dvo = dv_p + sdv.at(b, hk, 0);
-        for (int64_t j = 0; j < S; ++j) {
-          for (int64_t c = 0; c < E; ++c) dko[j * sdk.s[2] + c] = static_cast<T>(dk_acc[j * Ep + c]);
-          for (int64_t c = 0; c < Ev; ++c) dvo[j * sdv.s[2] + c] = static_cast<T>(dv_acc[j * Evp + c]);
-        }
+        store_rows(dk_p + sdk.at(b, hk, 0), sdk.s[2], dk_acc, Ep, S, E);
+        store_rows(dv_p + sdv.at(b, hk, 0), sdv.s[2], dv_acc, Evp, S, Ev);
       }
     });
   }

@@ -325,17 +325,11 @@ bool sdpa_backward_bf16(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
             transpose_round(rounded, tmp, dst, nkm, bqn);
             amx_gemm(dq_acc, Ep, rounded, kBk, kh.pair(b, hk, j0), Ep, bqn, Ep, kBk, true);
           }
-          BFloat16* dqo = dq_p + sdq.at(b, hh, i0);
-          for (int64_t i = 0; i < bq; ++i)
-            for (int64_t c = 0; c < E; ++c) dqo[i * sdq.s[2] + c] = static_cast<BFloat16>(dq_acc[i * Ep + c]);
+          store_rows(dq_p + sdq.at(b, hh, i0), sdq.s[2], dq_acc, Ep, bq, E);
         }
       }
-      BFloat16* dko = dk_p + sdk.at(b, hk, 0);
-      BFloat16* dvo = dv_p + sdv.at(b, hk, 0);
-      for (int64_t j = 0; j < S; ++j) {
-        for (int64_t c = 0; c < E; ++c) dko[j * sdk.s[2] + c] = static_cast<BFloat16>(dk_acc[j * Ep + c]);
-        for (int64_t c = 0; c < Ev; ++c) dvo[j * sdv.s[2] + c] = static_cast<BFloat16>(dv_acc[j * Evp + c]);
-      }
+      store_rows(dk_p + sdk.at(b, hk, 0), sdk.s[2], dk_acc, Ep, S, E);
+      store_rows(dv_p + sdv.at(b, hk, 0), sdv.s[2], dv_acc, Evp, S, Ev);
     }
   });
   return true;

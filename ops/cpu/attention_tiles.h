@@ -345,9 +345,16 @@ void finish_rows(T* orow, int64_t os, A* lrow, const A* acc, int64_t ldacc, cons
   }
 }
 
-/// The bf16 kernels on AVX-512-BF16 dot products (attention_bf16.cpp): false where they do not
-/// run the case (the CPU or the build lacks the instructions, an odd head dim or row stride),
-/// and the caller's widened f32 kernels take it.
+// rows x cols f32 sums (row stride ls) into a gradient's rows (row stride ds), rounded once to T.
+template <typename T, typename A>
+void store_rows(T* dst, int64_t ds, const A* src, int64_t ls, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[r * ds + c] = static_cast<T>(src[r * ls + c]);
+}
+
+/// The bf16 kernels on AMX tiles (attention_bf16.cpp): false where they do not run the case (the
+/// CPU or the build lacks AMX-BF16, an odd head dim or row stride), and the caller's widened f32
+/// kernels take it.
 bool sdpa_forward_bf16(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                        const Tensor& mask, const SdpaParams& p);
 bool sdpa_backward_bf16(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
