@@ -13,6 +13,7 @@
 #include "gradcheck.h"
 #include "test_util.h"
 #include "ops/elementwise.h"
+#include "ops/index.h"
 #include "ops/norm.h"
 #include "ops/pooling.h"
 #include "ops/reduction.h"
@@ -391,6 +392,41 @@ TEST_CASE("batch_norm on channels-last f32 is identical on one and two threads",
   CHECK(g1.is_contiguous(MemoryFormat::ChannelsLast));
   CHECK(equal(y1, y2));
   CHECK(equal(g1, g2));
+}
+
+TEST_CASE("row-major batch_norm: the same bits on any thread count, exact residual gradients, statistics of offset data",
+          "[norm]") {
+  // The row-major kernels sum each channel in 8 double lanes over rows of 49 values (a tail of 1
+  // per row) and widen 16-bit rows into per-thread buffers: neither may depend on the threads.
+  manual_seed(27);
+  const Tensor x0 = randn({6, 5, 7, 7}) * 3.0 + 1.0, z0 = randn({6, 5, 7, 7}), g0 = randn({6, 5, 7, 7});
+  for (DType dt : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
+    INFO(dtype_name(dt));
+    const DType st = dt == kFloat64 ? kFloat64 : kFloat32;
+    auto run = [&](int threads, bool add) {
+      const int saved = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      Tensor x = x0.to(dt).detach().set_requires_grad(true), z = z0.to(dt).detach().set_requires_grad(true);
+      Tensor w = (ones({5}) * 0.7).to(st).set_requires_grad(true), b = (ones({5}) * 0.1).to(st).set_requires_grad(true);
+      Tensor y = add ? batch_norm_add_relu(x, z, {}, {}, w, b, true) : batch_norm_relu(x, {}, {}, w, b, true);
+      const Tensor gy = g0.to(dt);
+      y.backward(gy);
+      omp_set_num_threads(saved);
+      if (add) CHECK(equal(z.grad(), where(gt(y.detach(), 0.0), gy, 0.0)));  // the masked gy, bit for bit
+      return tensor_list{y.detach(), x.grad(), w.grad(), b.grad()};
+    };
+    for (bool add : {false, true}) {
+      const tensor_list one = run(1, add), three = run(3, add);
+      for (size_t i = 0; i < one.size(); ++i) CHECK(equal(one[i], three[i]));
+    }
+  }
+  // Data far from 0: the two-pass statistics in double keep the variance of values around 1,000.
+  const Tensor x = randn({16, 3, 9, 9}) + 1000.0;
+  Tensor rm = zeros({3}), rv = ones({3});
+  batch_norm(x, rm, rv, {}, {}, true, 1.0);
+  const Tensor xd = x.to(kFloat64).transpose(0, 1).reshape({3, -1});
+  CHECK(close(rm, mean(xd, {1}).to(kFloat32), 1e-6, 1e-7));
+  CHECK(close(rv, var(xd, {1}).to(kFloat32), 1e-5, 1e-5));
 }
 
 TEST_CASE("batch_norm validation errors", "[norm][errors]") {

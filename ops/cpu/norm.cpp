@@ -2,6 +2,8 @@
 // for row-major [N, C, S] and channels-last [N, C, H, W] activations.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -19,28 +21,64 @@ template <typename T> using stat_t = std::conditional_t<std::is_same_v<T, double
 template <typename S>
 S* mut(const Tensor& t) { return t.defined() ? static_cast<S*>(t.raw_data()) : nullptr; }
 
-// Adds f(i) over [0, n) into `sums` (K double accumulators side by side, each summing its own
-// fixed subset in a fixed order, so results never depend on threads): independent lanes
-// let the compiler vectorize what one serial double sum would not.
-template <int K, typename F>
-void add_lanes(double (&sums)[K][8], int64_t n, F f) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    double v[K][8];
-    for (int j = 0; j < 8; ++j) f(i + j, v, j);
-    for (int k = 0; k < K; ++k)
-      for (int j = 0; j < 8; ++j) sums[k][j] += v[k][j];
-  }
-  for (; i < n; ++i) {
-    double v[K][8];
-    f(i, v, 0);
-    for (int k = 0; k < K; ++k) sums[k][0] += v[k][0];
+// A channel's sums in double, in 8 lanes: lane j adds the values at i = j (mod 8) of each row's
+// whole blocks of 8, in order, lane 0 the row's tail after them, and total() adds the lanes in a
+// fixed tree: fixed subsets in a fixed order, so results never depend on threads. Written with
+// vectors of 8 doubles, since GCC left the same sums in scalar form (the widening to double,
+// two sums at once) unvectorized.
+typedef double Lanes8 __attribute__((vector_size(64)));
+struct LaneSums {
+  Lanes8 v = {};
+  double total() const { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
+};
+// Eight values from p (f32 or f64) as doubles; by reference, since 64-byte vectors have no
+// register ABI on AVX2 builds.
+template <typename A> void load8(Lanes8& v, const A* p) {
+  if constexpr (std::is_same_v<A, double>) {
+    std::memcpy(&v, p, sizeof v);
+  } else {
+    typedef float F8 __attribute__((vector_size(32)));
+    F8 f;
+    std::memcpy(&f, p, sizeof f);
+    v = __builtin_convertvector(f, Lanes8);
   }
 }
-template <int K>
-double total(const double (&sums)[K][8], int k) {
-  const double* s = sums[k];
-  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+// s += r[i] over a row of n values.
+template <typename A> void add_row(LaneSums& s, const A* r, int64_t n) {
+  int64_t i = 0;
+  for (Lanes8 v; i + 8 <= n; i += 8) {
+    load8(v, r + i);
+    s.v += v;
+  }
+  for (; i < n; ++i) s.v[0] += static_cast<double>(r[i]);
+}
+// s += (r[i] - m)^2.
+template <typename A> void add_sq_row(LaneSums& s, const A* r, int64_t n, double m) {
+  int64_t i = 0;
+  for (Lanes8 v; i + 8 <= n; i += 8) {
+    load8(v, r + i);
+    v -= m;
+    s.v += v * v;
+  }
+  for (; i < n; ++i) {
+    const double d = static_cast<double>(r[i]) - m;
+    s.v[0] += d * d;
+  }
+}
+// sg += g[i], sgx += g[i] * (x[i] - m).
+template <typename A> void add_grad_row(LaneSums& sg, LaneSums& sgx, const A* g, const A* x, int64_t n, double m) {
+  int64_t i = 0;
+  for (Lanes8 gv, xv; i + 8 <= n; i += 8) {
+    load8(gv, g + i);
+    load8(xv, x + i);
+    sg.v += gv;
+    sgx.v += gv * (xv - m);
+  }
+  for (; i < n; ++i) {
+    const double gv = static_cast<double>(g[i]);
+    sg.v[0] += gv;
+    sgx.v[0] += gv * (static_cast<double>(x[i]) - m);
+  }
 }
 
 // Channels are independent; a channel's work is N segments of S contiguous elements.
@@ -76,30 +114,19 @@ GradCoef<A> grad_coef(int64_t c, double sg, double sgx, int64_t M, const St* mp,
           t ? static_cast<A>(sgx * is * is / static_cast<double>(M)) : A(0), static_cast<A>(mp[c])};
 }
 
-// Channel c's N row segments of S values as A: f32/f64 rows in place; f16/bf16 rows widened into a
-// per-thread buffer first (one vectorized pass), since the double sums over them vectorize on f32
-// input and not on 16-bit input (bf16 batch norm took twice f32's time). Values, sums and their
-// order are unchanged: each value was widened to f32 on its way to double before.
+// A channel's N row segments of S values, as A: f32/f64 rows are read in place; f16/bf16 rows
+// (and masked gradients) are widened into a per-thread buffer by the first pass over them, so
+// that the later passes and the double sums read f32 (each value is widened to f32 on its way to
+// double in any case).
 template <typename A> struct ChannelRows {
   const A* base;
   int64_t stride;
   const A* row(int64_t n) const { return base + n * stride; }
 };
-template <typename T, typename A = acc_t<T>>
-ChannelRows<A> channel_rows(const T* p, int64_t c, int64_t N, int64_t C, int64_t S, int slot) {
-  if constexpr (std::is_same_v<T, A>) {
-    return {p + c * S, C * S};
-  } else {
-    thread_local std::vector<A> buf[2];
-    std::vector<A>& b = buf[slot];
-    b.resize(static_cast<size_t>(N * S));
-    for (int64_t n = 0; n < N; ++n) {
-      const T* r = p + (n * C + c) * S;
-      A* o = b.data() + n * S;
-      for (int64_t i = 0; i < S; ++i) o[i] = static_cast<A>(r[i]);
-    }
-    return {b.data(), S};
-  }
+template <typename A> A* row_buffer(int slot, int64_t n) {
+  thread_local std::vector<A> buf[2];
+  buf[slot].resize(static_cast<size_t>(std::max<int64_t>(n, 1)));
+  return buf[slot].data();
 }
 
 // What follows the normalization in a forward kernel: nothing, a ReLU, or the add of z and a
@@ -133,26 +160,38 @@ void forward(const Tensor& y, const Tensor& mean, const Tensor& var, const Tenso
   T* yp = static_cast<T*>(y.raw_data());
   St *mp = mut<St>(mean), *vp = mut<St>(var), *ip = mut<St>(invstd);
   const St *wp = mut<St>(weight), *bp = mut<St>(bias);
+  constexpr bool kWide = !std::is_same_v<T, A>;
   for_channels(C, M, [&](int64_t c) {
-    const auto rows = channel_rows(xp, c, N, C, S, 0);
+    A* wide = kWide ? row_buffer<A>(0, M) : nullptr;
+    ChannelRows<A> rows{wide, S};
+    if constexpr (!kWide) rows = {xp + c * S, C * S};
     if (training) {
-      double s[1][8] = {};
+      // The first pass sums the values, widening 16-bit rows on the way.
+      LaneSums s;
       for (int64_t n = 0; n < N; ++n) {
-        const A* r = rows.row(n);
-        add_lanes(s, S, [&](int64_t i, double (&v)[1][8], int j) { v[0][j] = static_cast<double>(r[i]); });
+        const T* r = xp + (n * C + c) * S;
+        if constexpr (kWide) {
+          // Widened row by row, each summed while it is in L1 (two loops: one vectorizes
+          // where a fused one stayed scalar).
+          A* o = wide + n * S;
+          for (int64_t i = 0; i < S; ++i) o[i] = static_cast<A>(r[i]);
+          add_row(s, o, S);
+        } else {
+          add_row(s, r, S);
+        }
       }
-      const double m = M > 0 ? total(s, 0) / static_cast<double>(M) : 0.0;
-      double q[1][8] = {};
-      for (int64_t n = 0; n < N; ++n) {
-        const A* r = rows.row(n);
-        add_lanes(q, S, [&](int64_t i, double (&v)[1][8], int j) {
-          const double d = static_cast<double>(r[i]) - m;
-          v[0][j] = d * d;
-        });
-      }
-      const double ss = total(q, 0);
+      const double m = M > 0 ? s.total() / static_cast<double>(M) : 0.0;
+      LaneSums q;
+      for (int64_t n = 0; n < N; ++n) add_sq_row(q, rows.row(n), S, m);
+      const double ss = q.total();
       mp[c] = static_cast<St>(m);
       vp[c] = static_cast<St>(M > 0 ? ss / static_cast<double>(M) : 0.0);
+    } else if constexpr (kWide) {
+      for (int64_t n = 0; n < N; ++n) {
+        const T* r = xp + (n * C + c) * S;
+        A* o = wide + n * S;
+        for (int64_t i = 0; i < S; ++i) o[i] = static_cast<A>(r[i]);
+      }
     }
     const auto [scale, shift] = affine<A>(c, mp, vp, ip, wp, bp, eps);
     for (int64_t n = 0; n < N; ++n) {
@@ -164,33 +203,68 @@ void forward(const Tensor& y, const Tensor& mean, const Tensor& var, const Tenso
   });
 }
 
+// One row segment of the backward's first pass: g = gy, or with a ReLU after batch norm (y
+// given) g = gy where y > 0 else 0, written to gz (the residual's gradient) when asked; x and g
+// go to the rows ox/og as A where they are not the inputs themselves (null: read in place), and
+// sum(g), sum(g * (x - m)) are added to sg and sgx while the row is in L1. Simple loops, each of
+// which vectorizes (one loop doing all of it stayed scalar).
+template <typename T, typename A>
+void grad_sums_row(LaneSums& sg, LaneSums& sgx, const T* x, const T* gy, const T* y, T* gz, A* ox, A* og, int64_t S,
+                   double m) {
+  if (ox)
+    for (int64_t i = 0; i < S; ++i) ox[i] = static_cast<A>(x[i]);
+  if (y && gz) {
+    for (int64_t i = 0; i < S; ++i) {
+      const bool keep = static_cast<A>(y[i]) > A(0);
+      og[i] = select_bits(keep, static_cast<A>(gy[i]), A(0));
+      gz[i] = keep_or_zero(keep, gy[i]);
+    }
+  } else if (y) {
+    for (int64_t i = 0; i < S; ++i) og[i] = select_bits(static_cast<A>(y[i]) > A(0), static_cast<A>(gy[i]), A(0));
+  } else if (og) {
+    for (int64_t i = 0; i < S; ++i) og[i] = static_cast<A>(gy[i]);
+  }
+  add_grad_row(sg, sgx, og ? og : reinterpret_cast<const A*>(gy), ox ? ox : reinterpret_cast<const A*>(x), S, m);
+}
+
+// Batch norm's backward; with y (the fused ops' output) the ReLU's mask is applied to gy first,
+// and the masked gy is written to gz where gz is defined.
 template <typename T>
 void backward(const Tensor& gx, const Tensor& gweight, const Tensor& gbias, const Tensor& gy, const Tensor& x,
-              const Tensor& mean, const Tensor& invstd, const Tensor& weight, bool training) {
+              const Tensor& mean, const Tensor& invstd, const Tensor& weight, bool training, const Tensor& y,
+              const Tensor& gz) {
   using St = stat_t<T>;
   using A = acc_t<T>;
+  constexpr bool kWide = !std::is_same_v<T, A>;
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2), M = N * S;
   const T* xp = static_cast<const T*>(x.raw_data());
   const T* gp = static_cast<const T*>(gy.raw_data());
+  const T* yp = y.defined() ? static_cast<const T*>(y.raw_data()) : nullptr;
+  T* gzp = mut<T>(gz);
   T* gxp = mut<T>(gx);
   St *gwp = mut<St>(gweight), *gbp = mut<St>(gbias);
   const St *mp = mut<St>(mean), *ip = mut<St>(invstd), *wp = mut<St>(weight);
+  const bool own_g = kWide || yp;
   for_channels(C, M, [&](int64_t c) {
     const double m = static_cast<double>(mp[c]);
-    const auto xr = channel_rows(xp, c, N, C, S, 0), gr = channel_rows(gp, c, N, C, S, 1);
-    double sums[2][8] = {};  // sum(gy), sum(gy * (x - mean))
+    A* bx = kWide ? row_buffer<A>(0, M) : nullptr;
+    A* bg = own_g ? row_buffer<A>(1, M) : nullptr;
+    LaneSums sg, sgx;  // sum(g), sum(g * (x - mean))
     for (int64_t n = 0; n < N; ++n) {
-      const A* r = xr.row(n);
-      const A* g = gr.row(n);
-      add_lanes(sums, S, [&](int64_t i, double (&v)[2][8], int j) {
-        const double gv = static_cast<double>(g[i]);
-        v[0][j] = gv;
-        v[1][j] = gv * (static_cast<double>(r[i]) - m);
-      });
+      const int64_t off = (n * C + c) * S;
+      A* ox = bx ? bx + n * S : nullptr;
+      A* og = bg ? bg + n * S : nullptr;
+      grad_sums_row(sg, sgx, xp + off, gp + off, yp ? yp + off : nullptr, gzp ? gzp + off : nullptr, ox, og, S, m);
     }
     const auto [k, gmean, xcoef, am] =
-        grad_coef<A>(c, total(sums, 0), total(sums, 1), M, mp, ip, wp, gwp, gbp, training);
+        grad_coef<A>(c, sg.total(), sgx.total(), M, mp, ip, wp, gwp, gbp, training);
     if (!gxp) return;
+    // x and g as the sums saw them: the rows written above, or the inputs in place.
+    ChannelRows<A> xr{bx, S}, gr{bg, S};
+    if constexpr (!kWide) {
+      xr = {xp + c * S, C * S};
+      if (!own_g) gr = {gp + c * S, C * S};
+    }
     for (int64_t n = 0; n < N; ++n) {
       const A* r = xr.row(n);
       const A* g = gr.row(n);
@@ -316,7 +390,7 @@ template <typename T>
 void backward_any(const Tensor& gx, const Tensor& gweight, const Tensor& gbias, const Tensor& gy, const Tensor& x,
                   const Tensor& mean, const Tensor& invstd, const Tensor& weight, bool training) {
   if (x.dim() == 4) backward_nhwc<T>(gx, gweight, gbias, gy, x, mean, invstd, weight, training);
-  else backward<T>(gx, gweight, gbias, gy, x, mean, invstd, weight, training);
+  else backward<T>(gx, gweight, gbias, gy, x, mean, invstd, weight, training, Tensor(), Tensor());
 }
 
 // PyTorch's running update from the batch statistics just written, in the statistics dtype S:
@@ -377,8 +451,13 @@ template <typename T> struct BatchNormAddReluBackward {
   static void run(const Tensor& gx, const Tensor& gz, const Tensor& gweight, const Tensor& gbias, const Tensor& gy,
                   const Tensor& x, const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
                   const Tensor&, const Tensor&, bool training) {
-    // The ReLU's mask first (it is gz), then batch norm's backward of it: two simple passes
-    // that vectorize, where one pass with the mask inside measured 4x slower.
+    const bool bn_grads = gx.defined() || gweight.defined() || gbias.defined();
+    // Row-major: the ReLU's mask is applied inside the backward's first pass (writing gz there).
+    if (x.dim() != 4 && bn_grads) {
+      backward<T>(gx, gweight, gbias, gy, x, mean, invstd, weight, training, y, gz);
+      return;
+    }
+    // Channels-last (or gz alone): the mask first (it is gz), then batch norm's backward of it.
     // gy, y and gz share one dense layout (either of the two), so they are walked as flat arrays.
     const Tensor gr = gz.defined() ? gz : empty(gy.sizes(), gy.options().memory_format(gy.dim() == 4 ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous));
     const T *g = static_cast<const T*>(gy.raw_data()), *yv = static_cast<const T*>(y.raw_data());
@@ -386,8 +465,7 @@ template <typename T> struct BatchNormAddReluBackward {
     parallel_for(gy.numel(), kGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) o[i] = keep_or_zero(static_cast<acc_t<T>>(yv[i]) > acc_t<T>(0), g[i]);
     });
-    if (gx.defined() || gweight.defined() || gbias.defined())
-      backward_any<T>(gx, gweight, gbias, gr, x, mean, invstd, weight, training);
+    if (bn_grads) backward_any<T>(gx, gweight, gbias, gr, x, mean, invstd, weight, training);
   }
 };
 template <typename T> struct BatchNormReluBackward {
