@@ -123,6 +123,10 @@ template <typename A> struct ChannelRows {
   int64_t stride;
   const A* row(int64_t n) const { return base + n * stride; }
 };
+// n values of a row as A (a loop of its own: GCC vectorizes it, and the sums after it, only apart).
+template <typename T, typename A> void widen_row(A* dst, const T* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<A>(src[i]);
+}
 template <typename A> A* row_buffer(int slot, int64_t n) {
   thread_local std::vector<A> buf[2];
   buf[slot].resize(static_cast<size_t>(std::max<int64_t>(n, 1)));
@@ -165,33 +169,18 @@ void forward(const Tensor& y, const Tensor& mean, const Tensor& var, const Tenso
     A* wide = kWide ? row_buffer<A>(0, M) : nullptr;
     ChannelRows<A> rows{wide, S};
     if constexpr (!kWide) rows = {xp + c * S, C * S};
+    // The first pass widens 16-bit rows and, in training, sums each row while it is in L1.
+    LaneSums s;
+    for (int64_t n = 0; n < N; ++n) {
+      if constexpr (kWide) widen_row(wide + n * S, xp + (n * C + c) * S, S);
+      if (training) add_row(s, rows.row(n), S);
+    }
     if (training) {
-      // The first pass sums the values, widening 16-bit rows on the way.
-      LaneSums s;
-      for (int64_t n = 0; n < N; ++n) {
-        const T* r = xp + (n * C + c) * S;
-        if constexpr (kWide) {
-          // Widened row by row, each summed while it is in L1 (two loops: one vectorizes
-          // where a fused one stayed scalar).
-          A* o = wide + n * S;
-          for (int64_t i = 0; i < S; ++i) o[i] = static_cast<A>(r[i]);
-          add_row(s, o, S);
-        } else {
-          add_row(s, r, S);
-        }
-      }
       const double m = M > 0 ? s.total() / static_cast<double>(M) : 0.0;
       LaneSums q;
       for (int64_t n = 0; n < N; ++n) add_sq_row(q, rows.row(n), S, m);
-      const double ss = q.total();
       mp[c] = static_cast<St>(m);
-      vp[c] = static_cast<St>(M > 0 ? ss / static_cast<double>(M) : 0.0);
-    } else if constexpr (kWide) {
-      for (int64_t n = 0; n < N; ++n) {
-        const T* r = xp + (n * C + c) * S;
-        A* o = wide + n * S;
-        for (int64_t i = 0; i < S; ++i) o[i] = static_cast<A>(r[i]);
-      }
+      vp[c] = static_cast<St>(M > 0 ? q.total() / static_cast<double>(M) : 0.0);
     }
     const auto [scale, shift] = affine<A>(c, mp, vp, ip, wp, bp, eps);
     for (int64_t n = 0; n < N; ++n) {
@@ -211,8 +200,7 @@ void forward(const Tensor& y, const Tensor& mean, const Tensor& var, const Tenso
 template <typename T, typename A>
 void grad_sums_row(LaneSums& sg, LaneSums& sgx, const T* x, const T* gy, const T* y, T* gz, A* ox, A* og, int64_t S,
                    double m) {
-  if (ox)
-    for (int64_t i = 0; i < S; ++i) ox[i] = static_cast<A>(x[i]);
+  if (ox) widen_row(ox, x, S);
   if (y && gz) {
     for (int64_t i = 0; i < S; ++i) {
       const bool keep = static_cast<A>(y[i]) > A(0);
@@ -222,7 +210,7 @@ void grad_sums_row(LaneSums& sg, LaneSums& sgx, const T* x, const T* gy, const T
   } else if (y) {
     for (int64_t i = 0; i < S; ++i) og[i] = select_bits(static_cast<A>(y[i]) > A(0), static_cast<A>(gy[i]), A(0));
   } else if (og) {
-    for (int64_t i = 0; i < S; ++i) og[i] = static_cast<A>(gy[i]);
+    widen_row(og, gy, S);
   }
   add_grad_row(sg, sgx, og ? og : reinterpret_cast<const A*>(gy), ox ? ox : reinterpret_cast<const A*>(x), S, m);
 }
