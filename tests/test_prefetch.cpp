@@ -54,9 +54,10 @@ TEST_CASE("DevicePrefetcher hands out the loader's batches, scaled and normalize
         const float* f = b.data.data_ptr<float>();
         for (int64_t i = 0; i < b.data.numel(); ++i) {
           const size_t c = static_cast<size_t>((i / 12) % 2);
-          // ToTensor then Normalize, operation by operation.
-          const float want = (static_cast<float>(u[i]) * (1.0f / 255.0f) - static_cast<float>(mean[c])) *
-                             static_cast<float>(1.0 / stdev[c]);
+          // ToTensor then Normalize, operation by operation: one rounding each (volatile, so that
+          // GCC does not fuse the scaling and the subtraction into an FMA where the CPU has one).
+          volatile float scaled = static_cast<float>(u[i]) * (1.0f / 255.0f);
+          const float want = (scaled - static_cast<float>(mean[c])) * static_cast<float>(1.0 / stdev[c]);
           REQUIRE(f[i] == want);
         }
         ++k;
