@@ -184,6 +184,27 @@ Tensor empty_in_order(const Tensor& like, const IntList& sizes) {
   return empty(base, like.options()).permute(inverse);
 }
 
+// Gradient buffers for q, k and v. When they are the heads of one [B, T, 3 H D] projection split
+// as GPT-2 splits it (c_attn(x).split(C, 2), each piece viewed [B, T, H, D] and transposed), the
+// three gradients are the same views of one buffer, so the split's backward takes that buffer
+// whole instead of concatenating three copies. CPU only (the CUDA kernels take contiguous
+// tensors), and not under create_graph, where the views would need histories of their own.
+tensor_list gradient_buffers(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const auto& st = q.impl()->storage;
+  if (q.device().is_cpu() && !GradMode::is_enabled() && q.dtype() == k.dtype() && q.dtype() == v.dtype() &&
+      q.sizes() == k.sizes() && q.sizes() == v.sizes() && q.strides() == k.strides() && q.strides() == v.strides() &&
+      k.impl()->storage == st && v.impl()->storage == st) {
+    const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), W = H * D;
+    if (q.stride(3) == 1 && q.stride(1) == D && q.stride(2) == 3 * W && q.stride(0) == T * 3 * W &&
+        k.storage_offset() - q.storage_offset() == W && v.storage_offset() - k.storage_offset() == W) {
+      Tensor g = empty({B, T, 3 * W}, q.options());
+      auto heads = [&](int64_t i) { return g.narrow(2, i * W, W).view({B, T, H, D}).transpose(1, 2); };
+      return {heads(0), heads(1), heads(2)};
+    }
+  }
+  return {empty_in_order(q, q.sizes()), empty_in_order(k, k.sizes()), empty_in_order(v, v.sizes())};
+}
+
 Tensor fused_attention(const Prepared& p) {
   const Device dev = p.q.device();
   const DType dt = p.q.dtype();
@@ -210,7 +231,8 @@ Tensor fused_attention(const Prepared& p) {
                  mask = self.saved(5);
     Tensor dout = g[0].to(q.dtype());
     if (!q.device().is_cpu() || (dout.stride(3) != 1 && dout.size(3) > 1)) dout = dout.contiguous();
-    Tensor dq = empty_in_order(q, q.sizes()), dk = empty_in_order(k, k.sizes()), dv = empty_in_order(v, v.sizes());
+    const tensor_list d = gradient_buffers(q, k, v);
+    const Tensor &dq = d[0], &dk = d[1], &dv = d[2];
     {
       NoGradGuard ng;
       if (dq.numel() + dk.numel() + dv.numel() > 0)

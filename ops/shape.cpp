@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "autograd/grad_mode.h"
 #include "ops/elementwise.h"
 #include "ops/op_utils.h"
 #include "ops/reduction.h"
@@ -299,6 +300,30 @@ Tensor stack(const tensor_list& ts0, int64_t dim) {
   }
   return cat(u, dim);
 }
+// The pieces' gradients as one tensor of `sizes`, without a copy, when they already lie side by
+// side along dim in one dense buffer, as the pieces lay in their input (the fused attention
+// backward writes q, k and v's gradients so); undefined otherwise. Not under create_graph: the
+// result would need a history.
+namespace {
+Tensor side_by_side(const tensor_list& g, int64_t dim, const IntList& sizes) {
+  if (GradMode::is_enabled() || g.empty() || !g[0].defined()) return {};
+  const Tensor& g0 = g[0];
+  int64_t offset = g0.storage_offset(), along = 0;
+  for (const auto& p : g) {
+    if (!p.defined() || p.impl()->storage != g0.impl()->storage || p.dtype() != g0.dtype() ||
+        p.strides() != g0.strides() || p.dim() != g0.dim() || p.storage_offset() != offset)
+      return {};
+    for (int64_t d = 0; d < p.dim(); ++d)
+      if (d != dim && p.size(d) != sizes[static_cast<size_t>(d)]) return {};
+    offset += p.size(dim) * p.stride(dim);
+    along += p.size(dim);
+  }
+  if (along != sizes[static_cast<size_t>(dim)]) return {};
+  Tensor whole = make_view(g0, sizes, g0.strides(), g0.storage_offset());
+  return whole.is_contiguous() ? whole : Tensor();
+}
+}  // namespace
+
 tensor_list split(const Tensor& t, int64_t size, int64_t dim) {
   MPX_CHECK(size > 0, "split: size must be positive");
   dim = wrap_dim(dim, t.dim());
@@ -310,7 +335,8 @@ tensor_list split(const Tensor& t, int64_t size, int64_t dim) {
     NoGradGuard ng;
     for (int64_t s = 0; s < t.size(dim); s += size) r.push_back(t.narrow(dim, s, std::min(size, t.size(dim) - s)));
   }
-  autograd::record("SplitBackward", {t}, r, [dim](FunctionNode&, const tensor_list& g) -> tensor_list {
+  autograd::record("SplitBackward", {t}, r, [dim, sizes = t.sizes()](FunctionNode&, const tensor_list& g) -> tensor_list {
+    if (Tensor whole = side_by_side(g, dim, sizes); whole.defined()) return {whole};
     return {cat(g, dim)};
   });
   return r;

@@ -16,11 +16,14 @@
 #include "core/random.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
+#include "ops/profiler.h"
 #include "ops/reduction.h"
+#include "ops/shape.h"
 #include "tests/gradcheck.h"
 #include "test_util.h"
 
 using namespace mpx;
+using testing::max_abs_diff;
 using testing::rel_err;
 
 namespace {
@@ -455,4 +458,37 @@ TEST_CASE("memory is O(T): forward and backward at T = 4096 never hold a T x T m
   CHECK(extra < 4 * T * E * 4 * 8);  // a few copies of the [T, E] operands and gradients
   CHECK(extra * 16 < T * T * 4);
   CHECK(q.grad().all_finite());
+}
+
+// GPT-2's layout: q, k and v are split from one [B, T, 3C] projection and viewed as heads. The fused
+// backward then writes their gradients into one buffer laid out like the projection, and the
+// split's backward takes it whole: no concatenation, the same values as separate heads give.
+TEST_CASE("after a GPT-style q/k/v split the gradients reach the projection without a copy", "[attention][profiler]") {
+  const int64_t B = 2, T = 37, H = 3, D = 16, C = H * D;
+  for (DType dt : {kFloat32, kBFloat16}) {
+    INFO(dtype_name(dt));
+    const Tensor x = randn_f64({B, T, 3 * C}, 50).to(dt).set_requires_grad(true);
+    const Tensor w = randn_f64({B, H, T, D}, 51).to(dt);
+    const tensor_list parts = split(x, C, 2);
+    const auto heads = [&](const Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
+    const Tensor y = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), {}, 0.0, true);
+    profiler::reset();
+    profiler::start();
+    y.backward(w);
+    profiler::stop();
+    for (const auto& r : profiler::results()) {
+      INFO(r.op << " x" << r.calls);
+      CHECK(r.op != "copy");
+    }
+    profiler::reset();
+    // The same attention on three separate contiguous heads, their gradients concatenated.
+    tensor_list sep;
+    for (const auto& p : parts) sep.push_back(heads(p).detach().contiguous().set_requires_grad(true));
+    scaled_dot_product_attention(sep[0], sep[1], sep[2], {}, 0.0, true).backward(w);
+    tensor_list g;
+    for (const auto& s : sep) g.push_back(s.grad().transpose(1, 2).reshape({B, T, C}));
+    const Tensor want = cat(g, 2);
+    REQUIRE(x.grad().sizes() == want.sizes());
+    CHECK(max_abs_diff(x.grad(), want) == 0.0);
+  }
 }
