@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "autograd/grad_mode.h"
 #include "ops/elementwise.h"
 
 namespace mpx::autograd {
@@ -16,9 +17,34 @@ struct ReadyCmp {
 
 Tensor zeros_for(const OutputMeta& m) { return zeros(m.sizes, TensorOptions().dtype(m.dtype).device(m.device)); }
 
+// A dense gradient buffer that no other handle or view can see.
+bool sole_dense(const Tensor& t) {
+  return t.impl_ptr().use_count() == 1 && t.impl()->storage.use_count() == 1 &&
+         (t.is_contiguous() || t.is_contiguous(MemoryFormat::ChannelsLast));
+}
+
+// Sums a gradient into a slot. Without create_graph the sum is taken in place when either side is
+// a dense buffer nothing else sees (as PyTorch's InputBuffer steals one): no new buffer, and the
+// write goes to memory that was just written. Addition commutes, so the bits are add()'s.
 void accumulate(Tensor& slot, Tensor g) {
   if (!g.defined()) return;
-  slot = slot.defined() ? add(slot, g) : std::move(g);
+  if (!slot.defined()) {
+    slot = std::move(g);
+    return;
+  }
+  if (!GradMode::is_enabled() && slot.dtype() == g.dtype() && slot.sizes() == g.sizes() &&
+      slot.device() == g.device()) {
+    if (sole_dense(slot)) {
+      slot.add_(g);
+      return;
+    }
+    if (sole_dense(g)) {
+      g.add_(slot);
+      slot = std::move(g);
+      return;
+    }
+  }
+  slot = add(slot, g);
 }
 
 Tensor run_grad_hook(const std::function<Tensor(const Tensor&)>& hook, const Tensor& g) {

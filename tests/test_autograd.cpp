@@ -154,6 +154,32 @@ TEST_CASE("leaves fed the same gradient buffer do not alias", "[autograd]") {
   CHECK(allclose(b.grad(), ones({3}, kFloat64)));
 }
 
+// Sums into a node's input are taken in place on a buffer nothing else sees; a buffer the caller,
+// a retained gradient, a hook or another edge still holds is never written.
+TEST_CASE("gradient sums in place touch no buffer anyone else holds", "[autograd]") {
+  const Tensor x = tensor(std::vector<double>{1, 2, 3}).set_requires_grad(true);
+  const Tensor h = x * 2.0;
+  h.retain_grad();
+  Tensor seen;
+  const Tensor u = h * 1.0;
+  u.register_hook([&](const Tensor& g) { seen = g; });
+  // h feeds four uses: three sums into its slot, one of them from u's hook-held gradient.
+  const Tensor y = h + h + exp(h) + u;
+  const Tensor gy = tensor(std::vector<double>{1, 10, 100});
+  y.backward(gy);
+  const Tensor e = exp(h.detach());
+  // dy/dh = 1 + 1 + exp(h) + 1, times gy; dx = 2 dh.
+  CHECK(allclose(h.grad(), gy * (e + 3.0)));
+  CHECK(allclose(x.grad(), gy * (e + 3.0) * 2.0));
+  CHECK(allclose(gy, tensor(std::vector<double>{1, 10, 100})));  // the caller's gradient as given
+  CHECK(allclose(seen, gy));                                       // what the hook saw, unchanged
+  // The same sums under create_graph (out of place, differentiable) give the same values.
+  const Tensor x2 = tensor(std::vector<double>{1, 2, 3}).set_requires_grad(true);
+  const Tensor h2 = x2 * 2.0;
+  const tensor_list g2 = autograd::grad({h2 + h2 + exp(h2) + h2 * 1.0}, {x2}, {gy}, true, true);
+  CHECK(allclose(g2[0], x.grad(), 0.0, 0.0));
+}
+
 // A leaf takes over a gradient nothing else holds when it is dense, in either layout: the
 // channels-last filter gradient of a channels-last convolution is not copied on its way to
 // .grad. A gradient that is a broadcast view still becomes a dense buffer of its own.
