@@ -1,4 +1,4 @@
-// Helpers shared by the tests: PyTorch golden files and max-error comparisons in f64.
+// Helpers shared by the tests: PyTorch golden files, max-error comparisons in f64, kernel call counts.
 #pragma once
 #include <catch2/catch.hpp>
 
@@ -16,9 +16,24 @@
 #include "core/cuda.h"
 #include "core/serialize.h"
 #include "ops/elementwise.h"
+#include "ops/profiler.h"
 #include "ops/reduction.h"
 
 namespace mpx::testing {
+
+/// How many times the kernel of `op` ran while f did (the profiler records around f; what it had
+/// recorded before is dropped).
+template <typename F> int64_t kernel_calls(const std::string& op, F&& f) {
+  profiler::reset();
+  profiler::start();
+  f();
+  profiler::stop();
+  int64_t calls = 0;
+  for (const auto& r : profiler::results())
+    if (r.op == op) calls += r.calls;
+  profiler::reset();
+  return calls;
+}
 
 /// A tensor from tests/golden/<file> (files are loaded once per process).
 inline Tensor golden_tensor(const std::string& file, const std::string& name) {
