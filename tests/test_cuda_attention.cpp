@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "autograd/engine.h"
+#include "core/cuda.h"
 #include "core/random.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
@@ -56,6 +57,9 @@ TEST_CASE("CUDA fused attention agrees with the CPU kernels", "[cuda][attention]
       {"GQA", 1, 6, 2, 35, 35, 64, 64, true},
       {"head dim 100 (the wide kernel)", 1, 1, 1, 20, 30, 100, 72},
       {"dropout", 2, 2, 2, 30, 41, 16, 16, true, false, false, 0.3},
+      // f16/bf16 below run the Tensor-Core (flash) kernels: several tiles each way, the widest head they take.
+      {"head dim 128, causal, three tiles", 1, 2, 2, 150, 150, 128, 128, true},
+      {"GQA with dropout, S = 129", 1, 2, 1, 130, 129, 64, 64, false, false, false, 0.2},
   };
   for (const Case& c : cases)
     for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
@@ -69,6 +73,50 @@ TEST_CASE("CUDA fused attention agrees with the CPU kernels", "[cuda][attention]
                                                       (dt == kFloat32 ? 1e-5 : 0.0));
       }
     }
+}
+
+// GPT-2's layout: heads viewed out of one [B, T, 3C] projection, so q, k and v have strided rows.
+TEST_CASE("CUDA fused attention on GPT-2's split heads agrees with the CPU", "[cuda][attention]") {
+  if (!testing::cuda_ready()) return;
+  const int64_t B = 2, T = 77, H = 3, D = 64, C = H * D;
+  for (DType dt : {kFloat16, kBFloat16}) {
+    tensor_list res[2];
+    for (int on_gpu = 0; on_gpu < 2; ++on_gpu) {
+      const Device dev = on_gpu ? Device::cuda() : Device::cpu();
+      const Tensor x = randn_dt({B, T, 3 * C}, dt, 7).to(dev).set_requires_grad(true);
+      const Tensor w = randn_dt({B, H, T, D}, dt, 8).to(dev);
+      auto head = [&](int n) { return x.narrow(2, n * C, C).reshape({B, T, H, D}).transpose(1, 2); };
+      const Tensor out = scaled_dot_product_attention(head(0), head(1), head(2), {}, 0.0, true);
+      res[on_gpu] = {out.detach().cpu(), autograd::grad({sum(out * w)}, {x})[0].cpu()};
+    }
+    INFO(dtype_name(dt));
+    CHECK(testing::rel_err(res[1][0], res[0][0]) < testing::cuda_tolerance(dt) * 4);
+    CHECK(testing::rel_err(res[1][1], res[0][1]) < testing::cuda_tolerance(dt) * 4);
+  }
+}
+
+// The fused kernels keep O(T) state: at T = 8192 the T x T f16 scores alone would be 128 MiB.
+TEST_CASE("CUDA fused attention's memory is O(T)", "[cuda][attention][memory]") {
+  if (!testing::cuda_ready()) return;
+  const int64_t T = 8192, E = 64;
+  const Device d = Device::cuda();
+  for (DType dt : {kFloat16, kFloat32}) {
+    INFO(dtype_name(dt));
+    const Tensor q = randn_dt({1, 1, T, E}, dt, 1).to(d).set_requires_grad(true);
+    const Tensor k = randn_dt({1, 1, T, E}, dt, 2).to(d).set_requires_grad(true);
+    const Tensor v = randn_dt({1, 1, T, E}, dt, 3).to(d).set_requires_grad(true);
+    const Tensor w = randn_dt({1, 1, T, E}, dt, 4).to(d);
+    cuda::synchronize();
+    const int64_t before = cuda::memory_stats().allocated;
+    cuda::reset_peak_memory_stats();
+    const Tensor out = scaled_dot_product_attention(q, k, v, {}, 0.0, true);
+    sum(out * w).backward();
+    cuda::synchronize();
+    const int64_t extra = cuda::memory_stats().peak_allocated - before;
+    INFO("peak extra bytes " << extra << " against T * T * 2 = " << T * T * 2);
+    CHECK(extra < 16 * T * E * static_cast<int64_t>(element_size(dt)));  // a few copies of [T, E] operands and gradients
+    CHECK(q.grad().all_finite());
+  }
 }
 
 TEST_CASE("CUDA fused attention: all-masked rows, empty sizes, heads wider than the kernel", "[cuda][attention]") {

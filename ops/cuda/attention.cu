@@ -1,5 +1,6 @@
 // CUDA fused attention: one thread per query (forward, dq) or key (dk, dv) row, the other side streamed
 // through shared memory, online softmax in f32 (f64 for f64). Simple by design; O(T) memory, no atomics.
+// f16/bf16 go to the Tensor-Core kernels of flash_attention.cu first; this path takes what they do not.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -8,7 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/random.h"
+#include "ops/cuda/attention_common.cuh"
 #include "ops/cuda/attention_launch.h"
 #include "ops/cuda/convert.cuh"
 #include "ops/cuda/launch.h"
@@ -23,15 +24,6 @@ constexpr int kRows = 64;  // threads (rows) per block
 template <int D> constexpr int kUnroll = D <= 64 ? D : 1;
 
 template <typename A> __device__ __forceinline__ A neg_inf() { return -static_cast<A>(INFINITY); }
-
-// The dropout multiplier of weight (b, h, i, j): the CPU kernel's expression, so masks agree.
-template <typename A>
-__device__ __forceinline__ A dropout_factor(const SdpaGeom& g, int64_t b, int64_t h, int64_t i, int64_t j) {
-  if (g.dropout_p <= 0.0) return A(1);
-  const uint64_t pos = g.offset + static_cast<uint64_t>(((b * g.H + h) * g.L + i) * g.S + j);
-  const A keep = g.dropout_p >= 1.0 ? A(0) : static_cast<A>(1.0 / (1.0 - g.dropout_p));
-  return random::uniform(g.seed, pos) >= g.dropout_p ? keep : A(0);
-}
 
 // Scaled, masked score of (query row qr, key row kr): -inf where causal or the mask hides the key.
 template <typename A, int D>
@@ -90,7 +82,7 @@ __global__ void sdpa_forward_kernel(SdpaGeom g, T* __restrict__ out, acc_t<T>* _
       const A mn = s > m ? s : m;
       const A alpha = exp(m - mn), pe = exp(s - mn);
       l = l * alpha + pe;
-      const A pz = pe * dropout_factor<A>(g, b, h, i, j0 + j);
+      const A pz = pe * sdpa_dropout_factor<A>(g, b, h, i, j0 + j);
       const A* vr = vs + j * g.Ev;
 #pragma unroll kUnroll<D>
       for (int c = 0; c < D; ++c)
@@ -153,7 +145,7 @@ __global__ void sdpa_backward_dq_kernel(SdpaGeom g, T* __restrict__ dq, acc_t<T>
 #pragma unroll kUnroll<D>
       for (int c = 0; c < D; ++c)
         if (c < g.Ev) dp += gr[c] * vr[c];
-      const A ds = p * (dropout_factor<A>(g, b, h, i, j0 + j) * dp - dsum) * sc;
+      const A ds = p * (sdpa_dropout_factor<A>(g, b, h, i, j0 + j) * dp - dsum) * sc;
 #pragma unroll kUnroll<D>
       for (int e = 0; e < D; ++e)
         if (e < g.E) dqr[e] += ds * kr[e];
@@ -214,7 +206,7 @@ __global__ void sdpa_backward_dkdv_kernel(SdpaGeom g, T* __restrict__ dk, T* __r
         const A s = score<A, D>(g, qr, kr, mask, b, h, i, j);
         if (s == neg_inf<A>()) continue;
         const A p = exp(s - ls[r]);
-        const A z = dropout_factor<A>(g, b, h, i, j);
+        const A z = sdpa_dropout_factor<A>(g, b, h, i, j);
         const A* grow = gs + r * g.Ev;
         A dp = 0;
 #pragma unroll kUnroll<D>
@@ -259,6 +251,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 void launch_sdpa_forward(DType dt, const SdpaGeom& g, void* out, void* lse, const void* q, const void* k,
                          const void* v, const void* mask, cudaStream_t s) {
   if (g.B * g.H == 0 || g.L == 0) return;
+  if (launch_flash_forward(dt, g, out, lse, q, k, v, mask, s)) return;
   const int64_t hd = g.E > g.Ev ? g.E : g.Ev;
   float_switch(dt, [&](auto tag) {
     using T = decltype(tag);
@@ -279,6 +272,7 @@ void launch_sdpa_forward(DType dt, const SdpaGeom& g, void* out, void* lse, cons
 void launch_sdpa_backward(DType dt, const SdpaGeom& g, void* dq, void* dk, void* dv, void* rowdot, const void* dout,
                           const void* q, const void* k, const void* v, const void* out, const void* lse,
                           const void* mask, cudaStream_t s) {
+  if (launch_flash_backward(dt, g, dq, dk, dv, rowdot, dout, q, k, v, out, lse, mask, s)) return;
   const int64_t hd = g.E > g.Ev ? g.E : g.Ev;
   float_switch(dt, [&](auto tag) {
     using T = decltype(tag);

@@ -28,4 +28,13 @@ void launch_sdpa_backward(DType dt, const SdpaGeom& g, void* dq, void* dk, void*
                           const void* q, const void* k, const void* v, const void* out, const void* lse,
                           const void* mask, cudaStream_t s);
 
+/// The Tensor-Core (flash) kernels of ops/cuda/flash_attention.cu, tried first by the two launchers above: false
+/// where they do not apply (f32/f64, heads wider than 128, a device or build older than compute capability 8.0,
+/// MPX_SDPA_FLASH=0), and then nothing was launched.
+bool launch_flash_forward(DType dt, const SdpaGeom& g, void* out, void* lse, const void* q, const void* k,
+                          const void* v, const void* mask, cudaStream_t s);
+bool launch_flash_backward(DType dt, const SdpaGeom& g, void* dq, void* dk, void* dv, void* rowdot, const void* dout,
+                           const void* q, const void* k, const void* v, const void* out, const void* lse,
+                           const void* mask, cudaStream_t s);
+
 }  // namespace mpx::cuda
