@@ -1,0 +1,351 @@
+// The CUDA kernels of the index, row-norm, RNN-cell and attention families, compiled for the host (hostify.cpp,
+// device_runtime.h) and run on CPU threads in place of the CPU kernels: the public ops must give the same results.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <functional>
+#include <tuple>
+#include <vector>
+
+#include "autograd/engine.h"
+#include "backend_cases.h"
+#include "core/random.h"
+#include "amp/grad_scaler.h"
+#include "ops/attention.h"
+#include "ops/dispatch.h"
+#include "ops/elementwise.h"
+#include "ops/index.h"
+#include "ops/norm.h"
+#include "ops/reduction.h"
+#include "ops/rnn.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
+#include "test_util.h"
+
+using namespace mpx;
+
+namespace {
+
+// The CUDA kernels registered by this binary serve CPU tensors here; the real CUDA module must stay unloaded.
+const bool cuda_module_off = [] { return setenv("MPX_DISABLE_CUDA", "1", 1) == 0; }();
+
+/// While alive, every CPU kernel of `ops` that has a CUDA kernel is that CUDA kernel (run on host threads).
+class CudaKernelsOnCpu {
+ public:
+  CudaKernelsOnCpu(std::initializer_list<OpId> ops) {
+    REQUIRE(cuda_module_off);
+    for (OpId op : ops)
+      for (int d = 0; d < kNumDTypes; ++d) {
+        const DType dt = static_cast<DType>(d);
+        if (!dispatch::has_kernel(op, DeviceType::kCUDA, dt)) continue;
+        saved_.emplace_back(op, dt,
+                            dispatch::has_kernel(op, DeviceType::kCPU, dt) ? dispatch::find_kernel(op, DeviceType::kCPU, dt)
+                                                                           : nullptr);
+        dispatch::detail::register_raw(op, DeviceType::kCPU, dt, dispatch::find_kernel(op, DeviceType::kCUDA, dt));
+      }
+    REQUIRE(!saved_.empty());
+  }
+  ~CudaKernelsOnCpu() {
+    for (auto& [op, dt, fn] : saved_) dispatch::detail::register_raw(op, DeviceType::kCPU, dt, fn);
+  }
+  CudaKernelsOnCpu(const CudaKernelsOnCpu&) = delete;
+  CudaKernelsOnCpu& operator=(const CudaKernelsOnCpu&) = delete;
+
+ private:
+  std::vector<std::tuple<OpId, DType, void*>> saved_;
+};
+
+/// f() with the CPU kernels, then with the CUDA ones.
+tensor_list both(std::initializer_list<OpId> ops, const std::function<tensor_list()>& f, tensor_list& cuda) {
+  manual_seed(5);
+  tensor_list cpu = f();
+  {
+    CudaKernelsOnCpu swap(ops);
+    manual_seed(5);
+    cuda = f();
+  }
+  return cpu;
+}
+
+void check_same(const tensor_list& cpu, const tensor_list& cuda, const std::string& what) {
+  REQUIRE(cpu.size() == cuda.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    INFO(what << " result " << i << " " << dtype_name(cpu[i].dtype()) << " " << shape_str(cpu[i].sizes()));
+    CHECK(testing::same_values(cuda[i], cpu[i]));
+  }
+}
+
+void check_close(const tensor_list& cpu, const tensor_list& cuda, const std::string& what, double tol) {
+  REQUIRE(cpu.size() == cuda.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const double e = testing::rel_err(cuda[i], cpu[i]);
+    INFO(what << " result " << i << " " << dtype_name(cpu[i].dtype()) << " rel_err " << e);
+    CHECK(e < tol);
+  }
+}
+
+Tensor rnd(const IntList& shape, DType dt, uint64_t seed) {
+  manual_seed(seed);
+  return randn(shape, TensorOptions(kFloat64)).to(dt);
+}
+Tensor idx(std::vector<int64_t> v) {
+  Tensor t = empty({static_cast<int64_t>(v.size())}, TensorOptions(kInt64));
+  for (size_t i = 0; i < v.size(); ++i) t.data_ptr<int64_t>()[i] = v[i];
+  return t;
+}
+
+double tolerance(DType dt) {
+  return dt == kFloat64 ? 1e-12 : dt == kFloat32 ? 1e-5 : dt == kFloat16 ? 2e-3 : 1e-2;
+}
+
+}  // namespace
+
+TEST_CASE("emulated CUDA index kernels give the CPU's values", "[emulated][index]") {
+  const std::initializer_list<OpId> ops = {OpId::index_select, OpId::index_add, OpId::gather, OpId::scatter,
+                                          OpId::scatter_add,  OpId::masked_fill, OpId::tril,  OpId::triu,
+                                          OpId::topk};
+  for (DType dt : {kFloat32, kFloat16, kBFloat16, kFloat64, kInt64}) {
+    INFO(dtype_name(dt));
+    const Tensor x = dt == kInt64 ? (rnd({3, 5, 4}, kFloat64, 1) * 10.0).to(kInt64) : rnd({3, 5, 4}, dt, 1);
+    const Tensor xt = x.transpose(0, 2);  // strided input
+    tensor_list cuda;
+    const tensor_list cpu = both(ops, [&] {
+      const Tensor i1 = idx({4, 0, 2, 2});
+      const Tensor g = (rnd({3, 2, 4}, kFloat64, 2).abs() * 2.0).to(kInt64).clamp(0, 4);  // gather/scatter index along 1
+      const Tensor mask = gt(rnd({5, 1}, kFloat64, 3), 0.0);
+      tensor_list r = {index_select(x, 1, i1), index_select(xt, 2, idx({1, 0})), gather(x, 1, g),
+                       gather(xt, 0, zeros({2, 5, 3}, kInt64)), masked_fill(x, mask, -2.0), tril(x, 1), triu(xt, -1)};
+      const Tensor rows = idx({0, 1, 2, 3, 4}).reshape({1, 5, 1}).expand({3, 5, 4}).contiguous();
+      r.push_back(scatter(zeros({3, 5, 4}, dt), 1, rows, x));
+      r.push_back(scatter_add(zeros({3, 5, 4}, dt), 1, g, x.narrow(1, 0, 2).contiguous()));
+      r.push_back(index_add(zeros({3, 6, 4}, dt), 1, idx({5, 0, 5, 1, 2}), x, dt == kInt64 ? 2.0 : 0.5));
+      auto [v, i] = topk(x, 3, 1, true, true);
+      auto [v2, i2] = topk(xt, 2, -1, false, true);
+      r.insert(r.end(), {v, i, v2, i2});
+      return r;
+    }, cuda);
+    // Sums of atomics may land in another order: the f16/bf16/f32 scatter_add and index_add rows within rounding.
+    for (size_t n = 0; n < cpu.size(); ++n) {
+      const bool summed = n == 8 || n == 9;
+      INFO("result " << n);
+      if (summed && is_floating(dt)) CHECK(testing::rel_err(cuda[n], cpu[n]) < tolerance(dt));
+      else CHECK(testing::same_values(cuda[n], cpu[n]));
+    }
+  }
+}
+
+TEST_CASE("emulated CUDA embedding forward and backward give the CPU's values", "[emulated][index]") {
+  const std::initializer_list<OpId> ops = {OpId::embedding, OpId::embedding_backward};
+  for (DType dt : {kFloat32, kFloat16, kBFloat16, kFloat64})
+    for (bool deterministic : {false, true})
+      for (int64_t padding : {int64_t{-1}, int64_t{3}}) {
+        INFO(dtype_name(dt) << " deterministic " << deterministic << " padding_idx " << padding);
+        const Tensor w0 = rnd({7, 5}, dt, 1);
+        const Tensor ind = idx({3, 1, 6, 1, 1, 0, 3, 2, 6, 1, 5, 0}).reshape({3, 4});
+        const Tensor up = rnd({3, 4, 5}, dt, 2);
+        tensor_list cuda;
+        const tensor_list cpu = both(ops, [&] {
+          const Tensor w = w0.detach().set_requires_grad(true);
+          const Tensor out = embedding(w, ind, padding, deterministic);
+          return tensor_list{out.detach(), autograd::grad({sum(out * up)}, {w})[0]};
+        }, cuda);
+        CHECK(testing::same_values(cuda[0], cpu[0]));
+        // Deterministic sums run in index order, as the CPU's; atomics in any order.
+        if (deterministic || dt == kFloat64) CHECK(testing::rel_err(cuda[1], cpu[1]) < (dt == kFloat64 ? 1e-15 : 1e-7));
+        else CHECK(testing::rel_err(cuda[1], cpu[1]) < tolerance(dt));
+      }
+}
+
+TEST_CASE("emulated CUDA multinomial draws the CPU's samples", "[emulated][index]") {
+  for (DType dt : {kFloat32, kBFloat16, kFloat64})
+    for (bool replacement : {false, true}) {
+      INFO(dtype_name(dt) << " replacement " << replacement);
+      const Tensor p = rnd({4, 9}, kFloat64, 3).abs().to(dt);
+      tensor_list cuda;
+      const tensor_list cpu = both({OpId::multinomial}, [&] { return tensor_list{multinomial(p, 5, replacement)}; }, cuda);
+      check_same(cpu, cuda, "multinomial");
+    }
+}
+
+TEST_CASE("emulated CUDA row norms give the CPU's values", "[emulated][norm]") {
+  const std::initializer_list<OpId> ops = {OpId::layer_norm_fwd, OpId::layer_norm_bwd, OpId::rms_norm_fwd,
+                                          OpId::rms_norm_bwd};
+  for (DType dt : {kFloat32, kFloat16, kBFloat16, kFloat64})
+    for (int64_t D : {int64_t{7}, int64_t{300}}) {  // fewer columns than threads, and more
+      INFO(dtype_name(dt) << " D " << D);
+      // 40 rows: two tiles of the parameter gradients' sums.
+      const Tensor x0 = (rnd({40, D}, kFloat64, 1) + 3.0).to(dt);
+      const Tensor up = rnd({40, D}, dt, 2);
+      const DType st = dt == kFloat64 ? kFloat64 : kFloat32;
+      const Tensor w0 = rnd({D}, st, 3), b0 = rnd({D}, st, 4);
+      tensor_list cuda;
+      const tensor_list cpu = both(ops, [&] {
+        const Tensor x = x0.detach().set_requires_grad(true), w = w0.detach().set_requires_grad(true),
+                     b = b0.detach().set_requires_grad(true);
+        const Tensor y = layer_norm(x, {D}, w, b), z = rms_norm(x, {D}, w);
+        tensor_list r = {y.detach(), z.detach()};
+        for (const Tensor& g : autograd::grad({sum(y * up) + sum(z * up)}, {x, w, b})) r.push_back(g);
+        return r;
+      }, cuda);
+      check_close(cpu, cuda, "layer_norm/rms_norm", tolerance(dt));
+    }
+}
+
+TEST_CASE("emulated CUDA LSTM and GRU cells give the CPU's values", "[emulated][rnn]") {
+  const std::initializer_list<OpId> ops = {OpId::lstm_cell_fused, OpId::lstm_cell_fused_backward, OpId::gru_cell_fused,
+                                          OpId::gru_cell_fused_backward};
+  for (DType dt : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
+    INFO(dtype_name(dt));
+    const int64_t N = 5, Hd = 11;
+    const Tensor gates0 = rnd({N, 4 * Hd}, dt, 1), c0 = rnd({N, Hd}, dt, 2);
+    const Tensor gi0 = rnd({N, 3 * Hd}, dt, 3), gh0 = rnd({N, 3 * Hd}, dt, 4), h0 = rnd({N, Hd}, dt, 5);
+    const Tensor u1 = rnd({N, Hd}, dt, 6), u2 = rnd({N, Hd}, dt, 7);
+    tensor_list cuda;
+    const tensor_list cpu = both(ops, [&] {
+      const Tensor gates = gates0.detach().set_requires_grad(true), c = c0.detach().set_requires_grad(true);
+      const Tensor gi = gi0.detach().set_requires_grad(true), gh = gh0.detach().set_requires_grad(true),
+                   h = h0.detach().set_requires_grad(true);
+      auto [hn, cn] = lstm_cell_fused(gates, c);
+      const Tensor hg = gru_cell_fused(gi, gh, h);
+      tensor_list r = {hn.detach(), cn.detach(), hg.detach()};
+      for (const Tensor& g : autograd::grad({sum(hn * u1) + sum(cn * u2) + sum(hg * u1)}, {gates, c, gi, gh, h}))
+        r.push_back(g);
+      return r;
+    }, cuda);
+    check_close(cpu, cuda, "lstm/gru cells", tolerance(dt));
+  }
+}
+
+TEST_CASE("emulated CUDA attention (the row-per-thread kernels) gives the CPU's values", "[emulated][attention]") {
+  const std::initializer_list<OpId> ops = {OpId::sdpa_fused, OpId::sdpa_fused_backward};
+  struct Case {
+    const char* name;
+    int64_t B, H, Hk, L, S, E, Ev;
+    bool causal = false, bool_mask = false;
+    double dropout = 0.0;
+  };
+  const Case cases[] = {
+      {"no mask", 2, 3, 3, 37, 45, 16, 24},
+      {"causal L > S", 1, 2, 2, 90, 33, 8, 12, true},
+      {"bool mask", 2, 2, 2, 40, 67, 8, 8, false, true},
+      {"GQA, dropout", 1, 4, 2, 35, 35, 64, 64, true, false, 0.25},
+      {"head dim 100 (the wide kernel)", 1, 1, 1, 20, 30, 100, 72},
+  };
+  for (const Case& c : cases)
+    for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+      INFO(c.name << " " << dtype_name(dt));
+      const Tensor q0 = rnd({c.B, c.H, c.L, c.E}, dt, 1), k0 = rnd({c.B, c.Hk, c.S, c.E}, dt, 2);
+      const Tensor v0 = rnd({c.B, c.Hk, c.S, c.Ev}, dt, 3), w = rnd({c.B, c.H, c.L, c.Ev}, dt, 4);
+      const Tensor mask = c.bool_mask ? gt(rnd({c.L, c.S}, kFloat64, 5), -0.8) : Tensor();
+      tensor_list cuda;
+      const tensor_list cpu = both(ops, [&] {
+        const Tensor q = q0.detach().set_requires_grad(true), k = k0.detach().set_requires_grad(true),
+                     v = v0.detach().set_requires_grad(true);
+        const Tensor out = scaled_dot_product_attention(q, k, v, mask, c.dropout, c.causal, std::nullopt, c.Hk != c.H);
+        tensor_list r = {out.detach()};
+        for (const Tensor& g : autograd::grad({sum(out * w)}, {q, k, v})) r.push_back(g);
+        return r;
+      }, cuda);
+      check_close(cpu, cuda, "sdpa", dt == kFloat16 ? 4e-3 : tolerance(dt));
+    }
+}
+
+// The backend sweep's cases (tests/backend_cases.h) for every op whose CUDA kernel this binary holds: each op's
+// CUDA kernel alone in place of its CPU kernel, against the CPU kernel, within the [cuda] sweep's tolerances.
+TEST_CASE("every CUDA kernel built for the host agrees with the CPU kernel (backend sweep)", "[emulated][backend]") {
+  namespace sweep = backend_sweep;
+  const auto runs = sweep::formula_runs();
+  const auto cases = sweep::kernel_cases();
+  const Device cpu = Device::cpu();
+  int swept = 0;
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpId op = static_cast<OpId>(i);
+    const std::string name = op_name(op);
+    if (is_composite(op)) continue;
+    for (DType dt : sweep::kDTypes) {
+      if (!dispatch::has_kernel(op, DeviceType::kCUDA, dt)) continue;
+      INFO(name << " " << dtype_name(dt));
+      tensor_list got, ref;
+      if (auto f = runs.find(name); f != runs.end()) {
+        ref = f->second(dt, dt, cpu);
+        CudaKernelsOnCpu swap({op});
+        got = f->second(dt, dt, cpu);
+      } else if (auto c = cases.find(name); c != cases.end()) {
+        if (!is_floating(dt)) continue;
+        sweep::Sample r{dt, dt, cpu}, s{dt, dt, cpu};
+        ref = c->second(r);
+        CudaKernelsOnCpu swap({op});
+        got = c->second(s);
+      } else {
+        continue;
+      }
+      sweep::check_outputs(got, ref, 2.0);
+      ++swept;
+    }
+  }
+  INFO("(op, dtype) pairs swept: " << swept);
+  CHECK(swept > 200);
+}
+
+namespace {
+// Parameters (sizes beside and across the kernels' chunking) and three steps of gradients, one inf-free.
+std::vector<Tensor> step_params(DType dt) {
+  std::vector<Tensor> ps;
+  for (int64_t n : {int64_t{7}, int64_t{1000}, int64_t{4099}}) ps.push_back(rnd({n}, dt, 40 + n).set_requires_grad(true));
+  return ps;
+}
+void step_grads(const std::vector<Tensor>& ps, int step) {
+  for (const Tensor& p : ps) p.set_grad((rnd(p.sizes(), kFloat64, 100 + step) * 0.01).to(p.dtype()));
+}
+}  // namespace
+
+TEST_CASE("emulated CUDA optimizer steps and loss-scale kernels give the CPU's values", "[emulated][optim]") {
+  const std::initializer_list<OpId> ops = {OpId::sgd_step, OpId::adam_step, OpId::unscale_check_inf,
+                                          OpId::update_scale};
+  for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
+    INFO(dtype_name(dt));
+    tensor_list cuda;
+    const tensor_list cpu = both(ops, [&] {
+      tensor_list r;
+      // SGD with momentum, Nesterov and weight decay; AdamW with amsgrad: f32 masters for f16/bf16 models.
+      auto sgd_ps = step_params(dt), adam_ps = step_params(dt);
+      optim::SGD sgd(sgd_ps, optim::SGDOptions(0.05).momentum(0.9).nesterov(true).weight_decay(1e-2));
+      optim::AdamW adam(adam_ps, optim::AdamWOptions(1e-2).amsgrad(true));
+      // The loss scaler's unscale and update around each step; step 1 has an inf gradient and is skipped.
+      amp::GradScaler scaler;
+      for (int s = 0; s < 3; ++s) {
+        step_grads(sgd_ps, s);
+        step_grads(adam_ps, s);
+        if (s == 1) adam_ps[1].grad().select(0, 3).fill_(INFINITY);
+        sgd.step();
+        scaler.step(adam);
+        scaler.update();
+      }
+      for (const Tensor& p : sgd_ps) r.push_back(p.detach());
+      for (const Tensor& p : adam_ps) r.push_back(p.detach());
+      r.push_back(full({}, scaler.get_scale(), TensorOptions(kFloat64)));
+      r.push_back(full({}, static_cast<double>(scaler.skipped_steps()), TensorOptions(kFloat64)));
+      return r;
+    }, cuda);
+    CHECK(cpu.back().item<double>() == 1.0);  // the inf step was skipped
+    // f32 arithmetic in another order (fused multiply-adds, sqrt): within a few f32 ulps, rounded once to dt.
+    check_close(cpu, cuda, "sgd/adamw with a grad scaler", dt == kFloat32 ? 1e-6 : tolerance(dt) / 4);
+  }
+  // Stochastic rounding without masters: SGD with an exact f32 update rounds to the CPU's bits.
+  for (DType dt : {kBFloat16, kFloat16}) {
+    INFO(dtype_name(dt) << " stochastic rounding");
+    tensor_list cuda;
+    const tensor_list cpu = both(ops, [&] {
+      auto ps = step_params(dt);
+      optim::SGD opt(ps, optim::SGDOptions(1.0 / 64));
+      opt.set_master_weights(false);
+      opt.set_stochastic_rounding(true, optim::StochasticRoundingOptions().seed(31));
+      for (int s = 0; s < 3; ++s) {
+        for (const Tensor& p : ps) p.set_grad(rnd(p.sizes(), kFloat64, 200 + s).to(dt));
+        opt.step();
+      }
+      return tensor_list(ps.begin(), ps.end());
+    }, cuda);
+    check_same(cpu, cuda, "stochastically rounded SGD");
+  }
+}
