@@ -8,7 +8,9 @@
 #   throughput, bench_loader --path gpu, beside the CPU pipeline) and "train" (one epoch of
 #   ResNet-18 on generated JPEGs with and without --gpu-decode, then through DDP on NCCL with one rank) and "headline" (ResNet-50 O1/O2,
 #   f16/bf16, eager with PyTorch's eager AMP beside, then as CUDA graphs) and "reduced" (ResNet-50
-#   O2 f16 with MPX_CUDNN_REDUCED_PRECISION=0 and 1 in turns).
+#   O2 f16 with MPX_CUDNN_REDUCED_PRECISION=0 and 1 in turns) and "attention" (fused attention's flash and
+#   row-per-thread kernels beside PyTorch's SDPA) and "gpt" (GPT-2 124M at O0-O2 bf16 beside PyTorch's eager AMP and
+#   torch.compile).
 # (configure needs Eigen/Catch2/stb/zlib: see README, GPU section)
 # MPX_PREBUILT=.gpu-bin (bench/pack_gpu_build.sh) runs binaries built elsewhere when they load
 # here, which saves the build's minutes; otherwise it builds as usual.
@@ -158,6 +160,16 @@ scratch=$(mktemp -d)
     $bin/tools/mpx bench --device cuda --models resnet50 --opt-levels O1,O2 --dtype f16,bf16 --batch 256 --cuda-graph \
       --out "$scratch/headline-graph"
     cp "$scratch/headline-graph/bench.md" "$out/headline-graph.md"
+  fi
+  if has attention; then  # the flash kernels, the row-per-thread ones they replace, PyTorch's SDPA
+    $bin/bench/bench_attention_cuda
+    MPX_SDPA_FLASH=0 $bin/bench/bench_attention_cuda | grep -v "^path"
+    python3 bench/peer_attention_cuda.py
+  fi
+  if has gpt; then  # issue 33's GPU rows: GPT-2 124M, context 1024
+    $bin/tools/mpx bench --device cuda --models gpt2 --opt-levels O0,O1,O2 --dtype bf16 --peer --peer-compile \
+      --out "$scratch/gpt"
+    cp "$scratch/gpt/bench.md" "$out/gpt.md"
   fi
   if has reduced; then  # O2 f16 with and without convolution engines that reduce in 16 bits, in turns
     for r in 0 1 0 1; do

@@ -1,0 +1,77 @@
+// GPU figures of fused attention (forward and forward+backward, causal, GPT-2's and Llama's head shapes): TFLOP/s
+// and peak memory; the peer of bench/peer_attention_cuda.py. Run once as is and once with MPX_SDPA_FLASH=0.
+#include <mpx/mpx.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+using namespace mpx;
+
+namespace {
+
+double median_ms(const std::function<void()>& f, int warmup = 3, int runs = 15) {
+  for (int i = 0; i < warmup; ++i) f();
+  cuda::synchronize();
+  std::vector<double> ms;
+  cuda::Event a, b;
+  for (int i = 0; i < runs; ++i) {
+    a.record();
+    f();
+    b.record();
+    b.synchronize();
+    ms.push_back(a.elapsed_ms(b));
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+}  // namespace
+
+int main() {
+  if (!cuda_is_available()) {
+    std::fprintf(stderr, "bench_attention_cuda: no CUDA device\n");
+    return 1;
+  }
+  const char* flash = std::getenv("MPX_SDPA_FLASH");
+  const char* path = flash && std::string(flash) == "0" ? "row-per-thread" : "flash";
+  const Device gpu = Device::cuda();
+  struct Shape {
+    int64_t B, H, T, D;
+  };
+  std::printf("%-15s %-5s %-22s %10s %10s %12s %12s %10s\n", "path", "dtype", "B x H x T x D (causal)", "fwd ms",
+              "fwd+bwd ms", "fwd TFLOP/s", "f+b TFLOP/s", "peak MiB");
+  for (DType dt : {kBFloat16, kFloat16})
+    for (const Shape& s : {Shape{8, 12, 1024, 64}, Shape{4, 32, 2048, 128}, Shape{1, 12, 8192, 64}}) {
+      manual_seed(1);
+      const Tensor q = randn({s.B, s.H, s.T, s.D}).to(dt).to(gpu).set_requires_grad(true);
+      const Tensor k = randn({s.B, s.H, s.T, s.D}).to(dt).to(gpu).set_requires_grad(true);
+      const Tensor v = randn({s.B, s.H, s.T, s.D}).to(dt).to(gpu).set_requires_grad(true);
+      const Tensor g = randn({s.B, s.H, s.T, s.D}).to(dt).to(gpu);
+      const double fwd = median_ms([&] {
+        NoGradGuard ng;
+        scaled_dot_product_attention(q, k, v, {}, 0.0, true);
+      });
+      cuda::synchronize();
+      cuda::reset_peak_memory_stats();
+      const int64_t before = cuda::memory_stats().allocated;
+      const double both = median_ms([&] {
+        const Tensor out = scaled_dot_product_attention(q, k, v, {}, 0.0, true);
+        autograd::backward({out}, {g});
+      });
+      const double peak = static_cast<double>(cuda::memory_stats().peak_allocated - before) / (1 << 20);
+      // Causal: half of the 4 * B * H * T^2 * D multiply-adds of the two forward products; backward 2.5x that.
+      const double flops = 2.0 * s.B * s.H * static_cast<double>(s.T) * s.T * s.D;
+      char shape[64];
+      std::snprintf(shape, sizeof shape, "%lld x %lld x %lld x %lld", static_cast<long long>(s.B),
+                    static_cast<long long>(s.H), static_cast<long long>(s.T), static_cast<long long>(s.D));
+      std::printf("%-15s %-5s %-22s %10.3f %10.3f %12.1f %12.1f %10.1f\n", path, dtype_name(dt), shape, fwd, both,
+                  flops / fwd / 1e9, 3.5 * flops / both / 1e9, peak);
+      std::printf("csv,attention,%s,%s,%lld,%lld,%lld,%lld,%.4f,%.4f,%.1f\n", path, dtype_name(dt),
+                  static_cast<long long>(s.B), static_cast<long long>(s.H), static_cast<long long>(s.T),
+                  static_cast<long long>(s.D), fwd, both, peak);
+    }
+  return 0;
+}
