@@ -3,8 +3,10 @@
 // loop over time, directions and layers.
 #include "ops/rnn.h"
 
+#include <optional>
 #include <tuple>
 
+#include "autograd/grad_mode.h"
 #include "ops/activation.h"
 #include "ops/elementwise.h"
 #include "ops/linalg.h"
@@ -305,6 +307,89 @@ Tensor stack_states(const SeqPlan& p, const std::vector<tensor_list>& finals, si
   for (const auto& f : finals) s.push_back(p.unbatched ? f[k].squeeze(0) : f[k]);
   return stack(s, 0);
 }
+
+tensor_list no_double_backward(FunctionNode&, const tensor_list&) {
+  MPX_ERROR("lstm/gru: the fused (cuDNN) sequence's backward is not differentiable (a second derivative through it "
+            "was requested); set MPX_CUDNN_RNN=0 to run cell by cell, whose backward is");
+}
+
+// The whole sequence on the device's fused kernel (cuDNN's RNN on CUDA) when there is one and it takes the call,
+// as one autograd node: (output, final states...) as lstm/gru return them; nullopt otherwise (the caller runs cell
+// by cell). Dropout between layers stays on the cell path, which draws it from mpx's generator as the CPU does.
+std::optional<tensor_list> fused_sequence(bool is_lstm, const SeqPlan& p, const tensor_list& states,
+                                          const tensor_list& params, const RnnArgs& a) {
+  const Device dev = p.x.device();
+  const DType dt = p.x.dtype();
+  if (dev.is_cpu() || !dispatch::has_kernel(OpId::rnn_fused, dev.type, dt)) return std::nullopt;
+  if (a.train && a.dropout > 0.0 && a.num_layers > 1) return std::nullopt;
+  const size_t ns = states.size();
+  // The node's inputs: x [T, N, I], the states as [L*D, N, H] (undefined: zeros), the parameters.
+  tensor_list inputs = {p.x};
+  for (const Tensor& s : states) inputs.push_back(s.defined() && p.unbatched ? s.unsqueeze(1) : s);
+  inputs.insert(inputs.end(), params.begin(), params.end());
+  kernels::RnnParams prm;
+  prm.lstm = is_lstm;
+  prm.num_layers = a.num_layers;
+  prm.hidden = p.H;
+  prm.bidirectional = a.bidirectional;
+  prm.has_biases = a.has_biases;
+  prm.training = autograd::any_requires_grad(inputs);
+  tensor_list dense;  // contiguous, detached: what the kernel reads
+  for (const Tensor& t : inputs) dense.push_back(t.defined() ? t.detach().contiguous() : Tensor());
+  const Tensor& x = dense[0];
+  const tensor_list ps(dense.begin() + 1 + static_cast<std::ptrdiff_t>(ns), dense.end());
+  const TensorOptions o = x.options();
+  const int64_t LD = a.num_layers * p.dirs;
+  const Tensor y = empty({p.T, p.N, p.dirs * p.H}, o), hy = empty({LD, p.N, p.H}, o);
+  const Tensor cy = is_lstm ? empty({LD, p.N, p.H}, o) : Tensor();
+  Tensor weights, reserve;
+  {
+    NoGradGuard ng;
+    if (!dispatch::kernel<OpId::rnn_fused>(dev, dt)(y, hy, cy, weights, reserve, x, dense[1],
+                                                    is_lstm ? dense[2] : Tensor(), ps, prm))
+      return std::nullopt;
+  }
+  tensor_list outs = {y, hy};
+  if (is_lstm) outs.push_back(cy);
+  auto backward = [prm, ns, np = params.size()](FunctionNode& self, const tensor_list& g) -> tensor_list {
+    const Tensor x = self.saved(0), y = self.saved(1), weights = self.saved(2), reserve = self.saved(3);
+    const Tensor hx = self.saved(4), cx = ns > 1 ? self.saved(5) : Tensor();
+    tensor_list ps;
+    for (size_t i = 0; i < np; ++i) ps.push_back(self.saved(static_cast<int>(4 + ns + i)));
+    auto dense_or_none = [&](size_t i) {
+      return i < g.size() && g[i].defined() ? g[i].to(x.dtype()).contiguous() : Tensor();
+    };
+    const Tensor dy = g[0].defined() ? g[0].to(x.dtype()).contiguous() : zeros(y.sizes(), y.options());
+    const Tensor dx = empty(x.sizes(), x.options());
+    const Tensor dhx = hx.defined() ? empty(hx.sizes(), hx.options()) : Tensor();
+    const Tensor dcx = cx.defined() ? empty(cx.sizes(), cx.options()) : Tensor();
+    tensor_list dps;
+    for (const Tensor& w : ps) dps.push_back(empty(w.sizes(), w.options()));
+    {
+      NoGradGuard ng;
+      dispatch::kernel<OpId::rnn_fused_backward>(x.device(), x.dtype())(
+          dx, dhx, dcx, dps, x, hx, cx, y, dy, dense_or_none(1), dense_or_none(2), weights, reserve, prm);
+    }
+    tensor_list grads = {dx, dhx};
+    if (ns > 1) grads.push_back(dcx);
+    grads.insert(grads.end(), dps.begin(), dps.end());
+    tensor_list from = g;
+    from.push_back(x);
+    autograd::record("CudnnRnnBackwardBackward", from, grads, no_double_backward);
+    return grads;
+  };
+  if (auto n = autograd::record(is_lstm ? "CudnnLstmBackward" : "CudnnGruBackward", inputs, outs, backward)) {
+    n->save(x);
+    n->save(y, true);
+    n->save(weights);
+    n->save(reserve);
+    for (size_t i = 0; i < ns; ++i) n->save(dense[1 + i]);
+    for (const Tensor& w : ps) n->save(w);
+  }
+  tensor_list r = {p.unbatched ? y.squeeze(1) : a.batch_first ? y.transpose(0, 1).contiguous() : y};
+  for (size_t i = 1; i < outs.size(); ++i) r.push_back(p.unbatched ? outs[i].squeeze(1) : outs[i]);
+  return r;
+}
 }  // namespace
 
 std::tuple<Tensor, Tensor, Tensor> lstm(const Tensor& input0, const Tensor& h00, const Tensor& c00,
@@ -315,6 +400,7 @@ std::tuple<Tensor, Tensor, Tensor> lstm(const Tensor& input0, const Tensor& h00,
   const Tensor &input = all[0], &h0 = all[1], &c0 = all[2];
   const tensor_list params(all.begin() + 3, all.end());
   const SeqPlan p = check_seq("lstm", 4, input, {h0, c0}, params, a);
+  if (auto f = fused_sequence(true, p, {h0, c0}, params, a)) return {(*f)[0], (*f)[1], (*f)[2]};
   auto run = [&](const Tensor& x, int64_t idx, bool reverse, const Tensor& w_ih, const Tensor& w_hh,
                  const Tensor& b_ih, const Tensor& b_hh) -> std::pair<Tensor, tensor_list> {
     Tensor h = initial_state(p, h0, idx), c = initial_state(p, c0, idx);
@@ -341,6 +427,7 @@ std::pair<Tensor, Tensor> gru(const Tensor& input0, const Tensor& h00, const ten
   const Tensor &input = all[0], &h0 = all[1];
   const tensor_list params(all.begin() + 2, all.end());
   const SeqPlan p = check_seq("gru", 3, input, {h0}, params, a);
+  if (auto f = fused_sequence(false, p, {h0}, params, a)) return {(*f)[0], (*f)[1]};
   auto run = [&](const Tensor& x, int64_t idx, bool reverse, const Tensor& w_ih, const Tensor& w_hh,
                  const Tensor& b_ih, const Tensor& b_hh) -> std::pair<Tensor, tensor_list> {
     Tensor h = initial_state(p, h0, idx);

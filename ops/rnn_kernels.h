@@ -1,4 +1,5 @@
-// Kernel signatures of the fused recurrent cells (ops.def rows lstm_cell_fused ... gru_cell_fused_backward).
+// Kernel signatures of the fused recurrent cells (ops.def rows lstm_cell_fused ... gru_cell_fused_backward) and of
+// whole fused sequences (rnn_fused, rnn_fused_backward: cuDNN's RNN).
 #pragma once
 #include "core/tensor.h"
 
@@ -22,4 +23,27 @@ using GruCellFn = void (*)(const Tensor& h_out, const Tensor& ws, const Tensor& 
 /// Its backward: dgi [N, 3H], dgh [N, 3H], dh_prev [N, H] from dh (the forward's ws and h_prev).
 using GruCellBackwardFn = void (*)(const Tensor& dgi, const Tensor& dgh, const Tensor& dh_prev, const Tensor& dh,
                                    const Tensor& ws, const Tensor& h_prev);
+
+/// A whole multi-layer LSTM or GRU sequence for rnn_fused: time-major input [T, N, I], states
+/// [L * D, N, H], parameters in PyTorch's flat order (w_ih, w_hh[, b_ih, b_hh] per layer and
+/// direction), all contiguous, one dtype, one device; no dropout between layers.
+struct RnnParams {
+  bool lstm = true;  ///< LSTM (gates i, f, g, o), else GRU (r, z, n)
+  int64_t num_layers = 1, hidden = 0;
+  bool bidirectional = false, has_biases = true;
+  bool training = false;  ///< keep what the backward needs (reserve space)
+};
+/// Forward: y [T, N, D * H], hy (and cy for an LSTM) [L * D, N, H] from x and hx, cx (undefined:
+/// zeros). Returns false, writing nothing, where the backend refuses the configuration (the op
+/// then runs cell by cell); else fills `weights` (the parameters in the backend's own layout) and,
+/// when training, `reserve`, both kept for the backward.
+using RnnFn = bool (*)(const Tensor& y, const Tensor& hy, const Tensor& cy, Tensor& weights, Tensor& reserve,
+                       const Tensor& x, const Tensor& hx, const Tensor& cx, const tensor_list& params,
+                       const RnnParams& p);
+/// Backward from dy (defined) and dhy, dcy (undefined: zero): dx, dhx and dcx (undefined: not
+/// wanted) and dparams (one per parameter, its shape, written whole).
+using RnnBackwardFn = void (*)(const Tensor& dx, const Tensor& dhx, const Tensor& dcx, const tensor_list& dparams,
+                               const Tensor& x, const Tensor& hx, const Tensor& cx, const Tensor& y,
+                               const Tensor& dy, const Tensor& dhy, const Tensor& dcy, const Tensor& weights,
+                               const Tensor& reserve, const RnnParams& p);
 }  // namespace mpx::kernels

@@ -294,6 +294,35 @@ inline std::map<std::string, Case> kernel_cases() {
     Tensor gi = s.leaf({3, 6}), gh = s.leaf({3, 6}), h = s.leaf({3, 2});
     return with_grads(s, gru_cell_fused(gi, gh, h), {gi, gh, h});
   };
+  // Whole sequences (cuDNN's RNN on CUDA; cell by cell on the CPU, the reference): two bidirectional layers.
+  m["rnn_fused"] = m["rnn_fused_backward"] = [](Sample& s) {
+    const int64_t T = 5, N = 3, I = 4, H = 6;
+    tensor_list out, leaves;
+    for (int64_t G : {int64_t{4}, int64_t{3}}) {  // LSTM, then GRU
+      Tensor x = s.leaf({T, N, I}), h0 = s.leaf({4, N, H}), c0 = s.leaf({4, N, H});
+      tensor_list ps;
+      for (int64_t l = 0; l < 2; ++l)
+        for (int d = 0; d < 2; ++d) {
+          const int64_t in = l == 0 ? I : 2 * H;
+          for (const IntList& shape : {IntList{G * H, in}, IntList{G * H, H}, IntList{G * H}, IntList{G * H}})
+            ps.push_back(s.leaf(shape));
+        }
+      RnnArgs a;
+      a.num_layers = 2;
+      a.bidirectional = true;
+      leaves.insert(leaves.end(), {x, h0});
+      if (G == 4) {
+        auto [y, hn, cn] = lstm(x, h0, c0, ps, a);
+        out.insert(out.end(), {y.flatten(), hn.flatten(), cn.flatten()});
+        leaves.push_back(c0);
+      } else {
+        auto [y, hn] = gru(x, h0, ps, a);
+        out.insert(out.end(), {y.flatten(), hn.flatten()});
+      }
+      leaves.insert(leaves.end(), ps.begin(), ps.end());
+    }
+    return with_grads(s, cat(out, 0), leaves);
+  };
   // Index family (ops/index.h): duplicate indices, so the accumulating kernels add.
   const auto ix = [](Sample& s, const std::vector<int64_t>& v, const IntList& shape) {
     return tensor<int64_t>(v, shape).to(s.dev);

@@ -109,3 +109,55 @@ TEST_CASE("cuda LSTM and GRU modules match the CPU (2 layers, bidirectional)", "
     testing::check_cuda_close(ghd, ghc, dt, "GRU h_n");
   }
 }
+
+// A whole sequence runs as one cuDNN RNN call (no per-step cells) wherever cuDNN takes it: given and
+// unbatched states, their gradients, f16; dropout between layers in training runs cell by cell.
+TEST_CASE("cuda lstm and gru run one cuDNN sequence, with the CPU's values and gradients", "[cuda]") {
+  if (!testing::cuda_ready() || cuda::cudnn_version().rfind("cuDNN", 0) != 0) return;
+  const int64_t T = 7, N = 3, I = 5, H = 8;
+  for (DType dt : {kFloat32, kFloat16}) {
+    for (bool unbatched : {false, true}) {
+      INFO(dtype_name(dt) << (unbatched ? " unbatched" : ""));
+      const IntList xs = unbatched ? IntList{T, I} : IntList{T, N, I};
+      const IntList ss = unbatched ? IntList{2, H} : IntList{2, N, H};
+      tensor_list in = {randn_dt(xs, dt, 1), randn_dt(ss, dt, 2), randn_dt(ss, dt, 3)};
+      for (int64_t in_size : {I, H})  // two layers: w_ih, w_hh, b_ih, b_hh each
+        for (const IntList& shape : {IntList{4 * H, in_size}, IntList{4 * H, H}, IntList{4 * H}, IntList{4 * H}})
+          in.push_back(randn_dt(shape, dt, 10 + static_cast<uint64_t>(in.size()), 0.3));
+      RnnArgs a;
+      a.num_layers = 2;
+      auto lstm_out = [a](const tensor_list& t) {
+        auto [y, hn, cn] = lstm(t[0], t[1], t[2], tensor_list(t.begin() + 3, t.end()), a);
+        return cat({y.flatten(), hn.flatten(), cn.flatten()}, 0);
+      };
+      profiler::reset();
+      profiler::start();
+      compare(lstm_out, in, dt, "lstm");
+      profiler::stop();
+      int64_t fused = 0, cells = 0;
+      for (const auto& r : profiler::results()) {
+        if (r.op == "rnn_fused" || r.op == "rnn_fused_backward") fused += r.calls;
+        if (r.op == "lstm_cell_fused" || r.op == "lstm_cell_fused_backward") cells += r.calls;
+      }
+      profiler::reset();
+      CHECK(fused == 2);  // one forward, one backward
+      CHECK(cells == 0);
+      // A GRU from the same inputs: gates r, z, n (3H rows), no cell state.
+      tensor_list gin = {in[0], in[1]};
+      for (int k = 0; k < 2; ++k)
+        for (int j = 0; j < 4; ++j) gin.push_back(in[3 + 4 * k + j].narrow(0, 0, 3 * H).contiguous());
+      auto gru_out = [a](const tensor_list& t) {
+        auto [y, hn] = gru(t[0], t[1], tensor_list(t.begin() + 2, t.end()), a);
+        return cat({y.flatten(), hn.flatten()}, 0);
+      };
+      CHECK(testing::kernel_calls("rnn_fused", [&] { compare(gru_out, gin, dt, "gru"); }) == 1);
+    }
+  }
+  // Dropout between layers in training draws from mpx's generator: cell by cell, as on the CPU.
+  nn::LSTM m(nn::LSTMOptions(4, 6).num_layers(2).dropout(0.5));
+  m->to(Device::cuda());
+  const Tensor x = randn_dt({5, 2, 4}, kFloat32, 4).to(Device::cuda());
+  CHECK(testing::kernel_calls("rnn_fused", [&] { (void)m(x); }) == 0);
+  m->eval();
+  CHECK(testing::kernel_calls("rnn_fused", [&] { (void)m(x); }) == 1);
+}
