@@ -8,27 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "cuda_timing.h"
+
 using namespace mpx;
+using bench::median_ms;
 namespace F = mpx::nn::functional;
 
 namespace {
-
-// Median milliseconds of `f` over `runs` event-timed calls after `warmup` untimed ones.
-double median_ms(const std::function<void()>& f, int warmup = 3, int runs = 20) {
-  for (int i = 0; i < warmup; ++i) f();
-  cuda::synchronize();
-  std::vector<double> ms;
-  cuda::Event a, b;
-  for (int i = 0; i < runs; ++i) {
-    a.record();
-    f();
-    b.record();
-    b.synchronize();
-    ms.push_back(a.elapsed_ms(b));
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 void bandwidth() {
   const Device gpu = Device::cuda();

@@ -2,33 +2,14 @@
 // and peak memory; the peer of bench/peer_attention_cuda.py. Run once as is and once with MPX_SDPA_FLASH=0.
 #include <mpx/mpx.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
-#include <vector>
+#include <string>
+
+#include "cuda_timing.h"
 
 using namespace mpx;
-
-namespace {
-
-double median_ms(const std::function<void()>& f, int warmup = 3, int runs = 15) {
-  for (int i = 0; i < warmup; ++i) f();
-  cuda::synchronize();
-  std::vector<double> ms;
-  cuda::Event a, b;
-  for (int i = 0; i < runs; ++i) {
-    a.record();
-    f();
-    b.record();
-    b.synchronize();
-    ms.push_back(a.elapsed_ms(b));
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
-}  // namespace
+using bench::median_ms;
 
 int main() {
   if (!cuda_is_available()) {
@@ -50,17 +31,21 @@ int main() {
       const Tensor k = randn({s.B, s.H, s.T, s.D}).to(dt).to(gpu).set_requires_grad(true);
       const Tensor v = randn({s.B, s.H, s.T, s.D}).to(dt).to(gpu).set_requires_grad(true);
       const Tensor g = randn({s.B, s.H, s.T, s.D}).to(dt).to(gpu);
-      const double fwd = median_ms([&] {
-        NoGradGuard ng;
-        scaled_dot_product_attention(q, k, v, {}, 0.0, true);
-      });
+      const double fwd = median_ms(
+          [&] {
+            NoGradGuard ng;
+            scaled_dot_product_attention(q, k, v, {}, 0.0, true);
+          },
+          3, 15);
       cuda::synchronize();
       cuda::reset_peak_memory_stats();
       const int64_t before = cuda::memory_stats().allocated;
-      const double both = median_ms([&] {
-        const Tensor out = scaled_dot_product_attention(q, k, v, {}, 0.0, true);
-        autograd::backward({out}, {g});
-      });
+      const double both = median_ms(
+          [&] {
+            const Tensor out = scaled_dot_product_attention(q, k, v, {}, 0.0, true);
+            autograd::backward({out}, {g});
+          },
+          3, 15);
       const double peak = static_cast<double>(cuda::memory_stats().peak_allocated - before) / (1 << 20);
       // Causal: half of the 4 * B * H * T^2 * D multiply-adds of the two forward products; backward 2.5x that.
       const double flops = 2.0 * s.B * s.H * static_cast<double>(s.T) * s.T * s.D;

@@ -4,6 +4,7 @@
 #include <mma.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "ops/cuda/attention_common.cuh"
 #include "ops/cuda/attention_launch.h"
@@ -76,40 +77,34 @@ template <int N> __device__ __forceinline__ void zero(float* p) {
   for (int t = threadIdx.x; t < N; t += kThreads) p[t] = 0.0f;
 }
 
-/// out[16 x 16 * NB] (stride ldo) = a[16 x 16 * KB] (stride lda) times b^T, b's rows [16 * NB, 16 * KB] (stride ldb).
-template <typename T, int NB, int KB>
-__device__ __forceinline__ void product_bt(float* out, int ldo, const T* a, int lda, const T* b, int ldb) {
+/// out [16, 16 NB] (f32, stride ldo) = a [16, 16 KB] (stride lda) times B, plus out's own values when Accumulate.
+/// B is b^T when Bt (b holds B's columns as rows: [16 NB, 16 KB], stride ldb), else b itself ([16 KB, 16 NB]).
+template <typename T, int NB, int KB, bool Bt, bool Accumulate>
+__device__ __forceinline__ void product(float* out, int ldo, const T* a, int lda, const T* b, int ldb) {
   using namespace nvcuda;
+  using FragBOf = std::conditional_t<Bt, FragBt<T>, FragB<T>>;
   for (int n = 0; n < NB; ++n) {
     FragC c;
-    wmma::fill_fragment(c, 0.0f);
+    if constexpr (Accumulate) wmma::load_matrix_sync(c, out + n * 16, ldo, wmma::mem_row_major);
+    else wmma::fill_fragment(c, 0.0f);
     for (int kk = 0; kk < KB; ++kk) {
       FragA<T> fa;
-      FragBt<T> fb;
+      FragBOf fb;
       wmma::load_matrix_sync(fa, a + kk * 16, lda);
-      wmma::load_matrix_sync(fb, b + n * 16 * ldb + kk * 16, ldb);
+      wmma::load_matrix_sync(fb, Bt ? b + n * 16 * ldb + kk * 16 : b + kk * 16 * ldb + n * 16, ldb);
       wmma::mma_sync(c, fa, fb, c);
     }
     wmma::store_matrix_sync(out + n * 16, c, ldo, wmma::mem_row_major);
   }
 }
-
-/// acc[16 x 16 * NB] (f32, stride ldc) += a[16 x 16 * KB] (stride lda) times b[16 * KB x 16 * NB] (stride ldb).
+// Scores (a times b^T, fresh) and accumulations (acc += a times b) of a warp's 16 rows.
+template <typename T, int NB, int KB>
+__device__ __forceinline__ void product_bt(float* out, int ldo, const T* a, int lda, const T* b, int ldb) {
+  product<T, NB, KB, true, false>(out, ldo, a, lda, b, ldb);
+}
 template <typename T, int NB, int KB>
 __device__ __forceinline__ void product_add(float* acc, int ldc, const T* a, int lda, const T* b, int ldb) {
-  using namespace nvcuda;
-  for (int n = 0; n < NB; ++n) {
-    FragC c;
-    wmma::load_matrix_sync(c, acc + n * 16, ldc, wmma::mem_row_major);
-    for (int kk = 0; kk < KB; ++kk) {
-      FragA<T> fa;
-      FragB<T> fb;
-      wmma::load_matrix_sync(fa, a + kk * 16, lda);
-      wmma::load_matrix_sync(fb, b + kk * 16 * ldb + n * 16, ldb);
-      wmma::mma_sync(c, fa, fb, c);
-    }
-    wmma::store_matrix_sync(acc + n * 16, c, ldc, wmma::mem_row_major);
-  }
+  product<T, NB, KB, false, true>(acc, ldc, a, lda, b, ldb);
 }
 
 /// The score of (i, j) in log2 units: -inf where causal, past the end, or masked. x is q.k unscaled.
