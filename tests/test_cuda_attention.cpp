@@ -114,7 +114,8 @@ TEST_CASE("CUDA fused attention's memory is O(T)", "[cuda][attention][memory]") 
     cuda::synchronize();
     const int64_t extra = cuda::memory_stats().peak_allocated - before;
     INFO("peak extra bytes " << extra << " against T * T * 2 = " << T * T * 2);
-    CHECK(extra < 16 * T * E * static_cast<int64_t>(element_size(dt)));  // a few copies of [T, E] operands and gradients
+    // A few copies of the [T, E] operands and gradients.
+    CHECK(extra < 16 * T * E * static_cast<int64_t>(element_size(dt)));
     CHECK(q.grad().all_finite());
   }
 }

@@ -49,10 +49,11 @@ template <typename T, int D> constexpr size_t dkdv_smem() {
          2 * sizeof(T) * kRows * kLdP<kQueries> + 2 * 4 * kRows * kLdF<D> + 2 * 4 * kQueries;
 }
 
-template <typename T> using FragA = nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, nvcuda::wmma::row_major>;
-template <typename T> using FragBt = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, T, nvcuda::wmma::col_major>;
-template <typename T> using FragB = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, T, nvcuda::wmma::row_major>;
-using FragC = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
+namespace wmma = nvcuda::wmma;
+template <typename T> using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
+template <typename T> using FragBt = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major>;
+template <typename T> using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major>;
+using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
 /// dst [ROWS, D] (stride kLdT<D>) = rows [0, rows) x columns [0, cols) of src (row stride rs), zeros elsewhere.
 template <typename T, int ROWS, int D>
@@ -81,7 +82,6 @@ template <int N> __device__ __forceinline__ void zero(float* p) {
 /// B is b^T when Bt (b holds B's columns as rows: [16 NB, 16 KB], stride ldb), else b itself ([16 KB, 16 NB]).
 template <typename T, int NB, int KB, bool Bt, bool Accumulate>
 __device__ __forceinline__ void product(float* out, int ldo, const T* a, int lda, const T* b, int ldb) {
-  using namespace nvcuda;
   using FragBOf = std::conditional_t<Bt, FragBt<T>, FragB<T>>;
   for (int n = 0; n < NB; ++n) {
     FragC c;

@@ -20,7 +20,8 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
   for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size())) s.replace(p, from.size(), to);
 }
 
-// `extern __shared__ [__align__(N)] TYPE NAME[];` -> `TYPE* NAME = reinterpret_cast<TYPE*>(::cuda_emu::dynamic_smem());`
+// `extern __shared__ [__align__(N)] TYPE NAME[];` ->
+// `TYPE* NAME = reinterpret_cast<TYPE*>(::cuda_emu::dynamic_smem());`
 void dynamic_shared(std::string& s) {
   const std::string key = "extern __shared__";
   for (size_t p = s.find(key); p != std::string::npos; p = s.find(key, p)) {
@@ -30,9 +31,9 @@ void dynamic_shared(std::string& s) {
     if (al != std::string::npos) decl.erase(al, decl.find(')', al) + 1 - al);
     const size_t br = decl.rfind('[');
     decl = decl.substr(0, br);
+    auto in_name = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
     size_t name_begin = decl.size();
-    while (name_begin > 0 && (std::isalnum(static_cast<unsigned char>(decl[name_begin - 1])) || decl[name_begin - 1] == '_'))
-      --name_begin;
+    while (name_begin > 0 && in_name(decl[name_begin - 1])) --name_begin;
     const std::string type = decl.substr(0, name_begin), name = decl.substr(name_begin);
     const std::string repl = type + "* " + name + " = reinterpret_cast<" + type + "*>(::cuda_emu::dynamic_smem())";
     s.replace(p, end - p, repl);

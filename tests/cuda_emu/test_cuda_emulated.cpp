@@ -1,5 +1,5 @@
-// The CUDA kernels of the index, row-norm, RNN-cell and attention families, compiled for the host (hostify.cpp,
-// device_runtime.h) and run on CPU threads in place of the CPU kernels: the public ops must give the same results.
+// CUDA kernel files compiled for the host (hostify.cpp, device_runtime.h) and run on CPU fibers in place of the CPU
+// kernels: the backend sweep, the index, norm, RNN-cell, attention and optimizer families must give the CPU's results.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -7,10 +7,10 @@
 #include <tuple>
 #include <vector>
 
+#include "amp/grad_scaler.h"
 #include "autograd/engine.h"
 #include "backend_cases.h"
 #include "core/random.h"
-#include "amp/grad_scaler.h"
 #include "ops/attention.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
@@ -29,7 +29,7 @@ namespace {
 // The CUDA kernels registered by this binary serve CPU tensors here; the real CUDA module must stay unloaded.
 const bool cuda_module_off = [] { return setenv("MPX_DISABLE_CUDA", "1", 1) == 0; }();
 
-/// While alive, every CPU kernel of `ops` that has a CUDA kernel is that CUDA kernel (run on host threads).
+/// While alive, every CPU kernel of `ops` that has a CUDA kernel is that CUDA kernel (run on host fibers).
 class CudaKernelsOnCpu {
  public:
   CudaKernelsOnCpu(std::initializer_list<OpId> ops) {
@@ -38,9 +38,8 @@ class CudaKernelsOnCpu {
       for (int d = 0; d < kNumDTypes; ++d) {
         const DType dt = static_cast<DType>(d);
         if (!dispatch::has_kernel(op, DeviceType::kCUDA, dt)) continue;
-        saved_.emplace_back(op, dt,
-                            dispatch::has_kernel(op, DeviceType::kCPU, dt) ? dispatch::find_kernel(op, DeviceType::kCPU, dt)
-                                                                           : nullptr);
+        const bool cpu = dispatch::has_kernel(op, DeviceType::kCPU, dt);
+        saved_.emplace_back(op, dt, cpu ? dispatch::find_kernel(op, DeviceType::kCPU, dt) : nullptr);
         dispatch::detail::register_raw(op, DeviceType::kCPU, dt, dispatch::find_kernel(op, DeviceType::kCUDA, dt));
       }
     REQUIRE(!saved_.empty());
@@ -111,7 +110,8 @@ TEST_CASE("emulated CUDA index kernels give the CPU's values", "[emulated][index
     tensor_list cuda;
     const tensor_list cpu = both(ops, [&] {
       const Tensor i1 = idx({4, 0, 2, 2});
-      const Tensor g = (rnd({3, 2, 4}, kFloat64, 2).abs() * 2.0).to(kInt64).clamp(0, 4);  // gather/scatter index along 1
+      // gather/scatter indices along dim 1, with repeats
+      const Tensor g = (rnd({3, 2, 4}, kFloat64, 2).abs() * 2.0).to(kInt64).clamp(0, 4);
       const Tensor mask = gt(rnd({5, 1}, kFloat64, 3), 0.0);
       tensor_list r = {index_select(x, 1, i1), index_select(xt, 2, idx({1, 0})), gather(x, 1, g),
                        gather(xt, 0, zeros({2, 5, 3}, kInt64)), masked_fill(x, mask, -2.0), tril(x, 1), triu(xt, -1)};
@@ -162,7 +162,8 @@ TEST_CASE("emulated CUDA multinomial draws the CPU's samples", "[emulated][index
       INFO(dtype_name(dt) << " replacement " << replacement);
       const Tensor p = rnd({4, 9}, kFloat64, 3).abs().to(dt);
       tensor_list cuda;
-      const tensor_list cpu = both({OpId::multinomial}, [&] { return tensor_list{multinomial(p, 5, replacement)}; }, cuda);
+      const tensor_list cpu =
+          both({OpId::multinomial}, [&] { return tensor_list{multinomial(p, 5, replacement)}; }, cuda);
       check_same(cpu, cuda, "multinomial");
     }
 }
@@ -291,7 +292,8 @@ namespace {
 // Parameters (sizes beside and across the kernels' chunking) and three steps of gradients, one inf-free.
 std::vector<Tensor> step_params(DType dt) {
   std::vector<Tensor> ps;
-  for (int64_t n : {int64_t{7}, int64_t{1000}, int64_t{4099}}) ps.push_back(rnd({n}, dt, 40 + n).set_requires_grad(true));
+  for (int64_t n : {int64_t{7}, int64_t{1000}, int64_t{4099}})
+    ps.push_back(rnd({n}, dt, 40 + static_cast<uint64_t>(n)).set_requires_grad(true));
   return ps;
 }
 void step_grads(const std::vector<Tensor>& ps, int step) {

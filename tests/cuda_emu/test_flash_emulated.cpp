@@ -1,4 +1,4 @@
-// The Tensor-Core flash-attention kernel bodies run on CPU threads under a WMMA emulation, against the CPU op:
+// The Tensor-Core flash-attention kernel bodies run on CPU fibers under a WMMA emulation, against the CPU op:
 // their tiling, masks, online softmax, dropout and staging are checked on machines without a GPU.
 #include <catch2/catch.hpp>
 

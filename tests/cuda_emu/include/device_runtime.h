@@ -1,4 +1,4 @@
-// What a .cu file rewritten by hostify.cpp needs on the host: launches, intrinsics and atomics on CPU threads, and
+// What a .cu file rewritten by hostify.cpp needs on the host: launches, intrinsics and atomics on CPU fibers, and
 // the CUDA runtime calls mpx's kernel files make, on host memory.
 #pragma once
 #include <cuda_bf16.h>

@@ -40,7 +40,8 @@ template <class Use, class T, class L>
 void load_matrix_sync(fragment<Use, 16, 16, 16, T, L>& f, const T* p, unsigned ldm) {
   detail::check(p, ldm, sizeof(T), "load_matrix_sync");
   for (int r = 0; r < 16; ++r)
-    for (int c = 0; c < 16; ++c) f.x[r][c] = detail::widen(std::is_same_v<L, row_major> ? p[r * ldm + c] : p[c * ldm + r]);
+    for (int c = 0; c < 16; ++c)
+      f.x[r][c] = detail::widen(std::is_same_v<L, row_major> ? p[r * ldm + c] : p[c * ldm + r]);
 }
 inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const float* p, unsigned ldm, layout_t l) {
   detail::check(p, ldm, 4, "load_matrix_sync (accumulator)");
