@@ -10,7 +10,9 @@
 #   f16/bf16, eager with PyTorch's eager AMP beside, then as CUDA graphs) and "reduced" (ResNet-50
 #   O2 f16 with MPX_CUDNN_REDUCED_PRECISION=0 and 1 in turns) and "attention" (fused attention's flash and
 #   row-per-thread kernels beside PyTorch's SDPA) and "gpt" (GPT-2 124M at O0-O2 bf16 beside PyTorch's eager AMP and
-#   torch.compile).
+#   torch.compile) and "llmc" (llm.c's train_gpt2cu, GPT-2 124M from scratch on random tokens, built here from the
+#   source at ${MPX_LLMC_SRC:-.gpu-deps/llmc}: copy a checkout there first, e.g. `git -C LLMC archive HEAD | tar -x
+#   -C .gpu-deps/llmc`).
 # (configure needs Eigen/Catch2/stb/zlib: see README, GPU section)
 # MPX_PREBUILT=.gpu-bin (bench/pack_gpu_build.sh) runs binaries built elsewhere when they load
 # here, which saves the build's minutes; otherwise it builds as usual.
@@ -170,6 +172,32 @@ scratch=$(mktemp -d)
     $bin/tools/mpx bench --device cuda --models gpt2 --opt-levels O0,O1,O2 --dtype bf16 --peer --peer-compile \
       --out "$scratch/gpt"
     cp "$scratch/gpt/bench.md" "$out/gpt.md"
+  fi
+  if has llmc; then  # the small-codebase anchor: llm.c's own GPT-2 124M step, bf16, on a random-token shard
+    llmc_src=${MPX_LLMC_SRC:-.gpu-deps/llmc}
+    if [ -f "$llmc_src/train_gpt2.cu" ]; then
+      rm -rf "$scratch/llmc" && cp -r "$llmc_src" "$scratch/llmc"
+      # CUDA 13 takes a cudaMemLocation where older toolkits took a device number.
+      sed -i 's/cudaMemAdviseSetPreferredLocation, cudaCpuDeviceId)/cudaMemAdviseSetPreferredLocation, cudaMemLocation{cudaMemLocationTypeHost, 0})/' \
+        "$scratch/llmc/llmc/cuda_utils.cuh"
+      cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
+      make -C "$scratch/llmc" train_gpt2cu NO_MULTI_GPU=1 NO_USE_MPI=1 USE_CUDNN=0 GPU_COMPUTE_CAPABILITY="$cc" \
+        >"$scratch/llmc-build.log" 2>&1 || tail -20 "$scratch/llmc-build.log"
+      # llm.c's shard format: 256 int32 header (magic 20240520, version 1, token count), then uint16 tokens.
+      python3 -c 'import sys, array, random
+n = 1 << 21
+random.seed(1)
+h = array.array("i", [20240520, 1, n] + [0] * 253)
+t = array.array("H", (random.randrange(50257) for _ in range(n)))
+with open(sys.argv[1], "wb") as f: h.tofile(f); t.tofile(f)' "$scratch/tokens.bin"
+      for b in 8 16; do
+        echo "llm.c train_gpt2cu -e d12 -b $b -t 1024 (bf16):"
+        (cd "$scratch/llmc" && ./train_gpt2cu -e d12 -b "$b" -t 1024 -x 30 -v 1000 -s 1000 -i "$scratch/tokens.bin" \
+          -j "$scratch/tokens.bin") 2>&1 | grep -E "^step|error|Error" | tail -5
+      done
+    else
+      echo "llmc: no llm.c source at $llmc_src (see the usage above)"
+    fi
   fi
   if has reduced; then  # O2 f16 with and without convolution engines that reduce in 16 bits, in turns
     for r in 0 1 0 1; do
