@@ -25,9 +25,15 @@
 #define MPX_CUDA_LAUNCH_CHECK(what) ((void)(what))
 #define cudaMemsetAsync(p, v, n, s) (std::memset((p), (v), (n)), (void)(s), cudaSuccess)
 #define cudaMemcpyAsync(dst, src, n, kind, s) (std::memmove((dst), (src), (n)), (void)(kind), (void)(s), cudaSuccess)
-// The one device property kernel files size their grids by: a device of H100's 132 multiprocessors.
-#define cudaDeviceGetAttribute(value, attr, dev) \
-  (*(value) = (attr) == cudaDevAttrMultiProcessorCount ? 132 : 0, (void)(dev), cudaSuccess)
+// The device the kernel files ask about: an H100's 132 multiprocessors and 227 KiB of shared memory per block;
+// every kernel has sm_90 code and takes any shared-memory size.
+#define cudaDeviceGetAttribute(value, attr, dev)                                                       \
+  (*(value) = (attr) == cudaDevAttrMultiProcessorCount           ? 132                                \
+              : (attr) == cudaDevAttrMaxSharedMemoryPerBlockOptin ? 232448                             \
+                                                                  : 0,                                 \
+   (void)(dev), cudaSuccess)
+#define cudaFuncGetAttributes(attr, fn) ((attr)->ptxVersion = 90, (attr)->binaryVersion = 90, (void)(fn), cudaSuccess)
+#define cudaFuncSetAttribute(fn, attr, value) ((void)(fn), (void)(attr), (void)(value), cudaSuccess)
 
 namespace cuda_emu {
 struct Launch {
