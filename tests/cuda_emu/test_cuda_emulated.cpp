@@ -219,7 +219,8 @@ TEST_CASE("emulated CUDA LSTM and GRU cells give the CPU's values", "[emulated][
 
 // f16/bf16 with head dims up to 128 run the flash kernels through their launcher (the host plays an sm_90 device);
 // f32, f64 and wider heads the row-per-thread kernels.
-TEST_CASE("emulated CUDA attention (flash and row-per-thread kernels) gives the CPU's values", "[emulated][attention]") {
+TEST_CASE("emulated CUDA attention (flash and row-per-thread kernels) gives the CPU's values",
+          "[emulated][attention]") {
   const std::initializer_list<OpId> ops = {OpId::sdpa_fused, OpId::sdpa_fused_backward};
   struct Case {
     const char* name;
