@@ -9,6 +9,7 @@
 
 #include <mpx/mpx.h>
 
+#include "gradcheck.h"
 #include "test_util.h"
 
 using namespace mpx;
@@ -160,4 +161,43 @@ TEST_CASE("cuda lstm and gru run one cuDNN sequence, with the CPU's values and g
   CHECK(testing::kernel_calls("rnn_fused", [&] { (void)m(x); }) == 0);
   m->eval();
   CHECK(testing::kernel_calls("rnn_fused", [&] { (void)m(x); }) == 1);
+}
+
+// The cuDNN sequence's gradients against central differences (f64 on the device): every input, initial state and
+// parameter of two bidirectional layers. The CPU leaves are moved to the device inside the function.
+TEST_CASE("cuda lstm and gru on cuDNN: f64 gradcheck", "[cuda][gradcheck]") {
+  if (!testing::cuda_ready() || cuda::cudnn_version().rfind("cuDNN", 0) != 0) return;
+  const int64_t T = 3, N = 2, I = 3, H = 2, L = 2;
+  for (bool is_lstm : {true, false}) {
+    INFO((is_lstm ? "lstm" : "gru"));
+    const int64_t G = is_lstm ? 4 : 3;
+    manual_seed(20);
+    auto leaf = [](const IntList& shape) {
+      return (randn(shape, TensorOptions(kFloat64)) * 0.5).set_requires_grad(true);
+    };
+    tensor_list in = {leaf({T, N, I}), leaf({L * 2, N, H}), leaf({L * 2, N, H})};
+    for (int64_t l = 0; l < L; ++l)
+      for (int d = 0; d < 2; ++d) {
+        const int64_t in_size = l == 0 ? I : 2 * H;
+        for (const IntList& shape : {IntList{G * H, in_size}, IntList{G * H, H}, IntList{G * H}, IntList{G * H}})
+          in.push_back(leaf(shape));
+      }
+    if (!is_lstm) in[2] = in[2].detach();  // gru has no cell state
+    RnnArgs a;
+    a.num_layers = L;
+    a.bidirectional = true;
+    auto f = [&](const tensor_list& t) {
+      tensor_list g;
+      for (const Tensor& x : t) g.push_back(x.to(Device::cuda()));
+      const tensor_list params(g.begin() + 3, g.end());
+      if (is_lstm) {
+        auto [o, hn, cn] = lstm(g[0], g[1], g[2], params, a);
+        return cat({o.reshape({-1}), hn.reshape({-1}), cn.reshape({-1})}, 0).cpu();
+      }
+      auto [o, hn] = gru(g[0], g[1], params, a);
+      return cat({o.reshape({-1}), hn.reshape({-1})}, 0).cpu();
+    };
+    CHECK(testing::kernel_calls("rnn_fused", [&] { (void)f(in); }) == 1);  // cuDNN, not cells, runs it
+    CHECK(testing::gradcheck(f, in) == "");
+  }
 }
