@@ -359,7 +359,7 @@ std::optional<tensor_list> fused_sequence(bool is_lstm, const SeqPlan& p, const 
     auto dense_or_none = [&](size_t i) {
       return i < g.size() && g[i].defined() ? g[i].to(x.dtype()).contiguous() : Tensor();
     };
-    const Tensor dy = g[0].defined() ? g[0].to(x.dtype()).contiguous() : zeros(y.sizes(), y.options());
+    const Tensor dy = dense_grad(g[0], y);
     const Tensor dx = empty(x.sizes(), x.options());
     const Tensor dhx = hx.defined() ? empty(hx.sizes(), hx.options()) : Tensor();
     const Tensor dcx = cx.defined() ? empty(cx.sizes(), cx.options()) : Tensor();

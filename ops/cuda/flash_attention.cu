@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "ops/cuda/flash_attention.cuh"
 
@@ -40,21 +43,30 @@ bool flash_enabled() {
   return on;
 }
 
-// Whether `kernel` has sm_80+ code for the current device and may take `smem` bytes of shared memory.
+// Whether `kernel` has sm_80+ code for the current device and may take `smem` bytes of shared memory (raising its
+// dynamic shared-memory limit). Decided once per kernel and device: every attention call asks.
 bool can_launch(const void* kernel, size_t smem) {
-  int dev = 0, optin = 0;
+  int dev = 0;
   MPX_CUDA_CHECK(cudaGetDevice(&dev), "sdpa flash");
+  static std::mutex m;
+  static std::map<std::pair<const void*, int>, bool> known;
+  const std::lock_guard<std::mutex> lock(m);
+  if (auto it = known.find({kernel, dev}); it != known.end()) return it->second;
+  bool ok = false;
+  int optin = 0;
   MPX_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "sdpa flash");
-  if (static_cast<size_t>(optin) < smem) return false;
   cudaFuncAttributes fa{};
-  if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess) {
-    (void)cudaGetLastError();  // no image for this device: the simple kernels run instead
-    return false;
+  if (static_cast<size_t>(optin) >= smem) {
+    if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess) {
+      (void)cudaGetLastError();  // no image for this device: the simple kernels run instead
+    } else if (fa.ptxVersion >= 80) {
+      MPX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+                     "sdpa flash");
+      ok = true;
+    }
   }
-  if (fa.ptxVersion < 80) return false;
-  MPX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-                 "sdpa flash");
-  return true;
+  known[{kernel, dev}] = ok;
+  return ok;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
