@@ -1,9 +1,9 @@
 // GPU figures of fused attention (forward and forward+backward, causal, 12 heads of 64 or 128, context 1k-8k): TFLOP/s
-// and peak memory; the peer of bench/peer_attention_cuda.py. Run once as is and once with MPX_SDPA_FLASH=0.
+// and peak memory; the peer of bench/peer_attention_cuda.py. Run as is (cuDNN's fused attention where built in), with
+// MPX_SDPA_CUDNN=0 (mpx's flash kernels) and with both MPX_SDPA_CUDNN=0 MPX_SDPA_FLASH=0 (row kernels).
 #include <mpx/mpx.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "cuda_timing.h"
@@ -16,8 +16,11 @@ int main() {
     std::fprintf(stderr, "bench_attention_cuda: no CUDA device\n");
     return 1;
   }
-  const char* flash = std::getenv("MPX_SDPA_FLASH");
-  const char* path = flash && std::string(flash) == "0" ? "row-per-thread" : "flash";
+  // The first path that takes these calls (no mask, no dropout, head dims 64/128): MPX_SDPA_CUDNN=0 and
+  // MPX_SDPA_FLASH=0 pick the others.
+  const bool cudnn = cuda::cudnn_sdp_enabled() && cuda::cudnn_version().find("frontend") != std::string::npos;
+  const char* path = cudnn ? "cuDNN" : cuda::flash_sdp_enabled() ? "flash" : "row-per-thread";
+  const int64_t fallbacks = cuda::cudnn_fallbacks();
   const Device gpu = Device::cuda();
   struct Shape {
     int64_t B, H, T, D;
@@ -59,5 +62,8 @@ int main() {
                   static_cast<long long>(s.B), static_cast<long long>(s.H), static_cast<long long>(s.T),
                   static_cast<long long>(s.D), fwd, both, peak);
     }
+  if (cuda::cudnn_fallbacks() != fallbacks)
+    std::printf("note: %lld calls left cuDNN for the flash kernels; the last: %s\n",
+                static_cast<long long>(cuda::cudnn_fallbacks() - fallbacks), cuda::cudnn_last_fallback().c_str());
   return 0;
 }

@@ -8,8 +8,8 @@
 #   throughput, bench_loader --path gpu, beside the CPU pipeline) and "train" (one epoch of
 #   ResNet-18 on generated JPEGs with and without --gpu-decode, then through DDP on NCCL with one rank) and "headline" (ResNet-50 O1/O2,
 #   f16/bf16, eager with PyTorch's eager AMP beside, then as CUDA graphs) and "reduced" (ResNet-50
-#   O2 f16 with MPX_CUDNN_REDUCED_PRECISION=0 and 1 in turns) and "attention" (fused attention's flash and
-#   row-per-thread kernels beside PyTorch's SDPA) and "gpt" (GPT-2 124M at O0-O2 bf16 beside PyTorch's eager AMP and
+#   O2 f16 with MPX_CUDNN_REDUCED_PRECISION=0 and 1 in turns) and "attention" (cuDNN's fused attention and
+#   mpx's flash kernels beside PyTorch's SDPA) and "gpt" (GPT-2 124M at O0-O2 bf16 beside PyTorch's eager AMP and
 #   torch.compile) and "llmc" (llm.c's train_gpt2cu, GPT-2 124M from scratch on random tokens, built here from the
 #   source at ${MPX_LLMC_SRC:-.gpu-deps/llmc}: copy a checkout there first, e.g. `git -C LLMC archive HEAD | tar -x
 #   -C .gpu-deps/llmc`).
@@ -65,6 +65,15 @@ if ! ls /usr/local/cuda/lib*/libnccl.so* >/dev/null 2>&1; then
     export LD_LIBRARY_PATH="$nccl_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   fi
 fi
+# cuDNN's frontend (fused attention): a staged copy in .gpu-deps/cudnn-frontend (tools/install-deps.sh's
+# /opt/cudnn-frontend, copied over); without it the build keeps mpx's attention kernels. Its engines
+# link NVRTC: the toolkit's, else the nvidia-cuda-nvrtc wheel's (PyTorch depends on it).
+cfe=()
+[ -f "$PWD/.gpu-deps/cudnn-frontend/include/cudnn_frontend.h" ] && cfe=(-DMPX_CUDNN_FRONTEND_ROOT="$PWD/.gpu-deps/cudnn-frontend")
+if ! ls /usr/local/cuda/lib*/libnvrtc.so.* >/dev/null 2>&1 && ! ldconfig -p | grep -q 'libnvrtc\.so\.'; then
+  nvrtc_so=$(find "$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null)" -name 'libnvrtc.so.*' 2>/dev/null | head -1)
+  [ -n "$nvrtc_so" ] && export LD_LIBRARY_PATH="$(dirname "$nvrtc_so")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 cuda_tests=$(grep -l '\[cuda\]' tests/test_*.cpp | xargs -n1 basename | sed 's/\.cpp$//')
 bin=build-gpu
 pre=${MPX_PREBUILT:-}
@@ -73,7 +82,8 @@ if [ -n "$pre" ] && [ -d "$pre" ]; then
   # Tests find their data through the source path compiled into them.
   src=$(cat "$pre/source-dir" 2>/dev/null || true)
   [ -z "$src" ] || [ -e "$src" ] || { mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; }
-  if "$pre/tools/mpx" info >"$out/prebuilt.log" 2>&1; then
+  # `mpx info` prints cuDNN's line only once the CUDA module has loaded (with every library it links).
+  if "$pre/tools/mpx" info >"$out/prebuilt.log" 2>&1 && grep -q '^cuDNN:' "$out/prebuilt.log"; then
     bin=$pre
     echo "prebuilt binaries from commit $(cat "$pre/commit" | tr '\n' ' ')"
   else
@@ -84,7 +94,7 @@ if [ "$bin" = build-gpu ]; then
   rm -f build-gpu/CMakeCache.txt
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DCMAKE_PREFIX_PATH="$prefix" -DZLIB_INCLUDE_DIR="$prefix/include" ${zlib:+-DZLIB_LIBRARY_RELEASE="$zlib"} \
-    "${cudnn[@]}" "${nvjpeg[@]}" "${nccl[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+    "${cudnn[@]}" "${nvjpeg[@]}" "${nccl[@]}" "${cfe[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
   grep "mpx: cuDNN\|mpx: nvJPEG\|NCCL" "$out/configure.log"
   start=$(date +%s)
   # Only what this script runs: the library, the test files with [cuda] cases, the GPU benchmarks
@@ -163,9 +173,9 @@ scratch=$(mktemp -d)
       --out "$scratch/headline-graph"
     cp "$scratch/headline-graph/bench.md" "$out/headline-graph.md"
   fi
-  if has attention; then  # the flash kernels, the row-per-thread ones they replace, PyTorch's SDPA
+  if has attention; then  # cuDNN's fused attention, mpx's flash kernels, PyTorch's SDPA
     $bin/bench/bench_attention_cuda
-    MPX_SDPA_FLASH=0 $bin/bench/bench_attention_cuda | grep -v "^path"
+    MPX_SDPA_CUDNN=0 $bin/bench/bench_attention_cuda | grep -v "^path"
     python3 bench/peer_attention_cuda.py
   fi
   if has gpt; then  # issue 33's GPU rows: GPT-2 124M, context 1024

@@ -42,8 +42,9 @@ int64_t layout_conversions();
 void allow_tf32(bool allow);
 bool tf32_allowed();
 
-/// cuDNN (convolutions, batch norm): "cuDNN 9.19.0" as loaded at run time, or "not built" when
-/// mpx was built without it (then CUDA convolutions and batch norm have no kernels).
+/// cuDNN (convolutions, batch norm, fused attention): "cuDNN 9.19.0" as loaded at run time, with
+/// ", frontend 1.32.0" when mpx was built with cuDNN's frontend (cuDNN's fused attention), or "not
+/// built" when mpx was built without cuDNN (then CUDA convolutions and batch norm have no kernels).
 std::string cudnn_version();
 /// Whether convolutions time cuDNN's algorithms once per shape/dtype/layout (cudnnFind*, which
 /// waits for the device) instead of taking the heuristic's first choice. Off by default.
@@ -53,10 +54,22 @@ bool cudnn_benchmark_enabled();
 /// reproducible; some are slower). Off by default.
 void cudnn_deterministic(bool on);
 bool cudnn_deterministic_enabled();
+/// Which fused kernels scaled_dot_product_attention may use on CUDA, as PyTorch's
+/// torch.backends.cuda.enable_cudnn_sdp / enable_flash_sdp. Both on by default; the environment's
+/// MPX_SDPA_CUDNN=0 and MPX_SDPA_FLASH=0 turn them off at start. cuDNN's fused attention (a build
+/// with cuDNN's frontend) takes f16/bf16 calls without a mask or dropout; mpx's flash kernel takes
+/// f16/bf16 with masks, dropout and grouped heads; everything else, or all with both off, runs mpx's
+/// row kernels. The three agree within rounding. cuDNN's backward is deterministic only under
+/// cudnn_deterministic(true).
+void enable_cudnn_sdp(bool on);
+bool cudnn_sdp_enabled();
+void enable_flash_sdp(bool on);
+bool flash_sdp_enabled();
 /// Times cuDNN refused a fast kernel since the program started and a slower equivalent ran
 /// instead: NHWC batch norm off its persistent kernels, batch norm + add + ReLU unfused, bf16
 /// batch norm through f32 copies, a convolution algorithm cuDNN listed and then would not run
-/// (the next one runs). Results are the same; a channels-last model should add none.
+/// (the next one runs), an attention call cuDNN's fused kernels would not take (mpx's flash
+/// kernel runs). Results are the same; a channels-last model should add none.
 int64_t cudnn_fallbacks();
 /// What the latest of those fallbacks was ("" when none): the op, dtype, channels and cuDNN's status.
 std::string cudnn_last_fallback();

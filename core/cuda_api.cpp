@@ -45,6 +45,13 @@ std::atomic<bool> g_poison{[] {
 std::atomic<bool> g_tf32{false};
 std::atomic<bool> g_cudnn_benchmark{false};
 std::atomic<bool> g_cudnn_deterministic{false};
+// The fused attention kernels: on unless the environment says 0 (to compare paths or rule one out).
+bool env_not_zero(const char* name) {
+  const char* e = std::getenv(name);
+  return !(e && std::strcmp(e, "0") == 0);
+}
+std::atomic<bool> g_cudnn_sdp{env_not_zero("MPX_SDPA_CUDNN")};
+std::atomic<bool> g_flash_sdp{env_not_zero("MPX_SDPA_FLASH")};
 std::atomic<int64_t> g_layout_conversions{0};
 std::atomic<int64_t> g_cudnn_fallbacks{0};
 std::mutex g_fallback_mu;
@@ -100,6 +107,10 @@ void cudnn_benchmark(bool on) { detail::g_cudnn_benchmark.store(on); }
 bool cudnn_benchmark_enabled() { return detail::g_cudnn_benchmark.load(); }
 void cudnn_deterministic(bool on) { detail::g_cudnn_deterministic.store(on); }
 bool cudnn_deterministic_enabled() { return detail::g_cudnn_deterministic.load(); }
+void enable_cudnn_sdp(bool on) { detail::g_cudnn_sdp.store(on); }
+bool cudnn_sdp_enabled() { return detail::g_cudnn_sdp.load(); }
+void enable_flash_sdp(bool on) { detail::g_flash_sdp.store(on); }
+bool flash_sdp_enabled() { return detail::g_flash_sdp.load(); }
 int64_t cudnn_fallbacks() { return detail::g_cudnn_fallbacks.load(); }
 std::string cudnn_last_fallback() {
   std::lock_guard<std::mutex> lk(detail::g_fallback_mu);

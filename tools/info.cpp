@@ -76,6 +76,13 @@ int run_info(int argc, char** argv) {
   std::printf("CUDA: %s\n", cuda::version_string().c_str());
   if (!cuda_problem.empty()) return 0;  // the line above said why
   std::printf("cuDNN: %s\n", cuda::cudnn_version().c_str());
+  const bool cudnn_sdp = cuda::cudnn_version().find("frontend") != std::string::npos;
+  std::printf("CUDA attention (f16/bf16): %s%s, then mpx's row kernels\n",
+              !cudnn_sdp                    ? "no cuDNN fused attention (built without cuDNN's frontend: tools/install-deps.sh "
+                                              "fetches it), "
+              : cuda::cudnn_sdp_enabled() ? "cuDNN's fused attention (no mask or dropout), "
+                                          : "cuDNN's fused attention off (MPX_SDPA_CUDNN=0), ",
+              cuda::flash_sdp_enabled() ? "mpx's flash kernels" : "flash kernels off (MPX_SDPA_FLASH=0)");
   const int n = cuda_device_count();
   std::printf("CUDA devices: %d\n", n);
   for (int i = 0; i < n; ++i) {

@@ -61,3 +61,33 @@ install_nvjpeg() {
   return 0
 }
 install_nvjpeg || echo "note: nvJPEG was not installed; GPU JPEG decoding stays off"
+
+# cuDNN's frontend (header-only C++, NVIDIA's nvidia-cudnn-frontend wheel): scaled_dot_product_attention
+# runs on cuDNN's fused attention through it. Optional like nvJPEG: without it CUDA attention keeps
+# mpx's own kernels. Unpacked into CUDNN_FRONTEND_ROOT (default /opt/cudnn-frontend: include/).
+install_cudnn_frontend() {
+  local dest=${CUDNN_FRONTEND_ROOT:-/opt/cudnn-frontend} pkg="nvidia-cudnn-frontend==1.32.0" tmp
+  command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] || return 0  # no CUDA: nothing to add
+  [ -f "$dest/include/cudnn_frontend.h" ] && return 0
+  python3 -m pip --version >/dev/null 2>&1 || {
+    echo "note: cuDNN's frontend not installed (needs python3 -m pip to fetch $pkg); CUDA attention keeps mpx's kernels"
+    return 0
+  }
+  tmp=$(mktemp -d) || return 1
+  # Any of the wheel's platform builds carries the same headers: take one for whatever Python is here.
+  if ! python3 -m pip download -q --no-deps --only-binary=:all: -d "$tmp" "$pkg" >/dev/null 2>&1 ||
+     ! python3 -m zipfile -e "$tmp"/*.whl "$tmp/x" || ! [ -f "$tmp/x/include/cudnn_frontend.h" ]; then
+    rm -rf "$tmp"
+    echo "note: could not download or unpack $pkg (offline?); CUDA attention keeps mpx's kernels"
+    return 0
+  fi
+  if $sudo mkdir -p "$dest" && $sudo cp -r "$tmp/x/include" "$dest/"; then
+    $sudo cp "$tmp"/x/*.dist-info/licenses/LICENSE* "$dest/" 2>/dev/null || true
+    echo "installed: cuDNN frontend headers ($pkg) in $dest"
+  else
+    echo "note: could not write cuDNN's frontend into $dest; set CUDNN_FRONTEND_ROOT to a writable folder"
+  fi
+  rm -rf "$tmp"
+  return 0
+}
+install_cudnn_frontend || echo "note: cuDNN's frontend was not installed; CUDA attention keeps mpx's kernels"

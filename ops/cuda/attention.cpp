@@ -1,9 +1,12 @@
-// Registers the CUDA fused-attention kernels (same signatures as ops/cpu/attention.cpp); launchers live in attention.cu.
+// Registers the CUDA fused-attention kernels (same signatures as ops/cpu/attention.cpp): cuDNN's fused attention
+// (sdpa_cudnn.cpp) where it takes the call, else the launchers of attention.cu (flash, then row kernels).
 #include <algorithm>
 
+#include "core/cuda.h"
 #include "ops/attention_kernels.h"
 #include "ops/cuda/attention_launch.h"
 #include "ops/cuda/cuda_common.h"
+#include "ops/cuda/sdpa_cudnn.h"
 #include "ops/dispatch.h"
 #include "ops/op_utils.h"
 
@@ -33,6 +36,7 @@ SdpaGeom geom(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& m
   g.scale = p.scale;
   g.dropout_p = p.dropout_p;
   g.causal = p.causal;
+  g.flash = flash_sdp_enabled();
   g.seed = p.seed;
   g.offset = p.offset;
   return g;
@@ -45,6 +49,7 @@ void sdpa_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const T
   const SdpaGeom g = geom(q, k, v, mask, p, "sdpa_fused");
   if (lse.numel() == 0) return;
   TensorDeviceGuard guard(out);
+  if (sdpa_cudnn_forward(out, lse, q, k, v, mask, g)) return;
   launch_sdpa_forward(q.dtype(), g, out.raw_data(), lse.raw_data(), q.raw_data(), k.raw_data(), v.raw_data(),
                       ptr(mask), stream_of(out));
 }
@@ -57,6 +62,7 @@ void sdpa_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const T
                 dv.is_contiguous(),
             "sdpa_fused_backward: dout, out, dq, dk and dv must be contiguous");
   TensorDeviceGuard guard(dq);
+  if (sdpa_cudnn_backward(dq, dk, dv, dout, q, k, v, out, lse, mask, g)) return;
   // dO . O per query row, written by the dq pass and read by the dk/dv pass (O(T) scratch).
   const Tensor rowdot = empty({std::max<int64_t>(lse.numel(), 1)}, lse.options());
   launch_sdpa_backward(q.dtype(), g, dq.raw_data(), dk.raw_data(), dv.raw_data(), rowdot.raw_data(), dout.raw_data(),

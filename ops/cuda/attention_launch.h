@@ -14,6 +14,7 @@ struct SdpaGeom {
   int64_t sq[4] = {}, sk[4] = {}, sv[4] = {}, sm[4] = {};
   double scale = 1.0, dropout_p = 0.0;
   bool causal = false;
+  bool flash = true;  ///< the flash kernels may run (cuda::flash_sdp_enabled)
   uint64_t seed = 0, offset = 0;
 };
 
@@ -30,7 +31,7 @@ void launch_sdpa_backward(DType dt, const SdpaGeom& g, void* dq, void* dk, void*
 
 /// The Tensor-Core (flash) kernels of ops/cuda/flash_attention.cu, tried first by the two launchers above: false
 /// where they do not apply (f32/f64, heads wider than 128, a device or build older than compute capability 8.0,
-/// MPX_SDPA_FLASH=0), and then nothing was launched.
+/// g.flash off), and then nothing was launched.
 bool launch_flash_forward(DType dt, const SdpaGeom& g, void* out, void* lse, const void* q, const void* k,
                           const void* v, const void* mask, cudaStream_t s);
 bool launch_flash_backward(DType dt, const SdpaGeom& g, void* dq, void* dk, void* dv, void* rowdot, const void* dout,

@@ -10,6 +10,9 @@
 #include "core/cuda_runtime.h"
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cudnn_common.h"
+#ifdef MPX_WITH_CUDNN_FRONTEND
+#include <cudnn_frontend_version.h>
+#endif
 
 namespace mpx::cuda {
 
@@ -19,7 +22,12 @@ std::string cudnn_version_string() {
   const size_t v = cudnnGetVersion();
   const size_t major = v >= 90000 ? v / 10000 : v / 1000;
   const size_t minor = v >= 90000 ? (v % 10000) / 100 : (v % 1000) / 100;
-  return "cuDNN " + std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(v % 100);
+  std::string s = "cuDNN " + std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(v % 100);
+#ifdef MPX_WITH_CUDNN_FRONTEND
+  s += ", frontend " + std::to_string(CUDNN_FRONTEND_MAJOR_VERSION) + "." + std::to_string(CUDNN_FRONTEND_MINOR_VERSION) +
+       "." + std::to_string(CUDNN_FRONTEND_PATCH_VERSION);
+#endif
+  return s;
 #else
   return "not built";
 #endif

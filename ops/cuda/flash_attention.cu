@@ -3,8 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -32,15 +30,6 @@ template <typename T, int D> __global__ void __launch_bounds__(flash::kThreads) 
   extern __shared__ __align__(128) unsigned char smem[];
   flash::dkdv_body<T, D>(a, smem);
 #endif
-}
-
-// MPX_SDPA_FLASH=0 keeps every call on the simple kernels (to compare the two, or to rule this path out).
-bool flash_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("MPX_SDPA_FLASH");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
-  return on;
 }
 
 // Whether `kernel` has sm_80+ code for the current device and may take `smem` bytes of shared memory (raising its
@@ -103,7 +92,7 @@ unsigned tiles(int64_t n, int rows) { return static_cast<unsigned>((n + rows - 1
 
 bool launch_flash_forward(DType dt, const SdpaGeom& g, void* out, void* lse, const void* q, const void* k,
                           const void* v, const void* mask, cudaStream_t s) {
-  if (!flash_enabled()) return false;
+  if (!g.flash) return false;
   return half_switch(dt, [&](auto tag) {
     using T = decltype(tag);
     return head_dim_switch(g, [&](auto dtag) {
@@ -126,7 +115,7 @@ bool launch_flash_forward(DType dt, const SdpaGeom& g, void* out, void* lse, con
 bool launch_flash_backward(DType dt, const SdpaGeom& g, void* dq, void* dk, void* dv, void* rowdot, const void* dout,
                            const void* q, const void* k, const void* v, const void* out, const void* lse,
                            const void* mask, cudaStream_t s) {
-  if (!flash_enabled()) return false;
+  if (!g.flash) return false;
   return half_switch(dt, [&](auto tag) {
     using T = decltype(tag);
     return head_dim_switch(g, [&](auto dtag) {

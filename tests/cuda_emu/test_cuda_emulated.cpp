@@ -4,14 +4,17 @@
 
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include "amp/grad_scaler.h"
 #include "autograd/engine.h"
 #include "backend_cases.h"
+#include "core/cuda.h"
 #include "core/random.h"
 #include "ops/attention.h"
+#include "ops/cuda/sdpa_cudnn.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "ops/index.h"
@@ -253,6 +256,62 @@ TEST_CASE("emulated CUDA attention (flash and row-per-thread kernels) gives the 
       }, cuda);
       check_close(cpu, cuda, "sdpa", dt == kFloat16 ? 4e-3 : tolerance(dt));
     }
+}
+
+// With the flash kernels switched off (cuda::enable_flash_sdp), f16/bf16 calls run the row kernels.
+TEST_CASE("emulated CUDA attention with the flash kernels off gives the CPU's values", "[emulated][attention]") {
+  const bool was = cuda::flash_sdp_enabled();
+  cuda::enable_flash_sdp(false);
+  for (DType dt : {kFloat16, kBFloat16}) {
+    INFO(dtype_name(dt));
+    const Tensor q0 = rnd({1, 4, 35, 64}, dt, 1), k0 = rnd({1, 2, 35, 64}, dt, 2), v0 = rnd({1, 2, 35, 64}, dt, 3);
+    const Tensor w = rnd({1, 4, 35, 64}, dt, 4);
+    tensor_list cuda;
+    const tensor_list cpu = both({OpId::sdpa_fused, OpId::sdpa_fused_backward}, [&] {
+      const Tensor q = q0.detach().set_requires_grad(true), k = k0.detach().set_requires_grad(true),
+                   v = v0.detach().set_requires_grad(true);
+      const Tensor out = scaled_dot_product_attention(q, k, v, {}, 0.25, true, std::nullopt, true);
+      tensor_list r = {out.detach()};
+      for (const Tensor& g : autograd::grad({sum(out * w)}, {q, k, v})) r.push_back(g);
+      return r;
+    }, cuda);
+    check_close(cpu, cuda, "sdpa (row kernels)", dt == kFloat16 ? 4e-3 : tolerance(dt));
+  }
+  cuda::enable_flash_sdp(was);
+}
+
+// Which calls attention.cpp offers cuDNN's fused attention: the rule alone, no cuDNN needed.
+TEST_CASE("cuDNN's fused attention is offered f16/bf16 calls without mask or dropout, aligned", "[emulated][attention]") {
+  cuda::SdpaGeom g;
+  g.B = 2, g.H = 4, g.Hk = 2, g.L = 129, g.S = 129, g.E = 64, g.Ev = 64;
+  // GPT-2's split heads of a [B, T, 3C] projection: strides (T * 3C, E, 3C, 1).
+  const int64_t C3 = 3 * g.H * g.E;
+  for (int64_t* st : {g.sq, g.sk, g.sv}) st[0] = g.L * C3, st[1] = g.E, st[2] = C3, st[3] = 1;
+  alignas(16) static char buf[64];
+  const std::initializer_list<const void*> aligned = {buf, buf + 16};
+  CHECK(cuda::sdpa_cudnn_refusal(kFloat16, g, false, aligned) == nullptr);
+  CHECK(cuda::sdpa_cudnn_refusal(kBFloat16, g, false, aligned) == nullptr);
+  CHECK(std::string(cuda::sdpa_cudnn_refusal(kFloat32, g, false, aligned)) == "not f16/bf16");
+  CHECK(std::string(cuda::sdpa_cudnn_refusal(kFloat16, g, true, aligned)) == "a mask");
+  CHECK(std::string(cuda::sdpa_cudnn_refusal(kFloat16, g, false, {buf, buf + 8})) == "an address not 16-byte aligned");
+  cuda::SdpaGeom d = g;
+  d.dropout_p = 0.1;
+  CHECK(std::string(cuda::sdpa_cudnn_refusal(kFloat16, d, false, aligned)) == "dropout");
+  d = g;
+  d.E = 36;
+  CHECK(std::string(cuda::sdpa_cudnn_refusal(kFloat16, d, false, aligned)) == "head dims not a multiple of 8");
+  d = g;
+  d.sk[2] = 100;  // rows 200 bytes apart
+  CHECK(std::string(cuda::sdpa_cudnn_refusal(kFloat16, d, false, aligned)) == "strides not multiples of 8 elements");
+  d = g;
+  d.B = 1, d.sq[0] = 3;  // a size-1 dim's stride is never read
+  CHECK(cuda::sdpa_cudnn_refusal(kFloat16, d, false, aligned) == nullptr);
+  d = g;
+  d.sv[3] = 2;
+  CHECK(std::string(cuda::sdpa_cudnn_refusal(kFloat16, d, false, aligned)) == "a last stride other than 1");
+  d = g;
+  d.S = 0;
+  CHECK(std::string(cuda::sdpa_cudnn_refusal(kFloat16, d, false, aligned)) == "empty");
 }
 
 // The backend sweep's cases (tests/backend_cases.h) for every op whose CUDA kernel this binary holds: each op's

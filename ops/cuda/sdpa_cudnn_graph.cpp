@@ -1,0 +1,117 @@
+// cuDNN's sdpa and sdpa_backward graphs for one attention call, their build, and the deviceless support check.
+#include "ops/cuda/sdpa_cudnn_graph.h"
+
+#ifdef MPX_WITH_CUDNN_FRONTEND
+#include <array>
+#include <exception>
+#include <utility>
+#include <vector>
+
+namespace mpx::cuda::cudnn_sdpa {
+namespace {
+
+// A [n0, n1, n2, n3] view's strides for cuDNN: a size-1 dim takes the dense stride (its own is never read,
+// and may be anything, 0 included).
+std::vector<int64_t> strides_of(std::array<int64_t, 4> n, const int64_t* st) {
+  std::vector<int64_t> s(st, st + 4);
+  int64_t dense = 1;
+  for (int d = 3; d >= 0; --d) {
+    if (n[d] == 1) s[d] = dense;
+    dense = s[d] * n[d];
+  }
+  return s;
+}
+
+std::vector<int64_t> dense_strides(std::array<int64_t, 4> n) { return {n[1] * n[2] * n[3], n[2] * n[3], n[3], 1}; }
+
+std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph& gr, const char* name, Uid uid,
+                                                     std::array<int64_t, 4> n, std::vector<int64_t> strides) {
+  return gr.tensor(fe::graph::Tensor_attributes()
+                       .set_name(name)
+                       .set_uid(uid)
+                       .set_dim({n[0], n[1], n[2], n[3]})
+                       .set_stride(std::move(strides)));
+}
+
+// The target is set before any node is added: nodes copy the graph's context when they are made.
+std::shared_ptr<fe::graph::Graph> new_graph(DType dt, const Target* target) {
+  auto gr = std::make_shared<fe::graph::Graph>();
+  if (target) gr->set_device_properties(target->device).set_sm_version(target->sm_version).set_sm_count(target->sm_count);
+  gr->set_io_data_type(dt == kFloat16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  return gr;
+}
+
+}  // namespace
+
+std::string build(fe::graph::Graph& gr, cudnnHandle_t h) {
+  fe::error_t st = gr.validate();
+  if (st.is_good()) st = gr.build_operation_graph(h);
+  if (st.is_good()) st = gr.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
+  if (st.is_good()) st = gr.check_support(h);
+  if (st.is_good()) st = gr.build_plans(h);
+  return st.is_good() ? std::string() : st.get_message().empty() ? std::string("not supported") : st.get_message();
+}
+
+std::shared_ptr<fe::graph::Graph> forward_graph(DType dt, const SdpaGeom& g, const Target* target) {
+  auto gr = new_graph(dt, target);
+  auto Q = input(*gr, "Q", kQ, {g.B, g.H, g.L, g.E}, strides_of({g.B, g.H, g.L, g.E}, g.sq));
+  auto K = input(*gr, "K", kK, {g.B, g.Hk, g.S, g.E}, strides_of({g.B, g.Hk, g.S, g.E}, g.sk));
+  auto V = input(*gr, "V", kV, {g.B, g.Hk, g.S, g.Ev}, strides_of({g.B, g.Hk, g.S, g.Ev}, g.sv));
+  auto opts = fe::graph::SDPA_attributes().set_name("sdpa").set_generate_stats(true).set_attn_scale(
+      static_cast<float>(g.scale));
+  // PyTorch's is_causal: key j hidden from query i when j > i, counted from the top-left corner.
+  if (g.causal) opts.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
+  auto [O, Stats] = gr->sdpa(Q, K, V, opts);
+  O->set_output(true).set_uid(kO).set_dim({g.B, g.H, g.L, g.Ev}).set_stride(dense_strides({g.B, g.H, g.L, g.Ev}));
+  Stats->set_output(true)
+      .set_uid(kStats)
+      .set_data_type(fe::DataType_t::FLOAT)
+      .set_dim({g.B, g.H, g.L, 1})
+      .set_stride({g.H * g.L, g.L, 1, 1});
+  return gr;
+}
+
+std::shared_ptr<fe::graph::Graph> backward_graph(DType dt, const SdpaGeom& g, bool deterministic, const Target* target) {
+  auto gr = new_graph(dt, target);
+  auto Q = input(*gr, "Q", kQ, {g.B, g.H, g.L, g.E}, strides_of({g.B, g.H, g.L, g.E}, g.sq));
+  auto K = input(*gr, "K", kK, {g.B, g.Hk, g.S, g.E}, strides_of({g.B, g.Hk, g.S, g.E}, g.sk));
+  auto V = input(*gr, "V", kV, {g.B, g.Hk, g.S, g.Ev}, strides_of({g.B, g.Hk, g.S, g.Ev}, g.sv));
+  auto O = input(*gr, "O", kO, {g.B, g.H, g.L, g.Ev}, dense_strides({g.B, g.H, g.L, g.Ev}));
+  auto dO = input(*gr, "dO", kdO, {g.B, g.H, g.L, g.Ev}, dense_strides({g.B, g.H, g.L, g.Ev}));
+  auto Stats = input(*gr, "Stats", kStats, {g.B, g.H, g.L, 1}, {g.H * g.L, g.L, 1, 1});
+  Stats->set_data_type(fe::DataType_t::FLOAT);
+  auto opts = fe::graph::SDPA_backward_attributes()
+                  .set_name("sdpa_backward")
+                  .set_attn_scale(static_cast<float>(g.scale))
+                  .set_deterministic_algorithm(deterministic);
+  if (g.causal) opts.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
+  auto [dQ, dK, dV] = gr->sdpa_backward(Q, K, V, O, dO, Stats, opts);
+  dQ->set_output(true).set_uid(kdQ).set_dim({g.B, g.H, g.L, g.E}).set_stride(dense_strides({g.B, g.H, g.L, g.E}));
+  dK->set_output(true).set_uid(kdK).set_dim({g.B, g.Hk, g.S, g.E}).set_stride(dense_strides({g.B, g.Hk, g.S, g.E}));
+  dV->set_output(true).set_uid(kdV).set_dim({g.B, g.Hk, g.S, g.Ev}).set_stride(dense_strides({g.B, g.Hk, g.S, g.Ev}));
+  return gr;
+}
+
+
+std::string check_deviceless(DType dt, const SdpaGeom& g, bool backward, bool deterministic,
+                             const std::string& device_json, int sm_version, int sm_count) {
+  try {
+    Target t{std::make_shared<fe::DeviceProperties>(), sm_version, sm_count};
+    const std::vector<uint8_t> json(device_json.begin(), device_json.end());
+    fe::error_t st = t.device->deserialize(json);
+    if (st.is_bad()) return "device description: " + st.get_message();
+    auto gr = backward ? backward_graph(dt, g, deterministic, &t) : forward_graph(dt, g, &t);
+    st = gr->validate();
+    if (st.is_good()) st = gr->build_operation_graph();
+    if (st.is_good()) st = gr->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
+    if (st.is_good()) st = gr->check_support();
+    return st.is_good() ? std::string() : st.get_message().empty() ? std::string("not supported") : st.get_message();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+}  // namespace mpx::cuda::cudnn_sdpa
+#endif  // MPX_WITH_CUDNN_FRONTEND
