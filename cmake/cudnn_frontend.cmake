@@ -38,12 +38,20 @@ if(MPX_CUDNN_FRONTEND STREQUAL "ON" AND NOT MPX_WITH_CUDNN_FRONTEND)
 endif()
 if(MPX_WITH_CUDNN_FRONTEND)
   message(STATUS "mpx: cuDNN frontend ${_mpx_cfe_version} ON ${CUDNN_FRONTEND_INCLUDE_DIR}")
-  # Private and header-only: compiled into the CUDA module, calling the cuDNN it already links.
-  # Its JSON serialization is not used, which saves compile time.
-  target_compile_definitions(mpx_cuda PRIVATE MPX_WITH_CUDNN_FRONTEND=1 CUDNN_FRONTEND_SKIP_JSON_LIB=1)
-  target_include_directories(mpx_cuda SYSTEM PRIVATE ${CUDNN_FRONTEND_INCLUDE_DIR})
-  # Its run-time-compiled engines call NVRTC.
+  # Header-only and heavy: one source compiles it (ops/cuda/sdpa_cudnn_graph.cpp), an object library the CUDA
+  # module and tests/cudnn_plans share. Its JSON serialization is not used, which saves compile time; its
+  # run-time-compiled engines call NVRTC.
+  add_library(mpx_sdpa_cudnn_graph OBJECT ${PROJECT_SOURCE_DIR}/ops/cuda/sdpa_cudnn_graph.cpp)
+  set_target_properties(mpx_sdpa_cudnn_graph PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  target_compile_definitions(mpx_sdpa_cudnn_graph PUBLIC MPX_WITH_CUDNN_FRONTEND=1 PRIVATE CUDNN_FRONTEND_SKIP_JSON_LIB=1)
+  target_include_directories(mpx_sdpa_cudnn_graph SYSTEM PUBLIC ${CUDNN_INCLUDE_DIR} PRIVATE ${CUDNN_FRONTEND_INCLUDE_DIR})
+  target_link_libraries(mpx_sdpa_cudnn_graph PUBLIC mpx CUDA::cudart)
+  target_compile_options(mpx_sdpa_cudnn_graph PRIVATE -Wall -Wextra -Wno-unused-parameter ${MPX_ARCH_FLAGS})
+  target_sources(mpx_cuda PRIVATE $<TARGET_OBJECTS:mpx_sdpa_cudnn_graph>)
   target_link_libraries(mpx_cuda PRIVATE CUDA::nvrtc)
+  # The module's own files see only the frontend's version header (cuda::cudnn_version).
+  target_compile_definitions(mpx_cuda PRIVATE MPX_WITH_CUDNN_FRONTEND=1)
+  target_include_directories(mpx_cuda SYSTEM PRIVATE ${CUDNN_FRONTEND_INCLUDE_DIR})
 else()
   message(STATUS "mpx: cuDNN frontend OFF (${_mpx_cfe_why})")
 endif()

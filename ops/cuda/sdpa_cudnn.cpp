@@ -37,8 +37,7 @@ using namespace cudnn_sdpa;
 
 // A graph built for one shape and handle, or the remembered refusal.
 struct Built {
-  std::shared_ptr<fe::graph::Graph> graph;
-  int64_t workspace = 0;
+  std::unique_ptr<Plan> plan;
   std::atomic<bool> refused{false};
   std::mutex run;  // older frontends' execute() is not const
 };
@@ -85,14 +84,8 @@ Built* graph_for(bool backward, DType dt, const SdpaGeom& g, cudnnHandle_t h, bo
   if (is_capturing()) return nullptr;
   auto b = std::make_unique<Built>();
   std::string why;
-  try {
-    b->graph = backward ? backward_graph(dt, g, deterministic) : forward_graph(dt, g);
-    why = build(*b->graph, h);
-    if (why.empty() && b->graph->get_workspace_size(b->workspace).is_bad()) why = "no workspace size";
-  } catch (const std::exception& e) {  // the frontend reports through its return values; this is a backstop
-    why = e.what();
-  }
-  if (!why.empty()) {
+  b->plan = Plan::build(backward, dt, g, deterministic, h, why);
+  if (!b->plan) {
     b->refused = true;
     cudnn::count_fallback(describe(backward, dt, g) + ": " + why, CUDNN_STATUS_SUCCESS);
   }
@@ -105,12 +98,12 @@ Built* graph_for(bool backward, DType dt, const SdpaGeom& g, cudnnHandle_t h, bo
 // Runs a built graph; a failure to launch is counted and remembered, and the caller's kernels run instead.
 bool execute(Built& b, bool backward, DType dt, const SdpaGeom& g, cudnnHandle_t h, const Tensor& like,
              std::unordered_map<int64_t, void*>& pack) {
-  const Tensor ws = cudnn::workspace(like, static_cast<size_t>(b.workspace));
+  const Tensor ws = cudnn::workspace(like, static_cast<size_t>(b.plan->workspace()));
   std::lock_guard<std::mutex> l(b.run);
   if (b.refused) return false;
-  fe::error_t st = b.graph->execute(h, pack, ws.defined() ? ws.raw_data() : nullptr);
-  if (st.is_good()) return true;
-  cudnn::count_fallback(describe(backward, dt, g) + ": execute: " + st.get_message(), CUDNN_STATUS_SUCCESS);
+  const std::string why = b.plan->execute(h, pack, ws.defined() ? ws.raw_data() : nullptr);
+  if (why.empty()) return true;
+  cudnn::count_fallback(describe(backward, dt, g) + ": execute: " + why, CUDNN_STATUS_SUCCESS);
   b.refused = true;
   return false;
 }

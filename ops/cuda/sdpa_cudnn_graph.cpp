@@ -1,14 +1,25 @@
-// cuDNN's sdpa and sdpa_backward graphs for one attention call, their build, and the deviceless support check.
+// cuDNN's sdpa and sdpa_backward graphs for one attention call, built or checked without a device: the one file
+// that compiles cuDNN's frontend (heavy headers), shared by the CUDA module and its deviceless test.
 #include "ops/cuda/sdpa_cudnn_graph.h"
 
 #ifdef MPX_WITH_CUDNN_FRONTEND
+#include <cudnn_frontend.h>
+
 #include <array>
 #include <exception>
 #include <utility>
 #include <vector>
 
 namespace mpx::cuda::cudnn_sdpa {
+namespace fe = cudnn_frontend;
 namespace {
+
+// A device described rather than asked (deviceless checks): its properties, SM version and count.
+struct Target {
+  std::shared_ptr<fe::DeviceProperties> device;
+  int sm_version = 0, sm_count = 0;
+};
+
 
 // A [n0, n1, n2, n3] view's strides for cuDNN: a size-1 dim takes the dense stride (its own is never read,
 // and may be anything, 0 included).
@@ -43,17 +54,8 @@ std::shared_ptr<fe::graph::Graph> new_graph(DType dt, const Target* target) {
   return gr;
 }
 
-}  // namespace
 
-std::string build(fe::graph::Graph& gr, cudnnHandle_t h) {
-  fe::error_t st = gr.validate();
-  if (st.is_good()) st = gr.build_operation_graph(h);
-  if (st.is_good()) st = gr.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
-  if (st.is_good()) st = gr.check_support(h);
-  if (st.is_good()) st = gr.build_plans(h);
-  return st.is_good() ? std::string() : st.get_message().empty() ? std::string("not supported") : st.get_message();
-}
-
+// Q, K, V with g's strides (a size-1 dim's replaced), O dense, Stats dense [B, H, L, 1] in f32.
 std::shared_ptr<fe::graph::Graph> forward_graph(DType dt, const SdpaGeom& g, const Target* target) {
   auto gr = new_graph(dt, target);
   auto Q = input(*gr, "Q", kQ, {g.B, g.H, g.L, g.E}, strides_of({g.B, g.H, g.L, g.E}, g.sq));
@@ -73,7 +75,9 @@ std::shared_ptr<fe::graph::Graph> forward_graph(DType dt, const SdpaGeom& g, con
   return gr;
 }
 
-std::shared_ptr<fe::graph::Graph> backward_graph(DType dt, const SdpaGeom& g, bool deterministic, const Target* target) {
+// Q, K, V as the forward's, O, dO and Stats dense; dQ, dK, dV dense.
+std::shared_ptr<fe::graph::Graph> backward_graph(DType dt, const SdpaGeom& g, bool deterministic,
+                                                 const Target* target) {
   auto gr = new_graph(dt, target);
   auto Q = input(*gr, "Q", kQ, {g.B, g.H, g.L, g.E}, strides_of({g.B, g.H, g.L, g.E}, g.sq));
   auto K = input(*gr, "K", kK, {g.B, g.Hk, g.S, g.E}, strides_of({g.B, g.Hk, g.S, g.E}, g.sk));
@@ -95,6 +99,47 @@ std::shared_ptr<fe::graph::Graph> backward_graph(DType dt, const SdpaGeom& g, bo
 }
 
 
+std::string message(fe::error_t st) {
+  return st.get_message().empty() ? std::string("not supported") : st.get_message();
+}
+
+}  // namespace
+
+struct Plan::Impl {
+  std::shared_ptr<fe::graph::Graph> graph;
+  int64_t workspace = 0;
+};
+
+Plan::Plan() : impl_(std::make_unique<Impl>()) {}
+Plan::~Plan() = default;
+
+std::unique_ptr<Plan> Plan::build(bool backward, DType dt, const SdpaGeom& g, bool deterministic, cudnnHandle_t h,
+                                   std::string& why) {
+  auto out = std::unique_ptr<Plan>(new Plan);
+  try {
+    auto& gr = out->impl_->graph;
+    gr = backward ? backward_graph(dt, g, deterministic, nullptr) : forward_graph(dt, g, nullptr);
+    fe::error_t st = gr->validate();
+    if (st.is_good()) st = gr->build_operation_graph(h);
+    if (st.is_good()) st = gr->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
+    if (st.is_good()) st = gr->check_support(h);
+    if (st.is_good()) st = gr->build_plans(h);
+    if (st.is_good()) st = gr->get_workspace_size(out->impl_->workspace);
+    if (st.is_good()) return out;
+    why = message(st);
+  } catch (const std::exception& e) {  // the frontend reports through its return values; this is a backstop
+    why = e.what();
+  }
+  return nullptr;
+}
+
+int64_t Plan::workspace() const { return impl_->workspace; }
+
+std::string Plan::execute(cudnnHandle_t h, std::unordered_map<int64_t, void*>& pack, void* workspace) const {
+  fe::error_t st = impl_->graph->execute(h, pack, workspace);
+  return st.is_good() ? std::string() : message(st);
+}
+
 std::string check_deviceless(DType dt, const SdpaGeom& g, bool backward, bool deterministic,
                              const std::string& device_json, int sm_version, int sm_count) {
   try {
@@ -107,7 +152,7 @@ std::string check_deviceless(DType dt, const SdpaGeom& g, bool backward, bool de
     if (st.is_good()) st = gr->build_operation_graph();
     if (st.is_good()) st = gr->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
     if (st.is_good()) st = gr->check_support();
-    return st.is_good() ? std::string() : st.get_message().empty() ? std::string("not supported") : st.get_message();
+    return st.is_good() ? std::string() : message(st);
   } catch (const std::exception& e) {
     return e.what();
   }
