@@ -16,11 +16,6 @@ using namespace mpx;
 
 namespace {
 
-Tensor randn_dt(const IntList& shape, DType dt, uint64_t seed) {
-  manual_seed(seed);
-  return randn(shape, TensorOptions(kFloat64)).to(dt);
-}
-
 struct Case {
   std::string name;
   int64_t B, H, Hk, L, S, E, Ev;
@@ -30,13 +25,13 @@ struct Case {
 
 // Output and the gradients of sum(w * out) on `dev`, everything returned on the CPU.
 tensor_list run(const Case& c, DType dt, Device dev) {
-  Tensor q = randn_dt({c.B, c.H, c.L, c.E}, dt, 1).to(dev).set_requires_grad(true);
-  Tensor k = randn_dt({c.B, c.Hk, c.S, c.E}, dt, 2).to(dev).set_requires_grad(true);
-  Tensor v = randn_dt({c.B, c.Hk, c.S, c.Ev}, dt, 3).to(dev).set_requires_grad(true);
-  const Tensor w = randn_dt({c.B, c.H, c.L, c.Ev}, dt, 4).to(dev);
+  Tensor q = testing::seeded_randn({c.B, c.H, c.L, c.E}, dt, 1).to(dev).set_requires_grad(true);
+  Tensor k = testing::seeded_randn({c.B, c.Hk, c.S, c.E}, dt, 2).to(dev).set_requires_grad(true);
+  Tensor v = testing::seeded_randn({c.B, c.Hk, c.S, c.Ev}, dt, 3).to(dev).set_requires_grad(true);
+  const Tensor w = testing::seeded_randn({c.B, c.H, c.L, c.Ev}, dt, 4).to(dev);
   Tensor mask;
-  if (c.bool_mask) mask = gt(randn_dt({c.L, c.S}, kFloat64, 5), -0.8).to(dev);
-  if (c.float_mask) mask = randn_dt({c.B, 1, c.L, c.S}, kFloat32, 6).to(dev);
+  if (c.bool_mask) mask = gt(testing::seeded_randn({c.L, c.S}, kFloat64, 5), -0.8).to(dev);
+  if (c.float_mask) mask = testing::seeded_randn({c.B, 1, c.L, c.S}, kFloat32, 6).to(dev);
   manual_seed(99);
   const Tensor out = scaled_dot_product_attention(q, k, v, mask, c.dropout, c.causal, std::nullopt, c.Hk != c.H);
   CHECK(out.device() == dev);
@@ -83,8 +78,8 @@ TEST_CASE("CUDA fused attention on GPT-2's split heads agrees with the CPU", "[c
     tensor_list res[2];
     for (int on_gpu = 0; on_gpu < 2; ++on_gpu) {
       const Device dev = on_gpu ? Device::cuda() : Device::cpu();
-      const Tensor x = randn_dt({B, T, 3 * C}, dt, 7).to(dev).set_requires_grad(true);
-      const Tensor w = randn_dt({B, H, T, D}, dt, 8).to(dev);
+      const Tensor x = testing::seeded_randn({B, T, 3 * C}, dt, 7).to(dev).set_requires_grad(true);
+      const Tensor w = testing::seeded_randn({B, H, T, D}, dt, 8).to(dev);
       auto head = [&](int n) { return x.narrow(2, n * C, C).reshape({B, T, H, D}).transpose(1, 2); };
       const Tensor out = scaled_dot_product_attention(head(0), head(1), head(2), {}, 0.0, true);
       res[on_gpu] = {out.detach().cpu(), autograd::grad({sum(out * w)}, {x})[0].cpu()};
@@ -102,10 +97,10 @@ TEST_CASE("CUDA fused attention's memory is O(T)", "[cuda][attention][memory]") 
   const Device d = Device::cuda();
   for (DType dt : {kFloat16, kFloat32}) {
     INFO(dtype_name(dt));
-    const Tensor q = randn_dt({1, 1, T, E}, dt, 1).to(d).set_requires_grad(true);
-    const Tensor k = randn_dt({1, 1, T, E}, dt, 2).to(d).set_requires_grad(true);
-    const Tensor v = randn_dt({1, 1, T, E}, dt, 3).to(d).set_requires_grad(true);
-    const Tensor w = randn_dt({1, 1, T, E}, dt, 4).to(d);
+    const Tensor q = testing::seeded_randn({1, 1, T, E}, dt, 1).to(d).set_requires_grad(true);
+    const Tensor k = testing::seeded_randn({1, 1, T, E}, dt, 2).to(d).set_requires_grad(true);
+    const Tensor v = testing::seeded_randn({1, 1, T, E}, dt, 3).to(d).set_requires_grad(true);
+    const Tensor w = testing::seeded_randn({1, 1, T, E}, dt, 4).to(d);
     cuda::synchronize();
     const int64_t before = cuda::memory_stats().allocated;
     cuda::reset_peak_memory_stats();
@@ -125,14 +120,15 @@ TEST_CASE("CUDA fused attention: all-masked rows, empty sizes, heads wider than 
   const Device d = Device::cuda();
   Tensor mask = ones({4, 5}, kBool);
   mask = where(eq(arange(4.0, TensorOptions(kInt64)).reshape({4, 1}), 1.0), zeros({}, kBool), mask);
-  const Tensor q = randn_dt({1, 1, 4, 8}, kFloat32, 1), k = randn_dt({1, 1, 5, 8}, kFloat32, 2);
+  const Tensor q = testing::seeded_randn({1, 1, 4, 8}, kFloat32, 1);
+  const Tensor k = testing::seeded_randn({1, 1, 5, 8}, kFloat32, 2);
   const Tensor out = scaled_dot_product_attention(q.to(d), k.to(d), k.to(d), mask.to(d)).cpu();
   CHECK(testing::rel_err(out, scaled_dot_product_attention(q, k, k, mask)) < 1e-5);
   CHECK(max(abs(out.select(2, 1))).item<double>() == 0.0);
   const Tensor e = scaled_dot_product_attention(q.to(d), zeros({1, 1, 0, 8}, d), zeros({1, 1, 0, 8}, d)).cpu();
   CHECK(max(abs(e)).item<double>() == 0.0);
   // Heads wider than the kernel's bound run the math path.
-  const Tensor wide = randn_dt({1, 1, 3, 300}, kFloat32, 3);
+  const Tensor wide = testing::seeded_randn({1, 1, 3, 300}, kFloat32, 3);
   CHECK(testing::rel_err(scaled_dot_product_attention(wide.to(d), wide.to(d), wide.to(d)).cpu(),
                          scaled_dot_product_attention(wide, wide, wide)) < 1e-5);
 }

@@ -17,11 +17,6 @@ using namespace mpx;
 
 namespace {
 
-Tensor randn_dt(const IntList& shape, DType dt, uint64_t seed) {
-  manual_seed(seed);
-  return randn(shape, TensorOptions(kFloat64)).to(dt);
-}
-
 // Puts the process-wide switches back however a case ends.
 struct RestorePaths {
   bool cudnn = cuda::cudnn_sdp_enabled(), flash = cuda::flash_sdp_enabled(), det = cuda::cudnn_deterministic_enabled();
@@ -58,15 +53,17 @@ bool cudnn_built() { return cuda::cudnn_version().find("frontend") != std::strin
 tensor_list run(const Case& c, DType dt, Device dev, const Paths& p, bool split = false) {
   Tensor q, k, v, x;
   if (split) {  // heads viewed out of one [B, T, 3C] projection: strided rows
-    x = randn_dt({c.B, c.L, 3 * c.H * c.E}, dt, 1).to(dev).set_requires_grad(true);
-    auto head = [&](int n) { return x.narrow(2, n * c.H * c.E, c.H * c.E).reshape({c.B, c.L, c.H, c.E}).transpose(1, 2); };
+    x = testing::seeded_randn({c.B, c.L, 3 * c.H * c.E}, dt, 1).to(dev).set_requires_grad(true);
+    auto head = [&](int n) {
+      return x.narrow(2, n * c.H * c.E, c.H * c.E).reshape({c.B, c.L, c.H, c.E}).transpose(1, 2);
+    };
     q = head(0), k = head(1), v = head(2);
   } else {
-    q = randn_dt({c.B, c.H, c.L, c.E}, dt, 1).to(dev).set_requires_grad(true);
-    k = randn_dt({c.B, c.Hk, c.S, c.E}, dt, 2).to(dev).set_requires_grad(true);
-    v = randn_dt({c.B, c.Hk, c.S, c.Ev}, dt, 3).to(dev).set_requires_grad(true);
+    q = testing::seeded_randn({c.B, c.H, c.L, c.E}, dt, 1).to(dev).set_requires_grad(true);
+    k = testing::seeded_randn({c.B, c.Hk, c.S, c.E}, dt, 2).to(dev).set_requires_grad(true);
+    v = testing::seeded_randn({c.B, c.Hk, c.S, c.Ev}, dt, 3).to(dev).set_requires_grad(true);
   }
-  const Tensor w = randn_dt({c.B, c.H, c.L, c.Ev}, dt, 4).to(dev);
+  const Tensor w = testing::seeded_randn({c.B, c.H, c.L, c.Ev}, dt, 4).to(dev);
   cuda::enable_cudnn_sdp(p.cudnn_fwd);
   cuda::enable_flash_sdp(p.flash_fwd);
   const Tensor out = scaled_dot_product_attention(q, k, v, {}, 0.0, c.causal, std::nullopt, c.Hk != c.H);

@@ -14,6 +14,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/cuda.h"
+#include "core/random.h"
 #include "core/serialize.h"
 #include "ops/elementwise.h"
 #include "ops/profiler.h"
@@ -115,6 +116,12 @@ inline bool same_values(const Tensor& a, const Tensor& b) {
       return false;
     }
   return true;
+}
+
+/// Normal samples drawn in f64 from a fixed seed, then rounded to `dt`: the same values on every device.
+inline Tensor seeded_randn(const IntList& shape, DType dt, uint64_t seed) {
+  manual_seed(seed);
+  return randn(shape, TensorOptions(kFloat64)).to(dt);
 }
 
 /// Relative-error bound for a device result against the CPU kernels in `dt` (issue 5's table).

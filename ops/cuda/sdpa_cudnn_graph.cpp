@@ -47,7 +47,8 @@ std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph& gr, const 
 // The target is set before any node is added: nodes copy the graph's context when they are made.
 std::shared_ptr<fe::graph::Graph> new_graph(DType dt, const Target* target) {
   auto gr = std::make_shared<fe::graph::Graph>();
-  if (target) gr->set_device_properties(target->device).set_sm_version(target->sm_version).set_sm_count(target->sm_count);
+  if (target)
+    gr->set_device_properties(target->device).set_sm_version(target->sm_version).set_sm_count(target->sm_count);
   gr->set_io_data_type(dt == kFloat16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);

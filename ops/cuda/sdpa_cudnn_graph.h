@@ -16,10 +16,11 @@ namespace mpx::cuda::cudnn_sdpa {
 /// Tensor uids of the graphs' variant packs.
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kdO, kdQ, kdK, kdV };
 
-/// One cuDNN graph built for a call's shape on one device. The forward reads Q, K, V with g's strides and writes O dense [B, H, L, Ev] and Stats
-/// dense [B, H, L] in f32 (each row's natural-log log-sum-exp of the scaled, masked scores, as mpx's lse);
-/// the backward reads Q, K, V so, O, dO and Stats dense, and writes dQ, dK, dV dense (dQ summed with
-/// atomics unless deterministic). cuDNN's frontend is seen by this file's source alone.
+/// One cuDNN graph built for a call's shape on one device. The forward reads Q, K, V with g's strides
+/// and writes O dense [B, H, L, Ev] and Stats dense [B, H, L] in f32 (each row's natural-log log-sum-exp
+/// of the scaled, masked scores, as mpx's lse); the backward reads Q, K, V so, O, dO and Stats dense, and
+/// writes dQ, dK, dV dense (dQ summed with atomics unless deterministic). Only this file's source sees
+/// cuDNN's frontend.
 class Plan {
  public:
   /// Validates the graph and builds it for the handle's device through to its execution plans (cuDNN's

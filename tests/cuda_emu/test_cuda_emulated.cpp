@@ -281,7 +281,8 @@ TEST_CASE("emulated CUDA attention with the flash kernels off gives the CPU's va
 }
 
 // Which calls attention.cpp offers cuDNN's fused attention: the rule alone, no cuDNN needed.
-TEST_CASE("cuDNN's fused attention is offered f16/bf16 calls without mask or dropout, aligned", "[emulated][attention]") {
+TEST_CASE("cuDNN's fused attention is offered f16/bf16 calls without mask or dropout, aligned",
+          "[emulated][attention]") {
   cuda::SdpaGeom g;
   g.B = 2, g.H = 4, g.Hk = 2, g.L = 129, g.S = 129, g.E = 64, g.Ev = 64;
   // GPT-2's split heads of a [B, T, 3C] projection: strides (T * 3C, E, 3C, 1).

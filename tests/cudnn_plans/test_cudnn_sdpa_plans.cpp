@@ -45,7 +45,9 @@ SdpaGeom geom(int64_t B, int64_t H, int64_t Hk, int64_t L, int64_t S, int64_t E,
   g.B = B, g.H = H, g.Hk = Hk, g.L = L, g.S = S, g.E = E, g.Ev = E;
   g.causal = causal;
   g.scale = 1.0 / 8;
-  auto dense = [](int64_t* st, int64_t h, int64_t t, int64_t e) { st[0] = h * t * e, st[1] = t * e, st[2] = e, st[3] = 1; };
+  auto dense = [](int64_t* st, int64_t h, int64_t t, int64_t e) {
+    st[0] = h * t * e, st[1] = t * e, st[2] = e, st[3] = 1;
+  };
   dense(g.sq, H, L, E);
   dense(g.sk, Hk, S, E);
   dense(g.sv, Hk, S, E);
