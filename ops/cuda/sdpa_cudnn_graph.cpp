@@ -20,7 +20,6 @@ struct Target {
   int sm_version = 0, sm_count = 0;
 };
 
-
 // A [n0, n1, n2, n3] view's strides for cuDNN: a size-1 dim takes the dense stride (its own is never read,
 // and may be anything, 0 included).
 std::vector<int64_t> strides_of(std::array<int64_t, 4> n, const int64_t* st) {
@@ -44,6 +43,13 @@ std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph& gr, const 
                        .set_stride(std::move(strides)));
 }
 
+// Q, K, V with g's strides (a size-1 dim's replaced).
+std::array<std::shared_ptr<fe::graph::Tensor_attributes>, 3> qkv(fe::graph::Graph& gr, const SdpaGeom& g) {
+  return {input(gr, "Q", kQ, {g.B, g.H, g.L, g.E}, strides_of({g.B, g.H, g.L, g.E}, g.sq)),
+          input(gr, "K", kK, {g.B, g.Hk, g.S, g.E}, strides_of({g.B, g.Hk, g.S, g.E}, g.sk)),
+          input(gr, "V", kV, {g.B, g.Hk, g.S, g.Ev}, strides_of({g.B, g.Hk, g.S, g.Ev}, g.sv))};
+}
+
 // The target is set before any node is added: nodes copy the graph's context when they are made.
 std::shared_ptr<fe::graph::Graph> new_graph(DType dt, const Target* target) {
   auto gr = std::make_shared<fe::graph::Graph>();
@@ -55,13 +61,10 @@ std::shared_ptr<fe::graph::Graph> new_graph(DType dt, const Target* target) {
   return gr;
 }
 
-
-// Q, K, V with g's strides (a size-1 dim's replaced), O dense, Stats dense [B, H, L, 1] in f32.
+// O dense, Stats dense [B, H, L, 1] in f32.
 std::shared_ptr<fe::graph::Graph> forward_graph(DType dt, const SdpaGeom& g, const Target* target) {
   auto gr = new_graph(dt, target);
-  auto Q = input(*gr, "Q", kQ, {g.B, g.H, g.L, g.E}, strides_of({g.B, g.H, g.L, g.E}, g.sq));
-  auto K = input(*gr, "K", kK, {g.B, g.Hk, g.S, g.E}, strides_of({g.B, g.Hk, g.S, g.E}, g.sk));
-  auto V = input(*gr, "V", kV, {g.B, g.Hk, g.S, g.Ev}, strides_of({g.B, g.Hk, g.S, g.Ev}, g.sv));
+  auto [Q, K, V] = qkv(*gr, g);
   auto opts = fe::graph::SDPA_attributes().set_name("sdpa").set_generate_stats(true).set_attn_scale(
       static_cast<float>(g.scale));
   // PyTorch's is_causal: key j hidden from query i when j > i, counted from the top-left corner.
@@ -76,13 +79,11 @@ std::shared_ptr<fe::graph::Graph> forward_graph(DType dt, const SdpaGeom& g, con
   return gr;
 }
 
-// Q, K, V as the forward's, O, dO and Stats dense; dQ, dK, dV dense.
+// O, dO and Stats dense; dQ, dK, dV dense.
 std::shared_ptr<fe::graph::Graph> backward_graph(DType dt, const SdpaGeom& g, bool deterministic,
                                                  const Target* target) {
   auto gr = new_graph(dt, target);
-  auto Q = input(*gr, "Q", kQ, {g.B, g.H, g.L, g.E}, strides_of({g.B, g.H, g.L, g.E}, g.sq));
-  auto K = input(*gr, "K", kK, {g.B, g.Hk, g.S, g.E}, strides_of({g.B, g.Hk, g.S, g.E}, g.sk));
-  auto V = input(*gr, "V", kV, {g.B, g.Hk, g.S, g.Ev}, strides_of({g.B, g.Hk, g.S, g.Ev}, g.sv));
+  auto [Q, K, V] = qkv(*gr, g);
   auto O = input(*gr, "O", kO, {g.B, g.H, g.L, g.Ev}, dense_strides({g.B, g.H, g.L, g.Ev}));
   auto dO = input(*gr, "dO", kdO, {g.B, g.H, g.L, g.Ev}, dense_strides({g.B, g.H, g.L, g.Ev}));
   auto Stats = input(*gr, "Stats", kStats, {g.B, g.H, g.L, 1}, {g.H * g.L, g.L, 1, 1});
@@ -99,9 +100,18 @@ std::shared_ptr<fe::graph::Graph> backward_graph(DType dt, const SdpaGeom& g, bo
   return gr;
 }
 
-
 std::string message(fe::error_t st) {
   return st.get_message().empty() ? std::string("not supported") : st.get_message();
+}
+
+// Validates a graph and takes it through cuDNN's heuristics (then its fallback list) to cuDNN's support check,
+// for the handle's device or, with no handle, the device the graph describes.
+fe::error_t supported(fe::graph::Graph& gr, cudnnHandle_t h) {
+  fe::error_t st = gr.validate();
+  if (st.is_good()) st = h ? gr.build_operation_graph(h) : gr.build_operation_graph();
+  if (st.is_good()) st = gr.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
+  if (st.is_good()) st = h ? gr.check_support(h) : gr.check_support();
+  return st;
 }
 
 }  // namespace
@@ -120,10 +130,7 @@ std::unique_ptr<Plan> Plan::build(bool backward, DType dt, const SdpaGeom& g, bo
   try {
     auto& gr = out->impl_->graph;
     gr = backward ? backward_graph(dt, g, deterministic, nullptr) : forward_graph(dt, g, nullptr);
-    fe::error_t st = gr->validate();
-    if (st.is_good()) st = gr->build_operation_graph(h);
-    if (st.is_good()) st = gr->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
-    if (st.is_good()) st = gr->check_support(h);
+    fe::error_t st = supported(*gr, h);
     if (st.is_good()) st = gr->build_plans(h);
     if (st.is_good()) st = gr->get_workspace_size(out->impl_->workspace);
     if (st.is_good()) return out;
@@ -149,10 +156,7 @@ std::string check_deviceless(DType dt, const SdpaGeom& g, bool backward, bool de
     fe::error_t st = t.device->deserialize(json);
     if (st.is_bad()) return "device description: " + st.get_message();
     auto gr = backward ? backward_graph(dt, g, deterministic, &t) : forward_graph(dt, g, &t);
-    st = gr->validate();
-    if (st.is_good()) st = gr->build_operation_graph();
-    if (st.is_good()) st = gr->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
-    if (st.is_good()) st = gr->check_support();
+    st = supported(*gr, nullptr);
     return st.is_good() ? std::string() : message(st);
   } catch (const std::exception& e) {
     return e.what();
