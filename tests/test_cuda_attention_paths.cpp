@@ -44,7 +44,6 @@ struct Case {
   std::string name;
   int64_t B, H, Hk, L, S, E, Ev;
   bool causal;
-  bool mainstream;  // a shape cuDNN's fused attention takes on any sm_80+ device: it must not fall back
 };
 
 bool cudnn_built() { return cuda::cudnn_version().find("frontend") != std::string::npos; }
@@ -81,12 +80,13 @@ TEST_CASE("every CUDA attention path, and a forward of one with the backward of 
   if (!testing::cuda_ready()) return;
   const RestorePaths restore;
   const std::vector<Case> cases = {
-      {"no mask, L != S", 2, 3, 3, 37, 45, 64, 64, false, true},
-      {"causal, head dim 128, three tiles", 1, 2, 2, 150, 150, 128, 128, true, true},
-      {"causal GQA", 1, 6, 2, 70, 70, 64, 64, true, true},
-      {"causal L > S, value dim apart", 1, 2, 2, 90, 33, 32, 16, true, false},
-      {"head dim 40", 2, 2, 2, 33, 65, 40, 40, false, false},
+      {"no mask, L != S", 2, 3, 3, 37, 45, 64, 64, false},
+      {"causal, head dim 128, three tiles", 1, 2, 2, 150, 150, 128, 128, true},
+      {"causal GQA", 1, 6, 2, 70, 70, 64, 64, true},
+      {"causal L > S, value dim apart", 1, 2, 2, 90, 33, 32, 16, true},
+      {"head dim 40", 2, 2, 2, 33, 65, 40, 40, false},
   };
+  // cuDNN's support check takes every one of these on sm_80 and sm_90 (tests/cudnn_plans), so none may fall back.
   for (const Case& c : cases)
     for (DType dt : {kFloat16, kBFloat16}) {
       const tensor_list ref = run(c, dt, Device::cpu(), kPaths[0]);
@@ -99,7 +99,7 @@ TEST_CASE("every CUDA attention path, and a forward of one with the backward of 
                       << testing::rel_err(got[n], ref[n]));
           CHECK(testing::rel_err(got[n], ref[n]) < testing::cuda_tolerance(dt) * 4);
         }
-        if (c.mainstream && cudnn_built() && (p.cudnn_fwd || p.cudnn_bwd)) {
+        if (cudnn_built() && (p.cudnn_fwd || p.cudnn_bwd)) {
           INFO(c.name << ", " << p.name << " " << dtype_name(dt) << ": " << cuda::cudnn_last_fallback());
           CHECK(cuda::cudnn_fallbacks() == fallbacks);
         }
@@ -110,7 +110,7 @@ TEST_CASE("every CUDA attention path, and a forward of one with the backward of 
 TEST_CASE("cuDNN's fused attention takes GPT-2's split heads in place", "[cuda][attention]") {
   if (!testing::cuda_ready()) return;
   const RestorePaths restore;
-  const Case c{"GPT-2 split", 2, 4, 4, 129, 129, 64, 64, true, true};
+  const Case c{"GPT-2 split", 2, 4, 4, 129, 129, 64, 64, true};
   for (DType dt : {kFloat16, kBFloat16}) {
     const tensor_list ref = run(c, dt, Device::cpu(), kPaths[0], true);
     const int64_t fallbacks = cuda::cudnn_fallbacks();
@@ -126,7 +126,7 @@ TEST_CASE("cuDNN's attention backward repeats bit for bit under cudnn_determinis
   if (!testing::cuda_ready()) return;
   const RestorePaths restore;
   cuda::cudnn_deterministic(true);
-  const Case c{"causal", 2, 4, 4, 300, 300, 64, 64, true, true};
+  const Case c{"causal", 2, 4, 4, 300, 300, 64, 64, true};
   const tensor_list a = run(c, kBFloat16, Device::cuda(), kPaths[0]);
   const tensor_list b = run(c, kBFloat16, Device::cuda(), kPaths[0]);
   for (int n = 0; n < 4; ++n) CHECK(max(abs(a[n].to(kFloat32) - b[n].to(kFloat32))).item<double>() == 0.0);

@@ -40,9 +40,9 @@ const std::vector<Device>& devices() {
   return d;
 }
 
-SdpaGeom geom(int64_t B, int64_t H, int64_t Hk, int64_t L, int64_t S, int64_t E, bool causal) {
+SdpaGeom geom(int64_t B, int64_t H, int64_t Hk, int64_t L, int64_t S, int64_t E, bool causal, int64_t Ev = 0) {
   SdpaGeom g;
-  g.B = B, g.H = H, g.Hk = Hk, g.L = L, g.S = S, g.E = E, g.Ev = E;
+  g.B = B, g.H = H, g.Hk = Hk, g.L = L, g.S = S, g.E = E, g.Ev = Ev ? Ev : E;
   g.causal = causal;
   g.scale = 1.0 / 8;
   auto dense = [](int64_t* st, int64_t h, int64_t t, int64_t e) {
@@ -50,7 +50,7 @@ SdpaGeom geom(int64_t B, int64_t H, int64_t Hk, int64_t L, int64_t S, int64_t E,
   };
   dense(g.sq, H, L, E);
   dense(g.sk, Hk, S, E);
-  dense(g.sv, Hk, S, E);
+  dense(g.sv, Hk, S, g.Ev);
   return g;
 }
 
@@ -82,10 +82,16 @@ TEST_CASE("cuDNN takes mpx's attention graphs on an H200 and an A100", "[cudnn][
       {"causal GQA", geom(1, 6, 2, 70, 70, 64, true)},
       {"GPT-2 124M", geom(8, 12, 12, 1024, 1024, 64, true)},
   };
-  // GPT-2's heads read in place from its [B, T, 3C] projection.
-  SdpaGeom split = geom(8, 12, 12, 1024, 1024, 64, true);
-  for (int64_t* st : {split.sq, split.sk, split.sv}) st[0] = 1024 * 3 * 768, st[1] = 64, st[2] = 3 * 768, st[3] = 1;
-  shapes.push_back({"GPT-2 124M, split heads", split});
+  // GPT-2's heads read in place from its [B, T, 3C] projection (124M: 12 heads; XL: 25).
+  for (int64_t H : {12, 25}) {
+    SdpaGeom split = geom(8, H, H, 1024, 1024, 64, true);
+    for (int64_t* st : {split.sq, split.sk, split.sv})
+      st[0] = 1024 * 3 * H * 64, st[1] = 64, st[2] = 3 * H * 64, st[3] = 1;
+    shapes.push_back({H == 12 ? "GPT-2 124M, split heads" : "GPT-2 XL, split heads", split});
+  }
+  // The other shapes of test_cuda_attention_paths.
+  shapes.push_back({"causal L > S, value dim 16", geom(1, 2, 2, 90, 33, 32, true, 16)});
+  shapes.push_back({"head dim 40", geom(2, 2, 2, 33, 65, 40, false)});
   for (const Device& d : devices())
     for (DType dt : {kFloat16, kBFloat16})
       for (const Shape& s : shapes)
