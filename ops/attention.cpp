@@ -214,6 +214,7 @@ Tensor fused_attention(const Prepared& p) {
   prm.scale = p.scale;
   prm.causal = p.causal;
   prm.dropout_p = p.dropout_p;
+  prm.recorded = GradMode::is_enabled() && (p.q.requires_grad() || p.k.requires_grad() || p.v.requires_grad());
   if (p.dropout_p > 0.0) {
     // The same positions dropout() would reserve for the [B, H, L, S] weights: the math path
     // draws the identical mask from the same generator state.

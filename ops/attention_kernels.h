@@ -12,6 +12,10 @@ struct SdpaParams {
   double dropout_p = 0.0;  ///< drop probability of each attention weight (kept ones scaled by 1/(1-p))
   uint64_t seed = 0;       ///< dropout's counter-based stream: the element (b, h, i, j) draws
   uint64_t offset = 0;     ///< uniform(seed, offset + ((b * H + h) * Tq + i) * Tk + j)
+  /// The forward is recorded for a backward (a training step's shapes, which repeat): a kernel may
+  /// build per-shape plans for it. Calls under no_grad (sampling text, whose lengths change every
+  /// token) should reuse plans, not build them.
+  bool recorded = false;
 };
 /// out [B, H, Tq, Ev] (contiguous) = softmax(scale * q k^T + mask) v, never materializing the
 /// Tq x Tk matrix: q [B, H, Tq, E], k [B, Hk, Tk, E], v [B, Hk, Tk, Ev] in one dtype, last dim

@@ -15,6 +15,8 @@
 #include "core/allocator.h"
 #include "core/random.h"
 #include "ops/attention.h"
+#include "ops/attention_kernels.h"
+#include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "ops/reduction.h"
 #include "ops/shape.h"
@@ -482,4 +484,34 @@ TEST_CASE("after a GPT-style q/k/v split the gradients reach the projection with
     REQUIRE(x.grad().sizes() == want.sizes());
     CHECK(max_abs_diff(x.grad(), want) == 0.0);
   }
+}
+
+// Kernels may build per-shape plans (cuDNN's on CUDA) for recorded calls only: a training loop's shapes repeat,
+// sampling's lengths change every token.
+namespace {
+bool g_recorded = false;
+kernels::SdpaFn g_cpu_sdpa = nullptr;
+void spy_sdpa(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+              const Tensor& mask, const kernels::SdpaParams& p) {
+  g_recorded = p.recorded;
+  g_cpu_sdpa(out, lse, q, k, v, mask, p);
+}
+}  // namespace
+
+TEST_CASE("the fused kernel is told whether its call is recorded for a backward", "[attention]") {
+  g_cpu_sdpa = reinterpret_cast<kernels::SdpaFn>(dispatch::find_kernel(OpId::sdpa_fused, DeviceType::kCPU, kFloat32));
+  REQUIRE(g_cpu_sdpa != nullptr);
+  dispatch::detail::register_raw(OpId::sdpa_fused, DeviceType::kCPU, kFloat32, reinterpret_cast<void*>(&spy_sdpa));
+  const Tensor x = testing::seeded_randn({1, 2, 9, 8}, kFloat32, 1);
+  const Tensor w = x.detach().set_requires_grad(true);
+  scaled_dot_product_attention(w, x, x, {}, 0.0, true);
+  CHECK(g_recorded);
+  scaled_dot_product_attention(x, x, x, {}, 0.0, true);  // nothing requires a gradient
+  CHECK(!g_recorded);
+  {
+    NoGradGuard ng;  // as when sampling text
+    scaled_dot_product_attention(w, w, w, {}, 0.0, true);
+    CHECK(!g_recorded);
+  }
+  dispatch::detail::register_raw(OpId::sdpa_fused, DeviceType::kCPU, kFloat32, reinterpret_cast<void*>(g_cpu_sdpa));
 }

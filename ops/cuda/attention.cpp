@@ -37,6 +37,7 @@ SdpaGeom geom(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& m
   g.dropout_p = p.dropout_p;
   g.causal = p.causal;
   g.flash = flash_sdp_enabled();
+  g.recorded = p.recorded;
   g.seed = p.seed;
   g.offset = p.offset;
   return g;

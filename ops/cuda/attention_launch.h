@@ -14,7 +14,8 @@ struct SdpaGeom {
   int64_t sq[4] = {}, sk[4] = {}, sv[4] = {}, sm[4] = {};
   double scale = 1.0, dropout_p = 0.0;
   bool causal = false;
-  bool flash = true;  ///< the flash kernels may run (cuda::flash_sdp_enabled)
+  bool flash = true;      ///< the flash kernels may run (cuda::flash_sdp_enabled)
+  bool recorded = false;  ///< kernels::SdpaParams::recorded
   uint64_t seed = 0, offset = 0;
 };
 

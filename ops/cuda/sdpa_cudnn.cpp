@@ -71,17 +71,32 @@ std::string describe(bool backward, DType dt, const SdpaGeom& g) {
   return s;
 }
 
-// The graph for this call, built on first use; null when cuDNN refused it (now or before) or when a CUDA graph
-// capture is under way and the graph is new (building one queries the device).
+// Distinct shapes given plans per process: building one can take a second (cuDNN compiles some kernels at run
+// time), so a model whose lengths keep changing runs the flash kernels past this many.
+constexpr size_t kMaxPlans = 64;
+
+// The graph for this call, built on first use; null when cuDNN refused it (now or before), or when the shape is
+// new and building is not worth it or not possible: a call not recorded for a backward (under no_grad, as when
+// sampling text one length after another), a CUDA graph capture under way (building queries the device), or
+// kMaxPlans shapes built already.
 Built* graph_for(bool backward, DType dt, const SdpaGeom& g, cudnnHandle_t h, bool deterministic) {
   static std::mutex mu;
   static std::map<Key, std::unique_ptr<Built>> cache;
+  static bool told = false;
   const Key key = make_key(backward, dt, g, h, deterministic);
   {
     std::lock_guard<std::mutex> l(mu);
     if (auto it = cache.find(key); it != cache.end()) return it->second->refused ? nullptr : it->second.get();
+    if (cache.size() >= kMaxPlans) {
+      if (!told)
+        cudnn::count_fallback(describe(backward, dt, g) + ": more than " + std::to_string(kMaxPlans) +
+                                  " attention shapes; new ones run mpx's flash kernels",
+                              CUDNN_STATUS_SUCCESS);
+      told = true;
+      return nullptr;
+    }
   }
-  if (is_capturing()) return nullptr;
+  if (!(backward || g.recorded) || is_capturing()) return nullptr;
   auto b = std::make_unique<Built>();
   std::string why;
   b->plan = Plan::build(backward, dt, g, deterministic, h, why);

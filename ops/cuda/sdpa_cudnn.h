@@ -35,8 +35,10 @@ inline const char* sdpa_cudnn_refusal(DType dt, const SdpaGeom& g, bool has_mask
 
 /// The forward on cuDNN: out [B, H, L, Ev] and lse [B, H, L] (f32, natural log) as the kernels of
 /// ops/attention_kernels.h define them. False, with nothing run, when cuda::cudnn_sdp_enabled() is
-/// off, the call is refused above, mpx was built without cuDNN's frontend, a CUDA graph capture
-/// would have to build a new cuDNN graph, or cuDNN has no plan for it (remembered per shape).
+/// off, the call is refused above, mpx was built without cuDNN's frontend, cuDNN has no plan for
+/// it (remembered per shape), or its shape has no plan yet and gets none: plans are built for calls
+/// recorded for a backward (g.recorded; a training loop's shapes repeat), outside CUDA graph
+/// capture, for at most 64 shapes.
 bool sdpa_cudnn_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& mask, const SdpaGeom& g);
 /// The backward on cuDNN from any forward's out and lse (the two paths' lse agree), under the same
