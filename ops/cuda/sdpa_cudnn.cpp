@@ -35,11 +35,11 @@ bool sdpa_cudnn_backward(const Tensor&, const Tensor&, const Tensor&, const Tens
 namespace {
 using namespace cudnn_sdpa;
 
-// A graph built for one shape and handle, or the remembered refusal.
+// A graph built for one shape and handle, or the remembered refusal. Handles are per thread, so no two threads
+// execute one plan.
 struct Built {
   std::unique_ptr<Plan> plan;
   std::atomic<bool> refused{false};
-  std::mutex run;  // older frontends' execute() is not const
 };
 
 using Key = std::array<int64_t, 24>;
@@ -114,8 +114,6 @@ Built* graph_for(bool backward, DType dt, const SdpaGeom& g, cudnnHandle_t h, bo
 bool execute(Built& b, bool backward, DType dt, const SdpaGeom& g, cudnnHandle_t h, const Tensor& like,
              std::unordered_map<int64_t, void*>& pack) {
   const Tensor ws = cudnn::workspace(like, static_cast<size_t>(b.plan->workspace()));
-  std::lock_guard<std::mutex> l(b.run);
-  if (b.refused) return false;
   const std::string why = b.plan->execute(h, pack, ws.defined() ? ws.raw_data() : nullptr);
   if (why.empty()) return true;
   cudnn::count_fallback(describe(backward, dt, g) + ": execute: " + why, CUDNN_STATUS_SUCCESS);
