@@ -468,4 +468,20 @@ MPX_HD constexpr bool is_compare(OpId op) {
   }
 }
 
+// ---- cross-entropy of a row of logits x against class t, from the row's log-sum-exp ----
+// (ops/loss.cpp's fused path and its CPU and CUDA kernels.) eps is the label smoothing, inv_c 1 / C.
+
+/// -(1 - eps) log p_t - eps / C sum_c log p_c, with log p_c = x_c - lse and sx = sum_c x_c. Without smoothing sx
+/// is not read: a row with -inf logits (a masked vocabulary) has a finite loss, and sx = -inf times 0 would be NaN.
+template <typename A> MPX_HD A cross_entropy_row_loss(A lse, A xt, A sx, A eps, A inv_c) {
+  if (eps == A(0)) return lse - xt;
+  return (A(1) - eps) * (lse - xt) + eps * (lse - sx * inv_c);
+}
+/// g times the loss's derivative in x_c: g (p_c - (1 - eps) [c = t] - eps / C), p_c = exp(x_c - lse). With V =
+/// Tensor (p = softmax, onehot a tensor) it is the differentiable form create_graph uses.
+template <typename V, typename O, typename S>
+MPX_HD V cross_entropy_row_grad(const V& g, const V& p, const O& onehot, S eps, S inv_c) {
+  return g * (p - onehot * (S(1) - eps) - eps * inv_c);
+}
+
 }  // namespace mpx::formulas

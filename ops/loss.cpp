@@ -6,9 +6,11 @@
 #include <memory>
 #include <mutex>
 
+#include "autograd/grad_mode.h"
 #include "core/cuda.h"
 #include "ops/activation.h"
 #include "ops/elementwise.h"
+#include "ops/formulas.h"
 #include "ops/op_utils.h"
 #include "ops/reduction.h"
 
@@ -200,6 +202,71 @@ Tensor nll_reduced(const Tensor& lp, const ClassTarget& ct, Reduction r, int64_t
   MPX_ERROR("loss: unknown reduction");
 }
 
+// ---- cross-entropy on the fused row kernels ----
+// Logits [C] or [N, C] with class indices and no class weights are read in their own dtype and reduced in f32 (f64
+// for f64): the same arithmetic as log_softmax + nll after autocast's f32 cast, without the f32 copy of the logits
+// or the log-probabilities in memory (for GPT-2's 50,257 classes, two f32 tensors of 200 KB a token). The backward
+// recomputes the softmax from the saved logits and each row's log-sum-exp.
+bool takes_rows_path(const Tensor& x, const Tensor& target, const Tensor& weight) {
+  return !weight.defined() && x.dim() <= 2 && x.numel() > 0 && target.defined() && target.dtype() == kInt64 &&
+         dispatch::has_kernel(OpId::cross_entropy_rows, x.device().type, x.dtype());
+}
+
+// dL/dx for the rows' incoming gradient g [N] (compute dtype): one kernel pass, or under create_graph the same
+// formula on differentiable ops so that second derivatives exist.
+Tensor cross_entropy_rows_grad(const Tensor& g, const Tensor& x, const Tensor& t, const Tensor& lse,
+                               int64_t ignore_index, double eps) {
+  const int64_t N = x.size(0), C = x.size(1);
+  if (GradMode::is_enabled()) {
+    const DType cdt = lse.dtype();
+    Tensor onehot, keep;
+    {
+      NoGradGuard ng;
+      onehot = nll_scatter(ones({N, 1}, lse.options()), t.reshape({N, 1}), C, ignore_index).reshape({N, C});
+      keep = ne(t, static_cast<double>(ignore_index)).to(cdt).reshape({N, 1});
+    }
+    return formulas::cross_entropy_row_grad(g.reshape({N, 1}) * keep, softmax(x.to(cdt), 1), onehot, eps,
+                                            1.0 / static_cast<double>(C))
+        .to(x.dtype());
+  }
+  Tensor dx = empty(x.sizes(), x.options());
+  dispatch::kernel<OpId::cross_entropy_rows_backward>(x.device(), x.dtype())(dx, g.contiguous(), x.detach(), t, lse,
+                                                                              ignore_index, eps);
+  return dx;
+}
+
+Tensor cross_entropy_rows(const Tensor& logits, const Tensor& target, Reduction reduction, int64_t ignore_index,
+                          double eps) {
+  const ClassTarget ct = check_class_target("cross_entropy", logits, target, ignore_index);
+  const Tensor x = logits.reshape({ct.N, ct.C}).contiguous();
+  const Tensor t = ct.flat.reshape({ct.N});
+  const TensorOptions copt = x.options().dtype(compute_dtype({x}));
+  Tensor rows = empty({ct.N}, copt), lse = empty({ct.N}, copt);
+  dispatch::kernel<OpId::cross_entropy_rows>(x.device(), x.dtype())(rows, lse, x.detach(), t, ignore_index, eps);
+  if (auto n = autograd::record("CrossEntropyBackward", {x}, {rows},
+                                [ignore_index, eps](FunctionNode& self, const tensor_list& g) -> tensor_list {
+                                  return {cross_entropy_rows_grad(g[0], self.saved(0), self.saved(1), self.saved(2),
+                                                                  ignore_index, eps)};
+                                })) {
+    n->save(x);
+    n->save(t);
+    n->save(lse);
+  }
+  switch (reduction) {
+    case Reduction::None: return rows.reshape(ct.shape);
+    case Reduction::Sum: return sum(rows);
+    case Reduction::Mean: {
+      Tensor count;
+      {
+        NoGradGuard ng;
+        count = sum(ne(t, static_cast<double>(ignore_index)).to(rows.dtype()));
+      }
+      return sum(rows) / count;
+    }
+  }
+  MPX_ERROR("loss: unknown reduction");
+}
+
 }  // namespace
 
 Reduction reduction_from_name(const std::string& name) {
@@ -230,6 +297,8 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& target, Reduction redu
             label_smoothing);
   MPX_CHECK(logits0.dim() >= 1, "cross_entropy: input must be [C], [N, C] or [N, C, d1, ...], got ", ops::describe(logits0));
   ops::common_device("cross_entropy", {logits0, target, weight});
+  if (takes_rows_path(logits0, target, weight))
+    return cross_entropy_rows(logits0, target, reduction, ignore_index, label_smoothing);
   auto in = ops::autocast(OpId::cross_entropy, {logits0, weight});
   const DType cdt = compute_dtype({in[0]});
   Tensor x = in[0].to(cdt);

@@ -47,4 +47,13 @@ using NllPickFn = void (*)(const Tensor& out, const Tensor& in, const Tensor& ta
 /// The adjoint scatter: out (contiguous [N, C, inner], zeroed by the kernel) gets
 /// g[n, i] at class target[n, i]; ignored targets scatter nothing.
 using NllScatterFn = void (*)(const Tensor& out, const Tensor& g, const Tensor& target, int64_t ignore_index);
+/// Cross-entropy of each row of contiguous logits x [N, C], read in their own dtype and computed in f32 (f64 for
+/// f64): lse[r] = log sum_c exp(x[r, c]) and loss[r] = formulas::cross_entropy_row_loss, 0 where target[r] is
+/// ignore_index, NaN where it is out of range (the op layer reports it). loss, lse: contiguous [N], compute dtype.
+using CrossEntropyRowsFn = void (*)(const Tensor& loss, const Tensor& lse, const Tensor& x, const Tensor& target,
+                                    int64_t ignore_index, double smoothing);
+/// dx (contiguous [N, C], x's dtype) = formulas::cross_entropy_row_grad with the row's gradient g[r] (compute dtype,
+/// [N]) and p = exp(x - lse); rows whose target is ignored or out of range get 0.
+using CrossEntropyRowsBackwardFn = void (*)(const Tensor& dx, const Tensor& g, const Tensor& x, const Tensor& target,
+                                            const Tensor& lse, int64_t ignore_index, double smoothing);
 }  // namespace mpx::kernels

@@ -276,6 +276,13 @@ inline std::map<std::string, Case> kernel_cases() {
     Tensor t = s.target(6, 5);
     return with_grads(s, nll_loss(x, t, Reduction::Sum), {x});
   };
+  m["cross_entropy_rows"] = m["cross_entropy_rows_backward"] = [](Sample& s) {
+    // Label smoothing, an ignored row, and a class count no vector width divides.
+    Tensor x = s.leaf({6, 37});
+    Tensor t = s.target(6, 37).cpu();
+    t.data_ptr<int64_t>()[2] = -100;
+    return with_grads(s, cross_entropy(x, t.to(s.dev), Reduction::None, -100, 0.1), {x});
+  };
   // Row norms and recurrent cells (ops/row_norm.cpp, ops/rnn.cpp).
   m["layer_norm_fwd"] = m["layer_norm_bwd"] = [](Sample& s) {
     Tensor x = s.leaf({5, 33}), w = s.param({33}, true), b = s.param({33}, true);

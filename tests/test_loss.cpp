@@ -11,6 +11,8 @@
 #include <omp.h>
 #endif
 
+#include "amp/autocast.h"
+#include "core/allocator.h"
 #include "core/random.h"
 #include "gradcheck.h"
 #include "test_util.h"
@@ -257,6 +259,69 @@ TEST_CASE("cross_entropy matches hand-computed values", "[loss][cross_entropy]")
           Approx(cross_entropy(flat, t3.reshape({6}), Reduction::Mean, -100, ls).item<double>()).epsilon(1e-13));
   }
   CHECK(cross_entropy(x3, t3, Reduction::None).sizes() == IntList{2, 3});
+}
+
+TEST_CASE("cross_entropy's fused rows equal log_softmax + nll in every dtype", "[loss][cross_entropy]") {
+  // Class weights of ones send the same call down the unfused path (log_softmax, nll, reductions): the reference.
+  manual_seed(11);
+  const int64_t N = 9, C = 1003;
+  Tensor base = randn({N, C}) * 3.0;
+  Tensor t = randint(0, C, {N});
+  t.data_ptr<int64_t>()[4] = -100;
+  for (DType dt : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
+    const DType cdt = dt == kFloat64 ? kFloat64 : kFloat32;
+    const double tol = dt == kFloat64 ? 1e-12 : 2e-5;
+    // Gradients round once to dt in both paths; the f32 values under that rounding may differ by a few ulp.
+    const double gtol = dt == kFloat64 ? 1e-12 : dt == kFloat32 ? 1e-6 : dt == kFloat16 ? 1e-3 : 8e-3;
+    for (double eps : {0.0, 0.1}) {
+      for (Reduction r : {Reduction::None, Reduction::Mean, Reduction::Sum}) {
+        INFO(dtype_name(dt) << " smoothing " << eps << " reduction " << static_cast<int>(r));
+        Tensor xa = base.to(dt).clone().set_requires_grad(true), xb = base.to(dt).clone().set_requires_grad(true);
+        Tensor la = cross_entropy(xa, t, r, -100, eps);
+        Tensor lb = cross_entropy(xb, t, r, -100, eps, ones({C}, cdt));
+        CHECK(la.dtype() == cdt);
+        CHECK(la.sizes() == lb.sizes());
+        CHECK(testing::close(la.to(kFloat64), lb.to(kFloat64), tol, tol));
+        Tensor up = randn(la.sizes(), cdt);
+        sum(la * up).backward();
+        sum(lb * up).backward();
+        CHECK(xa.grad().dtype() == dt);
+        CHECK(testing::close(xa.grad().to(kFloat64), xb.grad().to(kFloat64), gtol, gtol));
+        // The ignored row gets no gradient.
+        CHECK(max_abs_diff(xa.grad()[4].to(kFloat64), zeros({C}, kFloat64)) == 0.0);
+      }
+    }
+  }
+  // A masked class (-inf logit) leaves the loss finite and its gradient 0, as log_softmax + nll.
+  Tensor xm = base.clone();
+  for (int64_t n = 0; n < N; ++n)
+    if (t.data_ptr<int64_t>()[n] != 7) xm.data_ptr<float>()[n * C + 7] = -INFINITY;
+  xm.set_requires_grad(true);
+  Tensor lm = cross_entropy(xm, t);
+  CHECK(std::isfinite(lm.item<double>()));
+  CHECK(lm.item<double>() == Approx(cross_entropy(xm.detach(), t, Reduction::Mean, -100, 0.0, ones({C})).item<double>())
+                                 .epsilon(1e-6));
+  lm.backward();
+  CHECK(xm.grad().all_finite());
+}
+
+TEST_CASE("cross_entropy on bf16 logits under autocast holds no f32 copy of them", "[loss][cross_entropy][amp]") {
+  // GPT-2's output layer: f32 copies of [tokens, 50,257] logits were the largest tensors of a step.
+  const int64_t N = 64, C = 8192;
+  Tensor x = (randn({N, C}) * 2.0).to(kBFloat16).set_requires_grad(true);
+  Tensor t = randint(0, C, {N});
+  const int64_t f32_copy = N * C * 4;
+  cpu::reset_peak_memory_stats();
+  const int64_t before = cpu::memory_stats().allocated;
+  {
+    amp::AutocastGuard ac(kBFloat16);
+    Tensor l = cross_entropy(x, t);
+    CHECK(l.dtype() == kFloat32);
+    l.backward();
+  }
+  CHECK(x.grad().dtype() == kBFloat16);
+  // The bf16 gradient (half an f32 copy) and per-row scratch; the unfused path held 3 f32 copies at its peak.
+  CHECK(cpu::memory_stats().peak_allocated - before < f32_copy);
 }
 
 TEST_CASE("nll_loss gradients and weights", "[loss][nll][gradcheck]") {

@@ -57,8 +57,8 @@ SpeedResult bench_gpt(const std::string& model, const Variant& v, const SpeedCon
     Tensor loss;
     auto step = [&] {
       opt.zero_grad();
-      // In f32 whatever the level, as PyTorch's autocast runs cross_entropy.
-      loss = F::cross_entropy(net(x).reshape({-1, V}).to(kFloat32), y);
+      // f32 whatever the logits' dtype (as PyTorch's autocast runs it), without an f32 copy of them.
+      loss = F::cross_entropy(net(x).reshape({-1, V}), y);
       amp::scale_loss(loss, opt).backward();
       opt.step();
     };

@@ -239,8 +239,8 @@ int run_gpt(int argc, char** argv) {
   }
 
   auto cross_entropy = [&](const Tensor& logits, const Tensor& y) {
-    // In f32 whatever the level, as PyTorch's autocast runs cross_entropy.
-    return F::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(kFloat32), y.reshape({-1}));
+    // f32 whatever the logits' dtype (as PyTorch's autocast runs it), without an f32 copy of them.
+    return F::cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
   };
   // Mean validation loss over the first --eval-iters batches of every rank's shard (NaN without validation data).
   auto evaluate = [&]() -> double {
@@ -381,7 +381,7 @@ int run_gpt(int argc, char** argv) {
       if (!std::isfinite(mean_loss)) {
         // A loss scale guards the backward only: a non-finite loss comes from the forward pass.
         const bool f16 = amp::properties().opt_level != "O0" && low == kFloat16;
-        MPX_ERROR("training diverged: the loss is ", mean_loss, " at step ", done, "; ",
+        MPX_ERROR("training diverged: the loss is ", std::isnan(mean_loss) ? std::fabs(mean_loss) : mean_loss, " at step ", done, "; ",
                   f16 ? "the f16 forward pass overflowed (f16 ends at 65504): use --dtype bf16, or lower --lr (now " : "lower --lr (now ",
                   lr, ") or raise --warmup", last_checkpoint());
       }

@@ -34,7 +34,8 @@ std::string TrainRun::stopped_note() const {
 
 void TrainRun::diverged(int64_t epoch, int64_t step, double loss, bool exact) const {
   // The weights went non-finite through a step that was taken: the step was too large.
-  MPX_ERROR("training diverged ", exact ? "at" : "by", " epoch ", epoch + 1, " step ", step, ": the loss is ", loss,
+  MPX_ERROR("training diverged ", exact ? "at" : "by", " epoch ", epoch + 1, " step ", step, ": the loss is ",
+            std::isnan(loss) ? std::fabs(loss) : loss,  // a NaN's sign bit is noise: "nan", never "-nan"
             " and the optimizer step was not skipped", level_ == "O0" ? " (O0 has no loss scaler)" : "",
             ", so the weights are no longer valid; ", stopped_note(), "; lower --lr (now ", base_lr_flag_, ")");
 }

@@ -7,43 +7,12 @@
 #include "core/random.h"
 #include "ops/activation.h"
 #include "ops/cpu/loops.h"
+#include "ops/cpu/row_sums.h"
 #include "ops/dispatch.h"
 #include "ops/formulas.h"
 
 namespace mpx::cpu {
 namespace {
-
-// Sums and maxima of a row in kChains independent chains: one running scalar is a dependency chain
-// that neither vectorizes nor pipelines (a 128-class row then costs ~1,000 cycles). The chains
-// depend only on n, so results do not depend on the thread count.
-constexpr int kChains = 16;
-template <typename A> A chain_total(A (&c)[kChains]) {
-  for (int w = kChains / 2; w > 0; w /= 2)
-    for (int j = 0; j < w; ++j) c[j] += c[j + w];
-  return c[0];
-}
-template <typename A> A row_sum(const A* v, int64_t n) {
-  A c[kChains] = {};
-  int64_t k = 0;
-  for (; k + kChains <= n; k += kChains)
-    for (int j = 0; j < kChains; ++j) c[j] += v[k + j];
-  for (; k < n; ++k) c[0] += v[k];
-  return chain_total(c);
-}
-// The largest element; a NaN never wins the compare, but its exponential then turns the row's sum
-// and so every output of the row into NaN, as PyTorch's softmax does.
-template <typename A> A row_max(const A* v, int64_t n) {
-  constexpr A lowest = -std::numeric_limits<A>::infinity();
-  A c[kChains];
-  for (int j = 0; j < kChains; ++j) c[j] = lowest;
-  int64_t k = 0;
-  for (; k + kChains <= n; k += kChains)
-    for (int j = 0; j < kChains; ++j) c[j] = v[k + j] > c[j] ? v[k + j] : c[j];
-  A mx = lowest;
-  for (; k < n; ++k) mx = v[k] > mx ? v[k] : mx;
-  for (int j = 0; j < kChains; ++j) mx = c[j] > mx ? c[j] : mx;
-  return mx;
-}
 
 // One lane is the n elements at base + k * inner; lanes are independent, so the
 // result does not depend on how they are split across threads.

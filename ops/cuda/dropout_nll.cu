@@ -1,4 +1,5 @@
-// CUDA kernels for dropout and the nll pick/scatter (elementwise over rows of a loss). Launchers take POD arguments.
+// CUDA kernels for dropout, the nll pick/scatter and the cross-entropy rows' backward (elementwise over rows of a
+// loss). Launchers take POD arguments.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -9,6 +10,7 @@
 #include "ops/cuda/convert.cuh"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/reduction_launch.h"
+#include "ops/formulas.h"
 
 namespace mpx::cuda {
 namespace {
@@ -64,6 +66,31 @@ __global__ void nll_scatter_kernel(T* __restrict__ out, const T* __restrict__ g,
   }
 }
 
+// Blocks take kChunk columns of one row each: the row's gradient, log-sum-exp and target are read once a block.
+constexpr int64_t kChunk = 16 * kThreads;
+
+template <typename T>
+__global__ void cross_entropy_backward_kernel(T* __restrict__ dx, const acc_t<T>* __restrict__ g,
+                                              const T* __restrict__ x, const int64_t* __restrict__ target,
+                                              const acc_t<T>* __restrict__ lse, int64_t N, int64_t C, int64_t chunks,
+                                              int64_t ignore_index, acc_t<T> eps) {
+  using A = acc_t<T>;
+  const A inv_c = A(1) / static_cast<A>(C);
+  for (int64_t b = blockIdx.x; b < N * chunks; b += gridDim.x) {
+    const int64_t r = b / chunks, k0 = (b % chunks) * kChunk, k1 = k0 + kChunk < C ? k0 + kChunk : C;
+    const int64_t c = target[r];
+    const bool keep = c != ignore_index && c >= 0 && c < C;
+    const A gr = g[r], l = lse[r];
+    for (int64_t k = k0 + threadIdx.x; k < k1; k += blockDim.x) {
+      A d = A(0);
+      if (keep)
+        d = formulas::cross_entropy_row_grad(gr, formulas::exp(load_as<A>(x, r * C + k) - l),
+                                             k == c ? A(1) : A(0), eps, inv_c);
+      dx[r * C + k] = from_acc<T>(d);
+    }
+  }
+}
+
 }  // namespace
 
 void launch_dropout(DType dt, void* out, uint8_t* mask, const void* in, int64_t n, uint64_t seed, uint64_t offset,
@@ -97,6 +124,22 @@ void launch_nll_scatter(DType dt, void* out, const void* g, const int64_t* targe
     nll_scatter_kernel<T><<<blocks_for(total), kThreads, 0, s>>>(static_cast<T*>(out), static_cast<const T*>(g),
                                                                  target, N, C, inner, ignore_index);
     MPX_CUDA_LAUNCH_CHECK("nll_loss backward");
+  });
+}
+
+void launch_cross_entropy_backward(DType dt, void* dx, const void* g, const void* x, const int64_t* target,
+                                   const void* lse, int64_t N, int64_t C, int64_t ignore_index, double smoothing,
+                                   cudaStream_t s) {
+  if (N * C == 0) return;
+  const int64_t chunks = (C + kChunk - 1) / kChunk;
+  const int64_t blocks = N * chunks < 65535LL * 8 ? N * chunks : 65535LL * 8;
+  float_switch(dt, [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    cross_entropy_backward_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
+        static_cast<T*>(dx), static_cast<const A*>(g), static_cast<const T*>(x), target, static_cast<const A*>(lse), N,
+        C, chunks, ignore_index, static_cast<A>(smoothing));
+    MPX_CUDA_LAUNCH_CHECK("cross_entropy backward");
   });
 }
 

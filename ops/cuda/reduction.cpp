@@ -1,4 +1,4 @@
-// Registers the CUDA kernels of the reduction, softmax/dropout and nll families (same signatures
+// Registers the CUDA kernels of the reduction, softmax/dropout, nll and cross-entropy-rows families (same signatures
 // as the CPU kernels in ops/cpu/{reduction,activation,loss}.cpp); launchers live in reduction.cu.
 #include "ops/activation.h"
 #include "ops/cuda/cuda_common.h"
@@ -104,6 +104,27 @@ void nll_scatter_kernel(const Tensor& out, const Tensor& gr, const Tensor& targe
                      out.size(2), ignore_index, s);
 }
 
+void cross_entropy_kernel(const Tensor& loss, const Tensor& lse, const Tensor& x, const Tensor& target,
+                          int64_t ignore_index, double smoothing) {
+  if (loss.numel() == 0) return;
+  check_dense("cross_entropy", x);
+  check_dense("cross_entropy", target);
+  TensorDeviceGuard g(loss);
+  const int64_t N = x.size(0), C = x.size(1);
+  Tensor ws = workspace(loss, N, C, 1);
+  launch_cross_entropy_rows(x.dtype(), loss.raw_data(), lse.raw_data(), x.raw_data(), target.data_ptr<int64_t>(), N,
+                            C, ignore_index, smoothing, ptr(ws), stream_of(loss));
+}
+
+void cross_entropy_backward_kernel(const Tensor& dx, const Tensor& gr, const Tensor& x, const Tensor& target,
+                                   const Tensor& lse, int64_t ignore_index, double smoothing) {
+  if (dx.numel() == 0) return;
+  for (const Tensor* t : {&gr, &x, &target, &lse}) check_dense("cross_entropy backward", *t);
+  TensorDeviceGuard g(dx);
+  launch_cross_entropy_backward(x.dtype(), dx.raw_data(), gr.raw_data(), x.raw_data(), target.data_ptr<int64_t>(),
+                                lse.raw_data(), x.size(0), x.size(1), ignore_index, smoothing, stream_of(dx));
+}
+
 }  // namespace
 
 MPX_REGISTER_KERNELS(cuda_reduction) {
@@ -119,6 +140,8 @@ MPX_REGISTER_KERNELS(cuda_reduction) {
     register_kernel<OpId::dropout>(D::kCUDA, dt, &dropout_kernel);
     register_kernel<OpId::nll_loss>(D::kCUDA, dt, &nll_pick_kernel);
     register_kernel<OpId::nll_loss_backward>(D::kCUDA, dt, &nll_scatter_kernel);
+    register_kernel<OpId::cross_entropy_rows>(D::kCUDA, dt, &cross_entropy_kernel);
+    register_kernel<OpId::cross_entropy_rows_backward>(D::kCUDA, dt, &cross_entropy_backward_kernel);
   }
   register_kernel<OpId::sum>(D::kCUDA, kInt64, &sum_kernel);
   for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kInt32, kUInt8}) {

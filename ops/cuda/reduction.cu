@@ -1,5 +1,5 @@
-// CUDA kernels for row reductions (sum/mean, var, max/min with indices) and softmax/log_softmax
-// forward and fused backward. Launchers take POD arguments.
+// CUDA kernels for row reductions (sum/mean, var, max/min with indices), softmax/log_softmax forward and fused
+// backward, and the cross-entropy rows' forward. Launchers take POD arguments.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -10,6 +10,7 @@
 #include "ops/cuda/launch.h"
 #include "ops/cuda/reduction_launch.h"
 #include "ops/cuda/convert.cuh"
+#include "ops/formulas.h"
 
 namespace mpx::cuda {
 namespace {
@@ -208,6 +209,49 @@ template <typename T> struct SoftmaxOp {
     const A x = load_as<A>(in, off);
     out[off] = from_acc<T>(log ? (x - p.shift) - p.t : exp_a(x - p.shift) * p.t);
   }
+};
+
+// Cross-entropy of a row: the softmax statistics plus the row's sum (label smoothing), then the loss at its target.
+template <typename A> struct CrossEntropyState {
+  A m, s, sx;
+};
+template <typename T> struct CrossEntropyOp {
+  using A = acc_t<T>;
+  using S = CrossEntropyState<A>;
+  using V = A;
+  using P = S;
+  static constexpr bool kApply = false;
+  Geom g;
+  const T* in;
+  const int64_t* target;
+  A* loss;
+  A* lse;
+  int64_t ignore_index;
+  A eps;
+  __device__ static S init() { return S{-INFINITY, A(0), A(0)}; }
+  __device__ V load(int64_t off) const { return load_as<A>(in, off); }
+  __device__ void step(S& st, V x, int64_t) const {
+    const A m = max_nan(st.m, x);
+    st.s = rescale(st.s, st.m, m);
+    st.m = m;
+    st.s += exp_a(x - shift_of(m));
+    st.sx += x;
+  }
+  __device__ S combine(S a, S b) const {
+    const A m = max_nan(a.m, b.m);
+    return S{m, rescale(a.s, a.m, m) + rescale(b.s, b.m, m), a.sx + b.sx};
+  }
+  __device__ static S shfl_s(S s, int off, int w) { return S{shfl(s.m, off, w), shfl(s.s, off, w), shfl(s.sx, off, w)}; }
+  __device__ void finish(S s, int64_t r, int64_t base) const {
+    const A l = shift_of(s.m) + log_a(s.s);
+    lse[r] = l;
+    const int64_t c = target[r];
+    if (c == ignore_index) loss[r] = A(0);
+    else if (c < 0 || c >= g.n) loss[r] = A(NAN);  // guarded; the op layer reports it
+    else loss[r] = formulas::cross_entropy_row_loss(l, load_as<A>(in, base + c * g.inner), s.sx, eps, A(1) / A(g.n));
+  }
+  __device__ P prepare(S s) const { return s; }
+  __device__ void apply(P, int64_t) const {}
 };
 
 template <typename A> struct Pair {
@@ -521,6 +565,17 @@ void launch_softmax_backward(DType dt, void* gin, const void* g, const void* y, 
     run_rows(SoftmaxBackwardOp<T>{Geom{n, inner}, static_cast<const T*>(g), static_cast<const T*>(y),
                                   static_cast<T*>(gin), log},
              outer * inner, ws, s, log ? "log_softmax backward" : "softmax backward");
+  });
+}
+
+void launch_cross_entropy_rows(DType dt, void* loss, void* lse, const void* x, const int64_t* target, int64_t N,
+                               int64_t C, int64_t ignore_index, double smoothing, void* ws, cudaStream_t s) {
+  float_switch(dt, [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    run_rows(CrossEntropyOp<T>{Geom{C, 1}, static_cast<const T*>(x), target, static_cast<A*>(loss),
+                               static_cast<A*>(lse), ignore_index, static_cast<A>(smoothing)},
+             N, ws, s, "cross_entropy");
   });
 }
 

@@ -39,4 +39,13 @@ void launch_nll_pick(DType dt, void* out, const TensorDesc& in, const int64_t* t
 void launch_nll_scatter(DType dt, void* out, const void* g, const int64_t* target, int64_t N, int64_t C,
                         int64_t inner, int64_t ignore_index, cudaStream_t s);
 
+/// loss[r], lse[r] (compute type, [N]) of the cross-entropy of each row of contiguous logits x [N, C] against
+/// target[r] (kernels::CrossEntropyRowsFn).
+void launch_cross_entropy_rows(DType dt, void* loss, void* lse, const void* x, const int64_t* target, int64_t N,
+                               int64_t C, int64_t ignore_index, double smoothing, void* ws, cudaStream_t s);
+/// dx (contiguous [N, C], x's dtype) of those rows for their gradient g [N] (kernels::CrossEntropyRowsBackwardFn).
+void launch_cross_entropy_backward(DType dt, void* dx, const void* g, const void* x, const int64_t* target,
+                                   const void* lse, int64_t N, int64_t C, int64_t ignore_index, double smoothing,
+                                   cudaStream_t s);
+
 }  // namespace mpx::cuda
