@@ -95,6 +95,26 @@ TEST_CASE("CPU linear with bias and linear_relu match f64, forward and gradients
   }
 }
 
+TEST_CASE("CPU f32 products whose right operand's rows lie 4 KiB apart (packed for oneDNN) match f64",
+          "[linalg]") {
+  // Row strides of 1,024 and 3,072 floats: plain, the right operand of a transposed-left product, a sliced view
+  // narrower than its stride, and linear's backward (dX = dY W with W [out, in]).
+  manual_seed(17);
+  auto check = [](const Tensor& a, const Tensor& b) {
+    INFO("a " << shape_str(a.sizes()) << " strides " << shape_str(a.strides()) << ", b " << shape_str(b.sizes())
+              << " strides " << shape_str(b.strides()));
+    CHECK(testing::close(mm(a, b), mm(a.to(kFloat64), b.to(kFloat64)), tol(kFloat32), 0.0, 1.0));
+  };
+  check(randn({24, 40}), randn({40, 1024}));
+  check(randn({40, 24}).t(), randn({40, 3072}));
+  check(randn({24, 40}), randn({40, 1024}).narrow(1, 0, 1000));
+  Tensor x = randn({24, 1024}).set_requires_grad(true), w = randn({1024, 1024}).set_requires_grad(true);
+  Tensor y = linear(x, w, Tensor());
+  sum(y * y).backward();
+  const Tensor gy = 2.0 * mm(x.detach().to(kFloat64), w.detach().to(kFloat64).t());
+  CHECK(testing::close(x.grad(), mm(gy, w.detach().to(kFloat64)), 1e-4, 0.0, 1.0));
+}
+
 TEST_CASE("CPU matrix products of empty and one-element shapes", "[linalg]") {
   const Tensor a = zeros({3, 0}), b = zeros({0, 4});
   const Tensor z = mm(a, b);

@@ -1,5 +1,6 @@
 // CUDA kernel files compiled for the host (hostify.cpp, device_runtime.h) and run on CPU fibers in place of the CPU
-// kernels: the backend sweep, the index, norm, RNN-cell, attention and optimizer families must give the CPU's results.
+// kernels: the backend sweep, the index, loss, norm, RNN-cell, attention and optimizer families must give the CPU's
+// results.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "ops/index.h"
+#include "ops/loss.h"
 #include "ops/norm.h"
 #include "ops/reduction.h"
 #include "ops/rnn.h"
@@ -168,6 +170,26 @@ TEST_CASE("emulated CUDA multinomial draws the CPU's samples", "[emulated][index
       const tensor_list cpu =
           both({OpId::multinomial}, [&] { return tensor_list{multinomial(p, 5, replacement)}; }, cuda);
       check_same(cpu, cuda, "multinomial");
+    }
+}
+
+TEST_CASE("emulated CUDA cross-entropy rows at GPT-2's vocabulary give the CPU's values", "[emulated][loss]") {
+  // 50,257 classes: the forward splits each row across blocks, the backward takes several chunks a row.
+  const std::initializer_list<OpId> ops = {OpId::cross_entropy_rows, OpId::cross_entropy_rows_backward};
+  for (DType dt : {kFloat32, kBFloat16})
+    for (double eps : {0.0, 0.1}) {
+      INFO(dtype_name(dt) << " label smoothing " << eps);
+      const Tensor x0 = rnd({3, 50257}, dt, 4);
+      const Tensor t = idx({50256, -100, 17});
+      const Tensor up = rnd({3}, kFloat32, 6);
+      tensor_list cuda;
+      const tensor_list cpu = both(ops, [&] {
+        const Tensor x = x0.clone().set_requires_grad(true);
+        const Tensor l = cross_entropy(x, t, Reduction::None, -100, eps);
+        return tensor_list{l.detach(), autograd::grad({sum(l * up)}, {x})[0]};
+      }, cuda);
+      check_close(cpu, cuda, "cross_entropy", tolerance(dt));
+      CHECK(cuda[1].dtype() == dt);
     }
 }
 
