@@ -161,11 +161,6 @@ template <typename T> struct ArgOp {
   __device__ void apply(P, int64_t) const {}
 };
 
-// Online softmax statistics: m = running max (NaN-propagating), s = sum exp(x - shift(m)),
-// where shift(-inf) = 0 as in the CPU kernel (an all -inf lane keeps its inputs).
-template <typename A> struct SoftmaxState {
-  A m, s;
-};
 template <typename A> struct SoftmaxPrep {
   A shift, t;  // t: log(s) for log_softmax, 1/s for softmax
 };
@@ -180,6 +175,25 @@ template <typename A> __device__ __forceinline__ A rescale(A s, A m_old, A m_new
   return s * exp_a(shift_of(m_old) - shift_of(m_new));
 }
 
+// Online softmax statistics: m = running max (NaN-propagating), s = sum exp(x - shift(m)),
+// where shift(-inf) = 0 as in the CPU kernel (an all -inf lane keeps its inputs).
+template <typename A> struct SoftmaxState {
+  A m, s;
+  __device__ static SoftmaxState init() { return SoftmaxState{-INFINITY, A(0)}; }
+  __device__ void add(A x) {
+    const A mn = max_nan(m, x);
+    s = rescale(s, m, mn);
+    m = mn;
+    s += exp_a(x - shift_of(mn));
+  }
+  __device__ static SoftmaxState merge(SoftmaxState a, SoftmaxState b) {
+    const A mn = max_nan(a.m, b.m);
+    return SoftmaxState{mn, rescale(a.s, a.m, mn) + rescale(b.s, b.m, mn)};
+  }
+  __device__ SoftmaxState shfl_s(int off, int w) const { return SoftmaxState{shfl(m, off, w), shfl(s, off, w)}; }
+  __device__ A lse() const { return shift_of(m) + log_a(s); }
+};
+
 template <typename T> struct SoftmaxOp {
   using A = acc_t<T>;
   using S = SoftmaxState<A>;
@@ -190,19 +204,11 @@ template <typename T> struct SoftmaxOp {
   const T* in;
   T* out;
   bool log;
-  __device__ static S init() { return S{-INFINITY, A(0)}; }
+  __device__ static S init() { return S::init(); }
   __device__ V load(int64_t off) const { return load_as<A>(in, off); }
-  __device__ void step(S& st, V x, int64_t) const {
-    const A m = max_nan(st.m, x);
-    st.s = rescale(st.s, st.m, m);
-    st.m = m;
-    st.s += exp_a(x - shift_of(m));
-  }
-  __device__ S combine(S a, S b) const {
-    const A m = max_nan(a.m, b.m);
-    return S{m, rescale(a.s, a.m, m) + rescale(b.s, b.m, m)};
-  }
-  __device__ static S shfl_s(S s, int off, int w) { return S{shfl(s.m, off, w), shfl(s.s, off, w)}; }
+  __device__ void step(S& st, V x, int64_t) const { st.add(x); }
+  __device__ S combine(S a, S b) const { return S::merge(a, b); }
+  __device__ static S shfl_s(S s, int off, int w) { return s.shfl_s(off, w); }
   __device__ void finish(S, int64_t, int64_t) const {}
   __device__ P prepare(S s) const { return P{shift_of(s.m), log ? log_a(s.s) : A(1) / s.s}; }
   __device__ void apply(P p, int64_t off) const {
@@ -213,7 +219,8 @@ template <typename T> struct SoftmaxOp {
 
 // Cross-entropy of a row: the softmax statistics plus the row's sum (label smoothing), then the loss at its target.
 template <typename A> struct CrossEntropyState {
-  A m, s, sx;
+  SoftmaxState<A> st;
+  A sx;
 };
 template <typename T> struct CrossEntropyOp {
   using A = acc_t<T>;
@@ -228,22 +235,16 @@ template <typename T> struct CrossEntropyOp {
   A* lse;
   int64_t ignore_index;
   A eps;
-  __device__ static S init() { return S{-INFINITY, A(0), A(0)}; }
+  __device__ static S init() { return S{SoftmaxState<A>::init(), A(0)}; }
   __device__ V load(int64_t off) const { return load_as<A>(in, off); }
-  __device__ void step(S& st, V x, int64_t) const {
-    const A m = max_nan(st.m, x);
-    st.s = rescale(st.s, st.m, m);
-    st.m = m;
-    st.s += exp_a(x - shift_of(m));
-    st.sx += x;
+  __device__ void step(S& s, V x, int64_t) const {
+    s.st.add(x);
+    s.sx += x;
   }
-  __device__ S combine(S a, S b) const {
-    const A m = max_nan(a.m, b.m);
-    return S{m, rescale(a.s, a.m, m) + rescale(b.s, b.m, m), a.sx + b.sx};
-  }
-  __device__ static S shfl_s(S s, int off, int w) { return S{shfl(s.m, off, w), shfl(s.s, off, w), shfl(s.sx, off, w)}; }
+  __device__ S combine(S a, S b) const { return S{SoftmaxState<A>::merge(a.st, b.st), a.sx + b.sx}; }
+  __device__ static S shfl_s(S s, int off, int w) { return S{s.st.shfl_s(off, w), shfl(s.sx, off, w)}; }
   __device__ void finish(S s, int64_t r, int64_t base) const {
-    const A l = shift_of(s.m) + log_a(s.s);
+    const A l = s.st.lse();
     lse[r] = l;
     const int64_t c = target[r];
     if (c == ignore_index) loss[r] = A(0);
