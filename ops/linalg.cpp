@@ -165,8 +165,9 @@ Tensor addmm(const Tensor& c0, const Tensor& a0, const Tensor& b0, double beta, 
   if (auto n = autograd::record("AddmmBackward", {c, a, b}, {out}, [alpha, beta](FunctionNode& self, const tensor_list& g) -> tensor_list {
         Tensor c = self.saved(0), a = self.saved(1), b = self.saved(2);
         Tensor gc = self.next_edges[0].valid() ? ops::reduce_grad(beta == 1.0 ? g[0] : g[0] * beta, c) : Tensor();
-        Tensor ga = self.next_edges[1].valid() ? mm(g[0], b.t()) * alpha : Tensor();
-        Tensor gb = self.next_edges[2].valid() ? mm(a.t(), g[0]) * alpha : Tensor();
+        auto scaled = [alpha](const Tensor& t) { return alpha == 1.0 ? t : t * alpha; };
+        Tensor ga = self.next_edges[1].valid() ? scaled(mm(g[0], b.t())) : Tensor();
+        Tensor gb = self.next_edges[2].valid() ? scaled(mm(a.t(), g[0])) : Tensor();
         return {gc, ga, gb};
       })) {
     n->save(c);
