@@ -75,7 +75,36 @@ MPX_HD inline float sin(float x) { return ::sinf(x); }
 MPX_HD inline double sin(double x) { return ::sin(x); }
 MPX_HD inline float cos(float x) { return ::cosf(x); }
 MPX_HD inline double cos(double x) { return ::cos(x); }
+#ifdef __CUDA_ARCH__
 MPX_HD inline float erf(float x) { return ::erff(x); }
+#else
+// Branch-free like exp and tanh above, so the exact GELU and its backward vectorize (libm's erff was 17 ns an
+// element in a Transformer's GELU backward). |x| < 1: x P(x^2); beyond, 1 - e^{Q(|x| - 1)} with Q fitted to
+// log erfc on [1, 4] (erfc(4) is below half an ulp of 1). Within 3 ulp of libm over the whole range.
+inline float erf(float x) {
+  const float a = x < 0.0f ? -x : x, s = x * x;
+  float p = 7.897586735e-05f;
+  p = p * s - 8.024151799e-04f;
+  p = p * s + 5.190028364e-03f;
+  p = p * s - 2.685479350e-02f;
+  p = p * s + 1.128361200e-01f;
+  p = p * s - 3.761262879e-01f;
+  p = p * s + 1.128379166e+00f;
+  const float t = (a < 4.0f ? a : 4.0f) - 1.0f;
+  float q = 1.614061610e-06f;
+  q = q * t - 3.267812970e-05f;
+  q = q * t + 3.188289060e-04f;
+  q = q * t - 2.050620737e-03f;
+  q = q * t + 1.007246125e-02f;
+  q = q * t - 4.157149267e-02f;
+  q = q * t - 8.431064146e-01f;
+  q = q * t - 2.638967445e+00f;
+  q = q * t - 1.849605513e+00f;
+  const float big = 1.0f - exp(q);
+  const float r = a < 1.0f ? x * p : (x < 0.0f ? -big : big);
+  return x != x ? x : r;
+}
+#endif
 MPX_HD inline double erf(double x) { return ::erf(x); }
 #ifdef __CUDA_ARCH__
 MPX_HD inline float tanh(float x) { return ::tanhf(x); }

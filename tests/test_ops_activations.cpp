@@ -11,6 +11,7 @@
 #include "ops/activation.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
+#include "ops/formulas.h"
 #include "test_util.h"
 
 using namespace mpx;
@@ -123,4 +124,34 @@ TEST_CASE("gelu, silu and hardswish keep the input dtype under autocast, as PyTo
   CHECK(op_policy(OpId::silu) == CastPolicy::none);
   CHECK(op_policy(OpId::hardswish) == CastPolicy::none);
   CHECK(op_policy(OpId::prelu) == CastPolicy::lower);  // on PyTorch's lower-precision list
+}
+
+TEST_CASE("the host's branch-free f32 exp, tanh and erf stay within 3 ulp of the f64 functions", "[ops][activation]") {
+  // They replace libm's scalar calls so that the loops over them vectorize (GELU, softmax, the RNN cells).
+  auto ulps = [](float got, double want) {
+    const float w = static_cast<float>(want);
+    if (std::isinf(w)) return got == w ? 0.0 : 1e9;
+    const double aw = std::abs(static_cast<double>(w));
+    const double ulp = std::max(static_cast<double>(std::nextafter(std::abs(w), INFINITY)) - aw, std::ldexp(1.0, -149));
+    return std::abs(static_cast<double>(got) - want) / ulp;
+  };
+  double worst_exp = 0, worst_tanh = 0, worst_erf = 0;
+  std::vector<float> xs;
+  for (double x = -12.0; x <= 12.0; x += 1.0 / 4096) xs.push_back(static_cast<float>(x));
+  for (double x = 1e-30; x < 1.0; x *= 1.1) xs.push_back(static_cast<float>(x)), xs.push_back(static_cast<float>(-x));
+  for (float x : xs) {
+    worst_tanh = std::max(worst_tanh, ulps(formulas::tanh(x), std::tanh(static_cast<double>(x))));
+    worst_erf = std::max(worst_erf, ulps(formulas::erf(x), std::erf(static_cast<double>(x))));
+  }
+  for (double x = -87.0; x <= 88.0; x += 1.0 / 1024)
+    worst_exp = std::max(worst_exp, ulps(formulas::exp(static_cast<float>(x)), std::exp(static_cast<double>(static_cast<float>(x)))));
+  INFO("exp " << worst_exp << " ulp, tanh " << worst_tanh << " ulp, erf " << worst_erf << " ulp");
+  CHECK(worst_exp <= 3.0);
+  CHECK(worst_tanh <= 3.0);
+  CHECK(worst_erf <= 3.0);
+  // Infinities and NaN pass as libm's do.
+  CHECK(formulas::erf(INFINITY) == 1.0f);
+  CHECK(formulas::erf(-INFINITY) == -1.0f);
+  CHECK(std::isnan(formulas::erf(NAN)));
+  CHECK(formulas::erf(0.0f) == 0.0f);
 }
