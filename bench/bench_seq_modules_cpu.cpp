@@ -1,0 +1,104 @@
+// CPU training step of models written the way a user ports them from PyTorch (peer:
+// bench/peer_seq_modules_cpu.py): a pre-norm nn::TransformerEncoder (GELU, batch_first) and a two-layer
+// nn::LSTM, each under an nn::Linear head; the same initial weights and inputs on both sides (--write).
+#include <mpx/mpx.h>
+
+#include "ops/profiler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace mpx;
+namespace F = mpx::nn::functional;
+
+namespace {
+struct EncoderNet : nn::Module {
+  nn::TransformerEncoder enc{nullptr};
+  nn::Linear head{nullptr};
+  EncoderNet(int64_t d, int64_t heads, int64_t layers) {
+    auto layer = nn::TransformerEncoderLayer(
+        nn::TransformerEncoderLayerOptions(d, heads).dim_feedforward(4 * d).activation("gelu").batch_first(true).norm_first(true));
+    enc = register_module("enc", nn::TransformerEncoder(layer, layers));
+    head = register_module("head", nn::Linear(d, d));
+  }
+  Tensor forward(const Tensor& x) { return head(enc(x)); }
+};
+struct LstmNet : nn::Module {
+  nn::LSTM lstm{nullptr};
+  nn::Linear head{nullptr};
+  LstmNet(int64_t in, int64_t hidden) {
+    lstm = register_module("lstm", nn::LSTM(nn::LSTMOptions(in, hidden).num_layers(2).batch_first(true)));
+    head = register_module("head", nn::Linear(hidden, in));
+  }
+  Tensor forward(const Tensor& x) { return head(std::get<0>(lstm(x))); }
+};
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model = "encoder", dtype = "f32", dir = "out/bench_seq";
+  int64_t steps = 12, warmup = 2;
+  bool write = false, profile = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--write") write = true;
+    else if (a == "--profile") profile = true;
+    else if (i + 1 < argc && a == "--model") model = argv[++i];
+    else if (i + 1 < argc && a == "--dtype") dtype = argv[++i];
+    else if (i + 1 < argc && a == "--dir") dir = argv[++i];
+    else if (i + 1 < argc && a == "--steps") steps = std::stoll(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: %s [--model encoder|lstm] [--dtype f32|bf16] [--steps N] [--dir DIR] [--write] [--profile]\n", argv[0]);
+      return 2;
+    }
+  }
+  manual_seed(0);
+  const bool enc = model == "encoder";
+  // encoder: 4 layers of width 256, 4 heads, 16 x 128 tokens; lstm: 2 layers of 512 over 256 inputs, 16 x 64 steps.
+  const int64_t B = 16, T = enc ? 128 : 64, D = 256;
+  std::shared_ptr<nn::Module> net = enc ? std::shared_ptr<nn::Module>(std::make_shared<EncoderNet>(D, 4, 4))
+                                        : std::shared_ptr<nn::Module>(std::make_shared<LstmNet>(D, 512));
+  auto forward = [&](const Tensor& x) {
+    return enc ? static_cast<EncoderNet&>(*net).forward(x) : static_cast<LstmNet&>(*net).forward(x);
+  };
+  const Tensor x = randn({B, T, D}), target = randn({B, T, D});
+  if (write) {
+    std::system(("mkdir -p '" + dir + "'").c_str());
+    TensorDict init;
+    for (const auto& [name, p] : net->named_parameters()) init[name] = p.detach();
+    init["bench.x"] = x;
+    init["bench.target"] = target;
+    save_tensors(init, dir + "/" + model + ".safetensors");
+  }
+  optim::AdamW opt(net->parameters(), optim::AdamWOptions(1e-3));
+  std::vector<double> times;
+  double first = 0, last = 0;
+  steps = std::max<int64_t>(steps, warmup + 1);
+  for (int64_t s = 0; s < steps; ++s) {
+    if (profile && s == warmup) profiler::start();
+    const auto t0 = std::chrono::steady_clock::now();
+    opt.zero_grad();
+    Tensor loss;
+    {
+      amp::AutocastGuard ac(kBFloat16, dtype == "bf16");
+      loss = F::mse_loss(forward(x), target);
+    }
+    loss.backward();
+    opt.step();
+    last = loss.item<double>();
+    if (s == 0) first = last;
+    if (s >= warmup) times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  if (profile) {
+    profiler::stop();
+    std::fputs(profiler::report(25).c_str(), stderr);
+  }
+  std::sort(times.begin(), times.end());
+  std::printf("mpx   %-7s %-4s step %7.1f ms (median of %zu; min %.1f)  loss %.6f -> %.6f\n", model.c_str(), dtype.c_str(),
+              times[times.size() / 2], times.size(), times[0], first, last);
+  return 0;
+}

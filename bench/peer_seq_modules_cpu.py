@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""PyTorch peer of bench/bench_seq_modules_cpu: the same pre-norm TransformerEncoder and two-layer LSTM, initial
+weights and inputs (DIR/MODEL.safetensors, written by the mpx program with --write)."""
+import argparse, os, time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+
+class EncoderNet(nn.Module):
+    def __init__(self, d, heads, layers):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(d, heads, dim_feedforward=4 * d, activation="gelu", batch_first=True,
+                                           norm_first=True)
+        self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d, d)
+
+    def forward(self, x):
+        return self.head(self.enc(x))
+
+
+class LstmNet(nn.Module):
+    def __init__(self, d, hidden):
+        super().__init__()
+        self.lstm = nn.LSTM(d, hidden, num_layers=2, batch_first=True)
+        self.head = nn.Linear(hidden, d)
+
+    def forward(self, x):
+        return self.head(self.lstm(x)[0])
+
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--model", choices=["encoder", "lstm"], default="encoder")
+ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
+ap.add_argument("--steps", type=int, default=12)
+ap.add_argument("--dir", default="out/bench_seq")
+a = ap.parse_args()
+state = load_file(os.path.join(a.dir, a.model + ".safetensors"))
+x, target = state.pop("bench.x"), state.pop("bench.target")
+net = EncoderNet(256, 4, 4) if a.model == "encoder" else LstmNet(256, 512)
+net.load_state_dict(state, strict=True)
+opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+times, first, last = [], 0.0, 0.0
+for s in range(a.steps):
+    t0 = time.perf_counter()
+    opt.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+        loss = F.mse_loss(net(x).float(), target)
+    loss.backward()
+    opt.step()
+    last = loss.item()
+    if s == 0:
+        first = last
+    if s >= 2:
+        times.append((time.perf_counter() - t0) * 1e3)
+times.sort()
+print(f"torch {a.model:7s} {a.dtype:4s} step {times[len(times) // 2]:7.1f} ms (median of {len(times)}; min {times[0]:.1f})"
+      f"  loss {first:.6f} -> {last:.6f}")
