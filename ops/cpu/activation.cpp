@@ -89,6 +89,18 @@ template <typename T> struct SoftmaxBackward {
   }
 };
 
+// Dropout's two passes over a chunk as functions with restrict pointers and no branch in the loop, so GCC
+// vectorizes the hash and the select (one loop with `if (draw)` inside stayed scalar: 4-7 ns an element, half of a
+// Transformer layer's bf16 step). The mask bits are those of random::uniform, as on CUDA.
+inline void dropout_draw(uint8_t* __restrict__ m, int64_t b, int64_t e, uint64_t seed, uint64_t offset, double p) {
+  for (int64_t i = b; i < e; ++i) m[i] = random::uniform(seed, offset + static_cast<uint64_t>(i)) >= p ? 1 : 0;
+}
+template <typename T, typename A>
+void dropout_apply(T* __restrict__ y, const T* __restrict__ x, const uint8_t* __restrict__ m, int64_t b, int64_t e,
+                   A sc) {
+  for (int64_t i = b; i < e; ++i) y[i] = keep_or_zero(m[i] != 0, static_cast<T>(static_cast<A>(x[i]) * sc));
+}
+
 template <typename T> struct Dropout {
   static void run(const Tensor& out, const Tensor& mask, const Tensor& in, uint64_t seed, uint64_t offset, double p,
                   double scale, bool draw) {
@@ -98,10 +110,8 @@ template <typename T> struct Dropout {
     uint8_t* m = static_cast<uint8_t*>(mask.raw_data());
     const A sc = static_cast<A>(scale);
     parallel_for(out.numel(), kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        if (draw) m[i] = random::uniform(seed, offset + static_cast<uint64_t>(i)) >= p ? 1 : 0;
-        y[i] = m[i] ? static_cast<T>(static_cast<A>(x[i]) * sc) : static_cast<T>(A(0));
-      }
+      if (draw) dropout_draw(m, b, e, seed, offset, p);
+      dropout_apply<T, A>(y, x, m, b, e, sc);
     });
   }
 };
