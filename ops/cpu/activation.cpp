@@ -30,11 +30,8 @@ template <typename T> struct Softmax {
           for (int64_t k = 0; k < n; ++k) buf[k] = static_cast<A>(x[base + k]);
         else
           for (int64_t k = 0; k < n; ++k) buf[k] = static_cast<A>(x[base + k * inner]);
-        const A mx = row_max(buf.data(), n);
-        // An all -inf lane: subtracting -inf would give NaN; keep the inputs as they are.
-        const A shift = std::isinf(mx) && mx < 0 ? A(0) : mx;
-        for (int64_t k = 0; k < n; ++k) e[k] = formulas::exp(buf[k] - shift);
-        const A s = row_sum(e.data(), n);
+        A shift;
+        const A s = row_exp_sum(buf.data(), n, e.data(), shift);
         T* yl = y + base;
         if (log) {
           const A ls = std::log(s);

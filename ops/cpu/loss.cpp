@@ -75,11 +75,9 @@ template <typename T> struct CrossEntropyRows {
       std::vector<A> buf(std::is_same_v<A, T> ? 0 : C), ex(C);
       for (int64_t r = b; r < e; ++r) {
         const A* v = row_in<A>(x, C, r, buf);
-        const A mx = row_max(v, C);
-        // An all -inf row: subtracting -inf would give NaN; its sum is 0 and lse -inf, as log_softmax's.
-        const A shift = std::isinf(mx) && mx < 0 ? A(0) : mx;
-        for (int64_t k = 0; k < C; ++k) ex[k] = formulas::exp(v[k] - shift);
-        const A l = shift + std::log(row_sum(ex.data(), C));
+        A shift;
+        const A s = row_exp_sum(v, C, ex.data(), shift);
+        const A l = shift + std::log(s);
         ls[r] = l;
         const int64_t c = t[r];
         if (c == ignore_index) lo[r] = A(0);

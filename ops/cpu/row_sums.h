@@ -1,7 +1,10 @@
 // Row maxima and sums in independent chains, shared by the CPU softmax and cross-entropy kernels.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <limits>
+
+#include "ops/formulas.h"
 
 namespace mpx::cpu {
 
@@ -35,6 +38,15 @@ template <typename A> A row_max(const A* v, int64_t n) {
   for (; k < n; ++k) mx = v[k] > mx ? v[k] : mx;
   for (int j = 0; j < kChains; ++j) mx = c[j] > mx ? c[j] : mx;
   return mx;
+}
+
+/// The softmax statistics of a row: e[k] = exp(v[k] - shift) with shift its maximum, and their sum (returned).
+/// An all -inf row keeps shift 0 (subtracting -inf would give NaN): its sum is 0, its log-sum-exp -inf.
+template <typename A> A row_exp_sum(const A* v, int64_t n, A* e, A& shift) {
+  const A mx = row_max(v, n);
+  shift = std::isinf(mx) && mx < 0 ? A(0) : mx;
+  for (int64_t k = 0; k < n; ++k) e[k] = formulas::exp(v[k] - shift);
+  return row_sum(e, n);
 }
 
 }  // namespace mpx::cpu
