@@ -1,6 +1,6 @@
 // LSTM and GRU: the fused pointwise cells (kernel forward and backward, a differentiable backward
 // formula when the backward is recorded), the cells with their GEMMs, and the sequence ops that
-// loop over time, directions and layers.
+// loop over directions and layers (each layer's steps are one node, ops/rnn_layer.cpp).
 #include "ops/rnn.h"
 
 #include <optional>
@@ -11,19 +11,50 @@
 #include "ops/elementwise.h"
 #include "ops/linalg.h"
 #include "ops/op_utils.h"
+#include "ops/rnn_internal.h"
 #include "ops/shape.h"
 
 namespace mpx {
+namespace rnn_detail {
 namespace {
-using autograd::FunctionNode;
-
 DType compute_dtype(DType dt) { return dt == kFloat64 ? kFloat64 : kFloat32; }
+}  // namespace
 
-// A gradient in `like`'s dtype, dense; zeros when the output received none.
 Tensor dense_grad(const Tensor& g, const Tensor& like) {
   if (!g.defined()) return zeros(like.sizes(), like.options());
   return (g.dtype() == like.dtype() ? g : g.to(like.dtype())).contiguous();
 }
+
+tensor_list lstm_cell_backward_composite(const Tensor& dh0, const Tensor& dc0, const Tensor& gates, const Tensor& c) {
+  const DType cd = compute_dtype(gates.dtype());
+  tensor_list q = chunk(gates.to(cd), 4, 1);
+  Tensor cp = c.to(cd);
+  Tensor i = sigmoid(q[0]), f = sigmoid(q[1]), g = tanh(q[2]), o = sigmoid(q[3]);
+  Tensor tc = tanh(f * cp + i * g);
+  Tensor dh = dh0.defined() ? dh0.to(cd) : zeros(cp.sizes(), cp.options());
+  Tensor dct = dh * o * (1.0 - tc * tc);
+  if (dc0.defined()) dct = dct + dc0.to(cd);
+  Tensor dgates = cat({dct * g * i * (1.0 - i), dct * cp * f * (1.0 - f), dct * i * (1.0 - g * g),
+                       dh * tc * o * (1.0 - o)},
+                      1);
+  return {dgates.to(gates.dtype()), (dct * f).to(c.dtype())};
+}
+
+tensor_list gru_cell_backward_composite(const Tensor& dh0, const Tensor& gi0, const Tensor& gh0, const Tensor& h0) {
+  const DType cd = compute_dtype(gi0.dtype());
+  tensor_list gi = chunk(gi0.to(cd), 3, 1), gh = chunk(gh0.to(cd), 3, 1);
+  Tensor h = h0.to(cd), dh = dh0.to(cd);
+  Tensor r = sigmoid(gi[0] + gh[0]), z = sigmoid(gi[1] + gh[1]), n = tanh(gi[2] + r * gh[2]);
+  Tensor dnp = dh * (1.0 - z) * (1.0 - n * n);
+  Tensor drp = dnp * gh[2] * r * (1.0 - r), dzp = dh * (h - n) * z * (1.0 - z);
+  return {cat({drp, dzp, dnp}, 1).to(gi0.dtype()), cat({drp, dzp, dnp * r}, 1).to(gh0.dtype()),
+          (dh * z).to(h0.dtype())};
+}
+}  // namespace rnn_detail
+
+namespace {
+using autograd::FunctionNode;
+using namespace rnn_detail;
 
 // The fused cells' checks: gates a [N, ka*H] (and `like_a`, of a's shape) beside a state s [N, H],
 // all of one floating dtype on one device.
@@ -44,54 +75,6 @@ void check_cell_inputs(const char* op, const Tensor& a, int64_t ka, const Tensor
   ops::common_device(op, all);
 }
 
-// LSTM cell gradients written with differentiable ops (create_graph), in the compute dtype.
-tensor_list lstm_cell_backward_composite(const Tensor& dh0, const Tensor& dc0, const Tensor& gates, const Tensor& c) {
-  const DType cd = compute_dtype(gates.dtype());
-  tensor_list q = chunk(gates.to(cd), 4, 1);
-  Tensor cp = c.to(cd);
-  Tensor i = sigmoid(q[0]), f = sigmoid(q[1]), g = tanh(q[2]), o = sigmoid(q[3]);
-  Tensor tc = tanh(f * cp + i * g);
-  Tensor dh = dh0.defined() ? dh0.to(cd) : zeros(cp.sizes(), cp.options());
-  Tensor dct = dh * o * (1.0 - tc * tc);
-  if (dc0.defined()) dct = dct + dc0.to(cd);
-  Tensor dgates = cat({dct * g * i * (1.0 - i), dct * cp * f * (1.0 - f), dct * i * (1.0 - g * g),
-                       dh * tc * o * (1.0 - o)},
-                      1);
-  return {dgates.to(gates.dtype()), (dct * f).to(c.dtype())};
-}
-
-// GRU cell gradients written with differentiable ops (create_graph), in the compute dtype.
-tensor_list gru_cell_backward_composite(const Tensor& dh0, const Tensor& gi0, const Tensor& gh0, const Tensor& h0) {
-  const DType cd = compute_dtype(gi0.dtype());
-  tensor_list gi = chunk(gi0.to(cd), 3, 1), gh = chunk(gh0.to(cd), 3, 1);
-  Tensor h = h0.to(cd), dh = dh0.to(cd);
-  Tensor r = sigmoid(gi[0] + gh[0]), z = sigmoid(gi[1] + gh[1]), n = tanh(gi[2] + r * gh[2]);
-  Tensor dnp = dh * (1.0 - z) * (1.0 - n * n);
-  Tensor drp = dnp * gh[2] * r * (1.0 - r), dzp = dh * (h - n) * z * (1.0 - z);
-  return {cat({drp, dzp, dnp}, 1).to(gi0.dtype()), cat({drp, dzp, dnp * r}, 1).to(gh0.dtype()),
-          (dh * z).to(h0.dtype())};
-}
-
-// The steps of a [T, ...] tensor as the outputs of one node, whose backward stacks their
-// gradients in one copy (T selects would each scatter into a zero tensor of the full size).
-tensor_list unbind_steps(const Tensor& t) {
-  const int64_t T = t.size(0);
-  tensor_list steps;
-  {
-    NoGradGuard ng;
-    for (int64_t i = 0; i < T; ++i) steps.push_back(t.select(0, i));
-  }
-  autograd::record("UnbindBackward", {t}, steps, [T](FunctionNode& self, const tensor_list& g) -> tensor_list {
-    const auto& meta = self.output_meta[0];
-    tensor_list parts;
-    for (int64_t i = 0; i < T; ++i)
-      parts.push_back(g[static_cast<size_t>(i)].defined()
-                          ? g[static_cast<size_t>(i)]
-                          : zeros(meta.sizes, TensorOptions(meta.dtype).device(meta.device)));
-    return {stack(parts, 0)};
-  });
-  return steps;
-}
 }  // namespace
 
 std::pair<Tensor, Tensor> lstm_cell_fused(const Tensor& gates0, const Tensor& c0) {
@@ -403,18 +386,11 @@ std::tuple<Tensor, Tensor, Tensor> lstm(const Tensor& input0, const Tensor& h00,
   if (auto f = fused_sequence(true, p, {h0, c0}, params, a)) return {(*f)[0], (*f)[1], (*f)[2]};
   auto run = [&](const Tensor& x, int64_t idx, bool reverse, const Tensor& w_ih, const Tensor& w_hh,
                  const Tensor& b_ih, const Tensor& b_hh) -> std::pair<Tensor, tensor_list> {
-    Tensor h = initial_state(p, h0, idx), c = initial_state(p, c0, idx);
-    // The input projections of every step in one GEMM, both biases folded in.
+    // The input projections of every step in one GEMM, both biases folded in; the steps as one node.
     const Tensor bias = b_ih.defined() ? add(b_ih, b_hh) : Tensor();
-    const tensor_list gi = unbind_steps(linear(x.reshape({p.T * p.N, x.size(2)}), w_ih, bias).view({p.T, p.N, -1}));
-    const Tensor w_hh_t = w_hh.t();
-    tensor_list out(static_cast<size_t>(p.T));
-    for (int64_t s = 0; s < p.T; ++s) {
-      const size_t t = static_cast<size_t>(reverse ? p.T - 1 - s : s);
-      std::tie(h, c) = lstm_cell_fused(addmm(gi[t], h, w_hh_t), c);
-      out[t] = h;
-    }
-    return {stack(out, 0), {h, c}};
+    const Tensor gi = linear(x.reshape({p.T * p.N, x.size(2)}), w_ih, bias).view({p.T, p.N, -1});
+    auto [out, h, c] = rnn_detail::lstm_layer(gi, initial_state(p, h0, idx), initial_state(p, c0, idx), w_hh, reverse);
+    return {out, {h, c}};
   };
   auto [out, finals] = run_layers(p, params, a, run);
   return {out, stack_states(p, finals, 0), stack_states(p, finals, 1)};
@@ -430,15 +406,9 @@ std::pair<Tensor, Tensor> gru(const Tensor& input0, const Tensor& h00, const ten
   if (auto f = fused_sequence(false, p, {h0}, params, a)) return {(*f)[0], (*f)[1]};
   auto run = [&](const Tensor& x, int64_t idx, bool reverse, const Tensor& w_ih, const Tensor& w_hh,
                  const Tensor& b_ih, const Tensor& b_hh) -> std::pair<Tensor, tensor_list> {
-    Tensor h = initial_state(p, h0, idx);
-    const tensor_list gi = unbind_steps(linear(x.reshape({p.T * p.N, x.size(2)}), w_ih, b_ih).view({p.T, p.N, -1}));
-    tensor_list out(static_cast<size_t>(p.T));
-    for (int64_t s = 0; s < p.T; ++s) {
-      const size_t t = static_cast<size_t>(reverse ? p.T - 1 - s : s);
-      h = gru_cell_fused(gi[t], linear(h, w_hh, b_hh), h);
-      out[t] = h;
-    }
-    return {stack(out, 0), {h}};
+    const Tensor gi = linear(x.reshape({p.T * p.N, x.size(2)}), w_ih, b_ih).view({p.T, p.N, -1});
+    auto [out, h] = rnn_detail::gru_layer(gi, initial_state(p, h0, idx), w_hh, b_hh, reverse);
+    return {out, {h}};
   };
   auto [out, finals] = run_layers(p, params, a, run);
   return {out, stack_states(p, finals, 0)};

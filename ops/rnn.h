@@ -38,8 +38,10 @@ struct RnnArgs {
 /// params: per layer, per direction (forward, then reverse): w_ih, w_hh, then b_ih, b_hh when
 /// has_biases (PyTorch's flat order). h0, c0 [L*D, N, H] (D = 2 when bidirectional; [L*D, H]
 /// unbatched), undefined: zeros. Returns (output [T, N, D*H], h_n, c_n). The input projections of
-/// a layer run as one GEMM over all steps; each step is one GEMM and the fused cell. Autocast
-/// (policy lower) casts the input, states and weights to the autocast dtype.
+/// a layer run as one GEMM over all steps; each step is one GEMM and the fused cell, and each layer
+/// and direction is one autograd node whose backward forms the recurrent weight's gradient in one
+/// GEMM (create_graph works: it then records the steps). On CUDA the whole sequence runs on cuDNN's
+/// RNN where it can. Autocast (policy lower) casts the input, states and weights to the autocast dtype.
 std::tuple<Tensor, Tensor, Tensor> lstm(const Tensor& input, const Tensor& h0, const Tensor& c0,
                                         const tensor_list& params, const RnnArgs& args);
 /// Multi-layer GRU, as lstm with one state: returns (output, h_n).

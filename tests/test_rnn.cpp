@@ -239,7 +239,7 @@ TEST_CASE("LSTM/GRU parameters: PyTorch's names, shapes and uniform(-1/sqrt(H), 
   CHECK(os.str() == "GRU(10, 20, num_layers=1, bias=false, batch_first=false, dropout=0, bidirectional=false)");
 }
 
-TEST_CASE("lstm_cell, gru_cell, lstm and gru gradchecks (f64), and second order of the cells", "[rnn][gradcheck]") {
+TEST_CASE("lstm_cell, gru_cell, lstm and gru gradchecks (f64), second order, partial outputs", "[rnn][gradcheck]") {
   manual_seed(10);
   const int64_t N = 2, I = 3, H = 2;
   Tensor x = leaf({N, I}), h = leaf({N, H}), c = leaf({N, H});
@@ -279,6 +279,22 @@ TEST_CASE("lstm_cell, gru_cell, lstm and gru gradchecks (f64), and second order 
     };
     if (!is_lstm) in[2] = in[2].detach();  // gru has no cell state
     CHECK(gradcheck(f, in) == "");
+    // Each layer's steps are one node; under create_graph its backward records them step by step.
+    CHECK(gradgradcheck(f, in) == "");
+    // Outputs nobody uses reach the node as undefined gradients: only the sequence, only the final states.
+    for (int which = 0; which < 2; ++which) {
+      INFO("only " << (which == 0 ? "output" : "final states"));
+      auto part = [&](const tensor_list& t) {
+        const tensor_list params(t.begin() + 3, t.end());
+        if (is_lstm) {
+          auto [o, hn, cn] = lstm(t[0], t[1], t[2], params, a);
+          return which == 0 ? o : cn;
+        }
+        auto [o, hn] = gru(t[0], t[1], params, a);
+        return which == 0 ? o : hn;
+      };
+      CHECK(gradcheck(part, in) == "");
+    }
   }
 }
 

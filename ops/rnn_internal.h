@@ -1,0 +1,31 @@
+// Shared by the recurrent family's sources (ops/rnn.cpp, ops/rnn_layer.cpp): the cells' differentiable
+// backward formulas and the whole-sequence layer nodes.
+#pragma once
+#include <tuple>
+
+#include "core/tensor.h"
+
+namespace mpx::rnn_detail {
+
+/// g in `like`'s dtype, contiguous; zeros of like's shape when g is undefined (an output nobody used).
+Tensor dense_grad(const Tensor& g, const Tensor& like);
+
+/// The LSTM cell's gradients written with differentiable ops (for create_graph), in f32 (f64 for f64):
+/// {dgates [N, 4H], dc_prev [N, H]} from dh, dc (either undefined: zero), the pre-activations and c_prev.
+tensor_list lstm_cell_backward_composite(const Tensor& dh, const Tensor& dc, const Tensor& gates, const Tensor& c);
+/// The GRU cell's likewise: {dgi [N, 3H], dgh [N, 3H], the direct part of dh_prev [N, H]}.
+tensor_list gru_cell_backward_composite(const Tensor& dh, const Tensor& gi, const Tensor& gh, const Tensor& h);
+
+/// One direction of one LSTM layer over the whole sequence, as one autograd node. gi [T, N, 4H] holds every
+/// step's input projection with both biases, h0 and c0 [N, H], w_hh [4H, H]; `reverse` runs t = T-1 .. 0.
+/// Returns (out [T, N, H] in time order, h_T, c_T). The backward keeps each step's gate gradients and forms
+/// w_hh's gradient in one GEMM over all T*N rows (the step-by-step graph would take T GEMMs of depth N and
+/// T-1 adds of the whole matrix); under create_graph it recomputes the steps as a differentiable graph.
+std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& gi, const Tensor& h0, const Tensor& c0, const Tensor& w_hh,
+                                              bool reverse);
+/// One direction of one GRU layer likewise: gi [T, N, 3H] = x W_ih^T + b_ih, h0 [N, H], w_hh [3H, H],
+/// b_hh [3H] (undefined: none). Returns (out [T, N, H], h_T).
+std::pair<Tensor, Tensor> gru_layer(const Tensor& gi, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh,
+                                    bool reverse);
+
+}  // namespace mpx::rnn_detail

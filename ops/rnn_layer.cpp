@@ -1,0 +1,239 @@
+// One direction of one LSTM/GRU layer over a whole sequence as a single autograd node: the steps run on the
+// device's GEMM and fused-cell kernels into whole-sequence buffers, and the backward forms the recurrent
+// weight's gradient in one GEMM over every step's rows.
+#include "autograd/grad_mode.h"
+#include "ops/elementwise.h"
+#include "ops/linalg.h"
+#include "ops/op_utils.h"
+#include "ops/reduction.h"
+#include "ops/rnn.h"
+#include "ops/rnn_internal.h"
+#include "ops/shape.h"
+
+namespace mpx::rnn_detail {
+namespace {
+using autograd::FunctionNode;
+
+// The time index of processing step s (0 = first step run).
+int64_t time_of(int64_t s, int64_t T, bool reverse) { return reverse ? T - 1 - s : s; }
+
+// The hidden state each step read, in time order: h0 then out[0 .. T-2] forward, out[1 .. T-1] then h0 reversed.
+Tensor previous_states(const Tensor& out, const Tensor& h0, bool reverse) {
+  const int64_t T = out.size(0);
+  const Tensor first = h0.unsqueeze(0);
+  if (T == 1) return first;
+  return reverse ? cat({out.narrow(0, 1, T - 1), first}, 0) : cat({first, out.narrow(0, 0, T - 1)}, 0);
+}
+
+// dh for the next step to run backward: the gradient its output received from above (zeros when none).
+void seed_dh(Tensor& dh, const Tensor& dout, int64_t t) {
+  if (dout.defined())
+    dh.copy_(dout.select(0, t));
+  else
+    dh.zero_();
+}
+
+// One GEMM for a whole-sequence weight gradient: d [T, N, G] (the gate gradients) against the states each
+// step read, hprev [T, N, H]: d^T @ hprev, [G, H].
+Tensor weight_grad(const Tensor& d, const Tensor& hprev) {
+  const int64_t rows = d.size(0) * d.size(1);
+  return mm(d.reshape({rows, d.size(2)}).t(), hprev.reshape({rows, hprev.size(2)}));
+}
+
+// The LSTM layer's gradients as a differentiable graph (create_graph): the steps recomputed from the saved
+// inputs, then the cell formulas run backward.
+tensor_list lstm_layer_backward_graph(const tensor_list& g, const Tensor& gi, const Tensor& h0, const Tensor& c0,
+                                      const Tensor& w_hh, bool reverse) {
+  const int64_t T = gi.size(0);
+  std::vector<Tensor> gates(static_cast<size_t>(T)), cprev(static_cast<size_t>(T)), hprev(static_cast<size_t>(T));
+  Tensor h = h0, c = c0;
+  const Tensor w_t = w_hh.t();
+  for (int64_t s = 0; s < T; ++s) {
+    const size_t t = static_cast<size_t>(time_of(s, T, reverse));
+    hprev[t] = h;
+    cprev[t] = c;
+    gates[t] = addmm(gi.select(0, static_cast<int64_t>(t)), h, w_t);
+    std::tie(h, c) = lstm_cell_fused(gates[t], c);
+  }
+  Tensor dh = dense_grad(g[1], h0), dc = dense_grad(g[2], c0);
+  tensor_list dgi(static_cast<size_t>(T));
+  for (int64_t s = T - 1; s >= 0; --s) {
+    const int64_t t = time_of(s, T, reverse);
+    if (g[0].defined()) dh = dh + g[0].select(0, t).to(h0.dtype());
+    tensor_list r = lstm_cell_backward_composite(dh, dc, gates[static_cast<size_t>(t)], cprev[static_cast<size_t>(t)]);
+    dgi[static_cast<size_t>(t)] = r[0];
+    dc = r[1];
+    dh = mm(r[0], w_hh);
+  }
+  const Tensor d = stack(dgi, 0);
+  return {d, dh, dc, weight_grad(d, stack(hprev, 0))};
+}
+
+// The GRU layer's likewise.
+tensor_list gru_layer_backward_graph(const tensor_list& g, const Tensor& gi, const Tensor& h0, const Tensor& w_hh,
+                                     const Tensor& b_hh, bool reverse) {
+  const int64_t T = gi.size(0);
+  std::vector<Tensor> gh(static_cast<size_t>(T)), hprev(static_cast<size_t>(T));
+  Tensor h = h0;
+  for (int64_t s = 0; s < T; ++s) {
+    const size_t t = static_cast<size_t>(time_of(s, T, reverse));
+    hprev[t] = h;
+    gh[t] = linear(h, w_hh, b_hh);
+    h = gru_cell_fused(gi.select(0, static_cast<int64_t>(t)), gh[t], h);
+  }
+  Tensor dh = dense_grad(g[1], h0);
+  tensor_list dgi(static_cast<size_t>(T)), dgh(static_cast<size_t>(T));
+  for (int64_t s = T - 1; s >= 0; --s) {
+    const int64_t t = time_of(s, T, reverse);
+    const size_t k = static_cast<size_t>(t);
+    if (g[0].defined()) dh = dh + g[0].select(0, t).to(h0.dtype());
+    tensor_list r = gru_cell_backward_composite(dh, gi.select(0, t), gh[k], hprev[k]);
+    dgi[k] = r[0];
+    dgh[k] = r[1];
+    dh = r[2] + mm(r[1], w_hh);
+  }
+  const Tensor d = stack(dgh, 0);
+  const Tensor db = b_hh.defined() ? sum(d.reshape({-1, d.size(2)}), {0}) : Tensor();
+  return {stack(dgi, 0), dh, weight_grad(d, stack(hprev, 0)), db};
+}
+
+// Drops the gradients of inputs that need none.
+tensor_list only_wanted(FunctionNode& self, tensor_list r) {
+  for (size_t i = 0; i < r.size(); ++i)
+    if (i >= self.next_edges.size() || !self.next_edges[i].valid()) r[i] = Tensor();
+  return r;
+}
+}  // namespace
+
+std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& gi0, const Tensor& h00, const Tensor& c00,
+                                              const Tensor& w_hh, bool reverse) {
+  const Tensor gi = gi0.contiguous(), h0 = h00.contiguous(), c0 = c00.contiguous();
+  const int64_t T = gi.size(0), N = gi.size(1), H = w_hh.size(1);
+  const Device dev = gi.device();
+  const DType dt = gi.dtype();
+  const TensorOptions o = gi.options();
+  const Tensor out = empty({T, N, H}, o), cs = empty({T, N, H}, o), acts = empty({T, N, 4 * H}, o);
+  Tensor hT = h0.clone(), cT = c0.clone();
+  if (out.numel() > 0) {
+    NoGradGuard ng;
+    auto gemm = dispatch::kernel<OpId::mm>(dev, dt);
+    auto cell = dispatch::kernel<OpId::lstm_cell_fused>(dev, dt);
+    const Tensor w_t = w_hh.t();
+    Tensor gates = empty({N, 4 * H}, o);
+    Tensor h = h0, c = c0;
+    for (int64_t s = 0; s < T; ++s) {
+      const int64_t t = time_of(s, T, reverse);
+      gates.copy_(gi.select(0, t));
+      gemm(gates, h, w_t, 1.0, 1.0);
+      const Tensor ht = out.select(0, t), ct = cs.select(0, t);
+      cell(ht, ct, acts.select(0, t), gates, c);
+      h = ht;
+      c = ct;
+    }
+    hT.copy_(h);
+    cT.copy_(c);
+  }
+  auto backward = [reverse](FunctionNode& self, const tensor_list& g) -> tensor_list {
+    const Tensor gi = self.saved(0), h0 = self.saved(1), c0 = self.saved(2), w_hh = self.saved(3);
+    if (GradMode::is_enabled()) return only_wanted(self, lstm_layer_backward_graph(g, gi, h0, c0, w_hh, reverse));
+    const Tensor out = self.saved(4), cs = self.saved(5), acts = self.saved(6);
+    const int64_t T = out.size(0);
+    const Tensor dout = g[0].defined() ? dense_grad(g[0], out) : Tensor();
+    Tensor dh = dense_grad(g[1], h0).clone(), dc = dense_grad(g[2], c0).clone(), dc_prev = empty(c0.sizes(), c0.options());
+    Tensor dgi = empty(gi.sizes(), gi.options());
+    if (out.numel() > 0) {
+      auto gemm = dispatch::kernel<OpId::mm>(gi.device(), gi.dtype());
+      auto cell = dispatch::kernel<OpId::lstm_cell_fused_backward>(gi.device(), gi.dtype());
+      if (dout.defined()) dh.add_(dout.select(0, time_of(T - 1, T, reverse)));
+      for (int64_t s = T - 1; s >= 0; --s) {
+        const int64_t t = time_of(s, T, reverse);
+        const Tensor c_prev = s == 0 ? c0 : cs.select(0, time_of(s - 1, T, reverse));
+        const Tensor d = dgi.select(0, t);
+        cell(d, dc_prev, dh, dc, acts.select(0, t), c_prev, cs.select(0, t));
+        std::swap(dc, dc_prev);
+        // dh of the step run before this one: what its output got from above, plus the recurrence.
+        if (s > 0) seed_dh(dh, dout, time_of(s - 1, T, reverse));
+        gemm(dh, d, w_hh, 1.0, s > 0 ? 1.0 : 0.0);
+      }
+    } else {
+      dgi.zero_();
+    }
+    const Tensor dw = out.numel() > 0 ? weight_grad(dgi, previous_states(out, h0, reverse)) : zeros(w_hh.sizes(), w_hh.options());
+    return only_wanted(self, {dgi, dh, dc, dw});
+  };
+  if (auto n = autograd::record(reverse ? "LstmLayerReverseBackward" : "LstmLayerBackward", {gi, h0, c0, w_hh},
+                                {out, hT, cT}, backward)) {
+    for (const Tensor& t : {gi, h0, c0, w_hh}) n->save(t);
+    n->save(out, true);
+    n->save(cs);
+    n->save(acts);
+  }
+  return {out, hT, cT};
+}
+
+std::pair<Tensor, Tensor> gru_layer(const Tensor& gi0, const Tensor& h00, const Tensor& w_hh, const Tensor& b_hh,
+                                    bool reverse) {
+  const Tensor gi = gi0.contiguous(), h0 = h00.contiguous();
+  const int64_t T = gi.size(0), N = gi.size(1), H = w_hh.size(1);
+  const Device dev = gi.device();
+  const DType dt = gi.dtype();
+  const TensorOptions o = gi.options();
+  const Tensor out = empty({T, N, H}, o), ws = empty({T, N, 4 * H}, o);
+  Tensor hT = h0.clone();
+  if (out.numel() > 0) {
+    NoGradGuard ng;
+    auto gemm = dispatch::kernel<OpId::mm>(dev, dt);
+    auto cell = dispatch::kernel<OpId::gru_cell_fused>(dev, dt);
+    const Tensor w_t = w_hh.t();
+    Tensor gh = empty({N, 3 * H}, o);
+    Tensor h = h0;
+    for (int64_t s = 0; s < T; ++s) {
+      const int64_t t = time_of(s, T, reverse);
+      if (b_hh.defined()) gh.copy_(b_hh.expand({N, 3 * H}));
+      gemm(gh, h, w_t, 1.0, b_hh.defined() ? 1.0 : 0.0);
+      const Tensor ht = out.select(0, t);
+      cell(ht, ws.select(0, t), gi.select(0, t), gh, h);
+      h = ht;
+    }
+    hT.copy_(h);
+  }
+  auto backward = [reverse](FunctionNode& self, const tensor_list& g) -> tensor_list {
+    const Tensor gi = self.saved(0), h0 = self.saved(1), w_hh = self.saved(2), b_hh = self.saved(3);
+    if (GradMode::is_enabled()) return only_wanted(self, gru_layer_backward_graph(g, gi, h0, w_hh, b_hh, reverse));
+    const Tensor out = self.saved(4), ws = self.saved(5);
+    const int64_t T = out.size(0);
+    const Tensor dout = g[0].defined() ? dense_grad(g[0], out) : Tensor();
+    Tensor dh = dense_grad(g[1], h0).clone(), dh_prev = empty(h0.sizes(), h0.options());
+    Tensor dgi = empty(gi.sizes(), gi.options()), dgh = empty(gi.sizes(), gi.options());
+    if (out.numel() > 0) {
+      auto gemm = dispatch::kernel<OpId::mm>(gi.device(), gi.dtype());
+      auto cell = dispatch::kernel<OpId::gru_cell_fused_backward>(gi.device(), gi.dtype());
+      if (dout.defined()) dh.add_(dout.select(0, time_of(T - 1, T, reverse)));
+      for (int64_t s = T - 1; s >= 0; --s) {
+        const int64_t t = time_of(s, T, reverse);
+        const Tensor hp = s == 0 ? h0 : out.select(0, time_of(s - 1, T, reverse));
+        cell(dgi.select(0, t), dgh.select(0, t), dh_prev, dh, ws.select(0, t), hp);
+        // dh of the step run before: the cell's direct part, the recurrence, and what its output got from above.
+        gemm(dh_prev, dgh.select(0, t), w_hh, 1.0, 1.0);
+        if (s > 0 && dout.defined()) dh_prev.add_(dout.select(0, time_of(s - 1, T, reverse)));
+        std::swap(dh, dh_prev);
+      }
+    } else {
+      dgi.zero_();
+      dgh.zero_();
+    }
+    const Tensor d = dgh.reshape({-1, dgh.size(2)});
+    const Tensor dw = out.numel() > 0 ? weight_grad(dgh, previous_states(out, h0, reverse)) : zeros(w_hh.sizes(), w_hh.options());
+    const Tensor db = b_hh.defined() ? sum(d, {0}) : Tensor();
+    return only_wanted(self, {dgi, dh, dw, db});
+  };
+  if (auto n = autograd::record(reverse ? "GruLayerReverseBackward" : "GruLayerBackward", {gi, h0, w_hh, b_hh},
+                                {out, hT}, backward)) {
+    for (const Tensor& t : {gi, h0, w_hh, b_hh}) n->save(t);
+    n->save(out, true);
+    n->save(ws);
+  }
+  return {out, hT};
+}
+
+}  // namespace mpx::rnn_detail
