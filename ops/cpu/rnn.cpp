@@ -116,7 +116,7 @@ void gru_row(const T* __restrict__ x, const T* __restrict__ h, const T* __restri
     w[j] = static_cast<T>(r);
     w[H + j] = static_cast<T>(z);
     w[2 * H + j] = static_cast<T>(nn);
-    w[3 * H + j] = h[2 * H + j];
+    w[3 * H + j] = static_cast<T>(hn);  // exact: hn is h[2H + j] widened (a plain element copy kept the loop scalar)
   }
 }
 
