@@ -1,6 +1,6 @@
 // CPU training step of models written the way a user ports them from PyTorch (peer:
 // bench/peer_seq_modules_cpu.py): a pre-norm nn::TransformerEncoder (GELU, batch_first) and a two-layer
-// nn::LSTM, each under an nn::Linear head; the same initial weights and inputs on both sides (--write).
+// nn::LSTM or nn::GRU, each under an nn::Linear head; the same initial weights and inputs on both sides (--write).
 #include <mpx/mpx.h>
 
 #include "ops/profiler.h"
@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,15 +29,18 @@ struct EncoderNet : nn::Module {
   }
   Tensor forward(const Tensor& x) { return head(enc(x)); }
 };
-struct LstmNet : nn::Module {
-  nn::LSTM lstm{nullptr};
+// The two-layer LSTM or GRU (Rnn) under a linear head.
+template <typename Rnn, typename Options> struct RnnNet : nn::Module {
+  Rnn rnn{nullptr};
   nn::Linear head{nullptr};
-  LstmNet(int64_t in, int64_t hidden) {
-    lstm = register_module("lstm", nn::LSTM(nn::LSTMOptions(in, hidden).num_layers(2).batch_first(true)));
+  RnnNet(const char* name, int64_t in, int64_t hidden) {
+    rnn = register_module(name, Rnn(Options(in, hidden).num_layers(2).batch_first(true)));
     head = register_module("head", nn::Linear(hidden, in));
   }
-  Tensor forward(const Tensor& x) { return head(std::get<0>(lstm(x))); }
+  Tensor forward(const Tensor& x) { return head(std::get<0>(rnn(x))); }
 };
+using LstmNet = RnnNet<nn::LSTM, nn::LSTMOptions>;
+using GruNet = RnnNet<nn::GRU, nn::GRUOptions>;
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -52,19 +56,33 @@ int main(int argc, char** argv) {
     else if (i + 1 < argc && a == "--dir") dir = argv[++i];
     else if (i + 1 < argc && a == "--steps") steps = std::stoll(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--model encoder|lstm] [--dtype f32|bf16] [--steps N] [--dir DIR] [--write] [--profile]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--model encoder|lstm|gru] [--dtype f32|bf16] [--steps N] [--dir DIR] [--write] [--profile]\n", argv[0]);
       return 2;
     }
   }
   manual_seed(0);
+  if (model != "encoder" && model != "lstm" && model != "gru") {
+    std::fprintf(stderr, "--model: expected encoder, lstm or gru, got '%s'\n", model.c_str());
+    return 2;
+  }
   const bool enc = model == "encoder";
-  // encoder: 4 layers of width 256, 4 heads, 16 x 128 tokens; lstm: 2 layers of 512 over 256 inputs, 16 x 64 steps.
+  // encoder: 4 layers of width 256, 4 heads, 16 x 128 tokens; lstm/gru: 2 layers of 512 over 256 inputs, 16 x 64 steps.
   const int64_t B = 16, T = enc ? 128 : 64, D = 256;
-  std::shared_ptr<nn::Module> net = enc ? std::shared_ptr<nn::Module>(std::make_shared<EncoderNet>(D, 4, 4))
-                                        : std::shared_ptr<nn::Module>(std::make_shared<LstmNet>(D, 512));
-  auto forward = [&](const Tensor& x) {
-    return enc ? static_cast<EncoderNet&>(*net).forward(x) : static_cast<LstmNet&>(*net).forward(x);
-  };
+  std::shared_ptr<nn::Module> net;
+  std::function<Tensor(const Tensor&)> forward;
+  if (enc) {
+    auto m = std::make_shared<EncoderNet>(D, 4, 4);
+    net = m;
+    forward = [m](const Tensor& x) { return m->forward(x); };
+  } else if (model == "lstm") {
+    auto m = std::make_shared<LstmNet>("lstm", D, 512);
+    net = m;
+    forward = [m](const Tensor& x) { return m->forward(x); };
+  } else {
+    auto m = std::make_shared<GruNet>("gru", D, 512);
+    net = m;
+    forward = [m](const Tensor& x) { return m->forward(x); };
+  }
   const Tensor x = randn({B, T, D}), target = randn({B, T, D});
   if (write) {
     std::system(("mkdir -p '" + dir + "'").c_str());

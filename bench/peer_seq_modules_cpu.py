@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch peer of bench/bench_seq_modules_cpu: the same pre-norm TransformerEncoder and two-layer LSTM, initial
+"""PyTorch peer of bench/bench_seq_modules_cpu: the same pre-norm TransformerEncoder and two-layer LSTM or GRU, initial
 weights and inputs (DIR/MODEL.safetensors, written by the mpx program with --write)."""
 import argparse, os, time
 
@@ -21,25 +21,26 @@ class EncoderNet(nn.Module):
         return self.head(self.enc(x))
 
 
-class LstmNet(nn.Module):
-    def __init__(self, d, hidden):
+class RnnNet(nn.Module):
+    def __init__(self, kind, d, hidden):
         super().__init__()
-        self.lstm = nn.LSTM(d, hidden, num_layers=2, batch_first=True)
+        setattr(self, kind, (nn.LSTM if kind == "lstm" else nn.GRU)(d, hidden, num_layers=2, batch_first=True))
+        self.kind = kind
         self.head = nn.Linear(hidden, d)
 
     def forward(self, x):
-        return self.head(self.lstm(x)[0])
+        return self.head(getattr(self, self.kind)(x)[0])
 
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--model", choices=["encoder", "lstm"], default="encoder")
+ap.add_argument("--model", choices=["encoder", "lstm", "gru"], default="encoder")
 ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
 ap.add_argument("--steps", type=int, default=12)
 ap.add_argument("--dir", default="out/bench_seq")
 a = ap.parse_args()
 state = load_file(os.path.join(a.dir, a.model + ".safetensors"))
 x, target = state.pop("bench.x"), state.pop("bench.target")
-net = EncoderNet(256, 4, 4) if a.model == "encoder" else LstmNet(256, 512)
+net = EncoderNet(256, 4, 4) if a.model == "encoder" else RnnNet(a.model, 256, 512)
 net.load_state_dict(state, strict=True)
 opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
 times, first, last = [], 0.0, 0.0
