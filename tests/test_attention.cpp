@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -16,6 +17,7 @@
 #include "core/random.h"
 #include "ops/attention.h"
 #include "ops/attention_kernels.h"
+#include "ops/backends.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "ops/reduction.h"
@@ -228,9 +230,19 @@ TEST_CASE("inputs of other ranks and strides", "[attention]") {
 }
 
 TEST_CASE("bf16 at a GPT's layout and sizes: causal, GQA with a mask, dropout, odd row strides", "[attention]") {
-  // Where the build and the CPU have AMX-BF16 these run its tiles (P and dS rounded to bf16
-  // before their products); elsewhere, and for the odd row stride, the widened f32 kernels.
-  // Either way the result is within bf16 rounding of f64 arithmetic on the same values.
+  // By default these run on AMX's tiles where the build and the CPU have AMX-BF16, on vdpbf16ps on
+  // AMD CPUs with AVX-512-BF16 (P and dS rounded to bf16 before their products), elsewhere and for
+  // the odd row stride on the widened f32 kernels; MPX_CPU_ATTENTION_BF16 forces the dot products
+  // (where the build has AVX-512-BF16) or the f32 kernels. Each way the result is within bf16
+  // rounding of f64 arithmetic on the same values.
+  const std::string engine = GENERATE(as<std::string>{}, "default", "dot", "f32");
+  struct EnvGuard {
+    explicit EnvGuard(const std::string& v) {
+      if (v != "default") setenv("MPX_CPU_ATTENTION_BF16", v.c_str(), 1);
+    }
+    ~EnvGuard() { unsetenv("MPX_CPU_ATTENTION_BF16"); }
+  } env(engine);
+  INFO("MPX_CPU_ATTENTION_BF16=" << engine << ": " << cpu_attention_backend());
   const auto check = [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double p, bool causal,
                         bool gqa) {
     const Tensor w = randn_f64({q.size(0), q.size(1), q.size(2), v.size(3)}, 40).to(kBFloat16);

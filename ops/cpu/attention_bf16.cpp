@@ -1,39 +1,82 @@
-// CPU fused attention for bf16 inputs on AMX tiles: the f32 kernels' blocks and softmax, with every product in bf16 x bf16 -> f32.
+// CPU fused attention for bf16 inputs on bf16 products: the f32 kernels' blocks and softmax, with every product in bf16 x bf16 -> f32.
 //
 // The f32 kernels (attention.cpp) widen bf16 inputs to f32 and multiply on the FMA units. Where
 // the CPU has AMX, each of the five block products runs on its tiles instead (measured on a
-// Xeon core: 940 GFLOPS of bf16 tile products against 160 of f32 FMAs, and AVX-512-BF16's
-// vdpbf16ps only 79 there, so no path uses it). Inputs are read as bf16, padded copies of the key
+// Xeon core: 940 GFLOPS of bf16 tile products against 160 of f32 FMAs; AVX-512-BF16's vdpbf16ps
+// only 79 there). AMD's Zen 4 has no AMX, but there vdpbf16ps does twice the work of an f32 FMA
+// in the same time (bf16 matrix products at 200 GFLOPS a core against 100 in f32), so on AMD CPUs
+// the same products run on it. Inputs are read as bf16, padded copies of the key
 // and value heads made once per call; the weights P and score gradients dS, which are not
 // inputs, are rounded to bf16 once before their products (as the GPU's flash attention does;
 // PyTorch's CPU kernel rounds P so too); the softmax, its statistics and every sum stay f32, and
 // each output is rounded once. AMX treats bf16 subnormals (below 1.2e-38) as 0.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
 
 #include "core/half.h"
 #include "ops/backends.h"
 #include "ops/cpu/attention_tiles.h"
 #include "ops/cpu/loops.h"
 
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
+#if defined(__AVX512BF16__)
 #include <immintrin.h>
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#define MPX_ATTN_AMX 1
 #include <sys/syscall.h>
 #include <unistd.h>
+#endif
 #endif
 
 namespace mpx::cpu::attn {
 
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
+#if defined(__AVX512BF16__)
 namespace {
 // A "pair word" holds two bf16 values of consecutive k (the product's inner index), the even one
-// in its low half: AMX's B operand is a [k / 2, n] matrix of them. Its A operand is [m, k] bf16
-// rows, its C [m, n] f32 rows.
+// in its low half: the B operand of every product is a [k / 2, n] matrix of them. Its A operand
+// is [m, k] bf16 rows, its C [m, n] f32 rows.
 using Word = uint32_t;
 // The products' sizes are padded to 32 (two tiles): query and key blocks, and the padded head
 // dims (multiples of kNr) are already.
 static_assert(kNr % 32 == 0 && kBq % 32 == 0 && kBk % 32 == 0);
 
+// C [m, n] (=, or += with acc) A [m, k] B on vdpbf16ps, the same contract as amx_gemm below:
+// B as [k / 2, n] pair words, m, n and k multiples of 32, and with diag the blocks wholly past
+// the causal diagonal (here blocks of 8 rows x 32 columns) left alone. 8 x 32 of C live in 16
+// registers while k runs; each pair of A (one word) is broadcast against two vectors of B.
+void dot_gemm(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const Word* b, int64_t ldb, int64_t m, int64_t n,
+              int64_t k, bool acc, int64_t diag = kNoDiag) {
+  constexpr int R = 8;
+  for (int64_t i = 0; i < m; i += R)
+    for (int64_t j = 0; j < n; j += 32) {
+      if (i + diag > j + 31) continue;
+      __m512 s[R][2];
+      for (int r = 0; r < R; ++r) {
+        s[r][0] = acc ? _mm512_loadu_ps(c + (i + r) * ldc + j) : _mm512_setzero_ps();
+        s[r][1] = acc ? _mm512_loadu_ps(c + (i + r) * ldc + j + 16) : _mm512_setzero_ps();
+      }
+      const uint16_t* ar = a + i * lda;
+      for (int64_t p = 0; p < k / 2; ++p) {
+        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + p * ldb + j);
+        const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + p * ldb + j + 16);
+        for (int r = 0; r < R; ++r) {
+          Word w;
+          std::memcpy(&w, ar + r * lda + 2 * p, sizeof w);
+          const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(w));
+          s[r][0] = _mm512_dpbf16_ps(s[r][0], x, b0);
+          s[r][1] = _mm512_dpbf16_ps(s[r][1], x, b1);
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        _mm512_storeu_ps(c + (i + r) * ldc + j, s[r][0]);
+        _mm512_storeu_ps(c + (i + r) * ldc + j + 16, s[r][1]);
+      }
+    }
+}
+
+#if defined(MPX_ATTN_AMX)
 // The CPU has AMX-BF16 and the kernel lets this process use the tile registers (Linux asks each
 // process to request them once).
 bool amx_usable() {
@@ -42,7 +85,6 @@ bool amx_usable() {
       __builtin_cpu_supports("amx-bf16") && syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
   return ok;
 }
-
 // Each thread's eight tiles as 16 rows of 64 bytes: C blocks of 16 x 16 f32, A blocks of 16 rows
 // x 32 bf16, B blocks of 16 pair rows x 16 words.
 struct Tiles {
@@ -97,6 +139,46 @@ void amx_gemm(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const Word*
       _tile_stored(3, c2 + 16, sc);
     }
 }
+
+#else
+bool amx_usable() { return false; }
+#endif
+
+// Which unit runs the products: AMX's tiles where usable, vdpbf16ps on AMD CPUs (see the top),
+// none elsewhere (the f32 kernels then run bf16 widened). MPX_CPU_ATTENTION_BF16=dot or f32
+// picks one of those two instead, on any CPU (read at each call: tests and measurements set it).
+enum class Engine { kF32, kAmx, kDot };
+Engine engine() {
+  static const Engine native = amx_usable() ? Engine::kAmx : __builtin_cpu_is("amd") ? Engine::kDot : Engine::kF32;
+  if (const char* e = std::getenv("MPX_CPU_ATTENTION_BF16")) {
+    if (std::strcmp(e, "dot") == 0) return Engine::kDot;
+    if (std::strcmp(e, "f32") == 0) return Engine::kF32;
+  }
+  return native;
+}
+
+// One task's block products on the chosen unit; with AMX, the tile configuration held while the task runs.
+class Products {
+ public:
+  explicit Products(Engine e) : amx_(e == Engine::kAmx) {
+#if defined(MPX_ATTN_AMX)
+    if (amx_) tiles_.emplace();
+#endif
+  }
+  void operator()(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const Word* b, int64_t ldb, int64_t m,
+                  int64_t n, int64_t k, bool acc, int64_t diag = kNoDiag) const {
+#if defined(MPX_ATTN_AMX)
+    if (amx_) return amx_gemm(c, ldc, a, lda, b, ldb, m, n, k, acc, diag);
+#endif
+    dot_gemm(c, ldc, a, lda, b, ldb, m, n, k, acc, diag);
+  }
+
+ private:
+  bool amx_;
+#if defined(MPX_ATTN_AMX)
+  std::optional<Tiles> tiles_;
+#endif
+};
 
 // Words 2c and 2c + 1 of the result: element c of the low and of the high 256 bits.
 inline __m512i interleave_halves(__m512i x) {
@@ -196,9 +278,8 @@ bool word_rows(const Tensor& t) {
   return true;
 }
 
-bool runs_here(const Tensor& q, const Tensor& k, const Tensor& v) {
-  static const bool cpu = amx_usable();
-  return cpu && q.dtype() == kBFloat16 && q.size(3) % 2 == 0 && v.size(3) % 2 == 0 && word_rows(q);
+bool runs_here(Engine e, const Tensor& q, const Tensor& k, const Tensor& v) {
+  return e != Engine::kF32 && q.dtype() == kBFloat16 && q.size(3) % 2 == 0 && v.size(3) % 2 == 0 && word_rows(q);
 }
 
 const Word* words(const uint16_t* p) { return reinterpret_cast<const Word*>(p); }
@@ -213,7 +294,8 @@ Word* word_scratch(Tensor& holder, int64_t n) { return zeroed<Word>(holder, n); 
 
 bool sdpa_forward_bf16(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                        const Tensor& mask, const SdpaParams& prm) {
-  if (!runs_here(q, k, v)) return false;
+  const Engine e = engine();
+  if (!runs_here(e, q, k, v)) return false;
   const Operands<float, uint16_t> o(q, k, v, mask, prm);
   auto* out_p = static_cast<BFloat16*>(out.raw_data());
   const Strides4 so(out);
@@ -223,7 +305,7 @@ bool sdpa_forward_bf16(const Tensor& out, const Tensor& lse, const Tensor& q, co
   const Heads kh(o.k, o.sk, o.B, o.Hk, S, E, Ep, false), vh(o.v, o.sv, o.B, o.Hk, S, Ev, Evp, true);
   // One task per (b, h, query block); each writes its own rows only.
   parallel_tasks(o.B * o.H * nqb, [&](int64_t t0, int64_t t1) {
-    const Tiles tiles;
+    const Products gemm(e);
     Tensor h[5];
     Word* qw = word_scratch(h[0], Ep / 2 * kBq);       // q^T, features paired
     float* st = scratch<float>(h[1], kBk * kBq);       // scores, then weights, [keys, queries]
@@ -243,14 +325,14 @@ bool sdpa_forward_bf16(const Tensor& out, const Tensor& lse, const Tensor& q, co
         const int64_t bk = std::min(kBk, S - j0), nk = o.causal ? std::min(bk, i0 + bq - j0) : bk;
         const int64_t nkm = round_up(nk, kMr);
         const int64_t diag = o.causal ? j0 - i0 : kNoDiag;
-        amx_gemm(st, kBq, kh.row(b, hk, j0), kh.row_stride(), qw, kBq, round_up(nk, 32), bqn, Ep, false, diag);
+        gemm(st, kBq, kh.row(b, hk, j0), kh.row_stride(), qw, kBq, round_up(nk, 32), bqn, Ep, false, diag);
         mask_scores_t(st, o, b, hh, i0, bq, bqn, j0, nk);
         online_softmax_step(st, nkm, bqn, m, l, alpha);
         drop_weights(st, o, b, hh, i0, bq, j0, nk);
         for (int64_t i = 0; i < bq; ++i)
           for (int64_t c = 0; c < Evp; ++c) acc[i * Evp + c] *= alpha[i];
         transpose_round(pt, tmp, st, nkm, bqn);
-        amx_gemm(acc, Evp, pt, kBk, vh.pair(b, hk, j0), Evp, bqn, Evp, kBk, true);
+        gemm(acc, Evp, pt, kBk, vh.pair(b, hk, j0), Evp, bqn, Evp, kBk, true);
       }
       finish_rows(out_p + so.at(b, hh, i0), so.s[2], lse_p + (b * o.H + hh) * L + i0, acc, Evp, m, l, bq, Ev);
     }
@@ -261,7 +343,8 @@ bool sdpa_forward_bf16(const Tensor& out, const Tensor& lse, const Tensor& q, co
 bool sdpa_backward_bf16(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout, const Tensor& q,
                         const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& mask,
                         const SdpaParams& prm) {
-  if (!runs_here(q, k, v) || !word_rows(dout)) return false;
+  const Engine e = engine();
+  if (!runs_here(e, q, k, v) || !word_rows(dout)) return false;
   const Operands<float, uint16_t> o(q, k, v, mask, prm);
   const auto* g_p = static_cast<const uint16_t*>(dout.raw_data());
   const auto* o_p = static_cast<const BFloat16*>(out.raw_data());
@@ -275,7 +358,7 @@ bool sdpa_backward_bf16(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
   const int64_t Sp = kh.Sp;
   // One task per (b, kv head), as the f32 kernel: dk/dv of its keys, dq of its query heads.
   parallel_tasks(o.B * o.Hk, [&](int64_t t0, int64_t t1) {
-    const Tiles tiles;
+    const Products gemm(e);
     Tensor h[11];
     float* dk_acc = scratch<float>(h[0], Sp * Ep);
     float* dv_acc = scratch<float>(h[1], Sp * Evp);
@@ -310,20 +393,20 @@ bool sdpa_backward_bf16(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
             const int64_t bk = std::min(kBk, S - j0), nk = o.causal ? std::min(bk, i0 + bq - j0) : bk;
             const int64_t nkm = round_up(nk, kMr), nk32 = round_up(nk, 32);
             const int64_t diag = o.causal ? j0 - i0 : kNoDiag;
-            amx_gemm(pt, kBq, kh.row(b, hk, j0), kh.row_stride(), qw, kBq, nk32, bqn, Ep, false, diag);
+            gemm(pt, kBq, kh.row(b, hk, j0), kh.row_stride(), qw, kBq, nk32, bqn, Ep, false, diag);
             mask_scores_t(pt, o, b, hh, i0, bq, bqn, j0, nk);
-            amx_gemm(dst, kBq, vh.row(b, hk, j0), vh.row_stride(), gw, kBq, nk32, bqn, Evp, false);
+            gemm(dst, kBq, vh.row(b, hk, j0), vh.row_stride(), gw, kBq, nk32, bqn, Evp, false);
             weights_and_score_grads(pt, dst, o, b, hh, i0, bq, bqn, j0, nk, nkm, D, lsafe);
             std::fill(pt + nkm * kBq, pt + nk32 * kBq, 0.0f);
             std::fill(dst + nkm * kBq, dst + nk32 * kBq, 0.0f);
             // dv += P dO and dk += dS q over the block's queries (P, dS as bf16 rows); dq += dS^T k
             // over its keys.
             round_rows(rounded, kBq, pt, kBq, nk32, bqn);
-            amx_gemm(dv_acc + j0 * Evp, Evp, rounded, kBq, gp, Evp, nk32, Evp, bqn, true);
+            gemm(dv_acc + j0 * Evp, Evp, rounded, kBq, gp, Evp, nk32, Evp, bqn, true);
             round_rows(rounded, kBq, dst, kBq, nk32, bqn);
-            amx_gemm(dk_acc + j0 * Ep, Ep, rounded, kBq, qp, Ep, nk32, Ep, bqn, true);
+            gemm(dk_acc + j0 * Ep, Ep, rounded, kBq, qp, Ep, nk32, Ep, bqn, true);
             transpose_round(rounded, tmp, dst, nkm, bqn);
-            amx_gemm(dq_acc, Ep, rounded, kBk, kh.pair(b, hk, j0), Ep, bqn, Ep, kBk, true);
+            gemm(dq_acc, Ep, rounded, kBk, kh.pair(b, hk, j0), Ep, bqn, Ep, kBk, true);
           }
           store_rows(dq_p + sdq.at(b, hh, i0), sdq.s[2], dq_acc, Ep, bq, E);
         }
@@ -335,7 +418,7 @@ bool sdpa_backward_bf16(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
   return true;
 }
 
-#else  // the build's target has no AMX: the widened f32 kernels run bf16
+#else  // the build's target has no AVX-512-BF16: the widened f32 kernels run bf16
 
 bool sdpa_forward_bf16(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                        const SdpaParams&) {
@@ -352,11 +435,15 @@ bool sdpa_backward_bf16(const Tensor&, const Tensor&, const Tensor&, const Tenso
 
 namespace mpx {
 std::string cpu_attention_backend() {
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
-  return cpu::attn::amx_usable() ? "f32 FMA tiles; bf16 on AMX tiles"
-                                 : "f32 FMA tiles; bf16 widened to f32 (the CPU or the OS gives no AMX-BF16)";
+#if defined(__AVX512BF16__)
+  switch (cpu::attn::engine()) {
+    case cpu::attn::Engine::kAmx: return "f32 FMA tiles; bf16 on AMX tiles";
+    case cpu::attn::Engine::kDot: return "f32 FMA tiles; bf16 on AVX-512-BF16 dot products";
+    case cpu::attn::Engine::kF32: break;
+  }
+  return "f32 FMA tiles; bf16 widened to f32 (no AMX-BF16 from the CPU or the OS, and not an AMD CPU, where vdpbf16ps would pay)";
 #else
-  return "f32 FMA tiles; bf16 widened to f32 (built without AMX-BF16: -march has none)";
+  return "f32 FMA tiles; bf16 widened to f32 (built without AVX-512-BF16: -march has none)";
 #endif
 }
 }  // namespace mpx
