@@ -40,6 +40,23 @@ Tensor weight_grad(const Tensor& d, const Tensor& hprev) {
   return mm(d.reshape({rows, d.size(2)}).t(), hprev.reshape({rows, hprev.size(2)}));
 }
 
+// The kernel backward's start: the outputs' gradient (dense; undefined when none came) and dh of the last
+// step run (the final state's gradient plus what that step's output got from above).
+std::pair<Tensor, Tensor> backward_seed(const tensor_list& g, const Tensor& out, const Tensor& h0, bool reverse) {
+  const int64_t T = out.size(0);
+  const Tensor dout = g[0].defined() ? dense_grad(g[0], out) : Tensor();
+  Tensor dh = dense_grad(g[1], h0).clone();
+  if (dout.defined() && out.numel() > 0) dh.add_(dout.select(0, time_of(T - 1, T, reverse)));
+  return {dout, dh};
+}
+
+// The recurrent weight's gradient from the gate gradients d [T, N, G] of a layer with outputs out (zeros for
+// an empty sequence).
+Tensor recurrent_weight_grad(const Tensor& d, const Tensor& out, const Tensor& h0, const Tensor& w_hh, bool reverse) {
+  if (out.numel() == 0) return zeros(w_hh.sizes(), w_hh.options());
+  return weight_grad(d, previous_states(out, h0, reverse));
+}
+
 // The LSTM layer's gradients as a differentiable graph (create_graph): the steps recomputed from the saved
 // inputs, then the cell formulas run backward.
 tensor_list lstm_layer_backward_graph(const tensor_list& g, const Tensor& gi, const Tensor& h0, const Tensor& c0,
@@ -138,13 +155,12 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& gi0, const Tensor& h
     if (GradMode::is_enabled()) return only_wanted(self, lstm_layer_backward_graph(g, gi, h0, c0, w_hh, reverse));
     const Tensor out = self.saved(4), cs = self.saved(5), acts = self.saved(6);
     const int64_t T = out.size(0);
-    const Tensor dout = g[0].defined() ? dense_grad(g[0], out) : Tensor();
-    Tensor dh = dense_grad(g[1], h0).clone(), dc = dense_grad(g[2], c0).clone(), dc_prev = empty(c0.sizes(), c0.options());
+    auto [dout, dh] = backward_seed(g, out, h0, reverse);
+    Tensor dc = dense_grad(g[2], c0).clone(), dc_prev = empty(c0.sizes(), c0.options());
     Tensor dgi = empty(gi.sizes(), gi.options());
     if (out.numel() > 0) {
       auto gemm = dispatch::kernel<OpId::mm>(gi.device(), gi.dtype());
       auto cell = dispatch::kernel<OpId::lstm_cell_fused_backward>(gi.device(), gi.dtype());
-      if (dout.defined()) dh.add_(dout.select(0, time_of(T - 1, T, reverse)));
       for (int64_t s = T - 1; s >= 0; --s) {
         const int64_t t = time_of(s, T, reverse);
         const Tensor c_prev = s == 0 ? c0 : cs.select(0, time_of(s - 1, T, reverse));
@@ -158,8 +174,7 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& gi0, const Tensor& h
     } else {
       dgi.zero_();
     }
-    const Tensor dw = out.numel() > 0 ? weight_grad(dgi, previous_states(out, h0, reverse)) : zeros(w_hh.sizes(), w_hh.options());
-    return only_wanted(self, {dgi, dh, dc, dw});
+    return only_wanted(self, {dgi, dh, dc, recurrent_weight_grad(dgi, out, h0, w_hh, reverse)});
   };
   if (auto n = autograd::record(reverse ? "LstmLayerReverseBackward" : "LstmLayerBackward", {gi, h0, c0, w_hh},
                                 {out, hT, cT}, backward)) {
@@ -202,13 +217,12 @@ std::pair<Tensor, Tensor> gru_layer(const Tensor& gi0, const Tensor& h00, const 
     if (GradMode::is_enabled()) return only_wanted(self, gru_layer_backward_graph(g, gi, h0, w_hh, b_hh, reverse));
     const Tensor out = self.saved(4), ws = self.saved(5);
     const int64_t T = out.size(0);
-    const Tensor dout = g[0].defined() ? dense_grad(g[0], out) : Tensor();
-    Tensor dh = dense_grad(g[1], h0).clone(), dh_prev = empty(h0.sizes(), h0.options());
+    auto [dout, dh] = backward_seed(g, out, h0, reverse);
+    Tensor dh_prev = empty(h0.sizes(), h0.options());
     Tensor dgi = empty(gi.sizes(), gi.options()), dgh = empty(gi.sizes(), gi.options());
     if (out.numel() > 0) {
       auto gemm = dispatch::kernel<OpId::mm>(gi.device(), gi.dtype());
       auto cell = dispatch::kernel<OpId::gru_cell_fused_backward>(gi.device(), gi.dtype());
-      if (dout.defined()) dh.add_(dout.select(0, time_of(T - 1, T, reverse)));
       for (int64_t s = T - 1; s >= 0; --s) {
         const int64_t t = time_of(s, T, reverse);
         const Tensor hp = s == 0 ? h0 : out.select(0, time_of(s - 1, T, reverse));
@@ -222,10 +236,8 @@ std::pair<Tensor, Tensor> gru_layer(const Tensor& gi0, const Tensor& h00, const 
       dgi.zero_();
       dgh.zero_();
     }
-    const Tensor d = dgh.reshape({-1, dgh.size(2)});
-    const Tensor dw = out.numel() > 0 ? weight_grad(dgh, previous_states(out, h0, reverse)) : zeros(w_hh.sizes(), w_hh.options());
-    const Tensor db = b_hh.defined() ? sum(d, {0}) : Tensor();
-    return only_wanted(self, {dgi, dh, dw, db});
+    const Tensor db = b_hh.defined() ? sum(dgh.reshape({-1, dgh.size(2)}), {0}) : Tensor();
+    return only_wanted(self, {dgi, dh, recurrent_weight_grad(dgh, out, h0, w_hh, reverse), db});
   };
   if (auto n = autograd::record(reverse ? "GruLayerReverseBackward" : "GruLayerBackward", {gi, h0, w_hh, b_hh},
                                 {out, hT}, backward)) {
