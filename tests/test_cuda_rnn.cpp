@@ -2,6 +2,8 @@
 // backward, in every floating dtype, and whole LSTM/GRU modules on the device.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+
 #include <functional>
 #include <string>
 #include <tuple>
@@ -161,6 +163,43 @@ TEST_CASE("cuda lstm and gru run one cuDNN sequence, with the CPU's values and g
   CHECK(testing::kernel_calls("rnn_fused", [&] { (void)m(x); }) == 0);
   m->eval();
   CHECK(testing::kernel_calls("rnn_fused", [&] { (void)m(x); }) == 1);
+}
+
+// With MPX_CUDNN_RNN=0 (and wherever cuDNN is not taken) each layer and direction runs as one node over the
+// device's GEMM and cell kernels, as on the CPU: values and gradients of every input against the CPU's.
+TEST_CASE("cuda lstm and gru step by step (one node per layer and direction) match the CPU", "[cuda]") {
+  if (!testing::cuda_ready()) return;
+  struct NoCudnnRnn {
+    NoCudnnRnn() { setenv("MPX_CUDNN_RNN", "0", 1); }
+    ~NoCudnnRnn() { unsetenv("MPX_CUDNN_RNN"); }
+  } guard;
+  const int64_t T = 6, N = 3, I = 5, H = 8;
+  for (DType dt : {kFloat32, kFloat16}) {
+    for (bool is_lstm : {true, false}) {
+      INFO(dtype_name(dt) << (is_lstm ? " lstm" : " gru"));
+      const int64_t G = is_lstm ? 4 : 3;
+      tensor_list in = {randn_dt({T, N, I}, dt, 1), randn_dt({4, N, H}, dt, 2), randn_dt({4, N, H}, dt, 3)};
+      for (int64_t l = 0; l < 2; ++l)
+        for (int d = 0; d < 2; ++d)
+          for (const IntList& shape : {IntList{G * H, l == 0 ? I : 2 * H}, IntList{G * H, H}, IntList{G * H}, IntList{G * H}})
+            in.push_back(randn_dt(shape, dt, 10 + static_cast<uint64_t>(in.size()), 0.3));
+      if (!is_lstm) in.erase(in.begin() + 2);  // no cell state
+      RnnArgs a;
+      a.num_layers = 2;
+      a.bidirectional = true;
+      auto f = [a, is_lstm](const tensor_list& t) {
+        if (is_lstm) {
+          auto [y, hn, cn] = lstm(t[0], t[1], t[2], tensor_list(t.begin() + 3, t.end()), a);
+          return cat({y.flatten(), hn.flatten(), cn.flatten()}, 0);
+        }
+        auto [y, hn] = gru(t[0], t[1], tensor_list(t.begin() + 2, t.end()), a);
+        return cat({y.flatten(), hn.flatten()}, 0);
+      };
+      const char* cell = is_lstm ? "lstm_cell_fused" : "gru_cell_fused";
+      // T steps per layer and direction, on the CPU and on the device.
+      CHECK(testing::kernel_calls(cell, [&] { compare(f, in, dt, is_lstm ? "lstm" : "gru"); }) == 2 * (2 * 2 * T));
+    }
+  }
 }
 
 // The cuDNN sequence's gradients against central differences (f64 on the device): every input, initial state and

@@ -16,13 +16,11 @@ namespace {
 using kernels::RnnParams;
 constexpr const char* kOp = "rnn_fused (cuDNN RNN)";
 
-// MPX_CUDNN_RNN=0 keeps lstm/gru cell by cell on CUDA (to compare the two, or to rule this path out).
+// MPX_CUDNN_RNN=0 keeps lstm/gru cell by cell on CUDA (to compare the two, or to rule this path out); read at
+// each call, so a test can switch it.
 bool enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("MPX_CUDNN_RNN");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
-  return on;
+  const char* v = std::getenv("MPX_CUDNN_RNN");
+  return !(v && std::strcmp(v, "0") == 0);
 }
 
 // The descriptors of one call, owned.
