@@ -5,7 +5,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from peer_bench_gpt import GPT_PRESETS, gpt_accuracy_row
+from peer_bench_gpt import LM_MODELS, gpt_accuracy_row
 
 
 # mpx train's data sets the peer can read: default folder (tools/common.cpp's default_root;
@@ -144,7 +144,7 @@ def gpt_accuracy_main(a, dev, rows, Recipe):
 
 def accuracy_main(a, dev, rows, Recipe, classifier):
     """peer_bench.py --accuracy: `rows` of (model, level, dtype); Recipe and classifier are peer_bench.py's."""
-    if all(m in GPT_PRESETS for m, _, _ in rows):
+    if all(m in LM_MODELS for m, _, _ in rows):
         gpt_accuracy_main(a, dev, rows, Recipe)
         return
     if a.dataset not in IDX_SETS:

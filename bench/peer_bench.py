@@ -32,7 +32,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from peer_bench_gpt import GPT_PRESETS, build_gpt
+from peer_bench_gpt import LM_MODELS, build_gpt
 
 
 class BasicBlock(nn.Module):
@@ -333,7 +333,7 @@ class Recipe:
 def build(model, level, low, a, dev):
     """Returns (step function, parameter count, bytes living between steps, samples per step)."""
     Recipe.instances = []
-    if model in GPT_PRESETS:
+    if model in LM_MODELS:
         return build_gpt(model, level, low, a, dev, Recipe, tensor_bytes)
     side = a.image_size
     fmt = torch.channels_last if a.channels_last else torch.contiguous_format
@@ -534,7 +534,7 @@ def main():
         if nparams and m not in counted:
             counted.add(m)
             print(f"params {m}: {nparams:,}")
-        unit = "sequences/s" if m in GPT_PRESETS else "images/s"
+        unit = "sequences/s" if m in LM_MODELS else "images/s"
         print(f"{m:9} {level} {d:4} {med:9.1f} {unit} ({lo:.1f}-{hi:.1f}) final loss {loss:.6f} {status}")
         print(f"row,{m},{level},{d},{nparams},{med},{lo},{hi},{ms},{peak},{loss},{status}", flush=True)
 

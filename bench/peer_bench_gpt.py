@@ -1,4 +1,5 @@
-# GPT rows of bench/peer_bench.py: a PyTorch twin of mpx's models::GPT started from mpx bench's weights and batch.
+# Language-model rows of bench/peer_bench.py: PyTorch twins of mpx's models::GPT and models::LSTMLM started from mpx
+# bench's weights and batch.
 #
 # mpx bench --peer writes GPT_DIR/MODEL_init.safetensors (the initial f32 weights under mpx's
 # parameter names, and the token batch as "bench.tokens"); build_gpt loads it strictly.
@@ -64,9 +65,40 @@ class GPT(nn.Module):
         return F.linear(self.ln_f(x), self.wte.weight)
 
 
+class LSTMLM(nn.Module):
+    """mpx's models::LSTMLM: embedding, a batch-first nn.LSTM, output projection tied to wte (no dropout)."""
+
+    def __init__(self, V, C, L):
+        super().__init__()
+        self.wte = nn.Embedding(V, C)
+        self.lstm = nn.LSTM(C, C, num_layers=L, batch_first=True)
+        self.lm_head = nn.Linear(C, V)
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, idx):
+        return self.lm_head(self.lstm(self.wte(idx))[0])
+
+
 # models::GPTConfig::preset's shapes: layers, heads, width, context (the vocabulary comes from the weights).
 GPT_PRESETS = {"gpt2": (12, 12, 768, 1024), "gpt2-medium": (24, 16, 1024, 1024), "gpt2-large": (36, 20, 1280, 1024),
                "gpt2-xl": (48, 25, 1600, 1024), "gpt-tiny": (4, 4, 128, 128), "gpt-mini": (6, 6, 384, 256)}
+# Every language model mpx bench has a row for: the GPT presets and models::LSTMLMConfig's defaults (width, layers).
+LM_MODELS = dict(GPT_PRESETS, **{"lstm-lm": (256, 2)})
+
+
+def language_model(model, state, T):
+    """The twin of `model` with mpx's initial weights (`state`, mpx's parameter names) loaded strictly; mpx lists
+    the LSTM model's tied projection once, as wte.weight."""
+    V = state["wte.weight"].shape[0]
+    if model == "lstm-lm":
+        C, L = LM_MODELS[model]
+        net = LSTMLM(V, C, L)
+        state = dict(state, **{"lm_head.weight": state["wte.weight"]})
+    else:
+        L, H, C, _ = GPT_PRESETS[model]
+        net = GPT(V, L, H, C, T)
+    net.load_state_dict(state, strict=True)
+    return net
 
 
 def read_safetensors(path, meta=None):
@@ -99,9 +131,7 @@ def build_gpt(model, level, low, a, dev, recipe, tensor_bytes):
         raise FileNotFoundError(f"{path} is missing; mpx bench --peer writes it (pass --gpt-dir as its --out)")
     state = read_safetensors(path)
     tokens = state.pop("bench.tokens")
-    L, H, C, T = GPT_PRESETS[model]
-    net = GPT(state["wte.weight"].shape[0], L, H, C, T)
-    net.load_state_dict(state, strict=True)
+    net = language_model(model, state, tokens.shape[1] - 1)
     nparams = sum(p.numel() for p in net.parameters())
 
     def adamw(ps):
@@ -144,9 +174,7 @@ def gpt_accuracy_row(model, level, low, a, dev, recipe):
     meta = {}
     state = read_safetensors(path, meta)
     data = {k: state.pop(k).long() for k in ("train.x", "train.y", "val.x", "val.y")}
-    L, H, C, T = GPT_PRESETS[model]
-    net = GPT(state["wte.weight"].shape[0], L, H, C, data["train.x"].shape[-1])
-    net.load_state_dict(state, strict=True)
+    net = language_model(model, state, data["train.x"].shape[-1])
     nparams = sum(p.numel() for p in net.parameters())
     f = {k: float(v) for k, v in meta.items() if k != "mpx.bench.model"}
     steps, warmup, every = int(f["steps"]), int(f["warmup"]), int(f["eval_interval"])

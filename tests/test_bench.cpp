@@ -143,6 +143,24 @@ TEST_CASE("mpx bench speed mode: a GPT row reports tokens/s next to sequences/s"
   }
 }
 
+TEST_CASE("mpx bench speed mode: the LSTM language model's row (lstm-lm), windows of 256 tokens", "[bench][cli]") {
+  const fs::path out = temp_dir("speed_lstm_lm");
+  const Run r = run_mpx("bench --models lstm-lm --opt-levels O0,O2 --dtype bf16 --batch 2 --steps 1 --windows 1 "
+                        "--warmup 0 --threads 2 --out '" + out.string() + "'");
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  const Csv csv = parse_csv(read(out / "bench.csv"));
+  REQUIRE(csv.rows.size() == 2);
+  for (const auto& row : csv.rows) {
+    CHECK(row[csv.col("model")] == "lstm-lm");
+    CHECK(number(row[csv.col("seq_len")]) == 256);
+    CHECK(number(row[csv.col("tokens_per_s")]) == Approx(256 * number(row[csv.col("images_per_s")])));
+    const double loss = number(row[csv.col("final_loss")]);
+    CHECK(loss > 4);
+    CHECK(loss < 7);  // about ln(256) = 5.5 on random bytes
+  }
+}
+
 TEST_CASE("mpx bench --models small_cnn,gpt-tiny: image rows leave the tokens/s cells empty", "[bench][cli]") {
   const fs::path out = temp_dir("speed_mixed");
   const Run r = run_mpx("bench --models small_cnn,gpt-tiny --opt-levels O0 --batch 2 --steps 1 --windows 1 --warmup 0 "
@@ -377,21 +395,26 @@ TEST_CASE("mpx bench --peer: a GPT row starts PyTorch from mpx's weights and bat
     return;
   }
   const fs::path out = temp_dir("speed_gpt_peer");
-  const Run r = run_mpx("bench --peer --python '" + python + "' --models gpt-tiny --opt-levels O0 --batch 2 --steps 1 "
-                        "--warmup 1 --windows 1 --threads 2 --out '" + out.string() + "'");
+  const Run r = run_mpx("bench --peer --python '" + python + "' --models gpt-tiny,lstm-lm --opt-levels O0 --batch 2 "
+                        "--steps 1 --warmup 1 --windows 1 --threads 2 --out '" + out.string() + "'");
   INFO(r.out);
   REQUIRE(r.rc == 0);
   CHECK(fs::exists(out / "gpt-tiny_init.safetensors"));
   CHECK(r.out.find("parameters gpt-tiny: mpx 842496, PyTorch 842496 (match)") != std::string::npos);
+  // The LSTM model's projection is tied to its embedding: counted once on both sides.
+  CHECK(r.out.find("parameters lstm-lm: mpx 1118464, PyTorch 1118464 (match)") != std::string::npos);
   CHECK(r.out.find("PyTorch tok/s") != std::string::npos);
   const Csv csv = parse_csv(read(out / "bench.csv"));
-  REQUIRE(csv.rows.size() == 1);
-  const auto& row = csv.rows[0];
-  CHECK(row[csv.col("peer_status")] == "ok");
-  CHECK(number(row[csv.col("peer_tokens_per_s")]) > 0);
-  CHECK(number(row[csv.col("peer_tokens_per_s")]) == Approx(128 * number(row[csv.col("peer_images_per_s")])));
-  // Two f32 AdamW steps from the same weights on the same batch: only summation order differs.
-  CHECK(number(row[csv.col("peer_final_loss")]) == Approx(number(row[csv.col("final_loss")])).epsilon(1e-4));
+  REQUIRE(csv.rows.size() == 2);
+  for (const auto& row : csv.rows) {
+    INFO(row[csv.col("model")]);
+    const double T = row[csv.col("model")] == "gpt-tiny" ? 128 : 256;
+    CHECK(row[csv.col("peer_status")] == "ok");
+    CHECK(number(row[csv.col("peer_tokens_per_s")]) > 0);
+    CHECK(number(row[csv.col("peer_tokens_per_s")]) == Approx(T * number(row[csv.col("peer_images_per_s")])));
+    // Two f32 AdamW steps from the same weights on the same batch: only summation order differs.
+    CHECK(number(row[csv.col("peer_final_loss")]) == Approx(number(row[csv.col("final_loss")])).epsilon(1e-4));
+  }
 }
 
 TEST_CASE("mpx bench --accuracy with a GPT preset: PyTorch replays mpx gpt's run, and the O0 validation losses agree",

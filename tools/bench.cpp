@@ -15,8 +15,8 @@ Args make_args() {
   Args a("mpx bench", "mpx bench [--accuracy] [flags]");
   a.option({"--models"}, "LIST",
            "comma-separated models: resnet18/34/50/101/152, resnet20, vgg11..vgg19[_bn], alexnet, small_cnn, dcgan, "
-           "and the GPT presets gpt-tiny, gpt-mini, gpt2[-medium|-large|-xl] (speed: tokens/s; accuracy: validation "
-           "loss after --gpt-steps, in a run of their own) "
+           "the GPT presets gpt-tiny, gpt-mini, gpt2[-medium|-large|-xl] and the LSTM language model lstm-lm (speed: "
+           "tokens/s; accuracy: validation loss after --gpt-steps, in a run of their own) "
            "(default: resnet18,dcgan on the CPU, resnet18,resnet50,vgg16,dcgan on CUDA; accuracy: small_cnn)")
       .option({"--opt-levels"}, "LIST",
               "comma-separated apex opt levels; O3-bnf32 is O3 with keep_batchnorm_fp32=True (apex's fastest recipe); "

@@ -57,15 +57,16 @@ int run_accuracy(const Args& args) {
   const auto gpts = std::count_if(models.begin(), models.end(), is_gpt);
   if (gpts > 0) {
     if (gpts != static_cast<std::ptrdiff_t>(models.size()))
-      throw UsageError("--models mixes GPT presets and classifiers; their accuracy tables differ (validation loss "
-                       "against top-1), so run them in two mpx bench --accuracy runs");
+      throw UsageError("--models mixes language models (GPT presets, lstm-lm) and classifiers; their accuracy tables "
+                       "differ (validation loss against top-1), so run them in two mpx bench --accuracy runs");
     for (const char* f : {"--epochs", "--dataset", "--limit-train", "--limit-test", "--image-size"})
       if (args.given(f))
         throw UsageError(std::string(f) + " is for classifiers; GPT rows train --gpt-steps steps on --data FILE "
                          "(a text file; default: mpx gpt's corpus)");
     return run_gpt_accuracy(args, models, levels, dtypes);
   }
-  if (args.given("--gpt-steps")) throw UsageError("--gpt-steps is for GPT presets in --models; use --epochs here");
+  if (args.given("--gpt-steps"))
+    throw UsageError("--gpt-steps is for language models (GPT presets, lstm-lm) in --models; use --epochs here");
   check_items("--models", models, classifier_names());
   const int64_t epochs = args.integer("--epochs", 1);
   const int64_t batch = args.given("--batch") ? args.integer("--batch", 1) : 128;

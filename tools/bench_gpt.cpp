@@ -1,4 +1,5 @@
-// `mpx bench`'s GPT rows: a GPT-2 preset trained on random token ids under each opt level, and its initial state for the peer.
+// `mpx bench`'s language-model rows: a GPT-2 preset or the LSTM language model trained on random token ids under each
+// opt level, and its initial state for the peer.
 #include <algorithm>
 
 #include "tools/bench_internal.h"
@@ -11,14 +12,14 @@ namespace F = nn::functional;
 namespace {
 
 // gpt2 and its larger siblings keep GPT-2's tokenizer vocabulary, so their output layer costs what
-// it costs in real training; the CPU presets take bytes, which is what they train on in practice
-// (mpx gpt's character vocabularies are smaller still).
+// it costs in real training; the CPU presets and lstm-lm take bytes, which is what they train on in
+// practice (mpx gpt's character vocabularies are smaller still).
 int64_t gpt_vocab(const std::string& model) { return model.rfind("gpt2", 0) == 0 ? 50257 : 256; }
 
 }  // namespace
 
 bool is_gpt(const std::string& model) {
-  const std::vector<std::string> p = models::GPTConfig::presets();
+  const std::vector<std::string> p = lm_archs();
   return std::find(p.begin(), p.end(), model) != p.end();
 }
 
@@ -33,7 +34,7 @@ SpeedResult bench_gpt(const std::string& model, const Variant& v, const SpeedCon
   {
     manual_seed(c.seed);
     LanguageModel lm = make_language_model(model, gpt_vocab(model), 0, 0.0);
-    const int64_t T = lm.n_ctx, V = lm.gpt->config.vocab_size;
+    const int64_t T = lm.n_ctx, V = gpt_vocab(model);
     r.params = lm.params;
     r.seq_len = T;
     // One token more than the context: the targets are the inputs shifted by one, as in training.

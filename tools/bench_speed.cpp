@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "tools/bench_internal.h"
+#include "tools/gpt_parts.h"
 #include "tools/metrics.h"
 
 namespace mpx::cli::bench {
@@ -239,7 +240,7 @@ int run_speed(const Args& args) {
   const bool small = args.on("--small-input") || cpu;
   std::vector<std::string> known = classifier_names();
   known.push_back("dcgan");
-  for (const auto& g : models::GPTConfig::presets()) known.push_back(g);
+  for (const auto& g : lm_archs()) known.push_back(g);
   const auto models =
       split_list("--models", args.given("--models") ? args.str("--models") : cpu ? "resnet18,dcgan" : "resnet18,resnet50,vgg16,dcgan");
   check_items("--models", models, known);
