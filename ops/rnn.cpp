@@ -74,7 +74,6 @@ void check_cell_inputs(const char* op, const Tensor& a, int64_t ka, const Tensor
               ops::describe(a));
   ops::common_device(op, all);
 }
-
 }  // namespace
 
 std::pair<Tensor, Tensor> lstm_cell_fused(const Tensor& gates0, const Tensor& c0) {

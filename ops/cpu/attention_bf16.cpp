@@ -9,7 +9,7 @@
 // and value heads made once per call; the weights P and score gradients dS, which are not
 // inputs, are rounded to bf16 once before their products (as the GPU's flash attention does;
 // PyTorch's CPU kernel rounds P so too); the softmax, its statistics and every sum stay f32, and
-// each output is rounded once. AMX treats bf16 subnormals (below 1.2e-38) as 0.
+// each output is rounded once. AMX and vdpbf16ps treat bf16 subnormals (below 1.2e-38) as 0.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
