@@ -115,49 +115,40 @@ TEST_CASE("mpx bench speed mode: a tiny run writes the table and csv/json/md/svg
   CHECK(svg.find("resnet18") != std::string::npos);
 }
 
-TEST_CASE("mpx bench speed mode: a GPT row reports tokens/s next to sequences/s", "[bench][cli]") {
-  const fs::path out = temp_dir("speed_gpt");
-  const Run r = run_mpx("bench --models gpt-tiny --opt-levels O0,O1 --dtype bf16 --batch 2 --steps 1 --windows 1 "
-                        "--warmup 0 --threads 2 --out '" + out.string() + "'");
-  INFO(r.out);
-  REQUIRE(r.rc == 0);
-  CHECK(r.out.find("tokens/s") != std::string::npos);
-  CHECK(r.out.find("samples/s") != std::string::npos);
-  CHECK_FALSE(fs::exists(out / "gpt-tiny_init.safetensors"));  // only --peer needs the initial weights
-  const Csv csv = parse_csv(read(out / "bench.csv"));
-  REQUIRE(csv.rows.size() == 2);
-  CHECK(csv.rows[1][csv.col("level")] == "O1");
-  CHECK(csv.rows[1][csv.col("dtype")] == "bf16");
-  for (const auto& row : csv.rows) {
-    CHECK(row[csv.col("model")] == "gpt-tiny");
-    CHECK(number(row[csv.col("batch")]) == 2);
-    CHECK(number(row[csv.col("seq_len")]) == 128);  // gpt-tiny's context
-    CHECK(row[csv.col("image_size")] == "nan");
-    const double tps = number(row[csv.col("tokens_per_s")]), sps = number(row[csv.col("images_per_s")]);
-    CHECK(std::isfinite(tps));
-    CHECK(tps > 0);
-    CHECK(tps == Approx(128 * sps));
-    const double loss = number(row[csv.col("final_loss")]);
-    CHECK(loss > 0);
-    CHECK(loss < 7);  // about ln(256) = 5.5 on random bytes
-  }
-}
-
-TEST_CASE("mpx bench speed mode: the LSTM language model's row (lstm-lm), windows of 256 tokens", "[bench][cli]") {
-  const fs::path out = temp_dir("speed_lstm_lm");
-  const Run r = run_mpx("bench --models lstm-lm --opt-levels O0,O2 --dtype bf16 --batch 2 --steps 1 --windows 1 "
-                        "--warmup 0 --threads 2 --out '" + out.string() + "'");
-  INFO(r.out);
-  REQUIRE(r.rc == 0);
-  const Csv csv = parse_csv(read(out / "bench.csv"));
-  REQUIRE(csv.rows.size() == 2);
-  for (const auto& row : csv.rows) {
-    CHECK(row[csv.col("model")] == "lstm-lm");
-    CHECK(number(row[csv.col("seq_len")]) == 256);
-    CHECK(number(row[csv.col("tokens_per_s")]) == Approx(256 * number(row[csv.col("images_per_s")])));
-    const double loss = number(row[csv.col("final_loss")]);
-    CHECK(loss > 4);
-    CHECK(loss < 7);  // about ln(256) = 5.5 on random bytes
+TEST_CASE("mpx bench speed mode: language-model rows (a GPT preset, lstm-lm) report tokens/s next to sequences/s",
+          "[bench][cli]") {
+  struct Row {
+    const char* model;
+    double context;  // gpt-tiny's learned positions; lstm-lm's windows
+    const char* second_level;
+  };
+  for (const Row& m : {Row{"gpt-tiny", 128, "O1"}, Row{"lstm-lm", 256, "O2"}}) {
+    INFO(m.model);
+    const fs::path out = temp_dir(std::string("speed_") + m.model);
+    const Run r = run_mpx(std::string("bench --models ") + m.model + " --opt-levels O0," + m.second_level +
+                          " --dtype bf16 --batch 2 --steps 1 --windows 1 --warmup 0 --threads 2 --out '" + out.string() + "'");
+    INFO(r.out);
+    REQUIRE(r.rc == 0);
+    CHECK(r.out.find("tokens/s") != std::string::npos);
+    CHECK(r.out.find("samples/s") != std::string::npos);
+    CHECK_FALSE(fs::exists(out / (std::string(m.model) + "_init.safetensors")));  // only --peer needs the initial weights
+    const Csv csv = parse_csv(read(out / "bench.csv"));
+    REQUIRE(csv.rows.size() == 2);
+    CHECK(csv.rows[1][csv.col("level")] == m.second_level);
+    CHECK(csv.rows[1][csv.col("dtype")] == "bf16");
+    for (const auto& row : csv.rows) {
+      CHECK(row[csv.col("model")] == m.model);
+      CHECK(number(row[csv.col("batch")]) == 2);
+      CHECK(number(row[csv.col("seq_len")]) == m.context);
+      CHECK(row[csv.col("image_size")] == "nan");
+      const double tps = number(row[csv.col("tokens_per_s")]), sps = number(row[csv.col("images_per_s")]);
+      CHECK(std::isfinite(tps));
+      CHECK(tps > 0);
+      CHECK(tps == Approx(m.context * sps));
+      const double loss = number(row[csv.col("final_loss")]);
+      CHECK(loss > 4);
+      CHECK(loss < 7);  // about ln(256) = 5.5 on random bytes
+    }
   }
 }
 
