@@ -387,7 +387,7 @@ std::tuple<Tensor, Tensor, Tensor> lstm(const Tensor& input0, const Tensor& h00,
                  const Tensor& b_ih, const Tensor& b_hh) -> std::pair<Tensor, tensor_list> {
     // The input projections of every step in one GEMM, both biases folded in; the steps as one node.
     const Tensor bias = b_ih.defined() ? add(b_ih, b_hh) : Tensor();
-    const Tensor gi = linear(x.reshape({p.T * p.N, x.size(2)}), w_ih, bias).view({p.T, p.N, -1});
+    const Tensor gi = linear(x.reshape({p.T * p.N, x.size(2)}), w_ih, bias).view({p.T, p.N, w_ih.size(0)});
     auto [out, h, c] = rnn_detail::lstm_layer(gi, initial_state(p, h0, idx), initial_state(p, c0, idx), w_hh, reverse);
     return {out, {h, c}};
   };
@@ -405,7 +405,7 @@ std::pair<Tensor, Tensor> gru(const Tensor& input0, const Tensor& h00, const ten
   if (auto f = fused_sequence(false, p, {h0}, params, a)) return {(*f)[0], (*f)[1]};
   auto run = [&](const Tensor& x, int64_t idx, bool reverse, const Tensor& w_ih, const Tensor& w_hh,
                  const Tensor& b_ih, const Tensor& b_hh) -> std::pair<Tensor, tensor_list> {
-    const Tensor gi = linear(x.reshape({p.T * p.N, x.size(2)}), w_ih, b_ih).view({p.T, p.N, -1});
+    const Tensor gi = linear(x.reshape({p.T * p.N, x.size(2)}), w_ih, b_ih).view({p.T, p.N, w_ih.size(0)});
     auto [out, h] = rnn_detail::gru_layer(gi, initial_state(p, h0, idx), w_hh, b_hh, reverse);
     return {out, {h}};
   };

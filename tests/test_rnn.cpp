@@ -354,3 +354,23 @@ TEST_CASE("lstm/gru and the cells reject bad shapes, dtypes and options clearly"
   CHECK_THROWS_WITH(gru_cell_fused(randn({2, 6}), randn({2, 6}, TensorOptions(kFloat64)), randn({2, 2})),
                     Catch::Contains("one dtype"));
 }
+
+TEST_CASE("lstm/gru over an empty batch: empty outputs, zero weight gradients", "[rnn]") {
+  for (int64_t T : {1, 3}) {
+    INFO("T = " << T);
+    nn::LSTM l(nn::LSTMOptions(3, 4).num_layers(2).bidirectional(true));
+    nn::GRU g(nn::GRUOptions(3, 4).num_layers(2));
+    const Tensor x = randn({T, 0, 3}).set_requires_grad(true);
+    auto [o, s] = l(x);
+    auto [o2, h2] = g(x);
+    CHECK(o.sizes() == IntList{T, 0, 8});
+    CHECK(std::get<0>(s).sizes() == IntList{4, 0, 4});
+    CHECK(o2.sizes() == IntList{T, 0, 4});
+    (sum(o) + sum(std::get<1>(s)) + sum(o2) + sum(h2)).backward();
+    CHECK(x.grad().sizes() == IntList{T, 0, 3});
+    for (const Tensor& w : {l->flat_weights()[1], g->flat_weights()[1], l->flat_weights()[0]}) {
+      REQUIRE(w.grad().defined());
+      CHECK(max_diff(w.grad(), Vec(static_cast<size_t>(w.numel()), 0.0)) == 0.0);
+    }
+  }
+}
