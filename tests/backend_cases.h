@@ -216,6 +216,22 @@ inline std::map<std::string, Case> kernel_cases() {
   m["max_dim"] = [](Sample& s) { auto [v, i] = max(s.randn({5, 33}), 1); return tensor_list{v, i}; };
   m["min_dim"] = [](Sample& s) { auto [v, i] = min(s.randn({5, 33}), 0); return tensor_list{v, i}; };
   m["mm"] = [](Sample& s) { return tensor_list{mm(s.randn({5, 7}), s.randn({7, 4}))}; };
+  // A recurrent layer's steps: two products share one plan (the right operand, a transposed weight, packed once),
+  // each adding to out; where the kernel declines (f16, f64, no oneDNN) the plain GEMM runs, as in ops/rnn_layer.cpp.
+  m["mm_packed"] = [](Sample& s) {
+    const Tensor a1 = s.randn({5, 7}), a2 = s.randn({5, 7}), b = s.randn({4, 7}).t(), out = s.randn({5, 4});
+    NoGradGuard ng;
+    const Device dev = out.device();
+    std::shared_ptr<void> plan;
+    tensor_list r;
+    for (const Tensor& a : {a1, a2}) {
+      const bool packed = dispatch::has_kernel(OpId::mm_packed, dev.type, out.dtype()) &&
+                          dispatch::kernel<OpId::mm_packed>(dev, out.dtype())(out, a, b, 1.0, plan);
+      if (!packed) dispatch::kernel<OpId::mm>(dev, out.dtype())(out, a, b, 1.0, 1.0);
+      r.push_back(out.clone());
+    }
+    return r;
+  };
   m["bmm"] = [](Sample& s) { return tensor_list{bmm(s.randn({2, 5, 7}), s.randn({2, 7, 4}))}; };
   m["linear"] = [](Sample& s) { return tensor_list{linear(s.randn({5, 7}), s.randn({4, 7}), s.randn({4}))}; };
   const Case conv = [](Sample& s) {

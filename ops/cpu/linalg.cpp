@@ -102,6 +102,17 @@ template <typename T> struct Gemm {
   }
 };
 
+// The right operand packed once for many products (a recurrent layer's steps): oneDNN's, f32 and bf16; false
+// elsewhere (the caller runs Gemm).
+template <typename T> struct GemmPacked {
+  static bool run(const Tensor& out, const Tensor& a, const Tensor& b, double beta, std::shared_ptr<void>& plan) {
+#ifdef MPX_WITH_ONEDNN
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) return onednn::matmul_packed(out, a, b, beta, plan);
+#endif
+    return false;
+  }
+};
+
 // Batched GEMM: one oneDNN primitive for the whole batch where it runs the case, else one GEMM per
 // batch element (Eigen parallelizes inside each product).
 template <typename T> struct Bmm {
@@ -166,6 +177,7 @@ template <typename T> struct GemmEpilogueKernel {
 
 MPX_REGISTER_KERNELS(cpu_linalg) {
   dispatch::register_types<OpId::mm, Gemm, float, double, Half, BFloat16>(DeviceType::kCPU);
+  dispatch::register_types<OpId::mm_packed, GemmPacked, float, double, Half, BFloat16>(DeviceType::kCPU);
   dispatch::register_types<OpId::bmm, Bmm, float, double, Half, BFloat16>(DeviceType::kCPU);
   dispatch::register_types<OpId::linear, GemmEpilogueKernel, float, double, Half, BFloat16>(DeviceType::kCPU);
 }

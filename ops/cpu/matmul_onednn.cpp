@@ -90,7 +90,67 @@ std::shared_ptr<Entry> lookup(const Key& k, dt ta, dt tbias) {
   return e;
 }
 
+// A product for matmul_packed: its primitive, built for `any` weights, and the right operand reordered once into the
+// layout that primitive reads (oneDNN's own matmul otherwise re-packs a bf16 right operand on every call: 0.052
+// against 0.041 ms for [16, 256] x [256, 1024] on one Zen 4 core, 0.104 against 0.078 in f32).
+struct Packed {
+  dnnl::matmul prim;
+  md a, out, scratch;
+  dnnl::memory b;
+  std::array<int64_t, 8> shape;  // n, k, m, a's strides, dtype, threads, beta's bits
+};
+
 }  // namespace
+
+bool matmul_packed(const Tensor& out, const Tensor& a, const Tensor& b, double beta, std::shared_ptr<void>& plan) {
+  const auto ta = type_of(a.dtype());
+  if (!ta || a.dim() != 2 || b.dim() != 2 || b.dtype() != a.dtype() || out.dtype() != a.dtype() || !out.is_contiguous())
+    return false;
+  if (*ta == dt::bf16 && !matmul_bf16_native()) return false;
+  const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
+  if (n == 0 || m == 0 || k == 0 || b.size(0) != k || out.size(0) != n || out.size(1) != m) return false;
+  const int64_t as0 = a.stride(0), as1 = a.stride(1), bs0 = b.stride(0), bs1 = b.stride(1);
+  if ((as0 != 1 && as1 != 1) || (bs0 != 1 && bs1 != 1)) return false;
+  const std::array<int64_t, 8> shape{n, k, m, as0, as1, static_cast<int64_t>(*ta), omp_get_max_threads(),
+                                     std::bit_cast<int64_t>(beta)};
+  if (!plan) {
+    auto p = std::make_shared<Packed>();
+    try {
+      p->a = md({n, k}, *ta, {as0, as1});
+      p->out = md({n, m}, *ta, {m, 1});
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      dnnl::post_ops po;
+      if (beta != 0.0) po.append_sum(static_cast<float>(beta));
+      attr.set_post_ops(po);
+      const md any({k, m}, *ta, dnnl::memory::format_tag::any);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p->a, any, p->out), attr, engine());
+      if (std::strncmp(pd.impl_info_str(), "ref", 3) == 0) return false;
+      p->prim = dnnl::matmul(pd);
+      p->scratch = pd.scratchpad_desc();
+      p->b = dnnl::memory(pd.weights_desc(), engine());
+      dnnl::memory src(md({k, m}, *ta, {bs0, bs1}), engine(), b.raw_data());
+      dnnl::reorder(src, p->b).execute(stream(), src, p->b);
+      stream().wait();
+    } catch (const dnnl::error&) {
+      return false;
+    }
+    p->shape = shape;
+    plan = p;
+  }
+  const auto* p = static_cast<const Packed*>(plan.get());
+  if (p->shape != shape) return false;
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, dnnl::memory(p->a, engine(), a.raw_data())},
+      {DNNL_ARG_WEIGHTS, p->b},
+      {DNNL_ARG_DST, dnnl::memory(p->out, engine(), out.raw_data())},
+      {DNNL_ARG_SCRATCHPAD,
+       dnnl::memory(p->scratch, engine(), buffer(5, std::max<size_t>(p->scratch.get_size(), 64)))}};
+  dnnl::stream& st = stream();
+  p->prim.execute(st, args);
+  st.wait();
+  return true;
+}
 
 bool matmul_bf16_native() {
   static const bool ok = [] {

@@ -1,5 +1,7 @@
 // Internal: the oneDNN matmul path that ops/cpu/linalg.cpp tries before its Eigen kernels.
 #pragma once
+#include <memory>
+
 #include "core/tensor.h"
 
 namespace mpx::cpu::onednn {
@@ -12,6 +14,9 @@ namespace mpx::cpu::onednn {
 /// reference loops for the case (the caller then runs Eigen).
 bool matmul(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta, const Tensor& bias = {},
             bool relu = false);
+/// out = a @ b + beta * out with b packed once into the primitive's layout (kernels::GemmPackedFn's
+/// contract), f32 and native bf16 as matmul; a 2-d, b 2-d with a unit stride in either dim.
+bool matmul_packed(const Tensor& out, const Tensor& a, const Tensor& b, double beta, std::shared_ptr<void>& plan);
 /// Whether bf16 matrix products run on oneDNN here.
 bool matmul_bf16_native();
 }  // namespace mpx::cpu::onednn
