@@ -117,7 +117,7 @@ TEST_CASE("CPU f32 products whose right operand's rows lie 4 KiB apart (packed f
   CHECK(testing::close(x.grad(), mm(gy, w.detach().to(kFloat64)), 1e-4, 0.0, 1.0));
 }
 
-TEST_CASE("CPU mm_packed: one plan packs the right operand once for many products; another shape declines",
+TEST_CASE("CPU mm_packed: one plan packs the right operand once for many products, and another shape declines",
           "[linalg]") {
   // A recurrent layer's use: h [16, 64] against w_hh^T (a transposed [256, 64] weight), adding to out.
   manual_seed(23);
