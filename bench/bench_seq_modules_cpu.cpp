@@ -70,19 +70,16 @@ int main(int argc, char** argv) {
   const int64_t B = 16, T = enc ? 128 : 64, D = 256;
   std::shared_ptr<nn::Module> net;
   std::function<Tensor(const Tensor&)> forward;
-  if (enc) {
-    auto m = std::make_shared<EncoderNet>(D, 4, 4);
+  auto use = [&](auto m) {
     net = m;
     forward = [m](const Tensor& x) { return m->forward(x); };
-  } else if (model == "lstm") {
-    auto m = std::make_shared<LstmNet>("lstm", D, 512);
-    net = m;
-    forward = [m](const Tensor& x) { return m->forward(x); };
-  } else {
-    auto m = std::make_shared<GruNet>("gru", D, 512);
-    net = m;
-    forward = [m](const Tensor& x) { return m->forward(x); };
-  }
+  };
+  if (enc)
+    use(std::make_shared<EncoderNet>(D, 4, 4));
+  else if (model == "lstm")
+    use(std::make_shared<LstmNet>("lstm", D, 512));
+  else
+    use(std::make_shared<GruNet>("gru", D, 512));
   const Tensor x = randn({B, T, D}), target = randn({B, T, D});
   if (write) {
     std::system(("mkdir -p '" + dir + "'").c_str());

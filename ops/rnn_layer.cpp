@@ -49,14 +49,6 @@ Tensor previous_states(const Tensor& out, const Tensor& h0, bool reverse) {
   return reverse ? cat({out.narrow(0, 1, T - 1), first}, 0) : cat({first, out.narrow(0, 0, T - 1)}, 0);
 }
 
-// dh for the next step to run backward: the gradient its output received from above (zeros when none).
-void seed_dh(Tensor& dh, const Tensor& dout, int64_t t) {
-  if (dout.defined())
-    dh.copy_(dout.select(0, t));
-  else
-    dh.zero_();
-}
-
 // One GEMM for a whole-sequence weight gradient: d [T, N, G] (the gate gradients) against the states each
 // step read, hprev [T, N, H]: d^T @ hprev, [G, H].
 Tensor weight_grad(const Tensor& d, const Tensor& hprev) {
@@ -192,8 +184,8 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& gi0, const Tensor& h
         std::swap(dc, dc_prev);
         // dh of the step run before this one (h0's after the first): what its output got from above, plus the
         // recurrence.
-        if (s > 0)
-          seed_dh(dh, dout, time_of(s - 1, T, reverse));
+        if (s > 0 && dout.defined())
+          dh.copy_(dout.select(0, time_of(s - 1, T, reverse)));
         else
           dh.zero_();
         gemm(dh, d);
