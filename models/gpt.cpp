@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "ops/attention.h"
+#include "ops/index.h"
 #include "ops/shape.h"
 
 namespace mpx::models {
@@ -62,12 +63,37 @@ GPTBlockImpl::GPTBlockImpl(const GPTConfig& c) : config(c) {
   for (nn::Linear* l : {&c_attn, &attn_proj, &c_fc, &mlp_proj}) nn::init::zeros_((*l)->bias);
 }
 
-Tensor GPTBlockImpl::forward(const Tensor& x) {
+Tensor GPTBlockImpl::forward(const Tensor& x) { return forward(x, nullptr, 0); }
+
+Tensor GPTBlockImpl::forward(const Tensor& x, GPTKVCache* cache, size_t layer) {
   const int64_t B = x.size(0), T = x.size(1), C = config.n_embd, H = config.n_head, D = C / H;
   const tensor_list qkv = split(c_attn(ln_1(x)), C, 2);  // [B, T, 3C] as three [B, T, C] views
   auto heads = [&](int64_t i) { return qkv[static_cast<size_t>(i)].view({B, T, H, D}).transpose(1, 2); };
-  Tensor y = scaled_dot_product_attention(heads(0), heads(1), heads(2), {}, is_training() ? config.dropout : 0.0,
-                                          /*is_causal=*/true);
+  Tensor k = heads(1), v = heads(2), mask;
+  bool causal = true;
+  if (cache) {
+    const int64_t past = cache->length;
+    Tensor &K = cache->keys[layer], &V = cache->values[layer];
+    if (past == 0 && (!K.defined() || K.size(0) != B || K.dtype() != k.dtype() || K.device() != k.device())) {
+      K = empty({B, H, config.n_ctx, D}, k.options());
+      V = empty({B, H, config.n_ctx, D}, v.options());
+    }
+    MPX_CHECK(K.defined() && K.size(0) == B && K.dtype() == k.dtype() && K.device() == k.device(),
+              "GPT: the cache holds ", past, " tokens of batch ", K.defined() ? K.size(0) : 0, " in ",
+              K.defined() ? dtype_name(K.dtype()) : "nothing", ", this call gives batch ", B, " in ",
+              dtype_name(k.dtype()), "; clear() the cache to start a new sequence");
+    K.narrow(2, past, T).copy_(k);
+    V.narrow(2, past, T).copy_(v);
+    k = K.narrow(2, 0, past + T);
+    v = V.narrow(2, 0, past + T);
+    // Query i (position past + i) sees keys 0 ... past + i: PyTorch's is_causal aligns the
+    // triangle top-left, so past the first call it is a mask (none for a single query).
+    if (past > 0) {
+      causal = false;
+      if (T > 1) mask = tril(ones({T, past + T}, TensorOptions(kBool).device(x.device())), past);
+    }
+  }
+  Tensor y = scaled_dot_product_attention(heads(0), k, v, mask, is_training() ? config.dropout : 0.0, causal);
   y = y.transpose(1, 2).reshape({B, T, C});
   Tensor h = x + drop(attn_proj(y));
   return h + drop(mlp_proj(F::gelu(c_fc(ln_2(h)), F::GELUFuncOptions().approximate("tanh"))));
@@ -86,16 +112,31 @@ GPTImpl::GPTImpl(const GPTConfig& c) : config(c) {
   nn::init::normal_(wpe->weight, 0.0, 0.02);
 }
 
-Tensor GPTImpl::forward(const Tensor& idx) {
+Tensor GPTImpl::features(const Tensor& idx, GPTKVCache* cache) {
   MPX_CHECK(idx.dim() == 2, "GPT: input must be token indices [B, T], got ", shape_str(idx.sizes()));
-  const int64_t T = idx.size(1);
-  MPX_CHECK(T <= config.n_ctx, "GPT: sequence length ", T, " exceeds the context n_ctx = ", config.n_ctx,
-            "; crop the input to its last ", config.n_ctx, " tokens");
-  Tensor pos = arange(static_cast<double>(T), TensorOptions(kInt64).device(idx.device()));
+  const int64_t T = idx.size(1), past = cache ? cache->length : 0;
+  if (cache) {
+    MPX_CHECK(!GradMode::is_enabled(), "GPT: a key/value cache is for inference; run under NoGradGuard");
+    MPX_CHECK(past + T <= config.n_ctx, "GPT: the cache holds ", past, " tokens and ", T,
+              " more would pass the context n_ctx = ", config.n_ctx, "; clear() it and run the last ", config.n_ctx,
+              " tokens at most");
+    cache->keys.resize(h->size());
+    cache->values.resize(h->size());
+  } else {
+    MPX_CHECK(T <= config.n_ctx, "GPT: sequence length ", T, " exceeds the context n_ctx = ", config.n_ctx,
+              "; crop the input to its last ", config.n_ctx, " tokens");
+  }
+  Tensor pos = arange(static_cast<double>(past), static_cast<double>(past + T), 1.0,
+                      TensorOptions(kInt64).device(idx.device()));
   Tensor x = drop(wte(idx) + wpe(pos));
-  for (const auto& m : *h) x = m->as<GPTBlockImpl>()->forward(x);
-  // The output projection shares wte's weight (tied embeddings), as GPT-2.
-  return F::linear(ln_f(x), wte->weight);
+  for (size_t i = 0; i < h->size(); ++i) x = (*h)[i]->as<GPTBlockImpl>()->forward(x, cache, i);
+  if (cache) cache->length = past + T;
+  return ln_f(x);
 }
+
+// The output projection shares wte's weight (tied embeddings), as GPT-2.
+Tensor GPTImpl::forward(const Tensor& idx) { return F::linear(features(idx), wte->weight); }
+
+Tensor GPTImpl::forward(const Tensor& idx, GPTKVCache* cache) { return F::linear(features(idx, cache), wte->weight); }
 
 }  // namespace mpx::models

@@ -23,11 +23,26 @@ struct GPTConfig {
   static std::vector<std::string> presets();
 };
 
+/// The keys and values of the tokens a GPT has already seen, so that generating a token runs only
+/// that token through the model (Hugging Face's past_key_values). GPT::forward(idx, &cache) fills
+/// it: one [B, n_head, n_ctx, head_dim] buffer per layer for keys and one for values, in the
+/// attention's dtype (bf16 under bf16 autocast), allocated at the first call. For inference only:
+/// the call refuses to run with gradients enabled.
+struct GPTKVCache {
+  std::vector<Tensor> keys, values;
+  int64_t length = 0;  ///< the tokens held: the position of the next token
+  /// Forgets the tokens; the buffers stay for the next sequence of the same batch size and dtype.
+  void clear() { length = 0; }
+};
+
 /// One pre-LayerNorm transformer block: x + attn(ln_1(x)), then x + mlp(ln_2(x)); attention is
 /// causal on scaled_dot_product_attention, the MLP is c_fc, GELU (tanh form), c_proj.
 struct GPTBlockImpl : nn::Module {
   explicit GPTBlockImpl(const GPTConfig& c);
   Tensor forward(const Tensor& x);
+  /// x holds the tokens after the `cache->length` cached ones; this block's keys and values
+  /// (layer `layer` of the cache) are appended, and attention reads all of them.
+  Tensor forward(const Tensor& x, GPTKVCache* cache, size_t layer);
   GPTConfig config;
   nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   nn::Linear c_attn{nullptr}, attn_proj{nullptr}, c_fc{nullptr}, mlp_proj{nullptr};
@@ -44,6 +59,14 @@ struct GPTImpl : nn::Module {
   explicit GPTImpl(const GPTConfig& c);
   /// idx i64 [B, T] with T <= n_ctx -> logits [B, T, vocab].
   Tensor forward(const Tensor& idx);
+  /// idx i64 [B, T]: the tokens that follow the cache's (positions cache->length ...), whose keys
+  /// and values are appended to it -> logits [B, T, vocab], equal (to rounding) to the last T rows
+  /// of forward() on the whole sequence. A null cache is forward(idx). Throws when gradients are
+  /// enabled, when the cache would pass n_ctx, or when its batch size or dtype differ.
+  Tensor forward(const Tensor& idx, GPTKVCache* cache);
+  /// ln_f's output [B, T, n_embd] for idx after the cache's tokens (null: from position 0):
+  /// generation projects only the last row onto the vocabulary.
+  Tensor features(const Tensor& idx, GPTKVCache* cache = nullptr);
   GPTConfig config;
   nn::Embedding wte{nullptr}, wpe{nullptr};
   nn::Dropout drop{nullptr};

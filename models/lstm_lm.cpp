@@ -29,10 +29,17 @@ LSTMLMImpl::LSTMLMImpl(const LSTMLMConfig& c) : config(c) {
   }
 }
 
-Tensor LSTMLMImpl::forward(const Tensor& idx) {
+Tensor LSTMLMImpl::forward(const Tensor& idx) { return forward(idx, nullptr); }
+
+Tensor LSTMLMImpl::forward(const Tensor& idx, LSTMLMState* state) {
   MPX_CHECK(idx.dim() == 2, "LSTMLM: input must be token indices [B, T], got ", shape_str(idx.sizes()));
-  Tensor out = std::get<0>(lstm(drop(wte(idx))));
+  auto [out, hc] = lstm(drop(wte(idx)), state ? state->hc : std::nullopt);
+  if (state) state->hc = hc;
   return lm_head(drop(out));
+}
+
+void LSTMLMState::detach() {
+  if (hc) hc = std::make_tuple(std::get<0>(*hc).detach(), std::get<1>(*hc).detach());
 }
 
 }  // namespace mpx::models
