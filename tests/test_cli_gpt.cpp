@@ -130,6 +130,23 @@ TEST_CASE("mpx gpt: a run stopped by --prof and resumed ends bit for bit where a
   CHECK(g.out == h.out);  // greedy decoding does not draw
 }
 
+TEST_CASE("mpx gpt --generate: the key/value cache and the LSTM's carried state give the tokens of the whole window, "
+          "past the context too", "[cli][gpt]") {
+  if (!fs::exists("/usr/share/common-licenses")) return;
+  for (const std::string arch : {"gpt-tiny", "lstm-lm"}) {
+    INFO(arch);
+    const fs::path out = tmp("cache_" + arch);
+    REQUIRE(run_mpx("gpt --arch " + arch + " --context 16 -b 8 --steps 4 --eval-iters 1 --opt-level O0 --out " +
+                    q(out)).rc == 0);
+    // 30 tokens after a 3-character prompt: 13 a token at a time, then the window slides past the context of 16.
+    const std::string gen = "gpt --resume " + q(out / "checkpoint.safetensors") + " --sample 30 --seed 4 --generate 'The'";
+    const CliRun cached = run_mpx(gen, "2>/dev/null"), whole = run_mpx(gen, "2>/dev/null", "MPX_GENERATE_CACHE=0");
+    REQUIRE(cached.rc == 0);
+    CHECK(cached.out.size() == 3 + 30 + 1);
+    CHECK(cached.out == whole.out);
+  }
+}
+
 TEST_CASE("mpx gpt --stochastic-rounding without masters: a stopped and resumed run adopts the flags and ends bit for "
           "bit where an unbroken one does", "[cli][gpt]") {
   if (!fs::exists("/usr/share/common-licenses")) return;

@@ -3,12 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 
-#include "models/lstm_lm.h"
 #include "tools/cli_args.h"
 
 namespace mpx::cli {
@@ -28,8 +28,8 @@ LanguageModel make_language_model(const std::string& arch, int64_t vocab, int64_
     models::LSTMLMConfig c;
     c.vocab_size = vocab;
     c.dropout = dropout;
-    auto m = std::make_shared<models::LSTMLMImpl>(c);
-    lm.net = nn::AnyModule(m);
+    lm.lstm = std::make_shared<models::LSTMLMImpl>(c);
+    lm.net = nn::AnyModule(lm.lstm);
     lm.n_ctx = context > 0 ? context : 256;  // a recurrent model takes any length; this is the window
   } else {
     const std::vector<std::string> known = lm_archs();
@@ -152,6 +152,49 @@ std::vector<optim::ParamGroup> decay_groups(nn::Module& m, const optim::AdamWOpt
   return g;
 }
 
+namespace {
+// The logits after the last token of a growing sequence. The model keeps what it has seen (a
+// GPT's keys and values, an LSTM's state) while the sequence fits the window, and runs only the
+// tokens it has not; past the window it runs the last n_ctx tokens from the start each time.
+// MPX_GENERATE_CACHE=0 runs the whole window for every token (what the cache must reproduce).
+class NextLogits {
+ public:
+  NextLogits(const LanguageModel& lm, Device device) : lm_(lm), device_(device) {
+    const char* v = std::getenv("MPX_GENERATE_CACHE");
+    keep_ = (lm.gpt || lm.lstm) && !(v && std::string(v) == "0");
+  }
+
+  Tensor operator()(const std::vector<int64_t>& ids) {
+    const int64_t n = static_cast<int64_t>(ids.size());
+    const bool incremental = keep_ && n <= lm_.n_ctx;
+    if (!incremental) seen_ = 0, cache_.clear(), state_.clear();
+    const int64_t from = incremental ? seen_ : n - std::min(n, lm_.n_ctx);
+    Tensor x = tensor(std::vector<int64_t>(ids.begin() + from, ids.end()), {1, n - from}).to(device_);
+    Tensor logits;  // [V]
+    if (lm_.gpt) {
+      // amp's autocast for a holder call, around the body that projects the last row only.
+      nn::detail::ForwardAutocastScope scope(lm_.gpt->forward_cast());
+      Tensor f = lm_.gpt->features(x, incremental ? &cache_ : nullptr);
+      logits = nn::functional::linear(f.select(1, f.size(1) - 1), lm_.gpt->wte->weight).select(0, 0);
+    } else if (lm_.lstm) {
+      logits = models::LSTMLM(lm_.lstm)(x, incremental ? &state_ : nullptr).select(1, n - from - 1).select(0, 0);
+    } else {
+      logits = lm_.net(x).select(1, n - from - 1).select(0, 0);
+    }
+    if (incremental) seen_ = n;
+    return logits.to(Device::cpu(), kFloat32);
+  }
+
+ private:
+  const LanguageModel& lm_;
+  Device device_;
+  bool keep_ = false;
+  int64_t seen_ = 0;
+  models::GPTKVCache cache_;
+  models::LSTMLMState state_;
+};
+}  // namespace
+
 std::vector<int64_t> generate(const LanguageModel& lm, std::vector<int64_t> ids, int64_t n, double temperature,
                               int64_t top_k, uint64_t seed, Device device) {
   MPX_CHECK(!ids.empty(), "generation needs a prompt of at least one token");
@@ -163,11 +206,9 @@ std::vector<int64_t> generate(const LanguageModel& lm, std::vector<int64_t> ids,
   m.eval();
   {
     NoGradGuard ng;
+    NextLogits next_logits(lm, device);
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t len = std::min<int64_t>(static_cast<int64_t>(ids.size()), lm.n_ctx);
-      std::vector<int64_t> window(ids.end() - len, ids.end());
-      Tensor x = tensor(window, {1, len}).to(device);
-      Tensor logits = lm.net(x).select(1, len - 1).select(0, 0).to(Device::cpu(), kFloat32);  // [V]
+      Tensor logits = next_logits(ids);
       int64_t next = 0;
       if (temperature <= 0) {
         next = std::get<1>(topk(logits, 1)).item<int64_t>();

@@ -9,6 +9,7 @@
 
 #include "data/text.h"
 #include "models/gpt.h"
+#include "models/lstm_lm.h"
 #include "tools/ranks.h"
 
 namespace mpx::cli {
@@ -18,6 +19,7 @@ struct LanguageModel {
   std::string arch;                          ///< "gpt-tiny", ..., "lstm-lm"
   nn::AnyModule net;                         ///< the model (amp and DDP wrap this)
   std::shared_ptr<models::GPTImpl> gpt;      ///< set for the GPT-2 family (Hugging Face weights in and out)
+  std::shared_ptr<models::LSTMLMImpl> lstm;  ///< set for lstm-lm
   int64_t n_ctx = 0;                         ///< the longest input (GPT: its learned positions)
   int64_t params = 0;                        ///< parameters (tied weights counted once)
   /// Training FLOPs per token (forward + backward), PaLM's 6N + 12 L C T for attention; MFU's numerator.
@@ -95,6 +97,9 @@ std::vector<optim::ParamGroup> decay_groups(nn::Module& m, const optim::AdamWOpt
 /// Samples `n` tokens after `prompt` (ids) from `net`: the last n_ctx tokens in, the last
 /// position's logits divided by `temperature`, only the `top_k` most likely kept (0: all), then
 /// a draw. Seeded by `seed` on its own generator state, so training's random stream is untouched.
+/// While the sequence fits n_ctx, a GPT runs only the new token on its key/value cache and an
+/// LSTM on its carried state (the same logits as the whole window, to rounding); past n_ctx each
+/// token runs the last n_ctx from the start, as a sliding window must.
 std::vector<int64_t> generate(const LanguageModel& lm, std::vector<int64_t> prompt, int64_t n, double temperature,
                               int64_t top_k, uint64_t seed, Device device);
 
