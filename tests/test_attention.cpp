@@ -97,6 +97,13 @@ std::vector<Config> configs() {
       {"odd sizes E 7, Ev 5", 1, 1, 1, 65, 129, 7, 5},
       {"one query, one key", 1, 2, 2, 1, 1, 3, 2},
       {"long keys, E != Ev", 1, 1, 1, 3, 200, 24, 40, true},
+      // A few queries (a token at a time on a key/value cache) take their own kernel on the CPU.
+      {"one query on many keys", 2, 4, 4, 1, 70, 16, 16},
+      {"two queries, causal L < S", 1, 2, 2, 2, 40, 8, 8, true},
+      {"two queries, bool mask [L, S]", 2, 2, 2, 2, 45, 8, 8, false, Config::kBool},
+      {"four queries, additive mask [B, H, L, S]", 1, 3, 3, 4, 50, 8, 12, false, Config::kAdditive},
+      {"one query, GQA 4 heads on 2, padding mask", 2, 4, 2, 1, 33, 8, 8, false, Config::kBoolPadding},
+      {"one query, additive mask [1, H, 1, S], odd sizes", 2, 3, 3, 1, 31, 7, 5, false, Config::kAdditiveBroadcast},
   };
 }
 
@@ -220,6 +227,16 @@ TEST_CASE("inputs of other ranks and strides", "[attention]") {
   const tensor_list af = run(causal, qf, kf, vf, wf);
   const tensor_list bf = run(causal, qf.to(kFloat64), kf.to(kFloat64), vf.to(kFloat64), wf.to(kFloat64));
   for (int n = 0; n < 4; ++n) CHECK(rel_err(af[n], bf[n]) < 1e-5);
+  // One query on keys and values that are the first rows of larger buffers (a key/value cache).
+  for (DType dt : {kFloat64, kFloat32, kBFloat16}) {
+    INFO(dtype_name(dt));
+    const Tensor kc = randn_f64({2, 3, 40, 16}, 19).to(dt), vc = randn_f64({2, 3, 40, 16}, 20).to(dt);
+    const Tensor q1 = randn_f64({2, 3, 1, 16}, 21).to(dt);
+    const Tensor got = scaled_dot_product_attention(q1, kc.narrow(2, 0, 25), vc.narrow(2, 0, 25));
+    const Tensor want = scaled_dot_product_attention_math(q1.to(kFloat64), kc.narrow(2, 0, 25).to(kFloat64),
+                                                          vc.narrow(2, 0, 25).to(kFloat64));
+    CHECK(rel_err(got, want) < tol(dt));
+  }
   // A non-unit last stride is copied, not misread.
   const Tensor qs = randn_f64({1, 1, 8, 10}, 12).transpose(-2, -1);
   const Tensor ks = randn_f64({1, 1, 9, 8}, 13), vs = randn_f64({1, 1, 9, 3}, 14);
@@ -320,6 +337,18 @@ TEST_CASE("f64 gradchecks of the public op: causal, bool and additive masks, GQA
           return scaled_dot_product_attention(x[0], x[1], x[2], {}, 0.3, false, 0.5);
         },
                   {q, k, v}) == "");
+  // Two queries (the few-query forward): causal, a bool mask, dropout.
+  const Tensor q2 = leaf({1, 2, 2, 3});
+  CHECK(gradcheck([](const tensor_list& x) { return scaled_dot_product_attention(x[0], x[1], x[2], {}, 0.0, true); },
+                  {q2, k, v}) == "");
+  const Tensor bmask2 = gt(randn_f64({2, 6}, 6), -0.7);
+  CHECK(gradcheck([&](const tensor_list& x) { return scaled_dot_product_attention(x[0], x[1], x[2], bmask2); },
+                  {q2, k, v}) == "");
+  CHECK(gradcheck([](const tensor_list& x) {
+          manual_seed(78);
+          return scaled_dot_product_attention(x[0], x[1], x[2], {}, 0.3);
+        },
+                  {q2, k, v}) == "");
 }
 
 TEST_CASE("the math path has second derivatives, the fused one says where to get them", "[attention][gradcheck]") {
@@ -336,11 +365,12 @@ TEST_CASE("the math path has second derivatives, the fused one says where to get
 }
 
 TEST_CASE("dropout: fused and math paths draw the same mask from the same generator state", "[attention]") {
+  for (int64_t L : {19, 2})  // 2: the few-query forward
   for (bool causal : {false, true}) {
-    INFO("causal " << causal);
-    const Tensor q = randn_f64({2, 2, 19, 8}, 1), k = randn_f64({2, 2, 23, 8}, 2), v = randn_f64({2, 2, 23, 8}, 3);
-    const Tensor w = randn_f64({2, 2, 19, 8}, 4);
-    const Tensor mask = causal ? Tensor() : gt(randn_f64({19, 23}, 5), -1.0);
+    INFO("L " << L << ", causal " << causal);
+    const Tensor q = randn_f64({2, 2, L, 8}, 1), k = randn_f64({2, 2, 23, 8}, 2), v = randn_f64({2, 2, 23, 8}, 3);
+    const Tensor w = randn_f64({2, 2, L, 8}, 4);
+    const Tensor mask = causal ? Tensor() : gt(randn_f64({L, 23}, 5), -1.0);
     manual_seed(123);
     const tensor_list a = run(
         [&](const Tensor& x, const Tensor& y, const Tensor& z) {

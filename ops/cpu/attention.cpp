@@ -105,9 +105,66 @@ template <typename A> struct HeadRows {
   const A* row(int64_t b, int64_t hk, int64_t j) const { return base + st.at(b, hk, j); }
 };
 
+// Queries few enough that a tile of kBq would be mostly padding (one per step when generating
+// with a key/value cache): each query row on its own, its scores over all keys in one pass (a
+// dot product per key, vectorized over the head dim), one exp per weight, then the weighted sum
+// of value rows. Reads K and V once per query, in place and in their own dtype.
+constexpr int64_t kFewQueries = 4;
+
+template <typename T> void few_queries_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                                               const Tensor& v, const Tensor& mask, const SdpaParams& prm) {
+  using A = acc_t<T>;
+  const Operands<A, T> o(q, k, v, mask, prm);
+  T* out_p = out.data_ptr<T>();
+  const Strides4 so(out);
+  A* lse_p = lse.data_ptr<A>();
+  const int64_t E = o.E, Ev = o.Ev, L = o.L, S = o.S;
+  const A sc = static_cast<A>(o.scale);
+  parallel_tasks(o.B * o.H * L, [&](int64_t t0, int64_t t1) {
+    Tensor h1, h2, h3;
+    A* w = scratch<A>(h1, S);  // scores, then weights
+    A* qa = scratch<A>(h2, E);
+    A* acc = scratch<A>(h3, Ev);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t i = t % L, bh = t / L, b = bh / o.H, h = bh % o.H, hk = o.kv_head(h);
+      const T* qrow = o.q + o.sq.at(b, h, i);
+      for (int64_t c = 0; c < E; ++c) qa[c] = static_cast<A>(qrow[c]) * sc;
+      const int64_t seen = o.causal ? std::min(S, i + 1) : S;  // PyTorch's is_causal: key j <= query i
+      A mx = kNegInf<A>;
+      for (int64_t j = 0; j < seen; ++j) {
+        const T* krow = o.k + o.sk.at(b, hk, j);
+        A d = 0;
+#pragma omp simd reduction(+ : d)
+        for (int64_t c = 0; c < E; ++c) d += qa[c] * static_cast<A>(krow[c]);
+        if (o.mask) d += o.mask[o.sm.at(b, h, i) + j * o.sm.s[3]];
+        w[j] = d;
+        mx = d > mx ? d : mx;
+      }
+      std::fill(acc, acc + Ev, A(0));
+      A l = 0;
+      if (mx != kNegInf<A>) {  // else every key is masked: a zero row, lse -inf
+#pragma omp simd reduction(+ : l)
+        for (int64_t j = 0; j < seen; ++j) {
+          w[j] = exp_nonpos(w[j] - mx);
+          l += w[j];
+        }
+        for (int64_t j = 0; j < seen; ++j) {
+          const A p = o.p > 0.0 ? w[j] * o.dropout_factor(b, h, i, j) : w[j];
+          if (p == A(0)) continue;
+          const T* vrow = o.v + o.sv.at(b, hk, j);
+#pragma omp simd
+          for (int64_t c = 0; c < Ev; ++c) acc[c] += p * static_cast<A>(vrow[c]);
+        }
+      }
+      finish_rows(out_p + so.at(b, h, i), so.s[2], lse_p + (b * o.H + h) * L + i, acc, Ev, &mx, &l, 1, Ev);
+    }
+  });
+}
+
 template <typename T> struct SdpaForward {
   static void run(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                   const Tensor& mask, const SdpaParams& prm) {
+    if (q.size(2) <= kFewQueries) return few_queries_forward<T>(out, lse, q, k, v, mask, prm);
     if constexpr (std::is_same_v<T, BFloat16>)
       if (sdpa_forward_bf16(out, lse, q, k, v, mask, prm)) return;
     using A = acc_t<T>;
