@@ -63,8 +63,9 @@ int main(int argc, char** argv) {
     // With the cache the model sees only the tokens it has not; without, the whole sequence.
     const int64_t from = cache ? kv.length : 0, n = static_cast<int64_t>(ids.size());
     Tensor x = tensor(std::vector<int64_t>(ids.begin() + from, ids.end()), {1, n - from});
-    Tensor logits = model->forward(x, cache ? &kv : nullptr);
-    ids.push_back(logits.select(1, n - from - 1).argmax(-1).item<int64_t>());
+    // Only the last position's logits are needed: ln_f's last row onto the (tied) vocabulary.
+    Tensor last = model->features(x, cache ? &kv : nullptr).select(1, n - from - 1);
+    ids.push_back(F::linear(last, model->wte->weight).argmax(-1).item<int64_t>());
     if (i == 0) {
       first_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (profile) profiler::start();
