@@ -8,6 +8,7 @@
 
 #include "models/gpt.h"
 #include "models/lstm_lm.h"
+#include "test_util.h"
 
 using namespace mpx;
 
@@ -138,4 +139,25 @@ TEST_CASE("LSTM language model's carried state detached cuts backpropagation at 
   // The second window's loss reaches the weights through its own steps only: it backpropagates without the first.
   m(ids.narrow(1, 3, 3), &state).sum().backward();
   CHECK(m->lstm->named_parameters()["weight_hh_l0"].grad().defined());
+}
+
+TEST_CASE("cuda GPT with a key/value cache matches the CPU's whole sequence", "[cuda][gpt][generate]") {
+  if (!testing::cuda_ready()) return;
+  manual_seed(15);
+  models::GPT m(small_gpt());
+  m->eval();
+  const Tensor ids = random_ids(50, 2, 20, 10);
+  NoGradGuard ng;
+  const Tensor whole = m->forward(ids);
+  m->to(Device::cuda());
+  for (bool bf16 : {false, true}) {
+    INFO("bf16 autocast " << bf16);
+    amp::AutocastGuard ac(kBFloat16, bf16);
+    models::GPTKVCache cache;
+    const Tensor stepped = in_pieces(ids.to(Device::cuda()), {8, 5, 1, 1, 1, 1, 1, 1, 1},
+                                     [&](const Tensor& x) { return m->forward(x, &cache); });
+    CHECK(cache.keys[0].device().is_cuda());
+    const double tol = bf16 ? 0.05 * max(abs(whole)).item<double>() : 1e-4;
+    CHECK(max_abs_diff(stepped.to(Device::cpu()), whole) < tol);
+  }
 }
