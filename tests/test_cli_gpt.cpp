@@ -8,6 +8,7 @@
 
 #include <mpx/mpx.h>
 
+#include "models/gpt_hf.h"
 #include "tests/cli_util.h"
 
 namespace fs = std::filesystem;
@@ -205,6 +206,21 @@ TEST_CASE("mpx gpt on llm.c token shards: trains, exports Hugging Face weights t
   INFO(g.out);
   REQUIRE(g.rc == 0);
   CHECK(g.out.rfind("[464 2068 ", 0) == 0);
+  // Generating needs no data: the checkpoint gives the vocabulary and, without --arch, the preset.
+  const CliRun g2 = run_mpx("gpt --pretrained " + q(hf) + " --generate '464 2068' --sample 5 --temperature 0", "2>&1");
+  INFO(g2.out);
+  CHECK(g2.rc == 0);
+  CHECK(g2.out == g.out);
+  const CliRun no_data = mpx::testing::mpx_err("gpt --pretrained " + q(hf) + " --steps 2 --out " + q(dir / "nd"));
+  CHECK(no_data.rc == 2);
+  CHECK(has(no_data.out, "give --tokens GLOB"));
+  // A GPT-2 of a shape no preset has is named as such.
+  mpx::models::GPTConfig odd = mpx::models::GPTConfig::preset("gpt-tiny", 300);
+  odd.n_layer = 2;
+  mpx::models::save_hf_gpt2(*mpx::models::GPT(odd), (dir / "odd.safetensors").string());
+  const CliRun o = mpx::testing::mpx_err("gpt --pretrained " + q(dir / "odd.safetensors") + " --generate '1 2'");
+  CHECK(o.rc == 2);
+  CHECK(has(o.out, "2 layers, width 128 and context 128, which is none of the presets"));
 
   // A shard cut short is refused, naming the file and where.
   std::vector<char> bytes;

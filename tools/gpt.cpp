@@ -95,6 +95,20 @@ std::string unhex(const std::string& h, const std::string& path) {
   return s;
 }
 
+// The GPT-2 preset whose depth and width a Hugging Face checkpoint has (--pretrained without --arch).
+std::string pretrained_arch(const TensorDict& hf, const std::string& path) {
+  const models::GPTConfig c = models::hf_gpt2_config(hf, 1);  // heads do not change the shapes compared here
+  std::string list;
+  for (const std::string& name : models::GPTConfig::presets()) {
+    const models::GPTConfig p = models::GPTConfig::preset(name);
+    if (p.n_layer == c.n_layer && p.n_embd == c.n_embd && p.n_ctx == c.n_ctx) return name;
+    list += (list.empty() ? "" : ", ") + name;
+  }
+  throw UsageError("--pretrained " + path + " holds a GPT-2 of " + std::to_string(c.n_layer) + " layers, width " +
+                   std::to_string(c.n_embd) + " and context " + std::to_string(c.n_ctx) +
+                   ", which is none of the presets (" + list + "); mpx gpt runs those only");
+}
+
 }  // namespace
 
 int run_gpt(int argc, char** argv) {
@@ -104,7 +118,6 @@ int run_gpt(int argc, char** argv) {
   TensorDict ck;
   if (!parse_resumable(args, argc, argv, "gpt", kRunFlags, kFreeFlags, ck_meta, ck)) return 0;
   const std::string resume = args.str("--resume");
-  const std::string arch = args.str("--arch");
   const int64_t batch = args.integer("--batch-size", 1), accum = args.integer("--grad-accum", 1);
   const int64_t steps = args.integer("--steps", 1), context_flag = args.integer("--context", 0);
   const double lr = args.number("--lr", 0.0);
@@ -138,22 +151,40 @@ int run_gpt(int argc, char** argv) {
     cuda::cudnn_benchmark(false);
   }
 
+  // Hugging Face weights first: without --arch they name the preset, and generating from them needs no data.
+  TensorDict hf;
+  std::string arch = args.str("--arch");
+  if (!pretrained.empty()) {
+    if (arch == "lstm-lm") throw UsageError("--pretrained loads GPT-2 weights; --arch " + arch + " is not a GPT-2 model");
+    hf = load_tensors(pretrained);
+    if (!args.given("--arch") && resume.empty()) arch = pretrained_arch(hf, pretrained);
+  }
+  const bool ids_only = !pretrained.empty() && generating && args.str("--text").empty() && args.str("--tokens").empty();
+  if (!pretrained.empty() && !generating && args.str("--text").empty() && args.str("--tokens").empty())
+    throw UsageError("--pretrained fine-tunes GPT-2 weights on GPT-2 token ids: give --tokens GLOB (llm.c's shards; "
+                     "docs/data.md has a one-line tokenizer script), or add --generate to only generate");
+
   // Data first: the vocabulary sizes the model.
   const std::string stored = meta_str(ck_meta, "vocab.chars").empty() ? "" : unhex(meta_str(ck_meta, "vocab.chars"), resume);
-  TokenData d = open_token_data(args.str("--text"), args.str("--tokens"), args.str("--val-tokens"), val_fraction, stored);
+  TokenData d;
+  if (ids_only) {
+    d.vocab_size = models::hf_gpt2_config(hf).vocab_size;
+    d.source = "no data (GPT-2 ids)";
+  } else {
+    d = open_token_data(args.str("--text"), args.str("--tokens"), args.str("--val-tokens"), val_fraction, stored);
+  }
   manual_seed(seed);
   LanguageModel lm = make_language_model(arch, d.vocab_size, context_flag, dropout);
   const int64_t context = lm.n_ctx;
   if (!pretrained.empty()) {
     if (!lm.gpt) throw UsageError("--pretrained loads GPT-2 weights; --arch " + arch + " is not a GPT-2 model");
-    Metadata pm;
-    TensorDict hf = load_tensors(pretrained, &pm);
     try {
       models::load_hf_gpt2(*lm.gpt, hf);
     } catch (const std::exception& e) {
       MPX_ERROR("--pretrained ", pretrained, " does not fit --arch ", arch, " with a vocabulary of ", d.vocab_size,
                 " (", e.what(), "); GPT-2 checkpoints need --tokens data (GPT-2 ids) and the arch of their size");
     }
+    hf.clear();  // the model holds the weights now
   }
   lm.net.ptr()->to(device);
 
