@@ -280,6 +280,25 @@ TEST_CASE("emulated CUDA attention (flash and row-per-thread kernels) gives the 
     }
 }
 
+// Generation's calls: one or a few queries on keys and values that are the first rows of a larger key/value cache
+// buffer (row stride the head dim, head stride the cache's length), with the mask that aligns a chunk to its positions.
+TEST_CASE("emulated CUDA attention on a key/value cache's views gives the CPU's values", "[emulated][attention]") {
+  for (DType dt : {kFloat32, kFloat16, kBFloat16}) {
+    for (int64_t L : {1, 3}) {
+      INFO(dtype_name(dt) << " L " << L);
+      const Tensor K = rnd({2, 4, 96, 64}, dt, 1), V = rnd({2, 4, 96, 64}, dt, 2), q = rnd({2, 4, L, 64}, dt, 3);
+      const int64_t S = 70;
+      const Tensor mask = L > 1 ? tril(ones({L, S}, TensorOptions(kBool)), S - L) : Tensor();
+      tensor_list cuda;
+      const tensor_list cpu = both({OpId::sdpa_fused}, [&] {
+        NoGradGuard ng;
+        return tensor_list{scaled_dot_product_attention(q, K.narrow(2, 0, S), V.narrow(2, 0, S), mask)};
+      }, cuda);
+      check_close(cpu, cuda, "sdpa on a cache", dt == kFloat16 ? 4e-3 : tolerance(dt));
+    }
+  }
+}
+
 // With the flash kernels switched off (cuda::enable_flash_sdp), f16/bf16 calls run the row kernels.
 TEST_CASE("emulated CUDA attention with the flash kernels off gives the CPU's values", "[emulated][attention]") {
   const bool was = cuda::flash_sdp_enabled();
