@@ -5,6 +5,7 @@
 
 #include "ops/attention.h"
 #include "ops/index.h"
+#include "ops/op_utils.h"
 #include "ops/shape.h"
 
 namespace mpx::models {
@@ -74,14 +75,15 @@ Tensor GPTBlockImpl::forward(const Tensor& x, GPTKVCache* cache, size_t layer) {
   if (cache) {
     const int64_t past = cache->length;
     Tensor &K = cache->keys[layer], &V = cache->values[layer];
-    if (past == 0 && (!K.defined() || K.size(0) != B || K.dtype() != k.dtype() || K.device() != k.device())) {
-      K = empty({B, H, config.n_ctx, D}, k.options());
-      V = empty({B, H, config.n_ctx, D}, v.options());
+    const IntList shape = {B, H, config.n_ctx, D};
+    const bool fits = K.defined() && K.sizes() == shape && K.dtype() == k.dtype() && K.device() == k.device();
+    if (past == 0 && !fits) {
+      K = empty(shape, k.options());
+      V = empty(shape, v.options());
     }
-    MPX_CHECK(K.defined() && K.size(0) == B && K.dtype() == k.dtype() && K.device() == k.device(),
-              "GPT: the cache holds ", past, " tokens of batch ", K.defined() ? K.size(0) : 0, " in ",
-              K.defined() ? dtype_name(K.dtype()) : "nothing", ", this call gives batch ", B, " in ",
-              dtype_name(k.dtype()), "; clear() the cache to start a new sequence");
+    MPX_CHECK(past == 0 || fits, "GPT: the cache holds ", past, " tokens as ", K.defined() ? ops::describe(K) : "nothing",
+              ", this call needs ", shape_str(shape), " ", dtype_name(k.dtype()), " on ", k.device().str(),
+              " (another batch size, dtype, device or model); clear() the cache to start a new sequence");
     K.narrow(2, past, T).copy_(k);
     V.narrow(2, past, T).copy_(v);
     k = K.narrow(2, 0, past + T);

@@ -101,6 +101,16 @@ TEST_CASE("GPT's key/value cache refuses what it cannot hold, naming it", "[gpt]
   fails_with(ids.narrow(1, 0, 5), "pass the context n_ctx = 24");                   // 20 + 5 > 24
   fails_with(ids.narrow(0, 0, 1).narrow(1, 0, 1), "clear() the cache");           // another batch size mid-sequence
   CHECK(cache.length == 20);                                                       // refused calls add nothing
+  models::GPTConfig other = small_gpt();
+  other.n_head = 4;  // the same depth and width, other head shapes
+  models::GPT m2(other);
+  m2->eval();
+  try {
+    m2->forward(ids.narrow(1, 0, 1), &cache);
+    FAIL("no error for another model's cache");
+  } catch (const std::exception& e) {
+    CHECK(std::string(e.what()).find("another batch size, dtype, device or model") != std::string::npos);
+  }
   m->forward(ids.narrow(1, 0, 4), &cache);
   CHECK(cache.length == 24);
 }
