@@ -31,7 +31,7 @@ struct GPTConfig {
 struct GPTKVCache {
   std::vector<Tensor> keys, values;
   int64_t length = 0;  ///< the tokens held: the position of the next token
-  /// Forgets the tokens; the buffers stay for the next sequence of the same batch size and dtype.
+  /// Forgets the tokens; the buffers stay for the next sequence (replaced if it needs others).
   void clear() { length = 0; }
 };
 
@@ -62,7 +62,8 @@ struct GPTImpl : nn::Module {
   /// idx i64 [B, T]: the tokens that follow the cache's (positions cache->length ...), whose keys
   /// and values are appended to it -> logits [B, T, vocab], equal (to rounding) to the last T rows
   /// of forward() on the whole sequence. A null cache is forward(idx). Throws when gradients are
-  /// enabled, when the cache would pass n_ctx, or when its batch size or dtype differ.
+  /// enabled, when the cache would pass n_ctx, or when it holds tokens of another batch size,
+  /// dtype, device or model (an empty cache takes any).
   Tensor forward(const Tensor& idx, GPTKVCache* cache);
   /// ln_f's output [B, T, n_embd] for idx after the cache's tokens (null: from position 0):
   /// generation projects only the last row onto the vocabulary.
