@@ -1,6 +1,6 @@
 // CPU training step of models written the way a user ports them from PyTorch (peer:
 // bench/peer_seq_modules_cpu.py): a pre-norm nn::TransformerEncoder (GELU, batch_first) and a two-layer
-// nn::LSTM or nn::GRU, each under an nn::Linear head; the same initial weights and inputs on both sides (--write).
+// nn::LSTM, nn::GRU or nn::RNN (tanh), each under an nn::Linear head; the same initial weights and inputs on both sides (--write).
 #include <mpx/mpx.h>
 
 #include "ops/profiler.h"
@@ -41,6 +41,7 @@ template <typename Rnn, typename Options> struct RnnNet : nn::Module {
 };
 using LstmNet = RnnNet<nn::LSTM, nn::LSTMOptions>;
 using GruNet = RnnNet<nn::GRU, nn::GRUOptions>;
+using ElmanNet = RnnNet<nn::RNN, nn::RNNOptions>;
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -56,17 +57,17 @@ int main(int argc, char** argv) {
     else if (i + 1 < argc && a == "--dir") dir = argv[++i];
     else if (i + 1 < argc && a == "--steps") steps = std::stoll(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--model encoder|lstm|gru] [--dtype f32|bf16] [--steps N] [--dir DIR] [--write] [--profile]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--model encoder|lstm|gru|rnn] [--dtype f32|bf16] [--steps N] [--dir DIR] [--write] [--profile]\n", argv[0]);
       return 2;
     }
   }
   manual_seed(0);
-  if (model != "encoder" && model != "lstm" && model != "gru") {
-    std::fprintf(stderr, "--model: expected encoder, lstm or gru, got '%s'\n", model.c_str());
+  if (model != "encoder" && model != "lstm" && model != "gru" && model != "rnn") {
+    std::fprintf(stderr, "--model: expected encoder, lstm, gru or rnn, got '%s'\n", model.c_str());
     return 2;
   }
   const bool enc = model == "encoder";
-  // encoder: 4 layers of width 256, 4 heads, 16 x 128 tokens; lstm/gru: 2 layers of 512 over 256 inputs, 16 x 64 steps.
+  // encoder: 4 layers of width 256, 4 heads, 16 x 128 tokens; lstm/gru/rnn: 2 layers of 512 over 256 inputs, 16 x 64 steps.
   const int64_t B = 16, T = enc ? 128 : 64, D = 256;
   std::shared_ptr<nn::Module> net;
   std::function<Tensor(const Tensor&)> forward;
@@ -78,8 +79,10 @@ int main(int argc, char** argv) {
     use(std::make_shared<EncoderNet>(D, 4, 4));
   else if (model == "lstm")
     use(std::make_shared<LstmNet>("lstm", D, 512));
-  else
+  else if (model == "gru")
     use(std::make_shared<GruNet>("gru", D, 512));
+  else
+    use(std::make_shared<ElmanNet>("rnn", D, 512));
   const Tensor x = randn({B, T, D}), target = randn({B, T, D});
   if (write) {
     std::system(("mkdir -p '" + dir + "'").c_str());

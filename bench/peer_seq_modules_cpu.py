@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch peer of bench/bench_seq_modules_cpu: the same pre-norm TransformerEncoder and two-layer LSTM or GRU, initial
+"""PyTorch peer of bench/bench_seq_modules_cpu: the same pre-norm TransformerEncoder and two-layer LSTM, GRU or RNN, initial
 weights and inputs (DIR/MODEL.safetensors, written by the mpx program with --write)."""
 import argparse, os, time
 
@@ -24,7 +24,7 @@ class EncoderNet(nn.Module):
 class RnnNet(nn.Module):
     def __init__(self, kind, d, hidden):
         super().__init__()
-        setattr(self, kind, (nn.LSTM if kind == "lstm" else nn.GRU)(d, hidden, num_layers=2, batch_first=True))
+        setattr(self, kind, {"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN}[kind](d, hidden, num_layers=2, batch_first=True))
         self.kind = kind
         self.head = nn.Linear(hidden, d)
 
@@ -33,7 +33,7 @@ class RnnNet(nn.Module):
 
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--model", choices=["encoder", "lstm", "gru"], default="encoder")
+ap.add_argument("--model", choices=["encoder", "lstm", "gru", "rnn"], default="encoder")
 ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
 ap.add_argument("--steps", type=int, default=12)
 ap.add_argument("--dir", default="out/bench_seq")

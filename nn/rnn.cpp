@@ -94,6 +94,34 @@ std::tuple<Tensor, Tensor> GRUImpl::forward(const Tensor& input, const Tensor& h
 }
 void GRUImpl::pretty_print(std::ostream& os) const { print_rnn(os, "GRU", options); }
 
+namespace {
+// The nonlinearity option: true for "relu", false for "tanh", an error naming both otherwise.
+bool relu_of(const char* op, const std::string& nonlinearity) {
+  MPX_CHECK(nonlinearity == "tanh" || nonlinearity == "relu", op, ": nonlinearity must be \"tanh\" or \"relu\", got \"",
+            nonlinearity, "\"");
+  return nonlinearity == "relu";
+}
+}  // namespace
+
+RNNImpl::RNNImpl(const RNNOptions& o) : options(o) {
+  relu_of("RNN", o.nonlinearity());
+  flat_weights_ = register_rnn(*this, "RNN", o, 1);
+  reset_parameters();
+}
+void RNNImpl::reset_parameters() { init_uniform(flat_weights_, options.hidden_size()); }
+std::tuple<Tensor, Tensor> RNNImpl::forward(const Tensor& input, const Tensor& hx) {
+  const RnnArgs a = args_of(options, is_training());
+  auto [out, hn] = relu_of("RNN", options.nonlinearity()) ? mpx::rnn_relu(input, hx, flat_weights_, a)
+                                                          : mpx::rnn_tanh(input, hx, flat_weights_, a);
+  return {out, hn};
+}
+void RNNImpl::pretty_print(std::ostream& os) const {
+  os << "RNN(" << options.input_size() << ", " << options.hidden_size() << ", num_layers=" << options.num_layers()
+     << ", nonlinearity=" << options.nonlinearity() << ", bias=" << bool_text(options.bias())
+     << ", batch_first=" << bool_text(options.batch_first()) << ", dropout=" << options.dropout()
+     << ", bidirectional=" << bool_text(options.bidirectional()) << ")";
+}
+
 // ---------------------------------------------------------------- cells
 
 namespace {
@@ -115,7 +143,7 @@ Tensor zero_state(const Tensor& x, int64_t H) {
   MPX_CHECK(x.defined(), "RNN cell: input is undefined");
   return x.dim() == 1 ? zeros({H}, x.options()) : zeros({x.size(0), H}, x.options());
 }
-void print_cell(std::ostream& os, const char* name, const RNNCellOptions& o) {
+void print_cell(std::ostream& os, const char* name, const LSTMCellOptions& o) {
   os << name << "(" << o.input_size() << ", " << o.hidden_size() << ", bias=" << bool_text(o.bias()) << ")";
 }
 }  // namespace
@@ -147,5 +175,21 @@ Tensor GRUCellImpl::forward(const Tensor& input, const Tensor& hx) {
   return mpx::gru_cell(input, h, weight_ih, weight_hh, bias_ih, bias_hh);
 }
 void GRUCellImpl::pretty_print(std::ostream& os) const { print_cell(os, "GRUCell", options); }
+
+RNNCellImpl::RNNCellImpl(const RNNCellOptions& o) : options(o) {
+  relu_of("RNNCell", o.nonlinearity());
+  register_cell(*this, "RNNCell", 1);
+  reset_parameters();
+}
+void RNNCellImpl::reset_parameters() { init_uniform({weight_ih, weight_hh, bias_ih, bias_hh}, options.hidden_size()); }
+Tensor RNNCellImpl::forward(const Tensor& input, const Tensor& hx) {
+  const Tensor h = hx.defined() ? hx : zero_state(input, options.hidden_size());
+  return relu_of("RNNCell", options.nonlinearity()) ? mpx::rnn_relu_cell(input, h, weight_ih, weight_hh, bias_ih, bias_hh)
+                                                    : mpx::rnn_tanh_cell(input, h, weight_ih, weight_hh, bias_ih, bias_hh);
+}
+void RNNCellImpl::pretty_print(std::ostream& os) const {
+  os << "RNNCell(" << options.input_size() << ", " << options.hidden_size() << ", bias=" << bool_text(options.bias())
+     << ", nonlinearity=" << options.nonlinearity() << ")";
+}
 
 }  // namespace mpx::nn

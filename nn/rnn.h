@@ -1,5 +1,5 @@
-// Recurrent layers: nn::LSTM, nn::GRU, nn::LSTMCell, nn::GRUCell (LibTorch's API, PyTorch's parameter
-// names, layouts and initialization).
+// Recurrent layers: nn::LSTM, nn::GRU, nn::RNN, nn::LSTMCell, nn::GRUCell, nn::RNNCell (LibTorch's API,
+// PyTorch's parameter names, layouts and initialization).
 #pragma once
 #include <optional>
 #include <string>
@@ -55,6 +55,26 @@ class GRUImpl : public Module {
 };
 MPX_MODULE(GRU);
 
+/// Multi-layer Elman RNN: h_t = tanh (or relu) of x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh; parameters as
+/// LSTM's with H rows (weight_ih_l0 [H, in], weight_hh_l0 [H, H], ...).
+class RNNImpl : public Module {
+ public:
+  explicit RNNImpl(const RNNOptions& options);
+  RNNImpl(int64_t input_size, int64_t hidden_size) : RNNImpl(RNNOptions(input_size, hidden_size)) {}
+  void reset_parameters();
+  /// input as LSTM's; hx [L*D, N, H] (undefined: zeros). Returns (output, h_n).
+  std::tuple<Tensor, Tensor> forward(const Tensor& input, const Tensor& hx = {});
+  std::string name() const override { return "RNN"; }
+  void pretty_print(std::ostream& os) const override;
+  const std::vector<Tensor>& flat_weights() const { return flat_weights_; }
+
+  RNNOptions options;
+
+ private:
+  std::vector<Tensor> flat_weights_;
+};
+MPX_MODULE(RNN);
+
 /// One LSTM step: weight_ih [4H, I], weight_hh [4H, H], bias_ih, bias_hh [4H].
 class LSTMCellImpl : public Module {
  public:
@@ -86,5 +106,21 @@ class GRUCellImpl : public Module {
   Tensor weight_ih, weight_hh, bias_ih, bias_hh;
 };
 MPX_MODULE(GRUCell);
+
+/// One Elman RNN step: weight_ih [H, I], weight_hh [H, H], bias_ih, bias_hh [H].
+class RNNCellImpl : public Module {
+ public:
+  explicit RNNCellImpl(const RNNCellOptions& options);
+  RNNCellImpl(int64_t input_size, int64_t hidden_size) : RNNCellImpl(RNNCellOptions(input_size, hidden_size)) {}
+  void reset_parameters();
+  /// input [N, I] (or [I]); hx [N, H], zeros when undefined. Returns h'.
+  Tensor forward(const Tensor& input, const Tensor& hx = {});
+  std::string name() const override { return "RNNCell"; }
+  void pretty_print(std::ostream& os) const override;
+
+  RNNCellOptions options;
+  Tensor weight_ih, weight_hh, bias_ih, bias_hh;
+};
+MPX_MODULE(RNNCell);
 
 }  // namespace mpx::nn

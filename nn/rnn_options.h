@@ -1,7 +1,8 @@
-// Options of the recurrent layers (LSTM, GRU and their cells) and of RMSNorm (LibTorch's names).
+// Options of the recurrent layers (LSTM, GRU, RNN and their cells) and of RMSNorm (LibTorch's names).
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "core/arg.h"
 #include "core/tensor.h"
@@ -35,15 +36,36 @@ struct GRUOptions {
   MPX_ARG(bool, bidirectional) = false;
 };
 
+/// Options of nn::RNN, the Elman RNN (LibTorch's RNNOptions): nonlinearity "tanh" or "relu".
+struct RNNOptions {
+  RNNOptions(int64_t input_size, int64_t hidden_size) : input_size_(input_size), hidden_size_(hidden_size) {}
+  MPX_ARG(int64_t, input_size);
+  MPX_ARG(int64_t, hidden_size);
+  MPX_ARG(int64_t, num_layers) = 1;
+  MPX_ARG(std::string, nonlinearity) = "tanh";
+  MPX_ARG(bool, bias) = true;
+  MPX_ARG(bool, batch_first) = false;
+  MPX_ARG(double, dropout) = 0.0;
+  MPX_ARG(bool, bidirectional) = false;
+};
+
 /// Options of nn::LSTMCell and nn::GRUCell (LibTorch's LSTMCellOptions / GRUCellOptions).
+struct LSTMCellOptions {
+  LSTMCellOptions(int64_t input_size, int64_t hidden_size) : input_size_(input_size), hidden_size_(hidden_size) {}
+  MPX_ARG(int64_t, input_size);
+  MPX_ARG(int64_t, hidden_size);
+  MPX_ARG(bool, bias) = true;
+};
+using GRUCellOptions = LSTMCellOptions;
+
+/// Options of nn::RNNCell (LibTorch's RNNCellOptions): nonlinearity "tanh" or "relu".
 struct RNNCellOptions {
   RNNCellOptions(int64_t input_size, int64_t hidden_size) : input_size_(input_size), hidden_size_(hidden_size) {}
   MPX_ARG(int64_t, input_size);
   MPX_ARG(int64_t, hidden_size);
   MPX_ARG(bool, bias) = true;
+  MPX_ARG(std::string, nonlinearity) = "tanh";
 };
-using LSTMCellOptions = RNNCellOptions;
-using GRUCellOptions = RNNCellOptions;
 
 /// Options of nn::RMSNorm (PyTorch's nn.RMSNorm): eps unset = the input dtype's machine epsilon.
 struct RMSNormOptions {

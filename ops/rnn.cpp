@@ -1,6 +1,6 @@
-// LSTM and GRU: the fused pointwise cells (kernel forward and backward, a differentiable backward
-// formula when the backward is recorded), the cells with their GEMMs, and the sequence ops that
-// loop over directions and layers (each layer's steps are one node, ops/rnn_layer.cpp).
+// LSTM, GRU and Elman RNNs: the fused pointwise cells (kernel forward and backward, a differentiable
+// backward formula when the backward is recorded), the cells with their GEMMs, and the sequence ops
+// that loop over directions and layers (each layer's steps are one node, ops/rnn_layer.cpp).
 #include "ops/rnn.h"
 
 #include <optional>
@@ -191,7 +191,28 @@ Tensor gru_cell(const Tensor& x0, const Tensor& h0, const Tensor& w_ih0, const T
 }
 
 namespace {
-// What lstm and gru share: checks, the time-major batched view of the input, the state per
+Tensor elman_cell(bool relu, const Tensor& x0, const Tensor& h0, const Tensor& w_ih0, const Tensor& w_hh0,
+                  const Tensor& b_ih0, const Tensor& b_hh0) {
+  auto in = ops::autocast(relu ? OpId::rnn_relu : OpId::rnn_tanh, {x0, h0, w_ih0, w_hh0, b_ih0, b_hh0});
+  const bool unbatched = check_cell(relu ? "rnn_relu_cell" : "rnn_tanh_cell", 1, in[0], {in[1]}, in[2], in[3], in[4], in[5]);
+  auto batch = [&](const Tensor& t) { return unbatched ? t.unsqueeze(0) : t; };
+  const Tensor z = add(linear(batch(in[0]), in[2], in[4]), linear(batch(in[1]), in[3], in[5]));
+  const Tensor h = relu ? mpx::relu(z) : mpx::tanh(z);
+  return unbatched ? h.squeeze(0) : h;
+}
+}  // namespace
+
+Tensor rnn_tanh_cell(const Tensor& x, const Tensor& h, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
+                     const Tensor& b_hh) {
+  return elman_cell(false, x, h, w_ih, w_hh, b_ih, b_hh);
+}
+Tensor rnn_relu_cell(const Tensor& x, const Tensor& h, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
+                     const Tensor& b_hh) {
+  return elman_cell(true, x, h, w_ih, w_hh, b_ih, b_hh);
+}
+
+namespace {
+// What lstm, gru and the Elman RNNs share: checks, the time-major batched view of the input, the state per
 // (layer, direction), and the layer loop. `step` runs one direction of one layer over x [T, N, In]
 // from its initial states and weights, returning (outputs [T, N, H], final states...).
 struct SeqPlan {
@@ -411,6 +432,35 @@ std::pair<Tensor, Tensor> gru(const Tensor& input0, const Tensor& h00, const ten
   };
   auto [out, finals] = run_layers(p, params, a, run);
   return {out, stack_states(p, finals, 0)};
+}
+
+
+namespace {
+std::pair<Tensor, Tensor> elman(bool relu, const Tensor& input0, const Tensor& h00, const tensor_list& params0,
+                                const RnnArgs& a) {
+  tensor_list all = {input0, h00};
+  all.insert(all.end(), params0.begin(), params0.end());
+  all = ops::autocast(relu ? OpId::rnn_relu : OpId::rnn_tanh, all);
+  const Tensor &input = all[0], &h0 = all[1];
+  const tensor_list params(all.begin() + 2, all.end());
+  const SeqPlan p = check_seq(relu ? "rnn_relu" : "rnn_tanh", 1, input, {h0}, params, a);
+  auto run = [&](const Tensor& x, int64_t idx, bool reverse, const Tensor& w_ih, const Tensor& w_hh,
+                 const Tensor& b_ih, const Tensor& b_hh) -> std::pair<Tensor, tensor_list> {
+    const Tensor bias = b_ih.defined() ? add(b_ih, b_hh) : Tensor();
+    const Tensor gi = linear(x.reshape({p.T * p.N, x.size(2)}), w_ih, bias).view({p.T, p.N, w_ih.size(0)});
+    auto [out, h] = rnn_detail::elman_layer(gi, initial_state(p, h0, idx), w_hh, relu, reverse);
+    return {out, {h}};
+  };
+  auto [out, finals] = run_layers(p, params, a, run);
+  return {out, stack_states(p, finals, 0)};
+}
+}  // namespace
+
+std::pair<Tensor, Tensor> rnn_tanh(const Tensor& input, const Tensor& h0, const tensor_list& params, const RnnArgs& a) {
+  return elman(false, input, h0, params, a);
+}
+std::pair<Tensor, Tensor> rnn_relu(const Tensor& input, const Tensor& h0, const tensor_list& params, const RnnArgs& a) {
+  return elman(true, input, h0, params, a);
 }
 
 }  // namespace mpx

@@ -1,5 +1,6 @@
 // Recurrent ops: the fused LSTM/GRU cells (pointwise kernels), the cells with their GEMMs, and the
-// multi-layer, optionally bidirectional sequence ops lstm and gru (PyTorch's torch.lstm / torch.gru).
+// multi-layer, optionally bidirectional sequence ops lstm, gru and the Elman rnn_tanh / rnn_relu
+// (PyTorch's torch.lstm / torch.gru / torch.rnn_tanh / torch.rnn_relu).
 #pragma once
 #include <tuple>
 #include <utility>
@@ -24,6 +25,13 @@ std::pair<Tensor, Tensor> lstm_cell(const Tensor& x, const Tensor& h, const Tens
 Tensor gru_cell(const Tensor& x, const Tensor& h, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih = {},
                 const Tensor& b_hh = {});
 
+/// One Elman RNN step (torch.rnn_tanh_cell / torch.rnn_relu_cell): h' = act(x W_ih^T + b_ih + h W_hh^T + b_hh)
+/// with w_ih [H, I], w_hh [H, H], biases [H] optional. Autocast: lower, as PyTorch.
+Tensor rnn_tanh_cell(const Tensor& x, const Tensor& h, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih = {},
+                     const Tensor& b_hh = {});
+Tensor rnn_relu_cell(const Tensor& x, const Tensor& h, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih = {},
+                     const Tensor& b_hh = {});
+
 /// Options of the sequence ops (PyTorch's torch.lstm/gru arguments after hx and params).
 struct RnnArgs {
   bool has_biases = true;
@@ -46,5 +54,11 @@ std::tuple<Tensor, Tensor, Tensor> lstm(const Tensor& input, const Tensor& h0, c
                                         const tensor_list& params, const RnnArgs& args);
 /// Multi-layer GRU, as lstm with one state: returns (output, h_n).
 std::pair<Tensor, Tensor> gru(const Tensor& input, const Tensor& h0, const tensor_list& params, const RnnArgs& args);
+/// Multi-layer Elman RNN with tanh (rnn_tanh) or ReLU (rnn_relu), as gru with [H, *] weights: returns (output, h_n).
+/// Each layer and direction is one autograd node as lstm's; on CUDA too (cuDNN's RNN is not used for them).
+std::pair<Tensor, Tensor> rnn_tanh(const Tensor& input, const Tensor& h0, const tensor_list& params,
+                                   const RnnArgs& args);
+std::pair<Tensor, Tensor> rnn_relu(const Tensor& input, const Tensor& h0, const tensor_list& params,
+                                   const RnnArgs& args);
 
 }  // namespace mpx

@@ -1,5 +1,5 @@
 // Shared by the recurrent family's sources (ops/rnn.cpp, ops/rnn_layer.cpp): the cells' differentiable
-// backward formulas and the whole-sequence layer nodes.
+// backward formulas and the whole-sequence layer nodes (LSTM, GRU, Elman).
 #pragma once
 #include <tuple>
 
@@ -27,5 +27,9 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& gi, const Tensor& h0
 /// b_hh [3H] (undefined: none). Returns (out [T, N, H], h_T).
 std::pair<Tensor, Tensor> gru_layer(const Tensor& gi, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh,
                                     bool reverse);
+
+/// One direction of one Elman RNN layer likewise: gi [T, N, H] = x W_ih^T + b_ih + b_hh, h0 [N, H], w_hh [H, H];
+/// h_t = tanh (relu: max(0, .)) of gi_t + h_{t-1} W_hh^T. Returns (out [T, N, H], h_T).
+std::pair<Tensor, Tensor> elman_layer(const Tensor& gi, const Tensor& h0, const Tensor& w_hh, bool relu, bool reverse);
 
 }  // namespace mpx::rnn_detail

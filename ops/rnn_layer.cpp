@@ -1,5 +1,5 @@
-// One direction of one LSTM/GRU layer over a whole sequence as a single autograd node: the steps run on the
-// device's GEMM and fused-cell kernels into whole-sequence buffers, and the backward forms the recurrent
+// One direction of one LSTM/GRU/Elman layer over a whole sequence as a single autograd node: the steps run on
+// the device's GEMM and cell kernels into whole-sequence buffers, and the backward forms the recurrent
 // weight's gradient in one GEMM over every step's rows.
 #include "autograd/grad_mode.h"
 #include "ops/elementwise.h"
@@ -128,6 +128,37 @@ tensor_list gru_layer_backward_graph(const tensor_list& g, const Tensor& gi, con
   const Tensor d = stack(dgh, 0);
   const Tensor db = b_hh.defined() ? sum(d.reshape({-1, d.size(2)}), {0}) : Tensor();
   return {stack(dgi, 0), dh, weight_grad(d, stack(hprev, 0)), db};
+}
+
+// An Elman step's pre-activation gradient from dh and the step's output h: tanh' = 1 - h^2, relu' = (h > 0).
+Tensor elman_grad(const Tensor& dh, const Tensor& h, bool relu) {
+  return relu ? threshold_backward(dh, h, 0.0) : dh * (1.0 - h * h);
+}
+
+// The Elman layer's gradients as a differentiable graph (create_graph).
+tensor_list elman_layer_backward_graph(const tensor_list& g, const Tensor& gi, const Tensor& h0, const Tensor& w_hh,
+                                       bool relu, bool reverse) {
+  const int64_t T = gi.size(0);
+  std::vector<Tensor> hs(static_cast<size_t>(T)), hprev(static_cast<size_t>(T));
+  Tensor h = h0;
+  const Tensor w_t = w_hh.t();
+  for (int64_t s = 0; s < T; ++s) {
+    const size_t t = static_cast<size_t>(time_of(s, T, reverse));
+    hprev[t] = h;
+    const Tensor z = addmm(gi.select(0, static_cast<int64_t>(t)), h, w_t);
+    h = hs[t] = relu ? mpx::relu(z) : mpx::tanh(z);
+  }
+  Tensor dh = dense_grad(g[1], h0);
+  tensor_list dgi(static_cast<size_t>(T));
+  for (int64_t s = T - 1; s >= 0; --s) {
+    const int64_t t = time_of(s, T, reverse);
+    const size_t k = static_cast<size_t>(t);
+    if (g[0].defined()) dh = dh + g[0].select(0, t).to(h0.dtype());
+    dgi[k] = elman_grad(dh, hs[k], relu);
+    dh = mm(dgi[k], w_hh);
+  }
+  const Tensor d = stack(dgi, 0);
+  return {d, dh, weight_grad(d, stack(hprev, 0))};
 }
 
 // Drops the gradients of inputs that need none.
@@ -262,6 +293,61 @@ std::pair<Tensor, Tensor> gru_layer(const Tensor& gi0, const Tensor& h00, const 
     for (const Tensor& t : {gi, h0, w_hh, b_hh}) n->save(t);
     n->save(out, true);
     n->save(ws);
+  }
+  return {out, hT};
+}
+
+std::pair<Tensor, Tensor> elman_layer(const Tensor& gi0, const Tensor& h00, const Tensor& w_hh, bool relu,
+                                      bool reverse) {
+  const Tensor gi = gi0.contiguous(), h0 = h00.contiguous();
+  const int64_t T = gi.size(0);
+  const Tensor out = empty(gi.sizes(), gi.options());
+  Tensor hT = h0.clone();
+  if (out.numel() > 0) {
+    NoGradGuard ng;
+    StepGemm gemm(w_hh.t(), 1.0);
+    Tensor z = empty(h0.sizes(), h0.options());
+    Tensor h = h0;
+    for (int64_t s = 0; s < T; ++s) {
+      const int64_t t = time_of(s, T, reverse);
+      z.copy_(gi.select(0, t));
+      gemm(z, h);
+      Tensor ht = out.select(0, t);
+      ht.copy_(relu ? mpx::relu(z) : mpx::tanh(z));
+      h = ht;
+    }
+    hT.copy_(h);
+  }
+  auto backward = [relu, reverse](FunctionNode& self, const tensor_list& g) -> tensor_list {
+    const Tensor gi = self.saved(0), h0 = self.saved(1), w_hh = self.saved(2);
+    if (GradMode::is_enabled()) return only_wanted(self, elman_layer_backward_graph(g, gi, h0, w_hh, relu, reverse));
+    const Tensor out = self.saved(3);
+    const int64_t T = out.size(0);
+    auto [dout, dh] = backward_seed(g, out, h0, reverse);
+    Tensor dgi = empty(gi.sizes(), gi.options());
+    if (out.numel() > 0) {
+      StepGemm gemm(w_hh, 1.0);
+      for (int64_t s = T - 1; s >= 0; --s) {
+        const int64_t t = time_of(s, T, reverse);
+        Tensor d = dgi.select(0, t);
+        d.copy_(elman_grad(dh, out.select(0, t), relu));
+        // dh of the step run before this one: what its output got from above, plus the recurrence.
+        if (s > 0 && dout.defined())
+          dh.copy_(dout.select(0, time_of(s - 1, T, reverse)));
+        else
+          dh.zero_();
+        gemm(dh, d);
+      }
+    } else {
+      dgi.zero_();
+    }
+    return only_wanted(self, {dgi, dh, recurrent_weight_grad(dgi, out, h0, w_hh, reverse)});
+  };
+  const char* name = relu ? (reverse ? "RnnReluLayerReverseBackward" : "RnnReluLayerBackward")
+                          : (reverse ? "RnnTanhLayerReverseBackward" : "RnnTanhLayerBackward");
+  if (auto n = autograd::record(name, {gi, h0, w_hh}, {out, hT}, backward)) {
+    for (const Tensor& t : {gi, h0, w_hh}) n->save(t);
+    n->save(out, true);
   }
   return {out, hT};
 }
