@@ -11,6 +11,7 @@
 #include "ops/shape.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
+#include "ops/index.h"
 #include "ops/linalg.h"
 #include "ops/op_utils.h"
 #include "ops/reduction.h"
@@ -310,6 +311,77 @@ Tensor TransformerEncoderImpl::forward(const Tensor& src, const Tensor& mask, co
   }
   if (!norm.is_empty()) x = norm(x);
   return x;
+}
+
+// ---------------------------------------------------------------- TransformerDecoder, Transformer
+
+TransformerDecoderImpl::TransformerDecoderImpl(const TransformerDecoderOptions& o) : options(o) {
+  MPX_CHECK(!o.decoder_layer().is_empty(), "TransformerDecoder: decoder_layer is empty");
+  MPX_CHECK(o.num_layers() >= 0, "TransformerDecoder: num_layers must be non-negative, got ", o.num_layers());
+  layers = register_module("layers", ModuleList());
+  const StateDict proto = o.decoder_layer()->state_dict();
+  for (int64_t i = 0; i < o.num_layers(); ++i) {
+    TransformerDecoderLayer layer(o.decoder_layer()->options);
+    layer->load_state_dict(proto);  // PyTorch deep-copies the layer: every copy starts equal
+    layer->train(o.decoder_layer()->is_training());
+    layers->push_back(layer);
+  }
+  if (!o.norm().is_empty()) norm = register_module("norm", o.norm());
+}
+
+Tensor TransformerDecoderImpl::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
+                                       const Tensor& memory_mask, const Tensor& tgt_key_padding_mask,
+                                       const Tensor& memory_key_padding_mask, bool tgt_is_causal,
+                                       bool memory_is_causal) {
+  Tensor x = tgt;
+  for (const auto& m : *layers)
+    x = m->as<TransformerDecoderLayerImpl>()->forward(x, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
+                                                      memory_key_padding_mask, tgt_is_causal, memory_is_causal);
+  if (!norm.is_empty()) x = norm(x);
+  return x;
+}
+
+TransformerImpl::TransformerImpl(const TransformerOptions& o) : options(o) {
+  const TransformerLayerOptions layer = TransformerLayerOptions(o.d_model(), o.nhead())
+                                            .dim_feedforward(o.dim_feedforward())
+                                            .dropout(o.dropout())
+                                            .activation(o.activation())
+                                            .layer_norm_eps(o.layer_norm_eps())
+                                            .batch_first(o.batch_first())
+                                            .norm_first(o.norm_first())
+                                            .bias(o.bias());
+  auto final_norm = [&] { return LayerNorm(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())); };
+  encoder = register_module(
+      "encoder", TransformerEncoder(TransformerEncoderOptions(layer, o.num_encoder_layers()).norm(final_norm())));
+  decoder = register_module(
+      "decoder", TransformerDecoder(TransformerDecoderOptions(layer, o.num_decoder_layers()).norm(final_norm())));
+  NoGradGuard ng;
+  for (const Tensor& p : parameters())
+    if (p.dim() > 1) init::xavier_uniform_(p);
+}
+
+Tensor TransformerImpl::forward(const Tensor& src, const Tensor& tgt, const Tensor& src_mask, const Tensor& tgt_mask,
+                                const Tensor& memory_mask, const Tensor& src_key_padding_mask,
+                                const Tensor& tgt_key_padding_mask, const Tensor& memory_key_padding_mask,
+                                bool src_is_causal, bool tgt_is_causal, bool memory_is_causal) {
+  MPX_CHECK(src.defined() && tgt.defined(), "Transformer: src and tgt must be defined");
+  const int64_t batch_dim = options.batch_first() ? 0 : 1;
+  MPX_CHECK(src.dim() != 3 || tgt.dim() != 3 || src.size(batch_dim) == tgt.size(batch_dim),
+            "Transformer: src and tgt must have the same batch size, got ", ops::describe(src), " and ",
+            ops::describe(tgt), options.batch_first() ? " (batch_first: dim 0)" : " (dim 1; batch_first is off)");
+  MPX_CHECK(src.size(-1) == options.d_model() && tgt.size(-1) == options.d_model(),
+            "Transformer: the feature dim of src and tgt must be d_model = ", options.d_model(), ", got ",
+            ops::describe(src), " and ", ops::describe(tgt));
+  const Tensor memory = encoder(src, src_mask, src_key_padding_mask, src_is_causal);
+  return decoder(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal,
+                 memory_is_causal);
+}
+
+Tensor TransformerImpl::generate_square_subsequent_mask(int64_t sz, const TensorOptions& o) {
+  MPX_CHECK(sz >= 0, "Transformer::generate_square_subsequent_mask: size must be non-negative, got ", sz);
+  TensorOptions f = o;
+  if (!is_floating(f.dtype_)) f.dtype(kFloat32);
+  return triu(full({sz, sz}, -INFINITY, f), 1);
 }
 
 }  // namespace mpx::nn

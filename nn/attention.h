@@ -153,4 +153,79 @@ class TransformerEncoderImpl : public Module {
 };
 MPX_MODULE(TransformerEncoder);
 
+/// Options of TransformerDecoder: the layer to copy num_layers times and an optional final norm.
+struct TransformerDecoderOptions {
+  TransformerDecoderOptions(TransformerDecoderLayer decoder_layer, int64_t num_layers)
+      : decoder_layer_(std::move(decoder_layer)), num_layers_(num_layers) {}
+  TransformerDecoderOptions(const TransformerDecoderLayerOptions& layer, int64_t num_layers)
+      : decoder_layer_(TransformerDecoderLayer(layer)), num_layers_(num_layers) {}
+  MPX_ARG(TransformerDecoderLayer, decoder_layer);
+  MPX_ARG(int64_t, num_layers);
+  /// Applied after the last layer when set (PyTorch's `norm`).
+  MPX_ARG(LayerNorm, norm) = nullptr;
+};
+
+/// PyTorch's nn.TransformerDecoder: layers.0 ... layers.{n-1}, copies of decoder_layer, then the
+/// optional norm.
+class TransformerDecoderImpl : public Module {
+ public:
+  TransformerDecoderImpl(TransformerDecoderLayer decoder_layer, int64_t num_layers)
+      : TransformerDecoderImpl(TransformerDecoderOptions(std::move(decoder_layer), num_layers)) {}
+  explicit TransformerDecoderImpl(const TransformerDecoderOptions& options);
+  /// As TransformerDecoderLayer::forward, through every layer.
+  Tensor forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask = {}, const Tensor& memory_mask = {},
+                 const Tensor& tgt_key_padding_mask = {}, const Tensor& memory_key_padding_mask = {},
+                 bool tgt_is_causal = false, bool memory_is_causal = false);
+  std::string name() const override { return "TransformerDecoder"; }
+
+  TransformerDecoderOptions options;
+  ModuleList layers{nullptr};
+  LayerNorm norm{nullptr};
+};
+MPX_MODULE(TransformerDecoder);
+
+/// Options of nn::Transformer (PyTorch's defaults: the base model of "Attention Is All You Need").
+struct TransformerOptions {
+  TransformerOptions() = default;
+  TransformerOptions(int64_t d_model, int64_t nhead) : d_model_(d_model), nhead_(nhead) {}
+  MPX_ARG(int64_t, d_model) = 512;
+  MPX_ARG(int64_t, nhead) = 8;
+  MPX_ARG(int64_t, num_encoder_layers) = 6;
+  MPX_ARG(int64_t, num_decoder_layers) = 6;
+  MPX_ARG(int64_t, dim_feedforward) = 2048;
+  MPX_ARG(double, dropout) = 0.1;
+  /// "relu" or "gelu".
+  MPX_ARG(std::string, activation) = "relu";
+  MPX_ARG(double, layer_norm_eps) = 1e-5;
+  MPX_ARG(bool, batch_first) = false;
+  MPX_ARG(bool, norm_first) = false;
+  MPX_ARG(bool, bias) = true;
+};
+
+/// PyTorch's nn.Transformer: `encoder` (a TransformerEncoder with a final LayerNorm) and `decoder`
+/// (a TransformerDecoder with one), the same state-dict keys (encoder.layers.0.self_attn.in_proj_weight,
+/// ..., decoder.norm.bias); every matrix initialized xavier_uniform_ as PyTorch's _reset_parameters.
+class TransformerImpl : public Module {
+ public:
+  TransformerImpl() : TransformerImpl(TransformerOptions()) {}
+  explicit TransformerImpl(const TransformerOptions& options);
+  /// src [S, N, E] and tgt [T, N, E] (batch_first: [N, *, E]) -> [T, N, E]: the encoder on src, the
+  /// decoder on tgt over its output; masks and flags as the layers take them (memory_mask and
+  /// memory_key_padding_mask are the decoder's cross-attention ones; PyTorch's default for the
+  /// latter is src_key_padding_mask's absence, not its copy).
+  Tensor forward(const Tensor& src, const Tensor& tgt, const Tensor& src_mask = {}, const Tensor& tgt_mask = {},
+                 const Tensor& memory_mask = {}, const Tensor& src_key_padding_mask = {},
+                 const Tensor& tgt_key_padding_mask = {}, const Tensor& memory_key_padding_mask = {},
+                 bool src_is_causal = false, bool tgt_is_causal = false, bool memory_is_causal = false);
+  /// A float [sz, sz] mask: 0 on and below the diagonal, -inf above (PyTorch's
+  /// Transformer.generate_square_subsequent_mask).
+  static Tensor generate_square_subsequent_mask(int64_t sz, const TensorOptions& options = {});
+  std::string name() const override { return "Transformer"; }
+
+  TransformerOptions options;
+  TransformerEncoder encoder{nullptr};
+  TransformerDecoder decoder{nullptr};
+};
+MPX_MODULE(Transformer);
+
 }  // namespace mpx::nn

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "autograd/engine.h"
+#include "core/serialize.h"
 #include "core/random.h"
 #include "nn/attention.h"
 #include "ops/activation.h"
@@ -283,4 +284,52 @@ TEST_CASE("TransformerEncoder stacks copies of its layer and the final norm", "[
   CHECK(rel_err(out, ref) < 1e-12);
   sum(out).backward();
   for (const auto& p : enc->parameters()) CHECK(p.grad().defined());
+}
+
+TEST_CASE("nn::Transformer loads torch.nn.Transformer's state dict and gives its output (post- and pre-norm)",
+          "[nn][attention]") {
+  for (const std::string name : {"post_norm_relu", "pre_norm_gelu"}) {
+    INFO(name);
+    // tests/golden/make_transformer_reference.py: PyTorch's weights under its names, and under "ref." its run.
+    const TensorDict file = load_tensors(std::string(MPX_TEST_DATA) + "/golden/transformer/" + name + ".safetensors");
+    std::map<std::string, Tensor> weights;
+    for (const auto& [k, v] : file)
+      if (k.rfind("ref.", 0) != 0) weights[k] = v;
+    const bool pre = name == "pre_norm_gelu";
+    nn::Transformer model(nn::TransformerOptions(16, 2).num_encoder_layers(2).num_decoder_layers(2).dim_feedforward(32)
+                              .dropout(0.0).activation(pre ? "gelu" : "relu").batch_first(true).norm_first(pre));
+    model->load_state_dict(weights);  // strict: every name and shape matches both ways
+    model->eval();
+    const Tensor tgt_mask = nn::TransformerImpl::generate_square_subsequent_mask(4);
+    CHECK(testing::same_values(tgt_mask, file.at("ref.tgt_mask")));
+    const Tensor pad = file.at("ref.src_key_padding_mask");
+    const Tensor out = model(file.at("ref.src"), file.at("ref.tgt"), Tensor(), tgt_mask, Tensor(), pad, Tensor(), pad);
+    CHECK(out.sizes() == IntList{2, 4, 16});
+    CHECK(max(abs(out - file.at("ref.out"))).item<double>() < 2e-5);
+    // The decoder alone over the encoder's output is the same function.
+    const Tensor memory = model->encoder(file.at("ref.src"), Tensor(), pad);
+    CHECK(max(abs(model->decoder(file.at("ref.tgt"), memory, tgt_mask, Tensor(), Tensor(), pad) - out)).item<double>() <
+          1e-6);
+  }
+}
+
+TEST_CASE("nn::Transformer: xavier-uniform matrices, PyTorch's layout of names, clear errors", "[nn][attention]") {
+  manual_seed(3);
+  nn::Transformer model(nn::TransformerOptions(8, 2).num_encoder_layers(1).num_decoder_layers(1).dim_feedforward(12));
+  for (const auto& item : model->named_parameters()) {
+    const Tensor& p = item.value();
+    INFO(item.key());
+    if (p.dim() < 2) continue;
+    const double bound = std::sqrt(6.0 / static_cast<double>(p.size(0) + p.size(1)));
+    CHECK(max(abs(p)).item<double>() <= bound);
+  }
+  const nn::StateDict sd = model->state_dict();
+  for (const char* key : {"encoder.layers.0.self_attn.in_proj_weight", "encoder.norm.weight",
+                          "decoder.layers.0.multihead_attn.out_proj.weight", "decoder.norm.bias"})
+    CHECK(sd.contains(key));
+  CHECK_THROWS_WITH(model(randn({5, 2, 8}), randn({4, 3, 8})), Catch::Contains("the same batch size"));
+  CHECK_THROWS_WITH(model(randn({5, 2, 8}), randn({4, 2, 6})), Catch::Contains("d_model = 8"));
+  // Unbatched [S, E] / [T, E] inputs, as PyTorch takes them.
+  model->eval();
+  CHECK(model(randn({5, 8}), randn({4, 8})).sizes() == IntList{4, 8});
 }
