@@ -288,17 +288,25 @@ Tensor TransformerDecoderLayerImpl::forward(const Tensor& tgt, const Tensor& mem
 
 // ---------------------------------------------------------------- TransformerEncoder
 
+namespace {
+// num copies of a layer holder, each starting with its parameters (PyTorch deep-copies the layer) and its mode.
+template <typename Layer> ModuleList copies_of(const Layer& proto, int64_t num) {
+  ModuleList list;
+  const StateDict state = proto->state_dict();
+  for (int64_t i = 0; i < num; ++i) {
+    Layer layer(proto->options);
+    layer->load_state_dict(state);
+    layer->train(proto->is_training());
+    list->push_back(layer);
+  }
+  return list;
+}
+}  // namespace
+
 TransformerEncoderImpl::TransformerEncoderImpl(const TransformerEncoderOptions& o) : options(o) {
   MPX_CHECK(!o.encoder_layer().is_empty(), "TransformerEncoder: encoder_layer is empty");
   MPX_CHECK(o.num_layers() >= 0, "TransformerEncoder: num_layers must be non-negative, got ", o.num_layers());
-  layers = register_module("layers", ModuleList());
-  const StateDict proto = o.encoder_layer()->state_dict();
-  for (int64_t i = 0; i < o.num_layers(); ++i) {
-    TransformerEncoderLayer layer(o.encoder_layer()->options);
-    layer->load_state_dict(proto);  // PyTorch deep-copies the layer: every copy starts equal
-    layer->train(o.encoder_layer()->is_training());
-    layers->push_back(layer);
-  }
+  layers = register_module("layers", copies_of(o.encoder_layer(), o.num_layers()));
   if (!o.norm().is_empty()) norm = register_module("norm", o.norm());
 }
 
@@ -318,14 +326,7 @@ Tensor TransformerEncoderImpl::forward(const Tensor& src, const Tensor& mask, co
 TransformerDecoderImpl::TransformerDecoderImpl(const TransformerDecoderOptions& o) : options(o) {
   MPX_CHECK(!o.decoder_layer().is_empty(), "TransformerDecoder: decoder_layer is empty");
   MPX_CHECK(o.num_layers() >= 0, "TransformerDecoder: num_layers must be non-negative, got ", o.num_layers());
-  layers = register_module("layers", ModuleList());
-  const StateDict proto = o.decoder_layer()->state_dict();
-  for (int64_t i = 0; i < o.num_layers(); ++i) {
-    TransformerDecoderLayer layer(o.decoder_layer()->options);
-    layer->load_state_dict(proto);  // PyTorch deep-copies the layer: every copy starts equal
-    layer->train(o.decoder_layer()->is_training());
-    layers->push_back(layer);
-  }
+  layers = register_module("layers", copies_of(o.decoder_layer(), o.num_layers()));
   if (!o.norm().is_empty()) norm = register_module("norm", o.norm());
 }
 

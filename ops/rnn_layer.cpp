@@ -66,6 +66,16 @@ std::pair<Tensor, Tensor> backward_seed(const tensor_list& g, const Tensor& out,
   return {dout, dh};
 }
 
+// dh of the step run before step s (h0's after the first): what its output got from above, plus the recurrence
+// through the gate gradients d of step s (dh += d @ w_hh on `gemm`).
+void recurrent_dh(Tensor& dh, const Tensor& dout, int64_t s, int64_t T, bool reverse, StepGemm& gemm, const Tensor& d) {
+  if (s > 0 && dout.defined())
+    dh.copy_(dout.select(0, time_of(s - 1, T, reverse)));
+  else
+    dh.zero_();
+  gemm(dh, d);
+}
+
 // The recurrent weight's gradient from the gate gradients d [T, N, G] of a layer with outputs out (zeros for
 // an empty sequence).
 Tensor recurrent_weight_grad(const Tensor& d, const Tensor& out, const Tensor& h0, const Tensor& w_hh, bool reverse) {
@@ -213,13 +223,7 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& gi0, const Tensor& h
         const Tensor d = dgi.select(0, t);
         cell(d, dc_prev, dh, dc, acts.select(0, t), c_prev, cs.select(0, t));
         std::swap(dc, dc_prev);
-        // dh of the step run before this one (h0's after the first): what its output got from above, plus the
-        // recurrence.
-        if (s > 0 && dout.defined())
-          dh.copy_(dout.select(0, time_of(s - 1, T, reverse)));
-        else
-          dh.zero_();
-        gemm(dh, d);
+        recurrent_dh(dh, dout, s, T, reverse, gemm, d);
       }
     } else {
       dgi.zero_();
@@ -331,12 +335,7 @@ std::pair<Tensor, Tensor> elman_layer(const Tensor& gi0, const Tensor& h00, cons
         const int64_t t = time_of(s, T, reverse);
         Tensor d = dgi.select(0, t);
         d.copy_(elman_grad(dh, out.select(0, t), relu));
-        // dh of the step run before this one: what its output got from above, plus the recurrence.
-        if (s > 0 && dout.defined())
-          dh.copy_(dout.select(0, time_of(s - 1, T, reverse)));
-        else
-          dh.zero_();
-        gemm(dh, d);
+        recurrent_dh(dh, dout, s, T, reverse, gemm, d);
       }
     } else {
       dgi.zero_();
