@@ -129,6 +129,10 @@ TEST_CASE("mpx gpt: a run stopped by --prof and resumed ends bit for bit where a
   CHECK(a.out == b.out);
   const CliRun g = run_mpx(gen + " --temperature 0", "2>/dev/null"), h = run_mpx(gen + " --temperature 0 --seed 9", "2>/dev/null");
   CHECK(g.out == h.out);  // greedy decoding does not draw
+  CHECK(run_mpx(gen + " --top-p 1e-9 --seed 5", "2>/dev/null").out == g.out);  // a nucleus of one token is greedy
+  const CliRun nucleus = run_mpx(gen + " --top-p 0.8 --seed 3", "2>/dev/null");
+  CHECK(nucleus.rc == 0);
+  CHECK(nucleus.out.size() == a.out.size());
 }
 
 TEST_CASE("mpx gpt --generate: the key/value cache and the LSTM's carried state give the tokens of the whole window, "
@@ -246,6 +250,7 @@ TEST_CASE("mpx gpt: bad flags and data are clear errors", "[cli][gpt]") {
       {"--context 4096", 2, "longer than gpt-tiny's 128 learned positions"},
       {"--text " + q(dir / "missing.txt"), 1, "missing.txt"},
       {"--generate hello", 2, "--generate needs a model"},
+      {"--top-p 0", 2, "--top-p must be in (0, 1]"},
       {"--arch lstm-lm --pretrained " + q(dir / "x.safetensors"), 2, "not a GPT-2 model"},
       {"--text " + q(dir / "a") + " --tokens " + q(dir / "b"), 2, "not both"},
       {"--opt-level O2 --stochastic-rounding", 2, "add --master-weights false"},

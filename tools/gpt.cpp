@@ -59,6 +59,7 @@ Args make_args() {
       .option({"--sample"}, "N", "print N sampled tokens at each evaluation (with --generate: tokens generated)", "0")
       .option({"--temperature"}, "X", "sampling temperature; 0 = always the most likely token", "1.0")
       .option({"--top-k"}, "N", "sample among the k most likely tokens; 0 = all", "0")
+      .option({"--top-p"}, "X", "sample among the most likely tokens whose probabilities sum to X (nucleus); 1 = all", "1.0")
       .option({"--generate"}, "PROMPT", "with --resume: print --sample tokens (200 when 0) after PROMPT and exit")
       .option({"--pretrained"}, "FILE", "start from Hugging Face GPT-2 weights (model.safetensors); GPT-2 archs only")
       .option({"--export-hf"}, "FILE", "at the end, write the weights in Hugging Face GPT-2 layout (transformers loads it)")
@@ -129,9 +130,11 @@ int run_gpt(int argc, char** argv) {
   if (val_fraction >= 1) throw UsageError("--val-fraction must be below 1, got " + args.str("--val-fraction"));
   const int64_t eval_interval = args.integer("--eval-interval", 1), eval_iters = args.integer("--eval-iters", 0);
   const int64_t n_sample = args.integer("--sample", 0), top_k = args.integer("--top-k", 0);
-  const double temperature = args.number("--temperature", 0.0);
+  const double temperature = args.number("--temperature", 0.0), top_p = args.number("--top-p", 0.0);
+  if (top_p <= 0.0 || top_p > 1.0) throw UsageError("--top-p must be in (0, 1], got " + args.str("--top-p"));
   const int64_t print_freq = args.integer("--print-freq", 1);
   const uint64_t seed = static_cast<uint64_t>(args.integer("--seed", 0));
+  const Sampling sampling{temperature, top_k, top_p, seed};
   const bool deterministic = args.on("--deterministic"), generating = args.given("--generate");
   const int64_t prof = generating ? -1 : prof_steps(args, "gpt");  // --generate trains no step
   const Device device = parse_device(args.str("--device"));
@@ -193,7 +196,7 @@ int run_gpt(int argc, char** argv) {
     if (amp_opts.opt_level_ != "O0") amp::initialize(lm.net, amp_opts.verbosity(0));
     const int64_t n = n_sample > 0 ? n_sample : 200;
     const std::vector<int64_t> ids =
-        generate(lm, prompt_ids(d, args.str("--generate")), n, temperature, top_k, seed, device);
+        generate(lm, prompt_ids(d, args.str("--generate")), n, sampling, device);
     std::printf("%s\n", ids_text(d, ids).c_str());
     return 0;
   }
@@ -328,8 +331,9 @@ int run_gpt(int argc, char** argv) {
         std::printf("step %lld: validation loss %.4f, perplexity %.2f\n", static_cast<long long>(step_done), vl, std::exp(vl));
       }
       if (n_sample > 0) {
-        const std::vector<int64_t> ids = generate(lm, prompt_ids(d, ""), n_sample, temperature, top_k,
-                                                  seed + static_cast<uint64_t>(step_done), device);
+        Sampling at_step = sampling;
+        at_step.seed = seed + static_cast<uint64_t>(step_done);
+        const std::vector<int64_t> ids = generate(lm, prompt_ids(d, ""), n_sample, at_step, device);
         std::printf("--- sample at step %lld ---\n%s\n---\n", static_cast<long long>(step_done), ids_text(d, ids).c_str());
       }
       std::fflush(stdout);

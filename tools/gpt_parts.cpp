@@ -195,12 +195,26 @@ class NextLogits {
 };
 }  // namespace
 
-std::vector<int64_t> generate(const LanguageModel& lm, std::vector<int64_t> ids, int64_t n, double temperature,
-                              int64_t top_k, uint64_t seed, Device device) {
+namespace {
+// The smallest logit kept by nucleus sampling: the most likely tokens are kept until their probabilities
+// (softmax of `logits`, [V] f32 on the CPU) reach top_p, at least one.
+double nucleus_floor(const Tensor& logits, double top_p) {
+  const auto [sorted, order] = topk(logits, logits.size(0));
+  const Tensor probs = softmax(sorted, 0).contiguous();
+  const float* p = probs.data_ptr<float>();
+  double sum = 0.0;
+  int64_t last = 0;
+  while (last + 1 < probs.size(0) && (sum += p[last]) < top_p) ++last;
+  return sorted.select(0, last).item<double>();
+}
+}  // namespace
+
+std::vector<int64_t> generate(const LanguageModel& lm, std::vector<int64_t> ids, int64_t n, const Sampling& how,
+                              Device device) {
   MPX_CHECK(!ids.empty(), "generation needs a prompt of at least one token");
   random::Generator& gen = random::default_generator();
   const uint64_t saved_seed = gen.current_seed(), saved_offset = gen.offset();
-  manual_seed(seed);
+  manual_seed(how.seed);
   nn::Module& m = *lm.net.ptr();
   const bool was_training = m.is_training();
   m.eval();
@@ -210,14 +224,15 @@ std::vector<int64_t> generate(const LanguageModel& lm, std::vector<int64_t> ids,
     for (int64_t i = 0; i < n; ++i) {
       Tensor logits = next_logits(ids);
       int64_t next = 0;
-      if (temperature <= 0) {
+      if (how.temperature <= 0) {
         next = std::get<1>(topk(logits, 1)).item<int64_t>();
       } else {
-        logits = logits / temperature;
-        if (top_k > 0 && top_k < logits.size(0)) {
-          const double kth = std::get<0>(topk(logits, top_k)).select(0, top_k - 1).item<double>();
+        logits = logits / how.temperature;
+        if (how.top_k > 0 && how.top_k < logits.size(0)) {
+          const double kth = std::get<0>(topk(logits, how.top_k)).select(0, how.top_k - 1).item<double>();
           logits = masked_fill(logits, logits < kth, -INFINITY);
         }
+        if (how.top_p < 1.0) logits = masked_fill(logits, logits < nucleus_floor(logits, how.top_p), -INFINITY);
         next = multinomial(softmax(logits, 0), 1).item<int64_t>();
       }
       ids.push_back(next);

@@ -94,14 +94,22 @@ double gpt_lr_at(int64_t step, double lr, double min_lr, int64_t warmup, int64_t
 /// embeddings (dim >= 2), none on biases and norms (dim 1). Tied weights appear once.
 std::vector<optim::ParamGroup> decay_groups(nn::Module& m, const optim::AdamWOptions& options);
 
+/// How generate() picks each token.
+struct Sampling {
+  double temperature = 1.0;  ///< logits divided by it; 0 takes the most likely token
+  int64_t top_k = 0;         ///< only the k most likely tokens kept (0: all)
+  double top_p = 1.0;        ///< only the most likely tokens whose probabilities sum to top_p kept (1: all)
+  uint64_t seed = 0;         ///< the draws' seed, on a generator state of their own
+};
+
 /// Samples `n` tokens after `prompt` (ids) from `net`: the last n_ctx tokens in, the last
-/// position's logits divided by `temperature`, only the `top_k` most likely kept (0: all), then
-/// a draw. Seeded by `seed` on its own generator state, so training's random stream is untouched.
+/// position's logits divided by the temperature, only the top-k, then the top-p (nucleus) most
+/// likely kept, then a draw; training's random stream is untouched.
 /// While the sequence fits n_ctx, a GPT runs only the new token on its key/value cache and an
 /// LSTM on its carried state (the same logits as the whole window, to rounding); past n_ctx each
 /// token runs the last n_ctx from the start, as a sliding window must.
-std::vector<int64_t> generate(const LanguageModel& lm, std::vector<int64_t> prompt, int64_t n, double temperature,
-                              int64_t top_k, uint64_t seed, Device device);
+std::vector<int64_t> generate(const LanguageModel& lm, std::vector<int64_t> prompt, int64_t n, const Sampling& how,
+                              Device device);
 
 /// The text of ids (characters, or GPT-2 ids as "[id id ...]" when no tokenizer is known).
 std::string ids_text(const TokenData& d, const std::vector<int64_t>& ids);
