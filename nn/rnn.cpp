@@ -5,6 +5,7 @@
 #include <ostream>
 
 #include "nn/init.h"
+#include "ops/index.h"
 #include "ops/op_utils.h"
 #include "ops/rnn.h"
 
@@ -59,6 +60,19 @@ RnnArgs args_of(const Opts& o, bool training) {
   return a;
 }
 
+// A packed batch through rnn_packed: the initial states into the sorted order and the final ones back (PyTorch's
+// permute_hidden).
+tensor_list run_packed(RnnMode mode, const utils::rnn::PackedSequence& in, tensor_list states,
+                       const std::vector<Tensor>& flat, const RnnArgs& a) {
+  if (const Tensor& order = in.sorted_indices(); order.defined())
+    for (Tensor& s : states)
+      if (s.defined()) s = index_select(s, 1, order.to(s.device()));
+  tensor_list r = rnn_packed(mode, in.data(), in.batch_size_vector(), states, flat, a);
+  if (const Tensor& back = in.unsorted_indices(); back.defined())
+    for (size_t i = 1; i < r.size(); ++i) r[i] = index_select(r[i], 1, back.to(r[i].device()));
+  return r;
+}
+
 template <typename Opts>
 void print_rnn(std::ostream& os, const char* name, const Opts& o) {
   os << name << "(" << o.input_size() << ", " << o.hidden_size() << ", num_layers=" << o.num_layers()
@@ -81,6 +95,13 @@ std::tuple<Tensor, std::tuple<Tensor, Tensor>> LSTMImpl::forward(const Tensor& i
   auto [out, hn, cn] = mpx::lstm(input, h0, c0, flat_weights_, args_of(options, is_training()));
   return {out, {hn, cn}};
 }
+std::tuple<utils::rnn::PackedSequence, std::tuple<Tensor, Tensor>> LSTMImpl::forward_with_packed_input(
+    const utils::rnn::PackedSequence& input, std::optional<std::tuple<Tensor, Tensor>> hx) {
+  Tensor h0, c0;
+  if (hx) std::tie(h0, c0) = *hx;
+  const tensor_list r = run_packed(RnnMode::kLstm, input, {h0, c0}, flat_weights_, args_of(options, is_training()));
+  return {input.with_data(r[0]), {r[1], r[2]}};
+}
 void LSTMImpl::pretty_print(std::ostream& os) const { print_rnn(os, "LSTM", options); }
 
 GRUImpl::GRUImpl(const GRUOptions& o) : options(o) {
@@ -91,6 +112,11 @@ void GRUImpl::reset_parameters() { init_uniform(flat_weights_, options.hidden_si
 std::tuple<Tensor, Tensor> GRUImpl::forward(const Tensor& input, const Tensor& hx) {
   auto [out, hn] = mpx::gru(input, hx, flat_weights_, args_of(options, is_training()));
   return {out, hn};
+}
+std::tuple<utils::rnn::PackedSequence, Tensor> GRUImpl::forward_with_packed_input(const utils::rnn::PackedSequence& input,
+                                                                                  const Tensor& hx) {
+  const tensor_list r = run_packed(RnnMode::kGru, input, {hx}, flat_weights_, args_of(options, is_training()));
+  return {input.with_data(r[0]), r[1]};
 }
 void GRUImpl::pretty_print(std::ostream& os) const { print_rnn(os, "GRU", options); }
 
@@ -114,6 +140,12 @@ std::tuple<Tensor, Tensor> RNNImpl::forward(const Tensor& input, const Tensor& h
   auto [out, hn] = relu_of("RNN", options.nonlinearity()) ? mpx::rnn_relu(input, hx, flat_weights_, a)
                                                           : mpx::rnn_tanh(input, hx, flat_weights_, a);
   return {out, hn};
+}
+std::tuple<utils::rnn::PackedSequence, Tensor> RNNImpl::forward_with_packed_input(const utils::rnn::PackedSequence& input,
+                                                                                  const Tensor& hx) {
+  const RnnMode mode = relu_of("RNN", options.nonlinearity()) ? RnnMode::kRnnRelu : RnnMode::kRnnTanh;
+  const tensor_list r = run_packed(mode, input, {hx}, flat_weights_, args_of(options, is_training()));
+  return {input.with_data(r[0]), r[1]};
 }
 void RNNImpl::pretty_print(std::ostream& os) const {
   os << "RNN(" << options.input_size() << ", " << options.hidden_size() << ", num_layers=" << options.num_layers()

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "nn/module.h"
+#include "nn/packed_sequence.h"
 #include "nn/rnn_options.h"
 
 namespace mpx::nn {
@@ -24,6 +25,10 @@ class LSTMImpl : public Module {
   /// [L*D, N, H], zeros when absent. Returns (output [T, N, D*H], (h_n, c_n)).
   std::tuple<Tensor, std::tuple<Tensor, Tensor>> forward(const Tensor& input,
                                                          std::optional<std::tuple<Tensor, Tensor>> hx = {});
+  /// A packed batch (utils::rnn::pack_padded_sequence): every sequence runs its own length; the output is packed
+  /// as the input, and h_n, c_n hold each sequence's last step, in the input's batch order (as hx).
+  std::tuple<utils::rnn::PackedSequence, std::tuple<Tensor, Tensor>> forward_with_packed_input(
+      const utils::rnn::PackedSequence& input, std::optional<std::tuple<Tensor, Tensor>> hx = {});
   std::string name() const override { return "LSTM"; }
   void pretty_print(std::ostream& os) const override;
   /// The parameters in PyTorch's flat order (per layer, per direction: w_ih, w_hh, b_ih, b_hh).
@@ -44,6 +49,9 @@ class GRUImpl : public Module {
   void reset_parameters();
   /// input as LSTM's; hx [L*D, N, H] (undefined: zeros). Returns (output, h_n).
   std::tuple<Tensor, Tensor> forward(const Tensor& input, const Tensor& hx = {});
+  /// A packed batch, as LSTM's: (packed output, h_n).
+  std::tuple<utils::rnn::PackedSequence, Tensor> forward_with_packed_input(const utils::rnn::PackedSequence& input,
+                                                                           const Tensor& hx = {});
   std::string name() const override { return "GRU"; }
   void pretty_print(std::ostream& os) const override;
   const std::vector<Tensor>& flat_weights() const { return flat_weights_; }
@@ -64,6 +72,9 @@ class RNNImpl : public Module {
   void reset_parameters();
   /// input as LSTM's; hx [L*D, N, H] (undefined: zeros). Returns (output, h_n).
   std::tuple<Tensor, Tensor> forward(const Tensor& input, const Tensor& hx = {});
+  /// A packed batch, as LSTM's: (packed output, h_n).
+  std::tuple<utils::rnn::PackedSequence, Tensor> forward_with_packed_input(const utils::rnn::PackedSequence& input,
+                                                                           const Tensor& hx = {});
   std::string name() const override { return "RNN"; }
   void pretty_print(std::ostream& os) const override;
   const std::vector<Tensor>& flat_weights() const { return flat_weights_; }

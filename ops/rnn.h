@@ -4,6 +4,7 @@
 #pragma once
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -60,5 +61,18 @@ std::pair<Tensor, Tensor> rnn_tanh(const Tensor& input, const Tensor& h0, const 
                                    const RnnArgs& args);
 std::pair<Tensor, Tensor> rnn_relu(const Tensor& input, const Tensor& h0, const tensor_list& params,
                                    const RnnArgs& args);
+
+/// The recurrent cell a packed sequence op runs.
+enum class RnnMode { kLstm, kGru, kRnnTanh, kRnnRelu };
+
+/// lstm / gru / rnn_tanh / rnn_relu over a packed batch (PyTorch's data + batch_sizes overloads, what
+/// nn::utils::rnn::pack_padded_sequence feeds): data [sum(batch_sizes), I] holds step t's batch_sizes[t] rows
+/// after the earlier steps' (positive and non-increasing: the sequences sorted by decreasing length); states: h0
+/// (and c0 for kLstm), each [L*D, N, H] with N = batch_sizes[0] or undefined (zeros). params and args as lstm's
+/// (batch_first does not apply). Returns {data [sum, D*H], h_n (, c_n)}, each sequence's final state taken at its
+/// own last step and the reverse direction starting at each sequence's last element, as PyTorch. The steps run
+/// through autograd one by one, each on the rows still running.
+tensor_list rnn_packed(RnnMode mode, const Tensor& data, const std::vector<int64_t>& batch_sizes, const tensor_list& states,
+                       const tensor_list& params, const RnnArgs& args);
 
 }  // namespace mpx

@@ -1,0 +1,129 @@
+// The recurrent ops over packed batches: each step runs the cell on the rows of the sequences still running, so
+// every sequence stops (and, reversed, starts) at its own length.
+#include <string>
+
+#include "ops/activation.h"
+#include "ops/elementwise.h"
+#include "ops/linalg.h"
+#include "ops/op_utils.h"
+#include "ops/rnn.h"
+#include "ops/shape.h"
+
+namespace mpx {
+namespace {
+const char* name_of(RnnMode m) {
+  switch (m) {
+    case RnnMode::kLstm: return "lstm";
+    case RnnMode::kGru: return "gru";
+    case RnnMode::kRnnTanh: return "rnn_tanh";
+    default: return "rnn_relu";
+  }
+}
+int64_t gates_of(RnnMode m) { return m == RnnMode::kLstm ? 4 : m == RnnMode::kGru ? 3 : 1; }
+OpId op_of(RnnMode m) {
+  switch (m) {
+    case RnnMode::kLstm: return OpId::lstm;
+    case RnnMode::kGru: return OpId::gru;
+    case RnnMode::kRnnTanh: return OpId::rnn_tanh;
+    default: return OpId::rnn_relu;
+  }
+}
+}  // namespace
+
+tensor_list rnn_packed(RnnMode mode, const Tensor& data0, const std::vector<int64_t>& bs, const tensor_list& states0,
+                       const tensor_list& params0, const RnnArgs& a) {
+  const char* op = name_of(mode);
+  const size_t ns = mode == RnnMode::kLstm ? 2 : 1;
+  MPX_CHECK(states0.size() == ns, op, ": expected ", ns, " initial state tensors, got ", states0.size());
+  tensor_list all = {data0};
+  all.insert(all.end(), states0.begin(), states0.end());
+  all.insert(all.end(), params0.begin(), params0.end());
+  all = ops::autocast(op_of(mode), all);
+  const Tensor& data = all[0];
+  const tensor_list states(all.begin() + 1, all.begin() + 1 + static_cast<std::ptrdiff_t>(ns));
+  const tensor_list params(all.begin() + 1 + static_cast<std::ptrdiff_t>(ns), all.end());
+
+  MPX_CHECK(data.defined() && data.dim() == 2 && is_floating(data.dtype()), op,
+            ": a packed sequence's data must be floating [sum of lengths, input_size], got ", ops::describe(data));
+  MPX_CHECK(!bs.empty() && bs[0] >= 1, op, ": a packed sequence needs at least one step of one sequence");
+  int64_t total = 0;
+  for (size_t t = 0; t < bs.size(); ++t) {
+    MPX_CHECK(bs[t] >= 1 && (t == 0 || bs[t] <= bs[t - 1]), op, ": batch_sizes must be positive and non-increasing ",
+              "(sequences sorted by decreasing length), got ", bs[t], " at step ", t);
+    total += bs[t];
+  }
+  MPX_CHECK(total == data.size(0), op, ": batch_sizes sum to ", total, " rows, the data has ", data.size(0));
+  MPX_CHECK(a.num_layers >= 1, op, ": num_layers must be at least 1, got ", a.num_layers);
+  const int64_t G = gates_of(mode), D = a.bidirectional ? 2 : 1, per = a.has_biases ? 4 : 2, N = bs[0];
+  const int64_t T = static_cast<int64_t>(bs.size());
+  MPX_CHECK(static_cast<int64_t>(params.size()) == a.num_layers * D * per, op, ": expected ", a.num_layers * D * per,
+            " parameter tensors, got ", params.size());
+  MPX_CHECK(params[1].defined() && params[1].dim() == 2 && params[1].size(0) == G * params[1].size(1), op,
+            ": weight_hh_l0 ", ops::describe(params[1]), " must be [", G, "*hidden_size, hidden_size]");
+  const int64_t H = params[1].size(1);
+  static const char* names[4] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
+  for (int64_t l = 0; l < a.num_layers; ++l)
+    for (int64_t d = 0; d < D; ++d) {
+      const int64_t in = l == 0 ? data.size(1) : D * H;
+      const IntList want[4] = {{G * H, in}, {G * H, H}, {G * H}, {G * H}};
+      for (int64_t j = 0; j < per; ++j) {
+        const Tensor& w = params[static_cast<size_t>((l * D + d) * per + j)];
+        MPX_CHECK(w.defined() && w.sizes() == want[j] && w.dtype() == data.dtype(), op, ": ", names[j], "_l", l,
+                  d ? "_reverse" : "", " ", ops::describe(w), " must be ", shape_str(want[j]), " in the data's dtype ",
+                  dtype_name(data.dtype()));
+      }
+    }
+  for (const Tensor& s : states)
+    MPX_CHECK(!s.defined() || (s.sizes() == IntList{a.num_layers * D, N, H} && s.dtype() == data.dtype()), op,
+              ": initial state ", ops::describe(s), " must be [", a.num_layers * D, ", ", N, ", ", H, "] in ",
+              dtype_name(data.dtype()), " (num_layers * directions, the longest step's batch, hidden_size)");
+  tensor_list devs = params;
+  devs.push_back(data);
+  for (const Tensor& s : states) devs.push_back(s);
+  ops::common_device(op, devs);
+
+  std::vector<int64_t> offset(bs.size(), 0);
+  for (size_t t = 1; t < bs.size(); ++t) offset[t] = offset[t - 1] + bs[t - 1];
+  Tensor x = data;
+  tensor_list finals_h, finals_c;
+  for (int64_t l = 0; l < a.num_layers; ++l) {
+    tensor_list outs;
+    for (int64_t d = 0; d < D; ++d) {
+      const int64_t idx = l * D + d;
+      const Tensor* w = &params[static_cast<size_t>(idx * per)];
+      const Tensor b_ih = a.has_biases ? w[2] : Tensor(), b_hh = a.has_biases ? w[3] : Tensor();
+      // Every step's input projection in one GEMM (both biases, but for the GRU, whose b_hh sits inside r * (.)).
+      const Tensor gi = linear(x, w[0], mode == RnnMode::kGru || !b_ih.defined() ? b_ih : add(b_ih, b_hh));
+      const Tensor w_t = w[1].t();
+      Tensor h = states[0].defined() ? states[0].select(0, idx) : zeros({N, H}, data.options());
+      Tensor c = mode == RnnMode::kLstm ? (states[1].defined() ? states[1].select(0, idx) : zeros({N, H}, data.options()))
+                                        : Tensor();
+      tensor_list steps(static_cast<size_t>(T));
+      for (int64_t s = 0; s < T; ++s) {
+        const int64_t t = d ? T - 1 - s : s, b = bs[static_cast<size_t>(t)];
+        const Tensor g = gi.narrow(0, offset[static_cast<size_t>(t)], b), hb = h.narrow(0, 0, b);
+        Tensor hn, cn;
+        switch (mode) {
+          case RnnMode::kLstm: std::tie(hn, cn) = lstm_cell_fused(addmm(g, hb, w_t), c.narrow(0, 0, b)); break;
+          case RnnMode::kGru: hn = gru_cell_fused(g, linear(hb, w[1], b_hh), hb); break;
+          case RnnMode::kRnnTanh: hn = tanh(addmm(g, hb, w_t)); break;
+          default: hn = relu(addmm(g, hb, w_t)); break;
+        }
+        steps[static_cast<size_t>(t)] = hn;
+        // Rows past b keep their state: finished sequences (forward) or ones not yet started (reversed).
+        h = b < N ? cat({hn, h.narrow(0, b, N - b)}, 0) : hn;
+        if (cn.defined()) c = b < N ? cat({cn, c.narrow(0, b, N - b)}, 0) : cn;
+      }
+      outs.push_back(cat(steps, 0));
+      finals_h.push_back(h);
+      if (c.defined()) finals_c.push_back(c);
+    }
+    x = D == 2 ? cat(outs, 1) : outs[0];
+    if (a.train && a.dropout > 0.0 && l + 1 < a.num_layers) x = dropout(x, a.dropout, true);
+  }
+  tensor_list r = {x, stack(finals_h, 0)};
+  if (mode == RnnMode::kLstm) r.push_back(stack(finals_c, 0));
+  return r;
+}
+
+}  // namespace mpx

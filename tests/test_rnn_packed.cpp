@@ -1,0 +1,168 @@
+// Packed variable-length batches: pack/pad round trips, and LSTM/GRU/RNN over a packed batch against each sequence alone.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include <mpx/mpx.h>
+
+#include "gradcheck.h"
+#include "test_util.h"
+
+using namespace mpx;
+namespace R = mpx::nn::utils::rnn;
+
+namespace {
+double max_abs(const Tensor& a, const Tensor& b) { return max(abs(a.to(kFloat64) - b.to(kFloat64))).item<double>(); }
+}  // namespace
+
+TEST_CASE("pack_padded_sequence and pad_packed_sequence: layout, round trip, unsorted lengths, errors", "[rnn]") {
+  manual_seed(1);
+  const Tensor x = randn({5, 3, 2});  // [T, N, *]
+  const R::PackedSequence p = R::pack_padded_sequence(x, tensor(std::vector<int64_t>{5, 3, 2}, {3}));
+  CHECK(p.batch_size_vector() == std::vector<int64_t>{3, 3, 2, 1, 1});
+  CHECK(p.data().sizes() == IntList{10, 2});
+  CHECK(max_abs(p.data().narrow(0, 6, 2), x.select(0, 2).narrow(0, 0, 2)) == 0.0);  // step 2: the two longest
+  CHECK(!p.sorted_indices().defined());
+  auto [back, lengths] = R::pad_packed_sequence(p);
+  CHECK(back.sizes() == IntList{5, 3, 2});
+  CHECK(max_abs(back.narrow(0, 0, 2), x.narrow(0, 0, 2)) == 0.0);
+  CHECK(max(abs(back.select(1, 2).narrow(0, 2, 3))).item<double>() == 0.0);  // past length 2: padding
+  CHECK(max_abs(lengths, tensor(std::vector<int64_t>{5, 3, 2}, {3})) == 0.0);
+
+  // Unsorted, batch_first: the original order comes back, with padding_value and total_length.
+  const Tensor xb = randn({3, 4, 2});  // [N, T, *]
+  const Tensor len = tensor(std::vector<int64_t>{2, 4, 1}, {3});
+  const R::PackedSequence q = R::pack_padded_sequence(xb, len, true, false);
+  CHECK(q.batch_size_vector() == std::vector<int64_t>{3, 2, 1, 1});
+  CHECK(q.sorted_indices().defined());
+  auto [padded, l2] = R::pad_packed_sequence(q, true, -1.0, 6);
+  CHECK(padded.sizes() == IntList{3, 6, 2});
+  CHECK(max_abs(l2, len) == 0.0);
+  CHECK(max_abs(padded.select(0, 0).narrow(0, 0, 2), xb.select(0, 0).narrow(0, 0, 2)) == 0.0);
+  CHECK(max_abs(padded.select(0, 1).narrow(0, 0, 4), xb.select(0, 1)) == 0.0);
+  CHECK(padded.select(0, 2).select(0, 1).select(0, 0).item<double>() == -1.0);
+  // pack_sequence of a list.
+  const R::PackedSequence s = R::pack_sequence({randn({2, 3}), randn({4, 3})}, false);
+  CHECK(s.batch_size_vector() == std::vector<int64_t>{2, 2, 1, 1});
+
+  CHECK_THROWS_WITH(R::pack_padded_sequence(x, tensor(std::vector<int64_t>{2, 3, 1}, {3})),
+                    Catch::Contains("enforce_sorted = false"));
+  CHECK_THROWS_WITH(R::pack_padded_sequence(x, tensor(std::vector<int64_t>{6, 3, 1}, {3})), Catch::Contains("[1, 5]"));
+  CHECK_THROWS_WITH(R::pack_padded_sequence(x, tensor(std::vector<int64_t>{3, 0, 0}, {3})), Catch::Contains("[1, 5]"));
+  CHECK_THROWS_WITH(R::pack_padded_sequence(x, tensor(std::vector<int64_t>{3, 2}, {2})), Catch::Contains("one per sequence"));
+  CHECK_THROWS_WITH(R::pad_packed_sequence(p, false, 0.0, 3), Catch::Contains("shorter than the longest"));
+}
+
+TEST_CASE("LSTM, GRU and RNN over a packed batch equal each sequence run alone (layers, both directions, states)",
+          "[rnn]") {
+  const int64_t T = 6, N = 4, I = 3, H = 5;
+  const std::vector<int64_t> lens = {3, 6, 1, 4};  // unsorted
+  for (const std::string kind : {"lstm", "gru", "rnn_tanh", "rnn_relu"})
+    for (bool bidirectional : {false, true}) {
+      INFO(kind << " bidirectional " << bidirectional);
+      manual_seed(2);
+      const int64_t D = bidirectional ? 2 : 1;
+      nn::LSTM lstm{nullptr};
+      nn::GRU gru{nullptr};
+      nn::RNN rnn{nullptr};
+      if (kind == "lstm") lstm = nn::LSTM(nn::LSTMOptions(I, H).num_layers(2).bidirectional(bidirectional).batch_first(true));
+      if (kind == "gru") gru = nn::GRU(nn::GRUOptions(I, H).num_layers(2).bidirectional(bidirectional).batch_first(true));
+      if (kind.rfind("rnn", 0) == 0)
+        rnn = nn::RNN(nn::RNNOptions(I, H).num_layers(2).bidirectional(bidirectional).batch_first(true)
+                          .nonlinearity(kind == "rnn_relu" ? "relu" : "tanh"));
+      const Tensor x = randn({N, T, I}), h0 = randn({2 * D, N, H}), c0 = randn({2 * D, N, H});
+      const R::PackedSequence packed = R::pack_padded_sequence(x, tensor(lens, {N}), true, false);
+      // (packed output, h_n, c_n) and the same for one sequence of batch one.
+      auto run_packed = [&](const R::PackedSequence& in, const Tensor& h, const Tensor& c) -> std::vector<Tensor> {
+        if (lstm) {
+          auto [o, hc] = lstm->forward_with_packed_input(in, std::make_tuple(h, c));
+          return {std::get<0>(R::pad_packed_sequence(o, true)), std::get<0>(hc), std::get<1>(hc)};
+        }
+        auto [o, hn] = gru ? gru->forward_with_packed_input(in, h) : rnn->forward_with_packed_input(in, h);
+        return {std::get<0>(R::pad_packed_sequence(o, true)), hn};
+      };
+      auto run_alone = [&](const Tensor& xs, const Tensor& h, const Tensor& c) -> std::vector<Tensor> {
+        if (lstm) {
+          auto [o, hc] = lstm(xs, std::make_tuple(h, c));
+          return {o, std::get<0>(hc), std::get<1>(hc)};
+        }
+        auto [o, hn] = gru ? gru(xs, h) : rnn(xs, h);
+        return {o, hn};
+      };
+      const std::vector<Tensor> got = run_packed(packed, h0, c0);
+      CHECK(got[0].sizes() == IntList{N, T, D * H});
+      for (int64_t n = 0; n < N; ++n) {
+        INFO("sequence " << n);
+        const int64_t L = lens[static_cast<size_t>(n)];
+        const std::vector<Tensor> want = run_alone(x.narrow(0, n, 1).narrow(1, 0, L), h0.narrow(1, n, 1), c0.narrow(1, n, 1));
+        CHECK(max_abs(got[0].narrow(0, n, 1).narrow(1, 0, L), want[0]) < 1e-5);
+        if (L < T) CHECK(max(abs(got[0].narrow(0, n, 1).narrow(1, L, T - L))).item<double>() == 0.0);
+        for (size_t k = 1; k < want.size(); ++k) CHECK(max_abs(got[k].narrow(1, n, 1), want[k]) < 1e-5);
+      }
+    }
+}
+
+TEST_CASE("rnn_packed: f64 gradchecks (LSTM and GRU, bidirectional) and clear errors", "[rnn][gradcheck]") {
+  using testing::gradcheck;
+  using testing::leaf;
+  manual_seed(3);
+  const std::vector<int64_t> bs = {3, 2, 2, 1};  // lengths 4, 3, 1
+  const int64_t I = 2, H = 3;
+  for (RnnMode mode : {RnnMode::kLstm, RnnMode::kGru}) {
+    const int64_t G = mode == RnnMode::kLstm ? 4 : 3;
+    tensor_list ps;
+    for (int64_t d = 0; d < 2; ++d)
+      for (const IntList& s : {IntList{G * H, I}, IntList{G * H, H}, IntList{G * H}, IntList{G * H}}) ps.push_back(leaf(s));
+    const Tensor data = leaf({8, I}), h0 = leaf({2, 3, H});
+    RnnArgs a;
+    a.bidirectional = true;
+    tensor_list all = {data, h0};
+    all.insert(all.end(), ps.begin(), ps.end());
+    CHECK(gradcheck([&](const tensor_list& v) {
+            const tensor_list states = mode == RnnMode::kLstm ? tensor_list{v[1], v[1] * 0.5} : tensor_list{v[1]};
+            const tensor_list r = rnn_packed(mode, v[0], bs, states, tensor_list(v.begin() + 2, v.end()), a);
+            return sum(r[0] * r[0]) + sum(r[1]);
+          }, all) == "");
+  }
+  RnnArgs a;
+  const tensor_list ps = {randn({4, 2}), randn({4, 4})};
+  a.has_biases = false;
+  CHECK_THROWS_WITH(rnn_packed(RnnMode::kRnnTanh, randn({5, 2}), {2, 3}, {Tensor()}, ps, a),
+                    Catch::Contains("non-increasing"));
+  CHECK_THROWS_WITH(rnn_packed(RnnMode::kRnnTanh, randn({6, 2}), {3, 2}, {Tensor()}, ps, a), Catch::Contains("sum to 5"));
+  CHECK_THROWS_WITH(rnn_packed(RnnMode::kRnnTanh, randn({5, 2}), {3, 2}, {randn({1, 2, 4})}, ps, a),
+                    Catch::Contains("initial state"));
+}
+
+TEST_CASE("a packed LSTM under bf16 autocast runs in bf16, close to f32", "[rnn]") {
+  manual_seed(4);
+  nn::LSTM lstm(nn::LSTMOptions(3, 8).batch_first(true));
+  const R::PackedSequence p = R::pack_padded_sequence(randn({3, 5, 3}), tensor(std::vector<int64_t>{2, 5, 4}, {3}), true, false);
+  const Tensor f32 = std::get<0>(lstm->forward_with_packed_input(p)).data();
+  amp::AutocastGuard ac(kBFloat16);
+  const Tensor bf16 = std::get<0>(lstm->forward_with_packed_input(p)).data();
+  CHECK(bf16.dtype() == kBFloat16);
+  CHECK(max_abs(bf16, f32) < 0.05);
+}
+
+TEST_CASE("cuda packed LSTM and GRU match the CPU, values and gradients", "[cuda][rnn]") {
+  if (!testing::cuda_ready()) return;
+  manual_seed(5);
+  nn::LSTM cpu(nn::LSTMOptions(3, 6).num_layers(2).bidirectional(true));
+  nn::LSTM gpu(nn::LSTMOptions(3, 6).num_layers(2).bidirectional(true));
+  gpu->load_state_dict(cpu->state_dict());
+  gpu->to(Device::cuda());
+  const Tensor x = randn({5, 4, 3});
+  const Tensor lens = tensor(std::vector<int64_t>{5, 2, 4, 1}, {4});
+  auto [oc, sc] = cpu->forward_with_packed_input(R::pack_padded_sequence(x, lens, false, false));
+  auto [og, sg] = gpu->forward_with_packed_input(R::pack_padded_sequence(x.to(Device::cuda()), lens, false, false));
+  CHECK(max_abs(og.data().to(Device::cpu()), oc.data()) < 1e-4);
+  CHECK(max_abs(std::get<0>(sg).to(Device::cpu()), std::get<0>(sc)) < 1e-4);
+  sum(oc.data() * oc.data()).backward();
+  sum(og.data() * og.data()).backward();
+  for (const auto& item : cpu->named_parameters()) {
+    INFO(item.key());
+    CHECK(max_abs(gpu->named_parameters()[item.key()].grad().to(Device::cpu()), item.value().grad()) < 1e-3);
+  }
+}
