@@ -36,7 +36,7 @@ struct GPTKVCache {
 };
 
 /// One pre-LayerNorm transformer block: x + attn(ln_1(x)), then x + mlp(ln_2(x)); attention is
-/// causal on scaled_dot_product_attention, the MLP is c_fc, GELU (tanh form), c_proj.
+/// causal on scaled_dot_product_attention, the MLP is c_fc, GELU (tanh form; one linear_gelu call), c_proj.
 struct GPTBlockImpl : nn::Module {
   explicit GPTBlockImpl(const GPTConfig& c);
   Tensor forward(const Tensor& x);

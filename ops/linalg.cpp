@@ -67,9 +67,11 @@ tensor_list linear_grads(const Tensor& g, const Tensor& x, const Tensor& w, bool
   return {gx, gw, gb};
 }
 
-// linear and linear_relu: y = x @ w^T + b, then relu when asked (fused into the GEMM where the
-// device has that epilogue, a separate relu op otherwise).
-Tensor linear_impl(const char* op, const Tensor& x0, const Tensor& w0, const Tensor& b0, bool with_relu) {
+// linear, linear_relu and linear_gelu: y = x @ w^T + b, then the activation when asked (fused into the GEMM where
+// the device has that epilogue, a separate op otherwise). `act`: kBias (none), kBiasRelu or a GELU epilogue.
+Tensor linear_impl(const char* op, const Tensor& x0, const Tensor& w0, const Tensor& b0, kernels::GemmEpilogue act) {
+  using kernels::GemmEpilogue;
+  const bool with_relu = act == GemmEpilogue::kBiasRelu, with_gelu = act != GemmEpilogue::kBias && !with_relu;
   auto in = ops::autocast(OpId::linear, {x0, w0, b0});
   const Tensor &x = in[0], &w = in[1], &b = in[2];
   MPX_CHECK(x.defined() && w.defined(), op, ": input and weight must be defined");
@@ -81,15 +83,17 @@ Tensor linear_impl(const char* op, const Tensor& x0, const Tensor& w0, const Ten
   if (b.defined()) check_float_pair(op, x, b);
   Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, x.size(-1)});
   Tensor y;
-  bool relu_done = false;
+  bool relu_done = false, gelu_done = false;
+  // GELU's backward needs the pre-activation, which its epilogue does not keep: fused only where nothing records.
+  const bool recorded = GradMode::is_enabled() && (x2.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad()));
   {
     NoGradGuard ng;
-    if (with_relu && b.defined()) {
+    if ((with_relu || (with_gelu && !recorded)) && b.defined()) {
       if (auto k = epilogue_kernel(x2)) {
         Tensor out = empty({x2.size(0), w.size(0)}, x.options());
-        if (k(out, x2, w.t(), b.contiguous(), kernels::GemmEpilogue::kBiasRelu)) {
+        if (k(out, x2, w.t(), b.contiguous(), act)) {
           y = out;
-          relu_done = true;
+          (with_relu ? relu_done : gelu_done) = true;
         }
       }
     }
@@ -117,6 +121,7 @@ Tensor linear_impl(const char* op, const Tensor& x0, const Tensor& w0, const Ten
       n->save(w);
     }
     if (with_relu) y = relu(y);
+    if (with_gelu && !gelu_done) y = gelu(y, act == GemmEpilogue::kBiasGeluTanh ? "tanh" : "none");
   }
   if (x.dim() == 2) return y;
   IntList shape(x.sizes().begin(), x.sizes().end() - 1);
@@ -246,10 +251,19 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   return a.dim() == 1 ? out.squeeze(-2) : out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) { return linear_impl("linear", x, w, b, false); }
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  return linear_impl("linear", x, w, b, kernels::GemmEpilogue::kBias);
+}
 
 Tensor linear_relu(const Tensor& x, const Tensor& w, const Tensor& b) {
-  return linear_impl("linear_relu", x, w, b, true);
+  return linear_impl("linear_relu", x, w, b, kernels::GemmEpilogue::kBiasRelu);
+}
+
+Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, const std::string& approximate) {
+  MPX_CHECK(approximate == "none" || approximate == "tanh", "linear_gelu: approximate must be \"none\" or \"tanh\", got \"",
+            approximate, "\"");
+  return linear_impl("linear_gelu", x, w, b,
+                     approximate == "tanh" ? kernels::GemmEpilogue::kBiasGeluTanh : kernels::GemmEpilogue::kBiasGeluErf);
 }
 
 Tensor Tensor::matmul(const Tensor& o) const { return mpx::matmul(*this, o); }

@@ -1,6 +1,7 @@
-// Linear algebra ops: matmul (numpy semantics), mm, bmm, addmm, linear, linear_relu, dot.
+// Linear algebra ops: matmul (numpy semantics), mm, bmm, addmm, linear, linear_relu, linear_gelu, dot.
 #pragma once
 #include <memory>
+#include <string>
 
 #include "core/tensor.h"
 
@@ -20,6 +21,10 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = {});
 /// relu(x @ w^T + b): one cuBLASLt call with the bias+ReLU epilogue on CUDA, relu(linear(x, w, b))
 /// elsewhere. Differentiable (the backward masks the gradient with the output's sign).
 Tensor linear_relu(const Tensor& x, const Tensor& w, const Tensor& b);
+/// gelu(linear(x, w, b), approximate) ("none" or "tanh"). Where no backward is recorded (inference), the GELU
+/// runs in the GEMM's epilogue on devices that have one (oneDNN's post-op on the CPU): no pass over the
+/// pre-activation. With gradients recorded it is linear then gelu, since gelu's backward needs the pre-activation.
+Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, const std::string& approximate = "none");
 Tensor dot(const Tensor& a, const Tensor& b);
 
 }  // namespace mpx
@@ -47,6 +52,8 @@ enum class GemmEpilogue : int {
   kBias,      ///< out = a @ b + bias, bias [m] added to every row
   kBiasRelu,  ///< out = relu(a @ b + bias)
   kBiasGrad,  ///< out = a @ b, and bias[i] = sum_j a[i, j] (bias [n]): linear's weight and bias gradients
+  kBiasGeluTanh,  ///< out = gelu(a @ b + bias), tanh form (inference: the pre-activation is not kept)
+  kBiasGeluErf,   ///< out = gelu(a @ b + bias), erf form
 };
 /// A GEMM with a fused epilogue (OpId::linear; registered where a device library has one).
 /// a [n, k], b [k, m] with any strides, out [n, m] and bias contiguous, all of one dtype.

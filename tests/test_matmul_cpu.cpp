@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "autograd/engine.h"
 #include "core/random.h"
 #include "ops/backends.h"
 #include "ops/dispatch.h"
@@ -119,6 +120,37 @@ TEST_CASE("CPU f16 and bf16 products of one to four rows (a token at a time) mat
       CHECK(testing::close(addmm(c, a, b, 0.5, 2.0), c.to(kFloat64) * 0.5 + ref(a, b) * 2.0, t, 0.0, 1.0));
     }
   }
+}
+
+TEST_CASE("CPU linear_gelu: the GELU epilogue in inference equals gelu(linear), and the recorded path its gradients",
+          "[linalg]") {
+  manual_seed(6);
+  for (DType dt : {kFloat32, kBFloat16, kFloat16})
+    for (const char* approx : {"tanh", "none"})
+      for (int64_t rows : {2, 37}) {  // 2: the few-row kernel (f16/bf16); 37: oneDNN's post-op (f32/bf16)
+        INFO(dtype_name(dt) << " " << approx << " rows " << rows);
+        const Tensor x = rnd({rows, 40}, dt), w = rnd({30, 40}, dt), b = rnd({30}, dt);
+        const Tensor want = gelu(linear(x.to(kFloat64), w.to(kFloat64), b.to(kFloat64)), approx);
+        Tensor fused;
+        {
+          NoGradGuard ng;
+          fused = linear_gelu(x, w, b, approx);
+        }
+        CHECK(fused.dtype() == dt);
+        CHECK(testing::close(fused, want, dt == kFloat32 ? 2e-5 : 2e-2, 1e-3, 1.0));
+        // 3-d input keeps its leading dims.
+        NoGradGuard ng;
+        CHECK(linear_gelu(x.unsqueeze(0), w, b, approx).sizes() == IntList{1, rows, 30});
+      }
+  // With gradients the pre-activation is kept: the same values and gradients as gelu(linear(...)).
+  const Tensor x = randn({5, 8}).set_requires_grad(true), w = randn({6, 8}).set_requires_grad(true);
+  const Tensor b = randn({6}).set_requires_grad(true);
+  const Tensor y = linear_gelu(x, w, b, "tanh");
+  const Tensor z = gelu(linear(x, w, b), "tanh");
+  CHECK(max(abs(y - z)).item<double>() == 0.0);
+  const tensor_list g1 = autograd::grad({sum(y * y)}, {x, w, b}), g2 = autograd::grad({sum(z * z)}, {x, w, b});
+  for (size_t i = 0; i < 3; ++i) CHECK(max(abs(g1[i] - g2[i])).item<double>() == 0.0);
+  CHECK_THROWS_WITH(linear_gelu(x, w, b, "fast"), Catch::Contains("\"none\" or \"tanh\""));
 }
 
 TEST_CASE("CPU f32 products whose right operand's rows lie 4 KiB apart (packed for oneDNN) match f64",

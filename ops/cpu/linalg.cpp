@@ -7,6 +7,7 @@
 
 #include "ops/cpu/loops.h"
 #include "ops/dispatch.h"
+#include "ops/formulas.h"
 #include "ops/backends.h"
 #include "ops/linalg.h"
 #ifdef MPX_WITH_ONEDNN
@@ -93,9 +94,12 @@ template <int M, typename T> void row_dots(float* sums, const float* __restrict 
   if constexpr (M > 3) sums[3] = s3;
 }
 
+// The activation after the bias in few_rows_gemm's store (the CPU counterpart of the epilogues).
+enum class Act { kNone, kRelu, kGeluTanh, kGeluErf };
+
 template <typename T>
 bool few_rows_gemm(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta,
-                   const Tensor& bias = {}, bool relu = false) {
+                   const Tensor& bias = {}, Act act = Act::kNone) {
   const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
   const bool dots = b.stride(0) == 1 && b.stride(1) >= K, rows = b.stride(1) == 1 && b.stride(0) >= N;
   if (M > kFewRows || M == 0 || K == 0 || N == 0 || !out.is_contiguous() || !(dots || rows) ||
@@ -113,7 +117,9 @@ bool few_rows_gemm(const Tensor& out, const Tensor& a, const Tensor& b, double a
     float r = fa * sum;
     if (beta != 0.0) r += fb * static_cast<float>(po[m * N + n]);
     if (pbias) r += static_cast<float>(pbias[n]);
-    if (relu) r = r > 0.0f ? r : 0.0f;
+    if (act == Act::kRelu) r = r > 0.0f ? r : 0.0f;
+    if (act == Act::kGeluTanh || act == Act::kGeluErf)
+      r = formulas::Formula<OpId::gelu>::fwd(r, act == Act::kGeluTanh ? 1.0 : 0.0, 0.0);
     po[m * N + n] = static_cast<T>(r);
   };
   if (dots) {
@@ -242,22 +248,32 @@ void row_sums(const Tensor& bias, const Tensor& a) {
   for (int64_t i = 0; i < n; ++i) pb[i] = static_cast<T>(acc[static_cast<size_t>(i)]);
 }
 
-// linear's fused forms: bias (and bias + ReLU) as oneDNN post-ops, and the weight gradient with
+// linear's fused forms: bias (and bias + ReLU or GELU) as oneDNN post-ops, and the weight gradient with
 // the bias gradient beside it. Every case oneDNN does not run returns false, and the op layer
 // computes it unfused.
 template <typename T> struct GemmEpilogueKernel {
   static bool run(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
                   kernels::GemmEpilogue epilogue) {
+    using kernels::GemmEpilogue;
     if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-      if (epilogue != kernels::GemmEpilogue::kBiasGrad && out.numel() > 0 && a.size(1) > 0 &&
-          few_rows_gemm<T>(out, a, b, 1.0, 0.0, bias, epilogue == kernels::GemmEpilogue::kBiasRelu))
+      const Act act = epilogue == GemmEpilogue::kBiasRelu       ? Act::kRelu
+                      : epilogue == GemmEpilogue::kBiasGeluTanh ? Act::kGeluTanh
+                      : epilogue == GemmEpilogue::kBiasGeluErf  ? Act::kGeluErf
+                                                                : Act::kNone;
+      if (epilogue != GemmEpilogue::kBiasGrad && out.numel() > 0 && a.size(1) > 0 &&
+          few_rows_gemm<T>(out, a, b, 1.0, 0.0, bias, act))
         return true;
     }
 #ifdef MPX_WITH_ONEDNN
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) {
       if (out.numel() == 0 || a.size(1) == 0) return false;
-      if (epilogue != kernels::GemmEpilogue::kBiasGrad)
-        return onednn::matmul(out, a, b, 1.0, 0.0, bias, epilogue == kernels::GemmEpilogue::kBiasRelu);
+      using onednn::Activation;
+      if (epilogue != GemmEpilogue::kBiasGrad)
+        return onednn::matmul(out, a, b, 1.0, 0.0, bias,
+                              epilogue == GemmEpilogue::kBiasRelu       ? Activation::kRelu
+                              : epilogue == GemmEpilogue::kBiasGeluTanh ? Activation::kGeluTanh
+                              : epilogue == GemmEpilogue::kBiasGeluErf  ? Activation::kGeluErf
+                                                                        : Activation::kNone);
       // The weight gradient g^T x on oneDNN, and the bias gradient (row sums of a = g^T) in the
       // same call: one f32 pass over g instead of a separate reduction op.
       if (!bias.is_contiguous() || bias.dtype() != out.dtype() || !onednn::matmul(out, a, b, 1.0, 0.0)) return false;

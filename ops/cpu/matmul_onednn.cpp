@@ -1,4 +1,4 @@
-// f32 and bf16 matrix products (mm, bmm, linear with its bias/ReLU epilogue) on oneDNN's matmul primitive.
+// f32 and bf16 matrix products (mm, bmm, linear with its bias/ReLU/GELU epilogue) on oneDNN's matmul primitive.
 #include "ops/cpu/matmul_onednn.h"
 #include "ops/cpu/onednn_util.h"
 
@@ -61,7 +61,8 @@ std::shared_ptr<Entry> lookup(const Key& k, dt ta, dt tbias) {
   std::shared_ptr<Entry> e;
   try {
     const int64_t B = k[0], n = k[1], kk = k[2], m = k[3];
-    const bool has_bias = k[10] != 0, relu = k[11] != 0;
+    const bool has_bias = k[10] != 0;
+    const auto act = static_cast<Activation>(k[11]);
     const double alpha = std::bit_cast<double>(k[12]), beta = std::bit_cast<double>(k[13]);
     auto ent = std::make_shared<Entry>();
     ent->a = operand(B, n, kk, k[4], k[5], k[6], ta);
@@ -73,7 +74,9 @@ std::shared_ptr<Entry> lookup(const Key& k, dt ta, dt tbias) {
     if (alpha != 1.0) attr.set_output_scales(0, {static_cast<float>(alpha)});
     dnnl::post_ops po;
     if (beta != 0.0) po.append_sum(static_cast<float>(beta));
-    if (relu) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    if (act == Activation::kRelu) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    if (act == Activation::kGeluTanh) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
+    if (act == Activation::kGeluErf) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
     attr.set_post_ops(po);
     dnnl::matmul::desc d = has_bias ? dnnl::matmul::desc(ent->a, ent->b, ent->bias, ent->out)
                                     : dnnl::matmul::desc(ent->a, ent->b, ent->out);
@@ -168,7 +171,7 @@ bool matmul_bf16_native() {
 }
 
 bool matmul(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta, const Tensor& bias,
-            bool relu) {
+            Activation act) {
   const auto ta = type_of(a.dtype());
   if (!ta || b.dtype() != a.dtype() || out.dtype() != a.dtype() || !out.is_contiguous()) return false;
   if (*ta == dt::bf16 && !matmul_bf16_native()) return false;
@@ -187,7 +190,7 @@ bool matmul(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, d
     if (!tb || !bias.is_contiguous() || bias.numel() != m || alpha != 1.0 || beta != 0.0) return false;
     tbias = *tb;
   }
-  const Key key{B, n, k, m, asb, as0, as1, bsb, bs0, bs1, bias.defined() ? 1 : 0, relu ? 1 : 0,
+  const Key key{B, n, k, m, asb, as0, as1, bsb, bs0, bs1, bias.defined() ? 1 : 0, static_cast<int64_t>(act),
                 std::bit_cast<int64_t>(alpha), std::bit_cast<int64_t>(beta), static_cast<int64_t>(*ta),
                 static_cast<int64_t>(tbias), omp_get_max_threads(), 0, 0, 0};
   auto e = lookup(key, *ta, tbias);

@@ -359,6 +359,8 @@ bool gemm_epilogue(const Tensor& out, const Tensor& a, const Tensor& b, const Te
     case kernels::GemmEpilogue::kBias: c.epilogue = CUBLASLT_EPILOGUE_BIAS; break;
     case kernels::GemmEpilogue::kBiasRelu: c.epilogue = CUBLASLT_EPILOGUE_RELU_BIAS; break;
     case kernels::GemmEpilogue::kBiasGrad: c.epilogue = CUBLASLT_EPILOGUE_BGRADB; break;
+    // cuBLASLt's GELU epilogues have not run here yet: linear_gelu takes the unfused path on CUDA.
+    default: return false;
   }
   return run(c, out);
 }
