@@ -215,7 +215,11 @@ inline std::map<std::string, Case> kernel_cases() {
   m["var"] = [](Sample& s) { return tensor_list{var(s.randn({5, 33}), {1})}; };
   m["max_dim"] = [](Sample& s) { auto [v, i] = max(s.randn({5, 33}), 1); return tensor_list{v, i}; };
   m["min_dim"] = [](Sample& s) { auto [v, i] = min(s.randn({5, 33}), 0); return tensor_list{v, i}; };
-  m["mm"] = [](Sample& s) { return tensor_list{mm(s.randn({5, 7}), s.randn({7, 4}))}; };
+  // Two rows take the CPU's few-row f16/bf16 kernel (a token at a time), against both layouts of the right operand.
+  m["mm"] = [](Sample& s) {
+    return tensor_list{mm(s.randn({5, 7}), s.randn({7, 4})), mm(s.randn({2, 7}), s.randn({7, 4})),
+                       mm(s.randn({2, 7}), s.randn({4, 7}).t())};
+  };
   // A recurrent layer's steps: two products share one plan (the right operand, a transposed weight, packed once),
   // each adding to out; where the kernel declines (f16, f64, no oneDNN) the plain GEMM runs, as in ops/rnn_layer.cpp.
   m["mm_packed"] = [](Sample& s) {
@@ -233,7 +237,16 @@ inline std::map<std::string, Case> kernel_cases() {
     return r;
   };
   m["bmm"] = [](Sample& s) { return tensor_list{bmm(s.randn({2, 5, 7}), s.randn({2, 7, 4}))}; };
-  m["linear"] = [](Sample& s) { return tensor_list{linear(s.randn({5, 7}), s.randn({4, 7}), s.randn({4}))}; };
+  // The epilogues: bias, bias + ReLU, and (nothing recorded) bias + GELU in both forms, on 5 rows and on 2.
+  m["linear"] = [](Sample& s) {
+    tensor_list r;
+    for (int64_t rows : {5, 2}) {
+      const Tensor x = s.randn({rows, 7}), w = s.randn({4, 7}), b = s.randn({4});
+      NoGradGuard ng;
+      r.insert(r.end(), {linear(x, w, b), linear_relu(x, w, b), linear_gelu(x, w, b, "tanh"), linear_gelu(x, w, b)});
+    }
+    return r;
+  };
   const Case conv = [](Sample& s) {
     Tensor x = s.leaf({2, 3, 6, 6}), w = s.leaf({4, 3, 3, 3}), b = s.leaf({4});
     return with_grads(s, conv2d(x, w, b, {1, 1}, {1, 1}), {x, w, b});
