@@ -50,6 +50,31 @@ tensor_list gru_cell_backward_composite(const Tensor& dh0, const Tensor& gi0, co
   return {cat({drp, dzp, dnp}, 1).to(gi0.dtype()), cat({drp, dzp, dnp * r}, 1).to(gh0.dtype()),
           (dh * z).to(h0.dtype())};
 }
+int64_t check_rnn_params(const char* op, int64_t G, const Tensor& input, const tensor_list& params, const RnnArgs& a) {
+  const int64_t dirs = a.bidirectional ? 2 : 1, per = a.has_biases ? 4 : 2;
+  MPX_CHECK(static_cast<int64_t>(params.size()) == a.num_layers * dirs * per, op, ": expected ",
+            a.num_layers * dirs * per, " parameter tensors (", a.num_layers, " layers x ", dirs, " directions x ", per,
+            "), got ", params.size());
+  const Tensor& w_hh0 = params[1];
+  MPX_CHECK(w_hh0.defined() && w_hh0.dim() == 2 && w_hh0.size(0) == G * w_hh0.size(1), op, ": weight_hh_l0 ",
+            ops::describe(w_hh0), " must be [", G, "*hidden_size, hidden_size]");
+  const int64_t H = w_hh0.size(1);
+  static const char* names[4] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
+  for (int64_t l = 0; l < a.num_layers; ++l)
+    for (int64_t d = 0; d < dirs; ++d) {
+      const int64_t in = l == 0 ? input.size(-1) : dirs * H;
+      const IntList want[4] = {{G * H, in}, {G * H, H}, {G * H}, {G * H}};
+      for (int64_t j = 0; j < per; ++j) {
+        const Tensor& t = params[static_cast<size_t>((l * dirs + d) * per + j)];
+        MPX_CHECK(t.defined() && t.sizes() == want[j], op, ": ", names[j], "_l", l, d ? "_reverse" : "", " ",
+                  ops::describe(t), " must be ", shape_str(want[j]), " (input ", ops::describe(input),
+                  ", hidden_size ", H, ")");
+        MPX_CHECK(t.dtype() == input.dtype(), op, ": ", names[j], "_l", l, " ", ops::describe(t),
+                  " must have the input's dtype ", dtype_name(input.dtype()), "; convert it or use autocast");
+      }
+    }
+  return H;
+}
 }  // namespace rnn_detail
 
 namespace {
@@ -232,33 +257,12 @@ SeqPlan check_seq(const char* op, int64_t G, const Tensor& input, const tensor_l
   SeqPlan p;
   p.dirs = a.bidirectional ? 2 : 1;
   p.per = a.has_biases ? 4 : 2;
-  MPX_CHECK(static_cast<int64_t>(params.size()) == a.num_layers * p.dirs * p.per, op, ": expected ",
-            a.num_layers * p.dirs * p.per, " parameter tensors (", a.num_layers, " layers x ", p.dirs,
-            " directions x ", p.per, "), got ", params.size());
   p.unbatched = input.dim() == 2;
   p.x = p.unbatched ? input.unsqueeze(1) : a.batch_first ? input.transpose(0, 1) : input;
   p.T = p.x.size(0);
   p.N = p.x.size(1);
   MPX_CHECK(p.T >= 1, op, ": the sequence is empty (input ", ops::describe(input), ")");
-  const Tensor& w_hh0 = params[1];
-  MPX_CHECK(w_hh0.defined() && w_hh0.dim() == 2 && w_hh0.size(0) == G * w_hh0.size(1), op, ": weight_hh_l0 ",
-            ops::describe(w_hh0), " must be [", G, "*hidden_size, hidden_size]");
-  p.H = w_hh0.size(1);
-  for (int64_t l = 0; l < a.num_layers; ++l)
-    for (int64_t d = 0; d < p.dirs; ++d) {
-      const size_t k = static_cast<size_t>((l * p.dirs + d) * p.per);
-      const int64_t in = l == 0 ? p.x.size(2) : p.dirs * p.H;
-      const IntList want[4] = {{G * p.H, in}, {G * p.H, p.H}, {G * p.H}, {G * p.H}};
-      static const char* names[4] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
-      for (int64_t j = 0; j < p.per; ++j) {
-        const Tensor& t = params[k + static_cast<size_t>(j)];
-        MPX_CHECK(t.defined() && t.sizes() == want[j], op, ": ", names[j], "_l", l, d ? "_reverse" : "", " ",
-                  ops::describe(t), " must be ", shape_str(want[j]), " (input ", ops::describe(input),
-                  ", hidden_size ", p.H, ")");
-        MPX_CHECK(t.dtype() == input.dtype(), op, ": ", names[j], "_l", l, " ", ops::describe(t),
-                  " must have the input's dtype ", dtype_name(input.dtype()), "; convert it or use autocast");
-      }
-    }
+  p.H = check_rnn_params(op, G, input, params, a);
   const IntList sshape = p.unbatched ? IntList{a.num_layers * p.dirs, p.H} : IntList{a.num_layers * p.dirs, p.N, p.H};
   for (const Tensor& s : states) {
     MPX_CHECK(!s.defined() || s.sizes() == sshape, op, ": initial state ", ops::describe(s), " must be ",

@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "core/tensor.h"
+#include "ops/rnn.h"
 
 namespace mpx::rnn_detail {
 
@@ -15,6 +16,10 @@ Tensor dense_grad(const Tensor& g, const Tensor& like);
 tensor_list lstm_cell_backward_composite(const Tensor& dh, const Tensor& dc, const Tensor& gates, const Tensor& c);
 /// The GRU cell's likewise: {dgi [N, 3H], dgh [N, 3H], the direct part of dh_prev [N, H]}.
 tensor_list gru_cell_backward_composite(const Tensor& dh, const Tensor& gi, const Tensor& gh, const Tensor& h);
+
+/// Checks a recurrent op's flat parameters (PyTorch's order: per layer and direction w_ih, w_hh, then b_ih, b_hh when
+/// has_biases) against G gates, the input's last dim and its dtype, naming the first that does not fit; returns H.
+int64_t check_rnn_params(const char* op, int64_t G, const Tensor& input, const tensor_list& params, const RnnArgs& a);
 
 /// One direction of one LSTM layer over the whole sequence, as one autograd node. gi [T, N, 4H] holds every
 /// step's input projection with both biases, h0 and c0 [N, H], w_hh [4H, H]; `reverse` runs t = T-1 .. 0.

@@ -7,6 +7,7 @@
 #include "ops/linalg.h"
 #include "ops/op_utils.h"
 #include "ops/rnn.h"
+#include "ops/rnn_internal.h"
 #include "ops/shape.h"
 
 namespace mpx {
@@ -56,23 +57,7 @@ tensor_list rnn_packed(RnnMode mode, const Tensor& data0, const std::vector<int6
   MPX_CHECK(a.num_layers >= 1, op, ": num_layers must be at least 1, got ", a.num_layers);
   const int64_t G = gates_of(mode), D = a.bidirectional ? 2 : 1, per = a.has_biases ? 4 : 2, N = bs[0];
   const int64_t T = static_cast<int64_t>(bs.size());
-  MPX_CHECK(static_cast<int64_t>(params.size()) == a.num_layers * D * per, op, ": expected ", a.num_layers * D * per,
-            " parameter tensors, got ", params.size());
-  MPX_CHECK(params[1].defined() && params[1].dim() == 2 && params[1].size(0) == G * params[1].size(1), op,
-            ": weight_hh_l0 ", ops::describe(params[1]), " must be [", G, "*hidden_size, hidden_size]");
-  const int64_t H = params[1].size(1);
-  static const char* names[4] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
-  for (int64_t l = 0; l < a.num_layers; ++l)
-    for (int64_t d = 0; d < D; ++d) {
-      const int64_t in = l == 0 ? data.size(1) : D * H;
-      const IntList want[4] = {{G * H, in}, {G * H, H}, {G * H}, {G * H}};
-      for (int64_t j = 0; j < per; ++j) {
-        const Tensor& w = params[static_cast<size_t>((l * D + d) * per + j)];
-        MPX_CHECK(w.defined() && w.sizes() == want[j] && w.dtype() == data.dtype(), op, ": ", names[j], "_l", l,
-                  d ? "_reverse" : "", " ", ops::describe(w), " must be ", shape_str(want[j]), " in the data's dtype ",
-                  dtype_name(data.dtype()));
-      }
-    }
+  const int64_t H = rnn_detail::check_rnn_params(op, G, data, params, a);
   for (const Tensor& s : states)
     MPX_CHECK(!s.defined() || (s.sizes() == IntList{a.num_layers * D, N, H} && s.dtype() == data.dtype()), op,
               ": initial state ", ops::describe(s), " must be [", a.num_layers * D, ", ", N, ", ", H, "] in ",
