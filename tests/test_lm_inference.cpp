@@ -11,6 +11,7 @@
 #include "test_util.h"
 
 using namespace mpx;
+using testing::max_abs_diff;
 
 namespace {
 
@@ -19,10 +20,6 @@ Tensor random_ids(int64_t vocab, int64_t B, int64_t T, uint64_t seed) {
   uint64_t s = seed;
   for (int64_t i = 0; i < B * T; ++i) v.push_back(static_cast<int64_t>((s = s * 6364136223846793005ull + 1) >> 33) % vocab);
   return tensor(v, {B, T});
-}
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  return max(abs(a.to(kFloat64) - b.to(kFloat64))).item<double>();
 }
 
 // The logits of `ids` run in pieces of the given lengths through `step(piece)`, concatenated along T.

@@ -62,13 +62,8 @@ std::pair<Vec, Vec> reference(const Vec& x, int64_t T, int64_t N, int64_t I, int
   return {in, hn};
 }
 
-double max_diff(const Tensor& t, const Vec& ref) {
-  const Vec v = values_of(t);
-  REQUIRE(v.size() == ref.size());
-  double m = 0;
-  for (size_t i = 0; i < v.size(); ++i) m = std::max(m, std::abs(v[i] - ref[i]));
-  return m;
-}
+// |t - ref| at most, ref flat in t's (logical, row-major) order.
+double max_diff(const Tensor& t, const Vec& ref) { return testing::max_abs_diff(t, tensor(ref, t.sizes())); }
 }  // namespace
 
 TEST_CASE("nn::RNN (tanh and relu) matches an f64 reference: layers, directions, batch_first, initial states, no bias",

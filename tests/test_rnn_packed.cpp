@@ -12,9 +12,7 @@
 using namespace mpx;
 namespace R = mpx::nn::utils::rnn;
 
-namespace {
-double max_abs(const Tensor& a, const Tensor& b) { return max(abs(a.to(kFloat64) - b.to(kFloat64))).item<double>(); }
-}  // namespace
+using testing::max_abs_diff;
 
 TEST_CASE("pack_padded_sequence and pad_packed_sequence: layout, round trip, unsorted lengths, errors", "[rnn]") {
   manual_seed(1);
@@ -22,13 +20,13 @@ TEST_CASE("pack_padded_sequence and pad_packed_sequence: layout, round trip, uns
   const R::PackedSequence p = R::pack_padded_sequence(x, tensor(std::vector<int64_t>{5, 3, 2}, {3}));
   CHECK(p.batch_size_vector() == std::vector<int64_t>{3, 3, 2, 1, 1});
   CHECK(p.data().sizes() == IntList{10, 2});
-  CHECK(max_abs(p.data().narrow(0, 6, 2), x.select(0, 2).narrow(0, 0, 2)) == 0.0);  // step 2: the two longest
+  CHECK(max_abs_diff(p.data().narrow(0, 6, 2), x.select(0, 2).narrow(0, 0, 2)) == 0.0);  // step 2: the two longest
   CHECK(!p.sorted_indices().defined());
   auto [back, lengths] = R::pad_packed_sequence(p);
   CHECK(back.sizes() == IntList{5, 3, 2});
-  CHECK(max_abs(back.narrow(0, 0, 2), x.narrow(0, 0, 2)) == 0.0);
+  CHECK(max_abs_diff(back.narrow(0, 0, 2), x.narrow(0, 0, 2)) == 0.0);
   CHECK(max(abs(back.select(1, 2).narrow(0, 2, 3))).item<double>() == 0.0);  // past length 2: padding
-  CHECK(max_abs(lengths, tensor(std::vector<int64_t>{5, 3, 2}, {3})) == 0.0);
+  CHECK(max_abs_diff(lengths, tensor(std::vector<int64_t>{5, 3, 2}, {3})) == 0.0);
 
   // Unsorted, batch_first: the original order comes back, with padding_value and total_length.
   const Tensor xb = randn({3, 4, 2});  // [N, T, *]
@@ -38,9 +36,9 @@ TEST_CASE("pack_padded_sequence and pad_packed_sequence: layout, round trip, uns
   CHECK(q.sorted_indices().defined());
   auto [padded, l2] = R::pad_packed_sequence(q, true, -1.0, 6);
   CHECK(padded.sizes() == IntList{3, 6, 2});
-  CHECK(max_abs(l2, len) == 0.0);
-  CHECK(max_abs(padded.select(0, 0).narrow(0, 0, 2), xb.select(0, 0).narrow(0, 0, 2)) == 0.0);
-  CHECK(max_abs(padded.select(0, 1).narrow(0, 0, 4), xb.select(0, 1)) == 0.0);
+  CHECK(max_abs_diff(l2, len) == 0.0);
+  CHECK(max_abs_diff(padded.select(0, 0).narrow(0, 0, 2), xb.select(0, 0).narrow(0, 0, 2)) == 0.0);
+  CHECK(max_abs_diff(padded.select(0, 1).narrow(0, 0, 4), xb.select(0, 1)) == 0.0);
   CHECK(padded.select(0, 2).select(0, 1).select(0, 0).item<double>() == -1.0);
   // pack_sequence of a list.
   const R::PackedSequence s = R::pack_sequence({randn({2, 3}), randn({4, 3})}, false);
@@ -96,9 +94,9 @@ TEST_CASE("LSTM, GRU and RNN over a packed batch equal each sequence run alone (
         INFO("sequence " << n);
         const int64_t L = lens[static_cast<size_t>(n)];
         const std::vector<Tensor> want = run_alone(x.narrow(0, n, 1).narrow(1, 0, L), h0.narrow(1, n, 1), c0.narrow(1, n, 1));
-        CHECK(max_abs(got[0].narrow(0, n, 1).narrow(1, 0, L), want[0]) < 1e-5);
+        CHECK(max_abs_diff(got[0].narrow(0, n, 1).narrow(1, 0, L), want[0]) < 1e-5);
         if (L < T) CHECK(max(abs(got[0].narrow(0, n, 1).narrow(1, L, T - L))).item<double>() == 0.0);
-        for (size_t k = 1; k < want.size(); ++k) CHECK(max_abs(got[k].narrow(1, n, 1), want[k]) < 1e-5);
+        for (size_t k = 1; k < want.size(); ++k) CHECK(max_abs_diff(got[k].narrow(1, n, 1), want[k]) < 1e-5);
       }
     }
 }
@@ -143,7 +141,7 @@ TEST_CASE("a packed LSTM under bf16 autocast runs in bf16, close to f32", "[rnn]
   amp::AutocastGuard ac(kBFloat16);
   const Tensor bf16 = std::get<0>(lstm->forward_with_packed_input(p)).data();
   CHECK(bf16.dtype() == kBFloat16);
-  CHECK(max_abs(bf16, f32) < 0.05);
+  CHECK(max_abs_diff(bf16, f32) < 0.05);
 }
 
 TEST_CASE("cuda packed LSTM and GRU match the CPU, values and gradients", "[cuda][rnn]") {
@@ -157,12 +155,12 @@ TEST_CASE("cuda packed LSTM and GRU match the CPU, values and gradients", "[cuda
   const Tensor lens = tensor(std::vector<int64_t>{5, 2, 4, 1}, {4});
   auto [oc, sc] = cpu->forward_with_packed_input(R::pack_padded_sequence(x, lens, false, false));
   auto [og, sg] = gpu->forward_with_packed_input(R::pack_padded_sequence(x.to(Device::cuda()), lens, false, false));
-  CHECK(max_abs(og.data().to(Device::cpu()), oc.data()) < 1e-4);
-  CHECK(max_abs(std::get<0>(sg).to(Device::cpu()), std::get<0>(sc)) < 1e-4);
+  CHECK(max_abs_diff(og.data().to(Device::cpu()), oc.data()) < 1e-4);
+  CHECK(max_abs_diff(std::get<0>(sg).to(Device::cpu()), std::get<0>(sc)) < 1e-4);
   sum(oc.data() * oc.data()).backward();
   sum(og.data() * og.data()).backward();
   for (const auto& item : cpu->named_parameters()) {
     INFO(item.key());
-    CHECK(max_abs(gpu->named_parameters()[item.key()].grad().to(Device::cpu()), item.value().grad()) < 1e-3);
+    CHECK(max_abs_diff(gpu->named_parameters()[item.key()].grad().to(Device::cpu()), item.value().grad()) < 1e-3);
   }
 }
