@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <ostream>
+#include <string>
 
 #include "nn/init.h"
 #include "ops/index.h"
@@ -19,24 +20,28 @@ void check_sizes(const char* op, int64_t input_size, int64_t hidden_size) {
             " and ", hidden_size);
 }
 
-// Registers the flat parameters of a G-gate multi-layer RNN in PyTorch's order and names.
+// Registers the flat parameters of a G-gate multi-layer RNN in PyTorch's order and names; P > 0 adds the LSTM's
+// projection weight_hr after the biases.
 template <typename Opts>
-std::vector<Tensor> register_rnn(Module& m, const char* op, const Opts& o, int64_t G) {
+std::vector<Tensor> register_rnn(Module& m, const char* op, const Opts& o, int64_t G, int64_t P = 0) {
   check_sizes(op, o.input_size(), o.hidden_size());
+  MPX_CHECK(P >= 0 && P < o.hidden_size(), op, ": proj_size must be at least 0 and smaller than hidden_size ",
+            o.hidden_size(), ", got ", P);
   MPX_CHECK(o.num_layers() >= 1, op, ": num_layers must be at least 1, got ", o.num_layers());
   MPX_CHECK(o.dropout() >= 0.0 && o.dropout() <= 1.0, op, ": dropout must be in [0, 1], got ", o.dropout());
-  const int64_t H = o.hidden_size(), dirs = o.bidirectional() ? 2 : 1;
+  const int64_t H = o.hidden_size(), dirs = o.bidirectional() ? 2 : 1, R = P > 0 ? P : H;
   std::vector<Tensor> flat;
   for (int64_t l = 0; l < o.num_layers(); ++l)
     for (int64_t d = 0; d < dirs; ++d) {
       const std::string sfx = "_l" + std::to_string(l) + (d ? "_reverse" : "");
-      const int64_t in = l == 0 ? o.input_size() : dirs * H;
+      const int64_t in = l == 0 ? o.input_size() : dirs * R;
       flat.push_back(m.register_parameter("weight_ih" + sfx, empty({G * H, in})));
-      flat.push_back(m.register_parameter("weight_hh" + sfx, empty({G * H, H})));
+      flat.push_back(m.register_parameter("weight_hh" + sfx, empty({G * H, R})));
       if (o.bias()) {
         flat.push_back(m.register_parameter("bias_ih" + sfx, empty({G * H})));
         flat.push_back(m.register_parameter("bias_hh" + sfx, empty({G * H})));
       }
+      if (P > 0) flat.push_back(m.register_parameter("weight_hr" + sfx, empty({P, H})));
     }
   return flat;
 }
@@ -60,6 +65,12 @@ RnnArgs args_of(const Opts& o, bool training) {
   return a;
 }
 
+RnnArgs lstm_args(const LSTMOptions& o, bool training) {
+  RnnArgs a = args_of(o, training);
+  a.proj_size = o.proj_size();
+  return a;
+}
+
 // A packed batch through rnn_packed: the initial states into the sorted order and the final ones back (PyTorch's
 // permute_hidden).
 tensor_list run_packed(RnnMode mode, const utils::rnn::PackedSequence& in, tensor_list states,
@@ -74,17 +85,17 @@ tensor_list run_packed(RnnMode mode, const utils::rnn::PackedSequence& in, tenso
 }
 
 template <typename Opts>
-void print_rnn(std::ostream& os, const char* name, const Opts& o) {
+void print_rnn(std::ostream& os, const char* name, const Opts& o, const std::string& extra = {}) {
   os << name << "(" << o.input_size() << ", " << o.hidden_size() << ", num_layers=" << o.num_layers()
      << ", bias=" << bool_text(o.bias()) << ", batch_first=" << bool_text(o.batch_first())
-     << ", dropout=" << o.dropout() << ", bidirectional=" << bool_text(o.bidirectional()) << ")";
+     << ", dropout=" << o.dropout() << ", bidirectional=" << bool_text(o.bidirectional()) << extra << ")";
 }
 }  // namespace
 
 // ---------------------------------------------------------------- LSTM, GRU
 
 LSTMImpl::LSTMImpl(const LSTMOptions& o) : options(o) {
-  flat_weights_ = register_rnn(*this, "LSTM", o, 4);
+  flat_weights_ = register_rnn(*this, "LSTM", o, 4, o.proj_size());
   reset_parameters();
 }
 void LSTMImpl::reset_parameters() { init_uniform(flat_weights_, options.hidden_size()); }
@@ -92,17 +103,20 @@ std::tuple<Tensor, std::tuple<Tensor, Tensor>> LSTMImpl::forward(const Tensor& i
                                                                  std::optional<std::tuple<Tensor, Tensor>> hx) {
   Tensor h0, c0;
   if (hx) std::tie(h0, c0) = *hx;
-  auto [out, hn, cn] = mpx::lstm(input, h0, c0, flat_weights_, args_of(options, is_training()));
+  auto [out, hn, cn] = mpx::lstm(input, h0, c0, flat_weights_, lstm_args(options, is_training()));
   return {out, {hn, cn}};
 }
 std::tuple<utils::rnn::PackedSequence, std::tuple<Tensor, Tensor>> LSTMImpl::forward_with_packed_input(
     const utils::rnn::PackedSequence& input, std::optional<std::tuple<Tensor, Tensor>> hx) {
   Tensor h0, c0;
   if (hx) std::tie(h0, c0) = *hx;
-  const tensor_list r = run_packed(RnnMode::kLstm, input, {h0, c0}, flat_weights_, args_of(options, is_training()));
+  const tensor_list r = run_packed(RnnMode::kLstm, input, {h0, c0}, flat_weights_, lstm_args(options, is_training()));
   return {input.with_data(r[0]), {r[1], r[2]}};
 }
-void LSTMImpl::pretty_print(std::ostream& os) const { print_rnn(os, "LSTM", options); }
+void LSTMImpl::pretty_print(std::ostream& os) const {
+  print_rnn(os, "LSTM", options,
+            options.proj_size() > 0 ? ", proj_size=" + std::to_string(options.proj_size()) : std::string());
+}
 
 GRUImpl::GRUImpl(const GRUOptions& o) : options(o) {
   flat_weights_ = register_rnn(*this, "GRU", o, 3);

@@ -13,16 +13,17 @@
 namespace mpx::nn {
 
 /// Multi-layer LSTM. Parameters per layer k (and "_reverse" for the second direction):
-/// weight_ih_l{k} [4H, in], weight_hh_l{k} [4H, H], bias_ih_l{k} [4H], bias_hh_l{k} [4H] (gate
-/// order i, f, g, o), all uniform(-1/sqrt(H), 1/sqrt(H)). The cell-by-cell loop runs on the device's
-/// GEMMs and the fused pointwise cell (cuDNN's RNN is not used yet).
+/// weight_ih_l{k} [4H, in], weight_hh_l{k} [4H, R], bias_ih_l{k} [4H], bias_hh_l{k} [4H] (gate
+/// order i, f, g, o), then weight_hr_l{k} [P, H] when proj_size P > 0, all uniform(-1/sqrt(H), 1/sqrt(H));
+/// R = P when projecting, else H. On the CPU each layer's steps run on the GEMM and the fused pointwise
+/// cell; on CUDA the whole sequence runs on cuDNN's RNN where it takes the call (not with proj_size).
 class LSTMImpl : public Module {
  public:
   explicit LSTMImpl(const LSTMOptions& options);
   LSTMImpl(int64_t input_size, int64_t hidden_size) : LSTMImpl(LSTMOptions(input_size, hidden_size)) {}
   void reset_parameters();
-  /// input [T, N, I] ([N, T, I] with batch_first, [T, I] unbatched); hx = (h0, c0), each
-  /// [L*D, N, H], zeros when absent. Returns (output [T, N, D*H], (h_n, c_n)).
+  /// input [T, N, I] ([N, T, I] with batch_first, [T, I] unbatched); hx = (h0 [L*D, N, R], c0 [L*D, N, H]),
+  /// zeros when absent. Returns (output [T, N, D*R], (h_n, c_n)).
   std::tuple<Tensor, std::tuple<Tensor, Tensor>> forward(const Tensor& input,
                                                          std::optional<std::tuple<Tensor, Tensor>> hx = {});
   /// A packed batch (utils::rnn::pack_padded_sequence): every sequence runs its own length; the output is packed
@@ -31,7 +32,7 @@ class LSTMImpl : public Module {
       const utils::rnn::PackedSequence& input, std::optional<std::tuple<Tensor, Tensor>> hx = {});
   std::string name() const override { return "LSTM"; }
   void pretty_print(std::ostream& os) const override;
-  /// The parameters in PyTorch's flat order (per layer, per direction: w_ih, w_hh, b_ih, b_hh).
+  /// The parameters in PyTorch's flat order (per layer, per direction: w_ih, w_hh, b_ih, b_hh, w_hr).
   const std::vector<Tensor>& flat_weights() const { return flat_weights_; }
 
   LSTMOptions options;

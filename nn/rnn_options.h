@@ -9,7 +9,7 @@
 
 namespace mpx::nn {
 
-/// Options of nn::LSTM (LibTorch's LSTMOptions, without proj_size).
+/// Options of nn::LSTM (LibTorch's LSTMOptions).
 struct LSTMOptions {
   LSTMOptions(int64_t input_size, int64_t hidden_size) : input_size_(input_size), hidden_size_(hidden_size) {}
   MPX_ARG(int64_t, input_size);
@@ -22,6 +22,9 @@ struct LSTMOptions {
   /// Dropout on the outputs of every layer but the last, in training.
   MPX_ARG(double, dropout) = 0.0;
   MPX_ARG(bool, bidirectional) = false;
+  /// When > 0 (and below hidden_size), each layer projects h to proj_size features with weight_hr_l{k}
+  /// [proj_size, hidden_size]: outputs and h_n get proj_size features, c_n keeps hidden_size.
+  MPX_ARG(int64_t, proj_size) = 0;
 };
 
 /// Options of nn::GRU (LibTorch's GRUOptions).

@@ -4,7 +4,10 @@
 #include "ops/rnn.h"
 
 #include <optional>
+#include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "autograd/grad_mode.h"
 #include "ops/activation.h"
@@ -51,25 +54,36 @@ tensor_list gru_cell_backward_composite(const Tensor& dh0, const Tensor& gi0, co
           (dh * z).to(h0.dtype())};
 }
 int64_t check_rnn_params(const char* op, int64_t G, const Tensor& input, const tensor_list& params, const RnnArgs& a) {
-  const int64_t dirs = a.bidirectional ? 2 : 1, per = a.has_biases ? 4 : 2;
+  const int64_t P = a.proj_size;
+  MPX_CHECK(P >= 0, op, ": proj_size must be non-negative, got ", P);
+  MPX_CHECK(P == 0 || G == 4, op, ": proj_size is an LSTM option (got ", P, ")");
+  const int64_t dirs = a.bidirectional ? 2 : 1, per = (a.has_biases ? 4 : 2) + (P > 0 ? 1 : 0);
   MPX_CHECK(static_cast<int64_t>(params.size()) == a.num_layers * dirs * per, op, ": expected ",
             a.num_layers * dirs * per, " parameter tensors (", a.num_layers, " layers x ", dirs, " directions x ", per,
             "), got ", params.size());
   const Tensor& w_hh0 = params[1];
-  MPX_CHECK(w_hh0.defined() && w_hh0.dim() == 2 && w_hh0.size(0) == G * w_hh0.size(1), op, ": weight_hh_l0 ",
-            ops::describe(w_hh0), " must be [", G, "*hidden_size, hidden_size]");
-  const int64_t H = w_hh0.size(1);
-  static const char* names[4] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
+  MPX_CHECK(w_hh0.defined() && w_hh0.dim() == 2 && w_hh0.size(0) % G == 0 &&
+                (P > 0 ? w_hh0.size(1) == P : w_hh0.size(0) == G * w_hh0.size(1)),
+            op, ": weight_hh_l0 ", ops::describe(w_hh0), " must be [", G, "*hidden_size, ",
+            P > 0 ? "proj_size " + std::to_string(P) : std::string("hidden_size"), "]");
+  const int64_t H = w_hh0.size(0) / G, R = P > 0 ? P : H;  // R: the width of h and of each direction's output
+  MPX_CHECK(P < H, op, ": proj_size ", P, " must be smaller than hidden_size ", H);
   for (int64_t l = 0; l < a.num_layers; ++l)
     for (int64_t d = 0; d < dirs; ++d) {
-      const int64_t in = l == 0 ? input.size(-1) : dirs * H;
-      const IntList want[4] = {{G * H, in}, {G * H, H}, {G * H}, {G * H}};
-      for (int64_t j = 0; j < per; ++j) {
-        const Tensor& t = params[static_cast<size_t>((l * dirs + d) * per + j)];
-        MPX_CHECK(t.defined() && t.sizes() == want[j], op, ": ", names[j], "_l", l, d ? "_reverse" : "", " ",
-                  ops::describe(t), " must be ", shape_str(want[j]), " (input ", ops::describe(input),
-                  ", hidden_size ", H, ")");
-        MPX_CHECK(t.dtype() == input.dtype(), op, ": ", names[j], "_l", l, " ", ops::describe(t),
+      const int64_t in = l == 0 ? input.size(-1) : dirs * R;
+      std::vector<std::pair<const char*, IntList>> want = {{"weight_ih", {G * H, in}}, {"weight_hh", {G * H, R}}};
+      if (a.has_biases) {
+        want.push_back({"bias_ih", {G * H}});
+        want.push_back({"bias_hh", {G * H}});
+      }
+      if (P > 0) want.push_back({"weight_hr", {P, H}});
+      for (size_t j = 0; j < want.size(); ++j) {
+        const Tensor& t = params[static_cast<size_t>((l * dirs + d) * per) + j];
+        const char* name = want[j].first;
+        MPX_CHECK(t.defined() && t.sizes() == want[j].second, op, ": ", name, "_l", l, d ? "_reverse" : "", " ",
+                  ops::describe(t), " must be ", shape_str(want[j].second), " (input ", ops::describe(input),
+                  ", hidden_size ", H, P > 0 ? ", proj_size " + std::to_string(P) : std::string(), ")");
+        MPX_CHECK(t.dtype() == input.dtype(), op, ": ", name, "_l", l, " ", ops::describe(t),
                   " must have the input's dtype ", dtype_name(input.dtype()), "; convert it or use autocast");
       }
     }
@@ -242,6 +256,7 @@ namespace {
 // from its initial states and weights, returning (outputs [T, N, H], final states...).
 struct SeqPlan {
   int64_t T = 0, N = 0, H = 0, dirs = 1, per = 2;  // per: tensors per (layer, direction)
+  int64_t R = 0;                                    // the width of h and of each direction's output (proj_size or H)
   bool unbatched = false;
   Tensor x;  // [T, N, I]
 };
@@ -256,17 +271,21 @@ SeqPlan check_seq(const char* op, int64_t G, const Tensor& input, const tensor_l
   MPX_CHECK(a.dropout >= 0.0 && a.dropout <= 1.0, op, ": dropout must be in [0, 1], got ", a.dropout);
   SeqPlan p;
   p.dirs = a.bidirectional ? 2 : 1;
-  p.per = a.has_biases ? 4 : 2;
+  p.per = (a.has_biases ? 4 : 2) + (a.proj_size > 0 ? 1 : 0);
   p.unbatched = input.dim() == 2;
   p.x = p.unbatched ? input.unsqueeze(1) : a.batch_first ? input.transpose(0, 1) : input;
   p.T = p.x.size(0);
   p.N = p.x.size(1);
   MPX_CHECK(p.T >= 1, op, ": the sequence is empty (input ", ops::describe(input), ")");
   p.H = check_rnn_params(op, G, input, params, a);
-  const IntList sshape = p.unbatched ? IntList{a.num_layers * p.dirs, p.H} : IntList{a.num_layers * p.dirs, p.N, p.H};
-  for (const Tensor& s : states) {
+  p.R = a.proj_size > 0 ? a.proj_size : p.H;
+  for (size_t i = 0; i < states.size(); ++i) {
+    const Tensor& s = states[i];
+    const int64_t width = i == 0 ? p.R : p.H;  // h has proj_size features under a projection, c hidden_size
+    const IntList sshape = p.unbatched ? IntList{a.num_layers * p.dirs, width} : IntList{a.num_layers * p.dirs, p.N, width};
     MPX_CHECK(!s.defined() || s.sizes() == sshape, op, ": initial state ", ops::describe(s), " must be ",
-              shape_str(sshape), " (num_layers * directions, batch, hidden_size)");
+              shape_str(sshape), " (num_layers * directions, batch, ", i == 0 && a.proj_size > 0 ? "proj_size" : "hidden_size",
+              ")");
     MPX_CHECK(!s.defined() || s.dtype() == input.dtype(), op, ": initial state ", ops::describe(s),
               " must have the input's dtype ", dtype_name(input.dtype()));
   }
@@ -277,14 +296,19 @@ SeqPlan check_seq(const char* op, int64_t G, const Tensor& input, const tensor_l
   return p;
 }
 
-// State (layer, direction) idx: [N, H], from the given initial states or zeros.
-Tensor initial_state(const SeqPlan& p, const Tensor& s, int64_t idx) {
-  if (!s.defined()) return zeros({p.N, p.H}, p.x.options());
+// State (layer, direction) idx: [N, width], from the given initial states or zeros.
+Tensor initial_state(const SeqPlan& p, const Tensor& s, int64_t idx, int64_t width) {
+  if (!s.defined()) return zeros({p.N, width}, p.x.options());
   const Tensor t = s.select(0, idx);
   return p.unbatched ? t.unsqueeze(0) : t;
 }
 
-// Runs the layers: `run(x, idx, w, states...)` returns one direction's outputs [T, N, H] and
+// One (layer, direction)'s parameters; the undefined ones absent.
+struct LayerWeights {
+  Tensor w_ih, w_hh, b_ih, b_hh, w_hr;
+};
+
+// Runs the layers: `run(x, idx, reverse, weights)` returns one direction's outputs [T, N, R] and
 // its final states; outputs of both directions are concatenated, dropout applied between layers.
 template <typename Run>
 std::pair<Tensor, std::vector<tensor_list>> run_layers(const SeqPlan& p, const tensor_list& params, const RnnArgs& a,
@@ -296,8 +320,10 @@ std::pair<Tensor, std::vector<tensor_list>> run_layers(const SeqPlan& p, const t
     for (int64_t d = 0; d < p.dirs; ++d) {
       const int64_t idx = l * p.dirs + d;
       const size_t k = static_cast<size_t>(idx * p.per);
-      const Tensor *w = &params[k];
-      auto [out, st] = run(x, idx, d == 1, w[0], w[1], a.has_biases ? w[2] : Tensor(), a.has_biases ? w[3] : Tensor());
+      const Tensor* w = &params[k];
+      const LayerWeights lw{w[0], w[1], a.has_biases ? w[2] : Tensor(), a.has_biases ? w[3] : Tensor(),
+                            a.proj_size > 0 ? w[a.has_biases ? 4 : 2] : Tensor()};
+      auto [out, st] = run(x, idx, d == 1, lw);
       outs.push_back(out);
       finals.push_back(st);
     }
@@ -329,6 +355,7 @@ std::optional<tensor_list> fused_sequence(bool is_lstm, const SeqPlan& p, const 
   const DType dt = p.x.dtype();
   if (dev.is_cpu() || !dispatch::has_kernel(OpId::rnn_fused, dev.type, dt)) return std::nullopt;
   if (a.train && a.dropout > 0.0 && a.num_layers > 1) return std::nullopt;
+  if (a.proj_size > 0) return std::nullopt;  // the step path projects; cuDNN's projection is not wired
   const size_t ns = states.size();
   // The node's inputs: x [T, N, I], the states as [L*D, N, H] (undefined: zeros), the parameters.
   tensor_list inputs = {p.x};
@@ -408,12 +435,12 @@ std::tuple<Tensor, Tensor, Tensor> lstm(const Tensor& input0, const Tensor& h00,
   const tensor_list params(all.begin() + 3, all.end());
   const SeqPlan p = check_seq("lstm", 4, input, {h0, c0}, params, a);
   if (auto f = fused_sequence(true, p, {h0, c0}, params, a)) return {(*f)[0], (*f)[1], (*f)[2]};
-  auto run = [&](const Tensor& x, int64_t idx, bool reverse, const Tensor& w_ih, const Tensor& w_hh,
-                 const Tensor& b_ih, const Tensor& b_hh) -> std::pair<Tensor, tensor_list> {
+  auto run = [&](const Tensor& x, int64_t idx, bool reverse, const LayerWeights& w) -> std::pair<Tensor, tensor_list> {
     // The input projections of every step in one GEMM, both biases folded in; the steps as one node.
-    const Tensor bias = b_ih.defined() ? add(b_ih, b_hh) : Tensor();
-    const Tensor gi = linear(x.reshape({p.T * p.N, x.size(2)}), w_ih, bias).view({p.T, p.N, w_ih.size(0)});
-    auto [out, h, c] = rnn_detail::lstm_layer(gi, initial_state(p, h0, idx), initial_state(p, c0, idx), w_hh, reverse);
+    const Tensor bias = w.b_ih.defined() ? add(w.b_ih, w.b_hh) : Tensor();
+    const Tensor gi = linear(x.reshape({p.T * p.N, x.size(2)}), w.w_ih, bias).view({p.T, p.N, w.w_ih.size(0)});
+    auto [out, h, c] = rnn_detail::lstm_layer(gi, initial_state(p, h0, idx, p.R), initial_state(p, c0, idx, p.H),
+                                              w.w_hh, w.w_hr, reverse);
     return {out, {h, c}};
   };
   auto [out, finals] = run_layers(p, params, a, run);
@@ -428,10 +455,9 @@ std::pair<Tensor, Tensor> gru(const Tensor& input0, const Tensor& h00, const ten
   const tensor_list params(all.begin() + 2, all.end());
   const SeqPlan p = check_seq("gru", 3, input, {h0}, params, a);
   if (auto f = fused_sequence(false, p, {h0}, params, a)) return {(*f)[0], (*f)[1]};
-  auto run = [&](const Tensor& x, int64_t idx, bool reverse, const Tensor& w_ih, const Tensor& w_hh,
-                 const Tensor& b_ih, const Tensor& b_hh) -> std::pair<Tensor, tensor_list> {
-    const Tensor gi = linear(x.reshape({p.T * p.N, x.size(2)}), w_ih, b_ih).view({p.T, p.N, w_ih.size(0)});
-    auto [out, h] = rnn_detail::gru_layer(gi, initial_state(p, h0, idx), w_hh, b_hh, reverse);
+  auto run = [&](const Tensor& x, int64_t idx, bool reverse, const LayerWeights& w) -> std::pair<Tensor, tensor_list> {
+    const Tensor gi = linear(x.reshape({p.T * p.N, x.size(2)}), w.w_ih, w.b_ih).view({p.T, p.N, w.w_ih.size(0)});
+    auto [out, h] = rnn_detail::gru_layer(gi, initial_state(p, h0, idx, p.H), w.w_hh, w.b_hh, reverse);
     return {out, {h}};
   };
   auto [out, finals] = run_layers(p, params, a, run);
@@ -448,11 +474,10 @@ std::pair<Tensor, Tensor> elman(bool relu, const Tensor& input0, const Tensor& h
   const Tensor &input = all[0], &h0 = all[1];
   const tensor_list params(all.begin() + 2, all.end());
   const SeqPlan p = check_seq(relu ? "rnn_relu" : "rnn_tanh", 1, input, {h0}, params, a);
-  auto run = [&](const Tensor& x, int64_t idx, bool reverse, const Tensor& w_ih, const Tensor& w_hh,
-                 const Tensor& b_ih, const Tensor& b_hh) -> std::pair<Tensor, tensor_list> {
-    const Tensor bias = b_ih.defined() ? add(b_ih, b_hh) : Tensor();
-    const Tensor gi = linear(x.reshape({p.T * p.N, x.size(2)}), w_ih, bias).view({p.T, p.N, w_ih.size(0)});
-    auto [out, h] = rnn_detail::elman_layer(gi, initial_state(p, h0, idx), w_hh, relu, reverse);
+  auto run = [&](const Tensor& x, int64_t idx, bool reverse, const LayerWeights& w) -> std::pair<Tensor, tensor_list> {
+    const Tensor bias = w.b_ih.defined() ? add(w.b_ih, w.b_hh) : Tensor();
+    const Tensor gi = linear(x.reshape({p.T * p.N, x.size(2)}), w.w_ih, bias).view({p.T, p.N, w.w_ih.size(0)});
+    auto [out, h] = rnn_detail::elman_layer(gi, initial_state(p, h0, idx, p.H), w.w_hh, relu, reverse);
     return {out, {h}};
   };
   auto [out, finals] = run_layers(p, params, a, run);

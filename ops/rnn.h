@@ -41,11 +41,15 @@ struct RnnArgs {
   bool train = false;
   bool bidirectional = false;
   bool batch_first = false;
+  /// LSTM only (PyTorch's proj_size): when > 0 each layer and direction projects its hidden state to proj_size
+  /// features with a weight w_hr [proj_size, H] (after the biases in params), so h0/h_n and the outputs have
+  /// proj_size features, w_hh is [4H, proj_size] and a deeper layer's input is D*proj_size wide; c stays H.
+  int64_t proj_size = 0;
 };
 
 /// Multi-layer LSTM over input [T, N, I] ([N, T, I] with batch_first; [T, I] unbatched).
 /// params: per layer, per direction (forward, then reverse): w_ih, w_hh, then b_ih, b_hh when
-/// has_biases (PyTorch's flat order). h0, c0 [L*D, N, H] (D = 2 when bidirectional; [L*D, H]
+/// has_biases, then w_hr when args.proj_size > 0 (PyTorch's flat order). h0, c0 [L*D, N, H] (D = 2 when bidirectional; [L*D, H]
 /// unbatched), undefined: zeros. Returns (output [T, N, D*H], h_n, c_n). The input projections of
 /// a layer run as one GEMM over all steps; each step is one GEMM and the fused cell, and each layer
 /// and direction is one autograd node whose backward forms the recurrent weight's gradient in one

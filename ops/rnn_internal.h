@@ -26,8 +26,10 @@ int64_t check_rnn_params(const char* op, int64_t G, const Tensor& input, const t
 /// Returns (out [T, N, H] in time order, h_T, c_T). The backward keeps each step's gate gradients and forms
 /// w_hh's gradient in one GEMM over all T*N rows (the step-by-step graph would take T GEMMs of depth N and
 /// T-1 adds of the whole matrix); under create_graph it recomputes the steps as a differentiable graph.
+/// w_hr [P, H] (undefined: none) projects each step's h to P features (PyTorch's proj_size): h0, h_T and out then
+/// have P features, w_hh is [4H, P], and w_hr's gradient is one GEMM too.
 std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& gi, const Tensor& h0, const Tensor& c0, const Tensor& w_hh,
-                                              bool reverse);
+                                              const Tensor& w_hr, bool reverse);
 /// One direction of one GRU layer likewise: gi [T, N, 3H] = x W_ih^T + b_ih, h0 [N, H], w_hh [3H, H],
 /// b_hh [3H] (undefined: none). Returns (out [T, N, H], h_T).
 std::pair<Tensor, Tensor> gru_layer(const Tensor& gi, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh,

@@ -1,6 +1,8 @@
 // One direction of one LSTM/GRU/Elman layer over a whole sequence as a single autograd node: the steps run on
 // the device's GEMM and cell kernels into whole-sequence buffers, and the backward forms the recurrent
 // weight's gradient in one GEMM over every step's rows.
+#include <optional>
+
 #include "autograd/grad_mode.h"
 #include "ops/elementwise.h"
 #include "ops/linalg.h"
@@ -84,11 +86,12 @@ Tensor recurrent_weight_grad(const Tensor& d, const Tensor& out, const Tensor& h
 }
 
 // The LSTM layer's gradients as a differentiable graph (create_graph): the steps recomputed from the saved
-// inputs, then the cell formulas run backward.
+// inputs, then the cell formulas (and the projection, when w_hr is defined) run backward.
 tensor_list lstm_layer_backward_graph(const tensor_list& g, const Tensor& gi, const Tensor& h0, const Tensor& c0,
-                                      const Tensor& w_hh, bool reverse) {
+                                      const Tensor& w_hh, const Tensor& w_hr, bool reverse) {
   const int64_t T = gi.size(0);
-  std::vector<Tensor> gates(static_cast<size_t>(T)), cprev(static_cast<size_t>(T)), hprev(static_cast<size_t>(T));
+  const size_t n = static_cast<size_t>(T);
+  std::vector<Tensor> gates(n), cprev(n), hprev(n), hcell(n);
   Tensor h = h0, c = c0;
   const Tensor w_t = w_hh.t();
   for (int64_t s = 0; s < T; ++s) {
@@ -97,19 +100,29 @@ tensor_list lstm_layer_backward_graph(const tensor_list& g, const Tensor& gi, co
     cprev[t] = c;
     gates[t] = addmm(gi.select(0, static_cast<int64_t>(t)), h, w_t);
     std::tie(h, c) = lstm_cell_fused(gates[t], c);
+    if (w_hr.defined()) {
+      hcell[t] = h;
+      h = mm(h, w_hr.t());
+    }
   }
   Tensor dh = dense_grad(g[1], h0), dc = dense_grad(g[2], c0);
-  tensor_list dgi(static_cast<size_t>(T));
+  tensor_list dgi(n), dproj(n);
   for (int64_t s = T - 1; s >= 0; --s) {
     const int64_t t = time_of(s, T, reverse);
+    const size_t k = static_cast<size_t>(t);
     if (g[0].defined()) dh = dh + g[0].select(0, t).to(h0.dtype());
-    tensor_list r = lstm_cell_backward_composite(dh, dc, gates[static_cast<size_t>(t)], cprev[static_cast<size_t>(t)]);
-    dgi[static_cast<size_t>(t)] = r[0];
+    if (w_hr.defined()) {
+      dproj[k] = dh;
+      dh = mm(dh, w_hr);
+    }
+    tensor_list r = lstm_cell_backward_composite(dh, dc, gates[k], cprev[k]);
+    dgi[k] = r[0];
     dc = r[1];
     dh = mm(r[0], w_hh);
   }
   const Tensor d = stack(dgi, 0);
-  return {d, dh, dc, weight_grad(d, stack(hprev, 0))};
+  const Tensor dw_hr = w_hr.defined() ? weight_grad(stack(dproj, 0), stack(hcell, 0)) : Tensor();
+  return {d, dh, dc, weight_grad(d, stack(hprev, 0)), dw_hr};
 }
 
 // The GRU layer's likewise.
@@ -180,17 +193,22 @@ tensor_list only_wanted(FunctionNode& self, tensor_list r) {
 }  // namespace
 
 std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& gi0, const Tensor& h00, const Tensor& c00,
-                                              const Tensor& w_hh, bool reverse) {
+                                              const Tensor& w_hh, const Tensor& w_hr, bool reverse) {
   const Tensor gi = gi0.contiguous(), h0 = h00.contiguous(), c0 = c00.contiguous();
-  const int64_t T = gi.size(0), N = gi.size(1), H = w_hh.size(1);
+  const int64_t T = gi.size(0), N = gi.size(1), H = c0.size(1), R = h0.size(1);
+  const bool proj = w_hr.defined();
   const Device dev = gi.device();
   const DType dt = gi.dtype();
   const TensorOptions o = gi.options();
-  const Tensor out = empty({T, N, H}, o), cs = empty({T, N, H}, o), acts = empty({T, N, 4 * H}, o);
+  // out holds the (projected) h of every step; hc the cell's own h under a projection (w_hr's gradient reads it).
+  const Tensor out = empty({T, N, R}, o), cs = empty({T, N, H}, o), acts = empty({T, N, 4 * H}, o);
+  const Tensor hc = proj ? empty({T, N, H}, o) : out;
   Tensor hT = h0.clone(), cT = c0.clone();
   if (out.numel() > 0) {
     NoGradGuard ng;
     StepGemm gemm(w_hh.t(), 1.0);
+    std::optional<StepGemm> project;
+    if (proj) project.emplace(w_hr.t(), 0.0);
     auto cell = dispatch::kernel<OpId::lstm_cell_fused>(dev, dt);
     Tensor gates = empty({N, 4 * H}, o);
     Tensor h = h0, c = c0;
@@ -199,7 +217,8 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& gi0, const Tensor& h
       gates.copy_(gi.select(0, t));
       gemm(gates, h);
       const Tensor ht = out.select(0, t), ct = cs.select(0, t);
-      cell(ht, ct, acts.select(0, t), gates, c);
+      cell(hc.select(0, t), ct, acts.select(0, t), gates, c);
+      if (project) (*project)(ht, hc.select(0, t));
       h = ht;
       c = ct;
     }
@@ -207,35 +226,51 @@ std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& gi0, const Tensor& h
     cT.copy_(c);
   }
   auto backward = [reverse](FunctionNode& self, const tensor_list& g) -> tensor_list {
-    const Tensor gi = self.saved(0), h0 = self.saved(1), c0 = self.saved(2), w_hh = self.saved(3);
-    if (GradMode::is_enabled()) return only_wanted(self, lstm_layer_backward_graph(g, gi, h0, c0, w_hh, reverse));
-    const Tensor out = self.saved(4), cs = self.saved(5), acts = self.saved(6);
+    const Tensor gi = self.saved(0), h0 = self.saved(1), c0 = self.saved(2), w_hh = self.saved(3), w_hr = self.saved(4);
+    if (GradMode::is_enabled())
+      return only_wanted(self, lstm_layer_backward_graph(g, gi, h0, c0, w_hh, w_hr, reverse));
+    const Tensor out = self.saved(5), cs = self.saved(6), acts = self.saved(7);
+    const bool proj = w_hr.defined();
+    const Tensor hc = proj ? self.saved(8) : out;
     const int64_t T = out.size(0);
     auto [dout, dh] = backward_seed(g, out, h0, reverse);
     Tensor dc = dense_grad(g[2], c0).clone(), dc_prev = empty(c0.sizes(), c0.options());
     Tensor dgi = empty(gi.sizes(), gi.options());
+    // Under a projection: every step's gradient of its projected h (for w_hr's) and of the cell's h.
+    const Tensor dproj = proj ? empty(out.sizes(), out.options()) : Tensor();
+    const Tensor dhc = proj ? empty(c0.sizes(), c0.options()) : dh;
+    Tensor dw_hr;
     if (out.numel() > 0) {
       StepGemm gemm(w_hh, 1.0);
+      std::optional<StepGemm> unproject;
+      if (proj) unproject.emplace(w_hr, 0.0);
       auto cell = dispatch::kernel<OpId::lstm_cell_fused_backward>(gi.device(), gi.dtype());
       for (int64_t s = T - 1; s >= 0; --s) {
         const int64_t t = time_of(s, T, reverse);
         const Tensor c_prev = s == 0 ? c0 : cs.select(0, time_of(s - 1, T, reverse));
         const Tensor d = dgi.select(0, t);
-        cell(d, dc_prev, dh, dc, acts.select(0, t), c_prev, cs.select(0, t));
+        if (unproject) {
+          dproj.select(0, t).copy_(dh);
+          (*unproject)(dhc, dh);
+        }
+        cell(d, dc_prev, dhc, dc, acts.select(0, t), c_prev, cs.select(0, t));
         std::swap(dc, dc_prev);
         recurrent_dh(dh, dout, s, T, reverse, gemm, d);
       }
+      if (proj) dw_hr = weight_grad(dproj, hc);
     } else {
       dgi.zero_();
+      if (proj) dw_hr = zeros(w_hr.sizes(), w_hr.options());
     }
-    return only_wanted(self, {dgi, dh, dc, recurrent_weight_grad(dgi, out, h0, w_hh, reverse)});
+    return only_wanted(self, {dgi, dh, dc, recurrent_weight_grad(dgi, out, h0, w_hh, reverse), dw_hr});
   };
-  if (auto n = autograd::record(reverse ? "LstmLayerReverseBackward" : "LstmLayerBackward", {gi, h0, c0, w_hh},
+  if (auto n = autograd::record(reverse ? "LstmLayerReverseBackward" : "LstmLayerBackward", {gi, h0, c0, w_hh, w_hr},
                                 {out, hT, cT}, backward)) {
-    for (const Tensor& t : {gi, h0, c0, w_hh}) n->save(t);
+    for (const Tensor& t : {gi, h0, c0, w_hh, w_hr}) n->save(t);
     n->save(out, true);
     n->save(cs);
     n->save(acts);
+    if (proj) n->save(hc);
   }
   return {out, hT, cT};
 }

@@ -55,13 +55,19 @@ tensor_list rnn_packed(RnnMode mode, const Tensor& data0, const std::vector<int6
   }
   MPX_CHECK(total == data.size(0), op, ": batch_sizes sum to ", total, " rows, the data has ", data.size(0));
   MPX_CHECK(a.num_layers >= 1, op, ": num_layers must be at least 1, got ", a.num_layers);
-  const int64_t G = gates_of(mode), D = a.bidirectional ? 2 : 1, per = a.has_biases ? 4 : 2, N = bs[0];
+  const int64_t G = gates_of(mode), D = a.bidirectional ? 2 : 1, N = bs[0];
+  const int64_t per = (a.has_biases ? 4 : 2) + (a.proj_size > 0 ? 1 : 0);
   const int64_t T = static_cast<int64_t>(bs.size());
   const int64_t H = rnn_detail::check_rnn_params(op, G, data, params, a);
-  for (const Tensor& s : states)
-    MPX_CHECK(!s.defined() || (s.sizes() == IntList{a.num_layers * D, N, H} && s.dtype() == data.dtype()), op,
-              ": initial state ", ops::describe(s), " must be [", a.num_layers * D, ", ", N, ", ", H, "] in ",
-              dtype_name(data.dtype()), " (num_layers * directions, the longest step's batch, hidden_size)");
+  const int64_t R = a.proj_size > 0 ? a.proj_size : H;  // the width of h
+  for (size_t i = 0; i < states.size(); ++i) {
+    const Tensor& s = states[i];
+    const int64_t width = i == 0 ? R : H;
+    MPX_CHECK(!s.defined() || (s.sizes() == IntList{a.num_layers * D, N, width} && s.dtype() == data.dtype()), op,
+              ": initial state ", ops::describe(s), " must be [", a.num_layers * D, ", ", N, ", ", width, "] in ",
+              dtype_name(data.dtype()), " (num_layers * directions, the longest step's batch, ",
+              i == 0 && a.proj_size > 0 ? "proj_size" : "hidden_size", ")");
+  }
   tensor_list devs = params;
   devs.push_back(data);
   for (const Tensor& s : states) devs.push_back(s);
@@ -79,8 +85,8 @@ tensor_list rnn_packed(RnnMode mode, const Tensor& data0, const std::vector<int6
       const Tensor b_ih = a.has_biases ? w[2] : Tensor(), b_hh = a.has_biases ? w[3] : Tensor();
       // Every step's input projection in one GEMM (both biases, but for the GRU, whose b_hh sits inside r * (.)).
       const Tensor gi = linear(x, w[0], mode == RnnMode::kGru || !b_ih.defined() ? b_ih : add(b_ih, b_hh));
-      const Tensor w_t = w[1].t();
-      Tensor h = states[0].defined() ? states[0].select(0, idx) : zeros({N, H}, data.options());
+      const Tensor w_t = w[1].t(), w_hr_t = a.proj_size > 0 ? w[per - 1].t() : Tensor();
+      Tensor h = states[0].defined() ? states[0].select(0, idx) : zeros({N, R}, data.options());
       Tensor c = mode == RnnMode::kLstm ? (states[1].defined() ? states[1].select(0, idx) : zeros({N, H}, data.options()))
                                         : Tensor();
       tensor_list steps(static_cast<size_t>(T));
@@ -89,7 +95,10 @@ tensor_list rnn_packed(RnnMode mode, const Tensor& data0, const std::vector<int6
         const Tensor g = gi.narrow(0, offset[static_cast<size_t>(t)], b), hb = h.narrow(0, 0, b);
         Tensor hn, cn;
         switch (mode) {
-          case RnnMode::kLstm: std::tie(hn, cn) = lstm_cell_fused(addmm(g, hb, w_t), c.narrow(0, 0, b)); break;
+          case RnnMode::kLstm:
+            std::tie(hn, cn) = lstm_cell_fused(addmm(g, hb, w_t), c.narrow(0, 0, b));
+            if (w_hr_t.defined()) hn = mm(hn, w_hr_t);
+            break;
           case RnnMode::kGru: hn = gru_cell_fused(g, linear(hb, w[1], b_hh), hb); break;
           case RnnMode::kRnnTanh: hn = tanh(addmm(g, hb, w_t)); break;
           default: hn = relu(addmm(g, hb, w_t)); break;

@@ -202,6 +202,31 @@ TEST_CASE("cuda lstm and gru step by step (one node per layer and direction) mat
   }
 }
 
+// proj_size: cuDNN's RNN is not asked; each layer and direction runs on the device's GEMM and cell kernels and
+// projects h with one more product per step.
+TEST_CASE("cuda lstm with proj_size matches the CPU (2 layers, bidirectional)", "[cuda]") {
+  if (!testing::cuda_ready()) return;
+  const int64_t T = 5, N = 3, I = 4, H = 8, P = 3;
+  for (DType dt : {kFloat32, kBFloat16}) {
+    INFO(dtype_name(dt));
+    tensor_list in = {randn_dt({T, N, I}, dt, 1), randn_dt({4, N, P}, dt, 2), randn_dt({4, N, H}, dt, 3)};
+    for (int64_t l = 0; l < 2; ++l)
+      for (int d = 0; d < 2; ++d)
+        for (const IntList& shape : {IntList{4 * H, l == 0 ? I : 2 * P}, IntList{4 * H, P}, IntList{4 * H},
+                                     IntList{4 * H}, IntList{P, H}})
+          in.push_back(randn_dt(shape, dt, 10 + static_cast<uint64_t>(in.size()), 0.3));
+    RnnArgs a;
+    a.num_layers = 2;
+    a.bidirectional = true;
+    a.proj_size = P;
+    auto f = [a](const tensor_list& t) {
+      auto [y, hn, cn] = lstm(t[0], t[1], t[2], tensor_list(t.begin() + 3, t.end()), a);
+      return cat({y.flatten(), hn.flatten(), cn.flatten()}, 0);
+    };
+    CHECK(testing::kernel_calls("rnn_fused", [&] { compare(f, in, dt, "lstm proj"); }) == 0);
+  }
+}
+
 // The cuDNN sequence's gradients against central differences (f64 on the device): every input, initial state and
 // parameter of two bidirectional layers. The CPU leaves are moved to the device inside the function.
 TEST_CASE("cuda lstm and gru on cuDNN: f64 gradcheck", "[cuda][gradcheck]") {
