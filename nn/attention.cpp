@@ -63,8 +63,6 @@ MultiheadAttentionImpl::MultiheadAttentionImpl(const MultiheadAttentionOptions& 
             o.num_heads(), ")");
   MPX_CHECK(o.kdim() > 0 && o.vdim() > 0, "MultiheadAttention: kdim (", o.kdim(), ") and vdim (", o.vdim(),
             ") must be positive");
-  MPX_CHECK(!o.add_bias_kv() && !o.add_zero_attn(),
-            "MultiheadAttention: add_bias_kv and add_zero_attn are not supported; leave them false");
   MPX_CHECK(o.dropout() >= 0.0 && o.dropout() <= 1.0, "MultiheadAttention: dropout must be in [0, 1], got ",
             o.dropout());
   head_dim = E / o.num_heads();
@@ -78,6 +76,10 @@ MultiheadAttentionImpl::MultiheadAttentionImpl(const MultiheadAttentionOptions& 
     v_proj_weight = register_parameter("v_proj_weight", empty({E, o.vdim()}));
   }
   if (o.bias()) in_proj_bias = register_parameter("in_proj_bias", empty({3 * E}));
+  if (o.add_bias_kv()) {
+    bias_k = register_parameter("bias_k", empty({1, 1, E}));
+    bias_v = register_parameter("bias_v", empty({1, 1, E}));
+  }
   out_proj = register_module("out_proj", Linear(LinearOptions(E, E).bias(o.bias())));
   reset_parameters();
 }
@@ -92,11 +94,18 @@ void MultiheadAttentionImpl::reset_parameters() {
   }
   if (in_proj_bias.defined()) init::zeros_(in_proj_bias);
   if (out_proj->bias.defined()) init::zeros_(out_proj->bias);
+  if (bias_k.defined()) {
+    init::xavier_normal_(bias_k);
+    init::xavier_normal_(bias_v);
+  }
 }
 
 void MultiheadAttentionImpl::pretty_print(std::ostream& os) const {
   os << "MultiheadAttention(embed_dim=" << options.embed_dim() << ", num_heads=" << options.num_heads()
-     << ", dropout=" << options.dropout() << ", batch_first=" << (options.batch_first() ? "true" : "false") << ")";
+     << ", dropout=" << options.dropout() << ", batch_first=" << (options.batch_first() ? "true" : "false");
+  if (options.add_bias_kv()) os << ", add_bias_kv=true";
+  if (options.add_zero_attn()) os << ", add_zero_attn=true";
+  os << ")";
 }
 
 std::tuple<Tensor, Tensor> MultiheadAttentionImpl::forward(const Tensor& query, const Tensor& key, const Tensor& value,
@@ -137,9 +146,20 @@ std::tuple<Tensor, Tensor> MultiheadAttentionImpl::forward(const Tensor& query, 
     const tensor_list b = split(in_proj_bias, E, 0);
     bq = b[0], bk = b[1], bv = b[2];
   }
+  Tensor kp = mpx::linear(k, wk, bk), vp = mpx::linear(v, wv, bv);
+  // add_bias_kv, then add_zero_attn: extra keys every query may attend to (the masks get "take part" columns).
+  const int64_t extra = (bias_k.defined() ? 1 : 0) + (options.add_zero_attn() ? 1 : 0);
+  if (bias_k.defined()) {
+    kp = cat({kp, bias_k.to(kp.dtype()).expand({1, N, E})}, 0);
+    vp = cat({vp, bias_v.to(vp.dtype()).expand({1, N, E})}, 0);
+  }
+  if (options.add_zero_attn()) {
+    kp = cat({kp, zeros({1, N, E}, kp.options())}, 0);
+    vp = cat({vp, zeros({1, N, E}, vp.options())}, 0);
+  }
   // [L, N, E] -> [N, heads, L, head_dim] views (the fused kernel takes any strides but the last).
   auto heads = [&](const Tensor& x, int64_t len) { return x.reshape({len, N, nh, hd}).permute({1, 2, 0, 3}); };
-  const Tensor qh = heads(mpx::linear(q, wq, bq), L), kh = heads(mpx::linear(k, wk, bk), S), vh = heads(mpx::linear(v, wv, bv), S);
+  const Tensor qh = heads(mpx::linear(q, wq, bq), L), kh = heads(kp, S + extra), vh = heads(vp, S + extra);
 
   // One additive mask broadcastable to [N, heads, L, S].
   const DType mdt = qh.dtype();
@@ -164,15 +184,20 @@ std::tuple<Tensor, Tensor> MultiheadAttentionImpl::forward(const Tensor& query, 
     const Tensor pm = additive_mask(kpm, mdt).reshape({N, 1, 1, S});
     mask = mask.defined() ? mask + pm : pm;
   }
-  // is_causal alone goes to the fused kernel as a flag; next to other masks it becomes one.
+  // is_causal alone goes to the fused kernel as a flag; next to other masks (or extra keys) it becomes one.
   bool causal_flag = false;
   if (is_causal && !attn_mask.defined()) {
-    if (mask.defined() || need_weights) {
+    if (mask.defined() || need_weights || extra > 0) {
       const Tensor cm = causal_mask(L, S, mdt, qh.device()).reshape({1, 1, L, S});
       mask = mask.defined() ? mask + cm : cm;
     } else {
       causal_flag = true;
     }
+  }
+  if (mask.defined() && extra > 0) {
+    IntList pad = mask.sizes();
+    pad.back() = extra;
+    mask = cat({mask, zeros(pad, mask.options())}, -1);
   }
   const double p = is_training() ? options.dropout() : 0.0;
 

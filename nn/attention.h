@@ -20,9 +20,9 @@ struct MultiheadAttentionOptions {
   MPX_ARG(int64_t, num_heads);
   MPX_ARG(double, dropout) = 0.0;
   MPX_ARG(bool, bias) = true;
-  /// Only false is supported (PyTorch's extra learned key/value row is not implemented).
+  /// A learned key and value row (bias_k, bias_v [1, 1, E]) appended to every sequence's keys and values.
   MPX_ARG(bool, add_bias_kv) = false;
-  /// Only false is supported.
+  /// A zero key and value appended (after bias_k/bias_v) to every head's keys and values.
   MPX_ARG(bool, add_zero_attn) = false;
   MPX_ARG(int64_t, kdim);
   MPX_ARG(int64_t, vdim);
@@ -32,20 +32,23 @@ struct MultiheadAttentionOptions {
 
 /// PyTorch's nn.MultiheadAttention. Parameters: in_proj_weight [3E, E] and in_proj_bias [3E]
 /// (or q_proj_weight, k_proj_weight, v_proj_weight when kdim or vdim differ from embed_dim),
-/// out_proj.weight, out_proj.bias: state dicts load from and into PyTorch's.
+/// bias_k and bias_v [1, 1, E] with add_bias_kv, out_proj.weight, out_proj.bias: state dicts load
+/// from and into PyTorch's.
 class MultiheadAttentionImpl : public Module {
  public:
   MultiheadAttentionImpl(int64_t embed_dim, int64_t num_heads)
       : MultiheadAttentionImpl(MultiheadAttentionOptions(embed_dim, num_heads)) {}
   explicit MultiheadAttentionImpl(const MultiheadAttentionOptions& options);
-  /// PyTorch's init: xavier_uniform_ projections, zero biases (out_proj.weight keeps Linear's init).
+  /// PyTorch's init: xavier_uniform_ projections, zero biases, xavier_normal_ bias_k and bias_v
+  /// (out_proj.weight keeps Linear's init).
   void reset_parameters();
   /// query [L, N, E] (batch_first: [N, L, E]; unbatched [L, E]), key [S, N, kdim], value
   /// [S, N, vdim]. key_padding_mask [N, S] (bool: true = ignore that key; floating: added);
   /// attn_mask [L, S] or [N * num_heads, L, S] (same conventions). is_causal without attn_mask
   /// masks future keys (PyTorch requires the mask as well and treats the flag as a hint).
-  /// Returns (output like query with embed_dim features, weights [N, L, S] averaged over heads
-  /// or [N, num_heads, L, S]; undefined unless need_weights). need_weights = false runs the
+  /// Returns (output like query with embed_dim features, weights [N, L, S'] averaged over heads
+  /// or [N, num_heads, L, S']; undefined unless need_weights; S' = S plus one for add_bias_kv and
+  /// one for add_zero_attn, the masks extended with "take part" for those keys, as PyTorch). need_weights = false runs the
   /// fused scaled_dot_product_attention; need_weights = true builds the weights explicitly
   /// (a row with every key masked then gives NaN, as in PyTorch; the fused path gives 0).
   /// Dropout on the weights applies only in training mode.
@@ -59,7 +62,7 @@ class MultiheadAttentionImpl : public Module {
   MultiheadAttentionOptions options;
   int64_t head_dim = 0;
   bool qkv_same_embed_dim = true;
-  Tensor in_proj_weight, q_proj_weight, k_proj_weight, v_proj_weight, in_proj_bias;
+  Tensor in_proj_weight, q_proj_weight, k_proj_weight, v_proj_weight, in_proj_bias, bias_k, bias_v;
   Linear out_proj{nullptr};
 };
 MPX_MODULE(MultiheadAttention);

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "nn/attention.h"
 #include "ops/activation.h"
 #include "ops/elementwise.h"
+#include "ops/index.h"
 #include "ops/linalg.h"
 #include "ops/norm.h"
 #include "ops/reduction.h"
@@ -157,8 +159,36 @@ TEST_CASE("MultiheadAttention: kdim/vdim, is_causal, unbatched input, gradients"
   CHECK_THROWS_WITH(s(x, x, x, Tensor(), true, ones({L, L + 1}, kBool)), Catch::Contains("attn_mask"));
   CHECK_THROWS_WITH(s(x, x, randn_f64({L, N, E + 1}, 5)), Catch::Contains("features"));
   CHECK_THROWS_WITH(nn::MultiheadAttention(5, 2), Catch::Contains("divisible"));
-  CHECK_THROWS_WITH(nn::MultiheadAttention(nn::MultiheadAttentionOptions(4, 2).add_bias_kv(true)),
-                    Catch::Contains("add_bias_kv"));
+}
+
+TEST_CASE("MultiheadAttention with add_bias_kv and add_zero_attn gives torch.nn.MultiheadAttention's outputs",
+          "[nn][attention]") {
+  // tests/golden/make_transformer_reference.py: kdim 6, vdim 5, batch_first, both extra keys, both masks.
+  const TensorDict file =
+      load_tensors(std::string(MPX_TEST_DATA) + "/golden/transformer/mha_bias_kv_zero_attn.safetensors");
+  std::map<std::string, Tensor> weights;
+  for (const auto& [k, v] : file)
+    if (k.rfind("ref.", 0) != 0) weights[k] = v;
+  nn::MultiheadAttention m(
+      nn::MultiheadAttentionOptions(8, 2).add_bias_kv(true).add_zero_attn(true).kdim(6).vdim(5).batch_first(true));
+  CHECK(m->named_parameters()["bias_k"].sizes() == IntList{1, 1, 8});
+  m->load_state_dict(weights);  // strict: bias_k and bias_v under PyTorch's names
+  const Tensor q = file.at("ref.q"), k = file.at("ref.k"), v = file.at("ref.v");
+  const Tensor kpm = file.at("ref.key_padding_mask");
+  auto [out, w] = m(q, k, v, kpm, true, file.at("ref.attn_mask"), false);
+  CHECK(w.sizes() == IntList{2, 2, 3, 6});  // four keys, bias_k's and the zero one
+  CHECK(max(abs(out - file.at("ref.out"))).item<double>() < 1e-5);
+  CHECK(max(abs(w - file.at("ref.weights"))).item<double>() < 1e-5);
+  // The fused path (no weights) gives the same.
+  const Tensor fused = std::get<0>(m(q, k, v, kpm, false));
+  CHECK(max(abs(fused - file.at("ref.out_no_weights"))).item<double>() < 1e-5);
+  // is_causal alone next to the extra keys: the causal mask over the real keys, the extra ones always attended.
+  const Tensor causal = std::get<0>(m(q, k, v, Tensor(), false, Tensor(), true, true));
+  const Tensor explicit_mask = triu(ones({3, 4}, kBool), 1);
+  CHECK(max(abs(causal - std::get<0>(m(q, k, v, Tensor(), false, explicit_mask)))).item<double>() < 1e-6);
+  sum(out).backward();
+  CHECK(m->bias_k.grad().defined());
+  CHECK(m->bias_v.grad().defined());
 }
 
 TEST_CASE("MultiheadAttention uses PyTorch's init and names", "[nn][attention]") {
