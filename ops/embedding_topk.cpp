@@ -1,7 +1,8 @@
-// The index family's sequence-model ops (ops/index.h): embedding and its backward, embedding_renorm_, topk, multinomial.
+// The index family's sequence-model ops (ops/index.h): embedding and its backward, embedding_renorm_, topk, sort, multinomial.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "core/cuda.h"
@@ -111,27 +112,30 @@ void embedding_renorm_(const Tensor& weight, const Tensor& indices, double max_n
   weight.bump_version();
 }
 
-std::tuple<Tensor, Tensor> topk(const Tensor& self0, int64_t k, int64_t dim0, bool largest, bool sorted) {
-  const char* op = "topk";
+namespace {
+// topk and sort: the first k of x along dim in the order `largest` asks (ties by index), by op's kernel.
+std::tuple<Tensor, Tensor> ordered(OpId id, const char* op, const Tensor& self0, int64_t k, int64_t dim0, bool largest) {
   MPX_CHECK(self0.defined(), op, ": input is undefined");
-  Tensor x = ops::autocast(OpId::topk, {self0})[0];
+  Tensor x = ops::autocast(id, {self0})[0];
   MPX_CHECK(x.dtype() != kBool, op, ": bool tensors are not supported, got ", ops::describe(x));
-  const int64_t dim = wrap_dim(dim0, std::max<int64_t>(x.dim(), 1), "topk: dim");
+  const int64_t dim = wrap_dim(dim0, std::max<int64_t>(x.dim(), 1), (std::string(op) + ": dim").c_str());
   const bool scalar = x.dim() == 0;
   if (scalar) x = x.reshape({1});
-  MPX_CHECK(k >= 0 && k <= x.size(dim), op, ": k (", k, ") must be in [0, ", x.size(dim), "], the size of dim ", dim,
-            " of ", ops::describe(x));
+  if (k < 0) k = x.size(dim);  // sort
+  MPX_CHECK(k <= x.size(dim), op, ": k (", k, ") must be in [0, ", x.size(dim), "], the size of dim ", dim, " of ",
+            ops::describe(x));
   IntList shape = x.sizes();
   shape[dim] = k;
   Tensor values = empty(shape, x.options());
   Tensor indices = empty(shape, TensorOptions(kInt64).device(x.device()));
   if (values.numel() > 0) {
     NoGradGuard ng;
-    dispatch::kernel<OpId::topk>(x.device(), x.dtype())(values, indices, x.detach(), k, dim, largest, sorted);
+    dispatch::kernel<kernels::TopkFn>(id, x.device(), x.dtype())(values, indices, x.detach(), k, dim, largest, true);
   }
-  if (auto n = autograd::record("TopkBackward", {x}, {values}, [dim](FunctionNode& self, const tensor_list& g) -> tensor_list {
-        return {scatter(zeros(self.shapes[0], g[0].options()), dim, self.saved(0), g[0])};
-      })) {
+  if (auto n = autograd::record(id == OpId::sort ? "SortBackward" : "TopkBackward", {x}, {values},
+                                [dim](FunctionNode& self, const tensor_list& g) -> tensor_list {
+                                  return {scatter(zeros(self.shapes[0], g[0].options()), dim, self.saved(0), g[0])};
+                                })) {
     n->save(indices);
     n->shapes.push_back(x.sizes());
   }
@@ -140,6 +144,20 @@ std::tuple<Tensor, Tensor> topk(const Tensor& self0, int64_t k, int64_t dim0, bo
     return {values.reshape(s), indices.reshape(s)};
   }
   return {values, indices};
+}
+}  // namespace
+
+std::tuple<Tensor, Tensor> topk(const Tensor& self, int64_t k, int64_t dim, bool largest, bool) {
+  MPX_CHECK(k >= 0, "topk: k (", k, ") must be non-negative");
+  return ordered(OpId::topk, "topk", self, k, dim, largest);
+}
+
+std::tuple<Tensor, Tensor> sort(const Tensor& self, int64_t dim, bool descending, bool) {
+  return ordered(OpId::sort, "sort", self, -1, dim, descending);
+}
+
+Tensor argsort(const Tensor& self, int64_t dim, bool descending, bool stable) {
+  return std::get<1>(mpx::sort(self, dim, descending, stable));
 }
 
 Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement) {

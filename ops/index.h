@@ -1,4 +1,4 @@
-// Indexing ops for sequence models: index_select/add, gather/scatter, masked_fill, tril/triu, embedding, topk, multinomial.
+// Indexing ops for sequence models: index_select/add, gather/scatter, masked_fill, tril/triu, embedding, topk, sort, multinomial.
 #pragma once
 #include <cstdint>
 #include <tuple>
@@ -63,6 +63,12 @@ void embedding_renorm_(const Tensor& weight, const Tensor& indices, double max_n
 /// back to the chosen positions).
 std::tuple<Tensor, Tensor> topk(const Tensor& self, int64_t k, int64_t dim = -1, bool largest = true,
                                 bool sorted = true);
+/// self sorted along dim, ascending (descending: largest first), and the i64 positions the values came from.
+/// Always stable: equal values keep their order (`stable` is accepted for PyTorch's signature); NaN sorts as
+/// larger than every number, as in PyTorch. The values are differentiable (topk's backward).
+std::tuple<Tensor, Tensor> sort(const Tensor& self, int64_t dim = -1, bool descending = false, bool stable = false);
+/// The indices of sort(self, dim, descending, stable).
+Tensor argsort(const Tensor& self, int64_t dim = -1, bool descending = false, bool stable = false);
 /// num_samples category indices (i64) per row of probs ([C] or [R, C], non-negative, finite,
 /// each row with a positive sum; need not be normalized), with or without replacement; without,
 /// a row needs at least num_samples positive entries. Draws come from the default generator

@@ -397,6 +397,10 @@ inline std::map<std::string, Case> kernel_cases() {
     auto [v, i] = topk(s.randn({5, 9}), 3, 1);
     return tensor_list{v, i};
   };
+  m["sort"] = [](Sample& s) {
+    auto [v, i] = sort(s.randn({4, 11}).transpose(0, 1), 0, true);
+    return tensor_list{v, i};
+  };
   m["multinomial"] = [](Sample& s) {
     Tensor p = s.positive({3, 6});
     manual_seed(7);

@@ -1,4 +1,4 @@
-// CUDA vs CPU: the index family (gathers, scatters, masked fill, triangles, embedding both ways, topk, multinomial) and its device-side index checks.
+// CUDA vs CPU: the index family (gathers, scatters, masked fill, triangles, embedding both ways, topk, sort, multinomial) and its device-side index checks.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -151,6 +151,30 @@ TEST_CASE("cuda topk: values and indices as the CPU's, ties and NaN included, an
   const Tensor gc = autograd::grad({sum(std::get<0>(topk(xc, 3)) * ones({4, 3}))}, {xc})[0];
   const Tensor gg = autograd::grad({sum(std::get<0>(topk(xg, 3)) * gpu(ones({4, 3})))}, {xg})[0];
   check_exact(gg, gc, "topk gradient");
+}
+
+TEST_CASE("cuda sort: the CPU's values and indices (stable, NaN, a vocabulary-sized lane) and its gradient",
+          "[cuda][index]") {
+  if (!testing::cuda_ready()) return;
+  for (DType dt : kNumeric)
+    for (const IntList& shape : {IntList{6, 9}, IntList{3, 1000}, IntList{2, 300, 5}, IntList{1, 50257}}) {
+      const Tensor x = is_floating(dt) ? sample(shape, dt, 10) : randint(0, 4, shape, TensorOptions(kInt64)).to(dt);
+      for (bool descending : {false, true}) {
+        auto [v, i] = sort(gpu(x), 1, descending);
+        auto [rv, ri] = sort(x, 1, descending);
+        check_exact(v, rv, "sort values");
+        check_exact(i, ri, "sort indices");
+      }
+    }
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor t = tensor<double>({1, nan, 3, 3, -2, nan, 1});
+  check_exact(std::get<1>(sort(gpu(t))), std::get<1>(sort(t)), "sort NaN");
+  const Tensor x = sample({4, 8}, kFloat32, 11);
+  const Tensor xc = x.detach().set_requires_grad(true), xg = gpu(x).detach().set_requires_grad(true);
+  const Tensor up = sample({4, 8}, kFloat32, 12);
+  const Tensor gc = autograd::grad({sum(std::get<0>(sort(xc, 1, true)) * up)}, {xc})[0];
+  const Tensor gg = autograd::grad({sum(std::get<0>(sort(xg, 1, true)) * gpu(up))}, {xg})[0];
+  check_exact(gg, gc, "sort gradient");
 }
 
 TEST_CASE("cuda multinomial draws exactly the CPU's samples from the same seed", "[cuda][index]") {

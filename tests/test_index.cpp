@@ -341,6 +341,45 @@ TEST_CASE("topk: sorted values and indices, ties by lower index, NaN above every
   CHECK(std::get<0>(topk(tensor<float>({2.5f}).reshape({}), 1)).item<double>() == 2.5);
 }
 
+TEST_CASE("sort and argsort: stable in both directions, NaN last ascending, any dim, integers, gradients", "[index]") {
+  // Many ties: stable means equal values keep their positions' order whichever direction.
+  for (DType dt : {kFloat32, kBFloat16, kInt64}) {
+    INFO(dtype_name(dt));
+    const Tensor x = (randn_f({3, 40}, 5) * 2.0).to(kInt64).to(dt);  // small integers: many ties
+    const auto xv = vals(x);
+    for (bool descending : {false, true}) {
+      auto [v, i] = sort(x, 1, descending);
+      const auto vv = vals(v), iv = vals(i);
+      for (int r = 0; r < 3; ++r) {
+        std::vector<std::pair<double, int>> row;
+        for (int c = 0; c < 40; ++c) row.push_back({xv[r * 40 + c], c});
+        std::stable_sort(row.begin(), row.end(),
+                         [&](auto a, auto b) { return descending ? a.first > b.first : a.first < b.first; });
+        for (int j = 0; j < 40; ++j) {
+          CHECK(vv[r * 40 + j] == row[j].first);
+          CHECK(iv[r * 40 + j] == row[j].second);
+        }
+      }
+      CHECK(same(argsort(x, -1, descending), i));
+    }
+  }
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor t = tensor<double>({1, nan, 3, 3, -2, nan, 1});
+  CHECK(same(std::get<1>(sort(t)), idx64({4, 0, 6, 2, 3, 1, 5})));
+  CHECK(same(std::get<1>(sort(t, 0, true)), idx64({1, 5, 2, 3, 0, 6, 4})));
+  // Along dim 0 of a strided tensor, and a 0-d input.
+  const Tensor y = randn_f({5, 4}, 6);
+  auto [c0, ci0] = sort(y.t(), 0);
+  auto [c1, ci1] = sort(y, 1);
+  CHECK(same(c0, c1.t()));
+  CHECK(same(ci0, ci1.t()));
+  CHECK(std::get<0>(sort(tensor<float>({2.5f}).reshape({}))).item<double>() == 2.5);
+  CHECK(std::get<0>(sort(zeros({2, 0}))).sizes() == IntList{2, 0});
+  CHECK(gradcheck([](const tensor_list& in) { return std::get<0>(sort(in[0], 0, true)); }, {leaf({5, 3})}) == "");
+  CHECK_THROWS_WITH(sort(ones({3}, kBool)), Catch::Contains("sort: bool"));
+  CHECK_THROWS_WITH(sort(ones({3}), 2), Catch::Contains("sort: dim"));
+}
+
 TEST_CASE("multinomial: frequencies, no repeats without replacement, zero-probability categories never drawn, seeds", "[index]") {
   const Tensor p = tensor<float>({0.1f, 0.0f, 0.3f, 0.6f, 0.0f});
   manual_seed(31);

@@ -1,4 +1,4 @@
-// CPU kernels of the index family (ops/index_kernels.h): gathers and scatters along a dim, masked fill, triangles, embedding, topk, multinomial.
+// CPU kernels of the index family (ops/index_kernels.h): gathers and scatters along a dim, masked fill, triangles, embedding, topk and sort, multinomial.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -292,7 +292,10 @@ template <typename T> struct Topk {
         const int64_t oo = l / a.inner, i = l % a.inner;
         const T* src = x + outer_offset(oo, sz, in.strides(), dim) + ioff[i];
         for (int64_t j = 0; j < n; ++j) lane[j] = {src[j * sd], j};
-        std::partial_sort(lane.begin(), lane.begin() + k, lane.end(), before);
+        if (k == n)  // sort: the order is total (ties by index), so any sort gives the one result
+          std::sort(lane.begin(), lane.end(), before);
+        else
+          std::partial_sort(lane.begin(), lane.begin() + k, lane.end(), before);
         for (int64_t j = 0; j < k; ++j) {
           vo[(oo * k + j) * a.inner + i] = lane[j].first;
           io[(oo * k + j) * a.inner + i] = lane[j].second;
@@ -354,6 +357,7 @@ MPX_REGISTER_KERNELS(cpu_index) {
   register_mask<OpId::embedding, Embedding, dtypes::floats>(D::kCPU);
   register_mask<OpId::embedding_backward, EmbeddingBackward, dtypes::floats>(D::kCPU);
   register_mask<OpId::topk, Topk, dtypes::numeric>(D::kCPU);
+  register_mask<OpId::sort, Topk, dtypes::numeric>(D::kCPU);
   register_mask<OpId::multinomial, Multinomial, dtypes::floats>(D::kCPU);
 }
 

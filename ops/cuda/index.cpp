@@ -125,6 +125,25 @@ void topk_kernel(const Tensor& values, const Tensor& indices, const Tensor& in, 
               k, largest, stream_of(values));
 }
 
+// sort is topk's kernel signature with k = n.
+void sort_kernel(const Tensor& values, const Tensor& indices, const Tensor& in, int64_t k, int64_t dim, bool largest,
+                 bool) {
+  if (values.numel() == 0) return;
+  const Tensor x = in.contiguous();
+  int64_t outer, inner;
+  split(x.sizes(), dim, outer, inner);
+  const int64_t n = x.size(dim);
+  MPX_CHECK(k == n, "sort kernel: expects k == n, got ", k, " of ", n);
+  int64_t P = 1;
+  while (P < n) P *= 2;
+  TensorDeviceGuard g(values);
+  const TensorOptions o = TensorOptions(is_floating(x.dtype()) ? kFloat64 : kInt64).device(x.device());
+  const Tensor keys = empty({outer * inner * P}, o);
+  const Tensor idx = empty({outer * inner * P}, TensorOptions(kInt64).device(x.device()));
+  launch_sort(values.dtype(), values.raw_data(), indices.data_ptr<int64_t>(), x.raw_data(), outer, n, inner, largest,
+              keys.raw_data(), idx.data_ptr<int64_t>(), P, stream_of(values));
+}
+
 void multinomial_kernel(const Tensor& out, const Tensor& probs, int64_t num_samples, bool replacement, uint64_t seed,
                         uint64_t offset) {
   if (out.numel() == 0) return;
@@ -153,6 +172,7 @@ MPX_REGISTER_KERNELS(cuda_index) {
     register_kernel<OpId::index_add>(D::kCUDA, dt, &index_add_kernel);
     register_kernel<OpId::scatter_add>(D::kCUDA, dt, &scatter_kernel<true>);
     register_kernel<OpId::topk>(D::kCUDA, dt, &topk_kernel);
+    register_kernel<OpId::sort>(D::kCUDA, dt, &sort_kernel);
   }
   for (DType dt : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
     register_kernel<OpId::embedding>(D::kCUDA, dt, &embedding_kernel);

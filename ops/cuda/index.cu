@@ -1,4 +1,4 @@
-// CUDA kernels of the index family (gathers/scatters, masked fill, triangles, embedding, topk, multinomial) and their POD launchers.
+// CUDA kernels of the index family (gathers/scatters, masked fill, triangles, embedding, topk, sort, multinomial) and their POD launchers.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -16,7 +16,7 @@
 
 // Gathers and scatters copy elements as words of the element's size; the embedding backward sums
 // by atomics or, deterministic, over runs of radix-sorted indices; topk selects with a block per
-// lane; multinomial repeats the CPU kernel's f64 arithmetic, so both devices draw the same samples.
+// lane and sort runs a bitonic network per lane; multinomial repeats the CPU kernel's f64 arithmetic, so both devices draw the same samples.
 namespace mpx::cuda {
 namespace {
 
@@ -327,6 +327,56 @@ __global__ void multinomial_no_replacement_kernel(int64_t* __restrict__ out, con
   }
 }
 
+// ---- sort: a bitonic network over each lane padded to a power of two P, one launch per stage ----
+// The work buffers hold per lane P (key, index) pairs; an index >= n is padding, which ranks after every element.
+
+template <typename T>
+__global__ void sort_load_kernel(typename KeyOf<T>::type* keys, int64_t* idx, const T* __restrict__ in, int64_t n,
+                                 int64_t inner, int64_t P, int64_t total) {
+  using K = typename KeyOf<T>::type;
+  for (int64_t e = grid_start(); e < total; e += grid_step()) {
+    const int64_t lane = e / P, j = e % P, oo = lane / inner, i = lane % inner;
+    keys[e] = j < n ? static_cast<K>(load_as<acc_t<T>>(in + oo * n * inner + i, j * inner)) : K(0);
+    idx[e] = j;
+  }
+}
+
+// One compare-and-exchange stage (block size k, distance j) of every lane: pairs (a, a + j) with bit j of a clear,
+// ordered first-to-last where a's k-block runs forward and last-to-first where it runs backward.
+template <typename K>
+__global__ void sort_stage_kernel(K* keys, int64_t* idx, int64_t n, int64_t P, int64_t k, int64_t j, bool largest,
+                                  int64_t pairs) {
+  for (int64_t t = grid_start(); t < pairs; t += grid_step()) {
+    const int64_t lane = t / (P / 2), r = t % (P / 2);
+    const int64_t a = (r / j) * 2 * j + r % j, b = a + j;
+    K* kl = keys + lane * P;
+    int64_t* il = idx + lane * P;
+    const K ka = kl[a], kb = kl[b];
+    const int64_t ia = il[a], ib = il[b];
+    // Whether b ranks before a: padding last (padding among itself by index), else topk's order (ties by index).
+    const bool b_first = (ia >= n || ib >= n) ? (ib < n || (ia >= n && ib < ia)) : ranks_before(kb, ib, ka, ia, largest);
+    const bool forward = (a & k) == 0;
+    if (forward == b_first) {
+      kl[a] = kb;
+      kl[b] = ka;
+      il[a] = ib;
+      il[b] = ia;
+    }
+  }
+}
+
+// The sorted lane back in the input's layout: each value read from the input at its index (exact in every dtype).
+template <typename T>
+__global__ void sort_store_kernel(T* values, int64_t* indices, const int64_t* idx, const T* __restrict__ in, int64_t n,
+                                  int64_t inner, int64_t P, int64_t total) {
+  for (int64_t e = grid_start(); e < total; e += grid_step()) {
+    const int64_t lane = e / n, j = e % n, oo = lane / inner, i = lane % inner;
+    const int64_t src = idx[lane * P + j], base = oo * n * inner + i;
+    values[base + j * inner] = in[base + src * inner];
+    indices[base + j * inner] = src;
+  }
+}
+
 }  // namespace
 
 void launch_index_select(int elem_size, void* out, const TensorDesc& src, int dim, const int64_t* idx, int64_t V,
@@ -481,6 +531,29 @@ void launch_topk(DType dt, void* values, int64_t* indices, const void* in, int64
     topk_kernel<T><<<static_cast<unsigned>(lanes), kThreads, 0, s>>>(static_cast<T*>(values), indices,
                                                                      static_cast<const T*>(in), n, inner, k, largest);
     MPX_CUDA_LAUNCH_CHECK("topk");
+  });
+}
+
+void launch_sort(DType dt, void* values, int64_t* indices, const void* in, int64_t outer, int64_t n, int64_t inner,
+                 bool largest, void* keys, int64_t* idx, int64_t P, cudaStream_t s) {
+  const int64_t lanes = outer * inner;
+  if (lanes == 0 || n == 0) return;
+  num_switch(dt, [&](auto tag) {
+    using T = decltype(tag);
+    using K = typename KeyOf<T>::type;
+    K* kb = static_cast<K*>(keys);
+    const T* x = static_cast<const T*>(in);
+    sort_load_kernel<T><<<blocks_for(lanes * P), kThreads, 0, s>>>(kb, idx, x, n, inner, P, lanes * P);
+    MPX_CUDA_LAUNCH_CHECK("sort: load");
+    const int64_t pairs = lanes * (P / 2);
+    for (int64_t k = 2; k <= P; k *= 2)
+      for (int64_t j = k / 2; j > 0; j /= 2) {
+        sort_stage_kernel<K><<<blocks_for(pairs), kThreads, 0, s>>>(kb, idx, n, P, k, j, largest, pairs);
+        MPX_CUDA_LAUNCH_CHECK("sort: stage");
+      }
+    sort_store_kernel<T><<<blocks_for(lanes * n), kThreads, 0, s>>>(static_cast<T*>(values), indices, idx, x, n, inner,
+                                                                     P, lanes * n);
+    MPX_CUDA_LAUNCH_CHECK("sort: store");
   });
 }
 

@@ -45,6 +45,11 @@ void launch_embedding_backward(DType dt, void* grad_weight, const void* grad, co
 /// values/indices [outer, k, inner] = the top k of in [outer, n, inner] (contiguous) along n, sorted.
 void launch_topk(DType dt, void* values, int64_t* indices, const void* in, int64_t outer, int64_t n, int64_t inner,
                  int64_t k, bool largest, cudaStream_t s);
+/// values/indices [outer, n, inner] = in [outer, n, inner] (contiguous) sorted along n in topk's order (ties by index:
+/// stable). Work buffers of lanes * P entries (P: n rounded up to a power of two): keys (doubles, or i64 for integer
+/// dtypes) and idx.
+void launch_sort(DType dt, void* values, int64_t* indices, const void* in, int64_t outer, int64_t n, int64_t inner,
+                 bool largest, void* keys, int64_t* idx, int64_t P, cudaStream_t s);
 /// out [R, S] i64 = draws from probs [R, C] (contiguous); workspace: R * C doubles without replacement.
 void launch_multinomial(DType dt, int64_t* out, const void* probs, int64_t R, int64_t C, int64_t S, bool replacement,
                         uint64_t seed, uint64_t offset, double* workspace, cudaStream_t s);

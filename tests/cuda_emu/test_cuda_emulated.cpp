@@ -107,7 +107,7 @@ double tolerance(DType dt) {
 TEST_CASE("emulated CUDA index kernels give the CPU's values", "[emulated][index]") {
   const std::initializer_list<OpId> ops = {OpId::index_select, OpId::index_add, OpId::gather, OpId::scatter,
                                           OpId::scatter_add,  OpId::masked_fill, OpId::tril,  OpId::triu,
-                                          OpId::topk};
+                                          OpId::topk, OpId::sort};
   for (DType dt : {kFloat32, kFloat16, kBFloat16, kFloat64, kInt64}) {
     INFO(dtype_name(dt));
     const Tensor x = dt == kInt64 ? (rnd({3, 5, 4}, kFloat64, 1) * 10.0).to(kInt64) : rnd({3, 5, 4}, dt, 1);
@@ -127,6 +127,11 @@ TEST_CASE("emulated CUDA index kernels give the CPU's values", "[emulated][index
       auto [v, i] = topk(x, 3, 1, true, true);
       auto [v2, i2] = topk(xt, 2, -1, false, true);
       r.insert(r.end(), {v, i, v2, i2});
+      // sort: lanes of 5 (padded to 8) along dim 1 and of 3 (padded to 4) along the strided last dim; ties in i64.
+      auto [s1, si1] = sort(x, 1, true);
+      auto [s2, si2] = sort(xt, -1);
+      auto [s3, si3] = sort(dt == kInt64 ? (rnd({2, 300}, kFloat64, 4) * 3.0).to(kInt64) : rnd({2, 300}, dt, 4), 1);
+      r.insert(r.end(), {s1, si1, s2, si2, s3, si3});
       return r;
     }, cuda);
     // Sums of atomics may land in another order: the f16/bf16/f32 scatter_add and index_add rows within rounding.
