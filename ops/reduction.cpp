@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include "ops/elementwise.h"
+#include "ops/index.h"
 #include "ops/op_utils.h"
 #include "ops/shape.h"
 
@@ -235,5 +237,51 @@ std::pair<Tensor, Tensor> Tensor::min(int64_t dim, bool keepdim) const { return 
 Tensor Tensor::argmax(int64_t dim, bool keepdim) const { return mpx::argmax(*this, dim, keepdim); }
 Tensor Tensor::argmin(int64_t dim, bool keepdim) const { return mpx::argmin(*this, dim, keepdim); }
 Tensor Tensor::var(const IntList& dims, bool unbiased, bool keepdim) const { return mpx::var(*this, dims, unbiased, keepdim); }
+
+namespace {
+// The running sum of x (already in its output dtype) along dim, forward or reversed, as one node whose backward is
+// the other direction's sum of the gradient.
+Tensor scan(const Tensor& x, int64_t dim, bool reverse) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (d < dim) outer *= x.size(d);
+    if (d > dim) inner *= x.size(d);
+  }
+  const int64_t n = x.dim() == 0 ? 1 : x.size(dim);
+  const Tensor in = x.contiguous();
+  Tensor out = empty(x.sizes(), x.options());
+  if (out.numel() > 0) {
+    NoGradGuard ng;
+    dispatch::kernel<OpId::cumsum>(x.device(), x.dtype())(out.view({outer, n, inner}), in.view({outer, n, inner}),
+                                                         reverse);
+  }
+  autograd::record(reverse ? "CumsumReverseBackward" : "CumsumBackward", {x}, {out},
+                   [dim, reverse](FunctionNode&, const tensor_list& g) -> tensor_list { return {scan(g[0], dim, !reverse)}; });
+  return out;
+}
+}  // namespace
+
+Tensor cumsum(const Tensor& x0, int64_t dim0) {
+  MPX_CHECK(x0.defined(), "cumsum: input is undefined");
+  Tensor x = ops::autocast(OpId::cumsum, {x0})[0];
+  const int64_t dim = wrap_dim(dim0, std::max<int64_t>(x.dim(), 1), "cumsum: dim");
+  if (!is_floating(x.dtype())) x = x.to(kInt64);
+  return scan(x, dim, false);
+}
+
+Tensor logsumexp(const Tensor& x0, const IntList& dims, bool keepdim) {
+  MPX_CHECK(x0.defined(), "logsumexp: input is undefined");
+  Tensor x = ops::autocast(OpId::logsumexp, {x0})[0];
+  if (!is_floating(x.dtype())) x = x.to(kFloat32);
+  // The shift: each slice's max, 0 where that is infinite (then exp gives 0 or inf and the log -inf or inf).
+  Tensor m;
+  {
+    NoGradGuard ng;
+    m = amax(x, dims, true);
+    m = masked_fill(m, eq(abs(m), std::numeric_limits<double>::infinity()), 0.0);
+  }
+  const Tensor r = log(sum(exp(x - m), dims, true)) + m;
+  return keepdim ? r : r.reshape(plan(x, dims, false).out);
+}
 
 }  // namespace mpx

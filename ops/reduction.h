@@ -1,4 +1,4 @@
-// Reductions over dimensions: sum, mean, max/min (values and indices), argmax, var, norm.
+// Reductions over dimensions: sum, mean, max/min (values and indices), argmax, var, norm, logsumexp; the running sum cumsum.
 #pragma once
 #include "core/tensor.h"
 
@@ -26,6 +26,13 @@ Tensor var(const Tensor& x, const IntList& dims, bool unbiased = true, bool keep
 Tensor std(const Tensor& x, const IntList& dims, bool unbiased = true, bool keepdim = false);
 /// Euclidean (p = 2) norm of all elements.
 Tensor norm(const Tensor& x);
+/// log(sum(exp(x))) over dims (empty: all), as max + log(sum(exp(x - max))) so large values do not overflow; a slice
+/// of -inf gives -inf and one holding +inf gives +inf, as PyTorch. Integer inputs compute in f32. Autocast: fp32.
+Tensor logsumexp(const Tensor& x, const IntList& dims, bool keepdim = false);
+/// The running sum along dim (PyTorch's cumsum): out[..., i, ...] = sum of x[..., :i+1, ...]. Integer and bool
+/// inputs sum in i64; f16/bf16/f32 accumulate in f64 on the CPU and in f32 on CUDA, one rounding per output.
+/// The gradient is the reversed running sum of the output's. Autocast: fp32, as PyTorch.
+Tensor cumsum(const Tensor& x, int64_t dim);
 
 }  // namespace mpx
 
@@ -37,4 +44,7 @@ namespace mpx::kernels {
 using ReduceFn = void (*)(const Tensor& out, const Tensor& in, double param);
 /// Arg-reduction over rows of a contiguous [rows, cols] input: values and i64 indices.
 using ArgReduceFn = void (*)(const Tensor& values, const Tensor& indices, const Tensor& in);
+/// Running sum along the middle dim of contiguous [outer, n, inner] `in` into `out` of the same shape and dtype;
+/// `reverse` sums from the end (cumsum's backward).
+using ScanFn = void (*)(const Tensor& out, const Tensor& in, bool reverse);
 }  // namespace mpx::kernels

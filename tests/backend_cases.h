@@ -213,6 +213,10 @@ inline std::map<std::string, Case> kernel_cases() {
   m["addcdiv"] = [](Sample& s) { return tensor_list{addcdiv(s.randn({4, 6}), s.randn({4, 6}), s.positive({6}), 0.5)}; };
   m["sum"] = [](Sample& s) { return tensor_list{sum(s.randn({5, 33}), {1})}; };
   m["var"] = [](Sample& s) { return tensor_list{var(s.randn({5, 33}), {1})}; };
+  m["cumsum"] = [](Sample& s) {
+    Tensor x = s.leaf({4, 6, 3});
+    return with_grads(s, cumsum(x.transpose(0, 1), 1), {x});
+  };
   m["max_dim"] = [](Sample& s) { auto [v, i] = max(s.randn({5, 33}), 1); return tensor_list{v, i}; };
   m["min_dim"] = [](Sample& s) { auto [v, i] = min(s.randn({5, 33}), 0); return tensor_list{v, i}; };
   // Two rows take the CPU's few-row f16/bf16 kernel (a token at a time), against both layouts of the right operand.

@@ -97,6 +97,27 @@ TEST_CASE("cuda sum of integers is exact", "[cuda]") {
   CHECK(testing::same_values(sum(gpu(i32), {0}), sum(i32, {0})));
 }
 
+TEST_CASE("cuda cumsum and logsumexp match the CPU, forward and backward, integers exact", "[cuda]") {
+  if (!testing::cuda_ready()) return;
+  for (DType dt : kFloats)
+    for (const IntList& shape : {IntList{4, 7}, IntList{3, 50257}, IntList{2, 300, 5}}) {
+      INFO(dtype_name(dt) << " " << shape_str(shape));
+      const Tensor x = randn_dt(shape, dt, 13);
+      for (int64_t dim = 0; dim < static_cast<int64_t>(shape.size()); ++dim) {
+        const Tensor xc = x.detach().set_requires_grad(true), xd = gpu(x).detach().set_requires_grad(true);
+        const Tensor yc = cumsum(xc, dim), yd = cumsum(xd, dim);
+        testing::check_cuda_close(yd, yc, dt, "cumsum");
+        const Tensor up = randn_dt(shape, dt, 14);
+        sum(yc * up).backward();
+        sum(yd * gpu(up)).backward();
+        testing::check_cuda_close(xd.grad(), xc.grad(), dt, "cumsum backward");
+        testing::check_cuda_close(logsumexp(gpu(x), {dim}), logsumexp(x, {dim}), kFloat32, "logsumexp");
+      }
+    }
+  const Tensor i = randint(-5, 5, {3, 1000}, TensorOptions(kInt64));
+  CHECK(testing::same_values(cumsum(gpu(i), 1).cpu(), cumsum(i, 1)));
+}
+
 TEST_CASE("cuda var matches the CPU", "[cuda]") {
   if (!testing::cuda_ready()) return;
   for (DType dt : kFloats) {

@@ -2,10 +2,15 @@
 #include <catch2/catch.hpp>
 #include <omp.h>
 
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "core/random.h"
+#include "amp/autocast.h"
+#include "ops/elementwise.h"
 #include "ops/reduction.h"
+#include "gradcheck.h"
 #include "test_util.h"
 
 using namespace mpx;
@@ -92,4 +97,68 @@ TEST_CASE("sums keeping a run of middle dims, integer sums, and non-contiguous i
   REQUIRE(nk.sizes() == IntList{4, 5});
   CHECK(nk.select(0, 2).select(0, 3).item<double>() ==
         Approx(x.select(0, 2).select(1, 3).sum().item<double>()).epsilon(1e-6));
+}
+
+TEST_CASE("cumsum equals f64 running sums along every dim, integers in i64, and its gradient is the reversed sum",
+          "[reduction]") {
+  manual_seed(3);
+  const Tensor x64 = randn({3, 4, 5}, TensorOptions(kFloat64));
+  const auto xv = values(x64);
+  for (int64_t dim = 0; dim < 3; ++dim)
+    for (DType dt : {kFloat64, kFloat32, kBFloat16}) {
+      INFO("dim " << dim << " " << dtype_name(dt));
+      const Tensor x = x64.to(dt);
+      const Tensor y = cumsum(x, dim);
+      CHECK(y.dtype() == dt);
+      // The reference from the rounded inputs, summed in f64 and rounded once, as the kernel.
+      const auto rv = values(x);
+      std::vector<double> ref(rv.size());
+      const int64_t st[3] = {20, 5, 1};
+      for (int64_t i = 0; i < 60; ++i) {
+        const int64_t pos = (i / st[dim]) % x.size(dim);
+        double acc = 0;
+        for (int64_t k = 0; k <= pos; ++k) acc += rv[static_cast<size_t>(i - (pos - k) * st[dim])];
+        ref[static_cast<size_t>(i)] = acc;
+      }
+      CHECK(testing::max_abs_diff(y, tensor<double>(ref).reshape({3, 4, 5}).to(dt).to(kFloat64)) == 0.0);
+    }
+  CHECK(testing::same_values(cumsum(x64.transpose(0, 2), 1), cumsum(x64, 1).transpose(0, 2)));
+  CHECK(testing::same_values(cumsum(x64, -1), cumsum(x64, 2)));
+  // Integers and bools sum in i64 (a mask's running count).
+  const Tensor mask = tensor<int64_t>({1, 1, 0, 1, 0}).to(kBool);
+  const Tensor counts = cumsum(mask, 0);
+  CHECK(counts.dtype() == kInt64);
+  CHECK(testing::same_values(counts, tensor<int64_t>({1, 2, 2, 3, 3})));
+  CHECK(cumsum(tensor<int32_t>({2, 3}), 0).dtype() == kInt64);
+  CHECK(cumsum(zeros({2, 0}), 1).sizes() == IntList{2, 0});
+  CHECK(cumsum(full({}, 2.5), 0).item<double>() == 2.5);
+  CHECK_THROWS_WITH(cumsum(x64, 3), Catch::Contains("cumsum: dim"));
+  // The backward (a reversed running sum) and its own backward.
+  CHECK(testing::gradcheck([](const tensor_list& t) { return cumsum(t[0], 1); }, {testing::leaf({3, 6})}) == "");
+  CHECK(testing::gradgradcheck([](const tensor_list& t) { return cumsum(t[0], 0) * cumsum(t[0], 0); },
+                               {testing::leaf({4, 2})}) == "");
+  // Autocast runs it in f32, as PyTorch.
+  amp::AutocastGuard ac(kBFloat16);
+  CHECK(cumsum(x64.to(kBFloat16), 0).dtype() == kFloat32);
+}
+
+TEST_CASE("logsumexp: no overflow, -inf and +inf slices as PyTorch, several dims, its gradient is softmax",
+          "[reduction]") {
+  manual_seed(4);
+  const Tensor x = randn({3, 4, 5}, TensorOptions(kFloat64));
+  CHECK(testing::max_abs_diff(logsumexp(x, {1}), log(sum(exp(x), {1}))) < 1e-14);
+  CHECK(testing::max_abs_diff(logsumexp(x, {0, 2}, true), log(sum(exp(x), {0, 2}, true))) < 1e-14);
+  CHECK(logsumexp(x, {}).dim() == 0);
+  // 1000 + log(sum(exp(x))) where exp(1000 + x) overflows.
+  CHECK(testing::max_abs_diff(logsumexp(x + 1000.0, {2}), logsumexp(x, {2}) + 1000.0) < 1e-10);
+  const double inf = std::numeric_limits<double>::infinity();
+  const Tensor edge = tensor<double>({-inf, -inf, inf, 1.0, 2.0, 3.0}).reshape({3, 2});
+  const auto r = values(logsumexp(edge, {1}));
+  CHECK(r[0] == -inf);
+  CHECK(r[1] == inf);
+  CHECK(std::abs(r[2] - std::log(std::exp(2.0) + std::exp(3.0))) < 1e-14);
+  CHECK(logsumexp(tensor<int64_t>({1, 2}), {0}).dtype() == kFloat32);
+  CHECK(testing::gradcheck([](const tensor_list& t) { return logsumexp(t[0], {1}); }, {testing::leaf({3, 5})}) == "");
+  amp::AutocastGuard ac(kBFloat16);
+  CHECK(logsumexp(x.to(kBFloat16), {1}).dtype() == kFloat32);
 }

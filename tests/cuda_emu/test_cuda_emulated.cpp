@@ -198,6 +198,24 @@ TEST_CASE("emulated CUDA cross-entropy rows at GPT-2's vocabulary give the CPU's
     }
 }
 
+TEST_CASE("emulated CUDA cumsum (a thread per lane, a block per long row) gives the CPU's values", "[emulated][reduction]") {
+  for (DType dt : {kFloat32, kBFloat16, kFloat64, kInt64}) {
+    INFO(dtype_name(dt));
+    const Tensor x = dt == kInt64 ? (rnd({3, 1000}, kFloat64, 1) * 10.0).to(kInt64) : rnd({3, 1000}, dt, 1);
+    tensor_list cuda;
+    const tensor_list cpu = both({OpId::cumsum}, [&] {
+      const Tensor leaf = x.detach().set_requires_grad(is_floating(dt));
+      const Tensor rows = cumsum(leaf, 1), cols = cumsum(x.t(), 1);  // a block per row; a thread per lane
+      tensor_list r = {rows.detach(), cols};
+      if (is_floating(dt)) r.push_back(autograd::grad({sum(rows * rows.detach())}, {leaf})[0]);  // reversed rows
+      return r;
+    }, cuda);
+    // The block scan adds in another order than the CPU's f64 running sum: equal for integers, close for floats.
+    if (dt == kInt64) check_same(cpu, cuda, "cumsum");
+    else check_close(cpu, cuda, "cumsum", dt == kFloat64 ? 1e-12 : tolerance(dt));
+  }
+}
+
 TEST_CASE("emulated CUDA row norms give the CPU's values", "[emulated][norm]") {
   const std::initializer_list<OpId> ops = {OpId::layer_norm_fwd, OpId::layer_norm_bwd, OpId::rms_norm_fwd,
                                           OpId::rms_norm_bwd};
