@@ -1,4 +1,5 @@
-// pack_padded_sequence, pad_packed_sequence and pack_sequence: the step-major packing of variable-length batches.
+// pack_padded_sequence, pad_packed_sequence, pad_sequence and pack_sequence: the step-major packing of variable-length
+// batches.
 #include "nn/packed_sequence.h"
 
 #include <algorithm>
@@ -106,26 +107,46 @@ std::tuple<Tensor, Tensor> pad_packed_sequence(const PackedSequence& seq, bool b
   return {batch_first ? out.transpose(0, 1) : out, lengths};
 }
 
-PackedSequence pack_sequence(const tensor_list& sequences, bool enforce_sorted) {
-  MPX_CHECK(!sequences.empty(), "pack_sequence: no sequences given");
+Tensor pad_sequence(const tensor_list& sequences, bool batch_first, double padding_value,
+                    const std::string& padding_side) {
+  MPX_CHECK(!sequences.empty(), "pad_sequence: no sequences given");
+  MPX_CHECK(padding_side == "right" || padding_side == "left", "pad_sequence: padding_side must be \"right\" or ",
+            "\"left\", got \"", padding_side, "\"");
   int64_t longest = 0;
-  std::vector<int64_t> len;
-  for (const Tensor& s : sequences) {
-    MPX_CHECK(s.defined() && s.dim() >= 1, "pack_sequence: every sequence must be [L, *]");
-    len.push_back(s.size(0));
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const Tensor& s = sequences[i];
+    MPX_CHECK(s.defined() && s.dim() >= 1, "pad_sequence: every sequence must be [L, *]; sequence ", i, " is ",
+              s.defined() ? ops::describe(s) : "undefined");
+    const Tensor& first = sequences[0];
+    MPX_CHECK(IntList(s.sizes().begin() + 1, s.sizes().end()) == IntList(first.sizes().begin() + 1, first.sizes().end()) &&
+                  s.dtype() == first.dtype() && s.device() == first.device(),
+              "pad_sequence: sequence ", i, " ", ops::describe(s), " must match sequence 0 ", ops::describe(first),
+              " in every dim but the first, in dtype and in device");
     longest = std::max(longest, s.size(0));
   }
   tensor_list padded;
   for (const Tensor& s : sequences) {
     if (s.size(0) == longest) {
       padded.push_back(s);
-    } else {
-      IntList shape(s.sizes().begin(), s.sizes().end());
-      shape[0] = longest - s.size(0);
-      padded.push_back(cat({s, zeros(shape, s.options())}, 0));
+      continue;
     }
+    IntList shape = s.sizes();
+    shape[0] = longest - s.size(0);
+    const Tensor fill = full(shape, padding_value, s.options());
+    padded.push_back(padding_side == "right" ? cat({s, fill}, 0) : cat({fill, s}, 0));
   }
-  return pack_padded_sequence(stack(padded, 1), tensor(len, {static_cast<int64_t>(len.size())}), false, enforce_sorted);
+  return stack(padded, batch_first ? 0 : 1);
+}
+
+PackedSequence pack_sequence(const tensor_list& sequences, bool enforce_sorted) {
+  MPX_CHECK(!sequences.empty(), "pack_sequence: no sequences given");
+  std::vector<int64_t> len;
+  for (const Tensor& s : sequences) {
+    MPX_CHECK(s.defined() && s.dim() >= 1, "pack_sequence: every sequence must be [L, *]");
+    len.push_back(s.size(0));
+  }
+  return pack_padded_sequence(pad_sequence(sequences), tensor(len, {static_cast<int64_t>(len.size())}), false,
+                              enforce_sorted);
 }
 
 }  // namespace mpx::nn::utils::rnn

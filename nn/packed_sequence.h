@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -42,6 +43,12 @@ PackedSequence pack_padded_sequence(const Tensor& input, const Tensor& lengths, 
 std::tuple<Tensor, Tensor> pad_packed_sequence(const PackedSequence& sequence, bool batch_first = false,
                                                double padding_value = 0.0,
                                                std::optional<int64_t> total_length = std::nullopt);
+
+/// Stacks a list of [L_i, *] sequences (one trailing shape, dtype and device) into [T, N, *] ([N, T, *] with
+/// batch_first), T the longest L_i, the shorter ones filled with padding_value after their end (padding_side
+/// "right") or before their start ("left"). PyTorch's pad_sequence; differentiable.
+Tensor pad_sequence(const tensor_list& sequences, bool batch_first = false, double padding_value = 0.0,
+                    const std::string& padding_side = "right");
 
 /// Packs a list of [L_i, *] sequences (PyTorch's pack_sequence).
 PackedSequence pack_sequence(const tensor_list& sequences, bool enforce_sorted = true);

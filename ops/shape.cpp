@@ -1,10 +1,12 @@
-// Views (sharing storage, recorded by autograd), cat/stack, sum_to and slice gradients.
+// Views (sharing storage, recorded by autograd), cat/stack, flip/repeat, sum_to and slice gradients.
 #include "ops/shape.h"
 
 #include <cstring>
+#include <vector>
 
 #include "autograd/grad_mode.h"
 #include "ops/elementwise.h"
+#include "ops/index.h"
 #include "ops/op_utils.h"
 #include "ops/reduction.h"
 
@@ -354,6 +356,40 @@ Tensor one_hot(const Tensor& idx, int64_t num_classes) {
   ar.back() = num_classes;
   Tensor pos = arange(static_cast<double>(num_classes), TensorOptions(kInt64).device(idx.device())).view(ar);
   return eq(idx.reshape(shape), pos).to(kInt64);
+}
+
+Tensor flip(const Tensor& t, const IntList& dims) {
+  MPX_CHECK(t.defined(), "flip: input is undefined");
+  Tensor r = t;
+  std::vector<bool> seen(static_cast<size_t>(std::max<int64_t>(t.dim(), 1)), false);
+  for (int64_t d0 : dims) {
+    const int64_t d = wrap_dim(d0, std::max<int64_t>(t.dim(), 1), "flip: dim");
+    MPX_CHECK(!seen[static_cast<size_t>(d)], "flip: dim ", d0, " listed twice in ", shape_str(dims));
+    seen[static_cast<size_t>(d)] = true;
+    if (t.dim() == 0 || t.size(d) <= 1) continue;
+    const int64_t n = t.size(d);
+    const Tensor back = arange(static_cast<double>(n - 1), -1.0, -1.0, TensorOptions(kInt64).device(t.device()));
+    r = index_select(r, d, back);
+  }
+  return r.is_same(t) ? t.clone() : r;
+}
+
+Tensor repeat(const Tensor& t, const IntList& repeats) {
+  MPX_CHECK(t.defined(), "repeat: input is undefined");
+  MPX_CHECK(static_cast<int64_t>(repeats.size()) >= t.dim(), "repeat: ", repeats.size(), " repeats for ",
+            ops::describe(t), "; give at least one per dim (", t.dim(), ")");
+  for (int64_t r : repeats) MPX_CHECK(r >= 0, "repeat: repeats must be non-negative, got ", shape_str(repeats));
+  // Leading ones for the added dims, then each dim d as [r_d, size_d] broadcast and merged: x[i] of tile k at
+  // position k * size_d + i, PyTorch's order.
+  const int64_t lead = static_cast<int64_t>(repeats.size()) - t.dim();
+  IntList padded(static_cast<size_t>(lead), 1), split, target, out;
+  for (int64_t s : t.sizes()) padded.push_back(s);
+  for (size_t d = 0; d < repeats.size(); ++d) {
+    split.insert(split.end(), {1, padded[d]});
+    target.insert(target.end(), {repeats[d], padded[d]});
+    out.push_back(repeats[d] * padded[d]);
+  }
+  return t.reshape(split).expand(target).reshape(out);
 }
 
 }  // namespace mpx

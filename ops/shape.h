@@ -1,4 +1,4 @@
-// Shape ops: views (as Tensor methods), cat/stack, and sum_to for broadcasting gradients.
+// Shape ops: views (as Tensor methods), cat/stack, flip/repeat, and sum_to for broadcasting gradients.
 #pragma once
 #include "core/tensor.h"
 
@@ -18,5 +18,10 @@ Tensor sum_to(const Tensor& t, const IntList& shape);
 Tensor slice_backward(const Tensor& src, const IntList& shape, int64_t dim, int64_t start, int64_t step);
 /// One-hot encoding of i64 class indices (not differentiable).
 Tensor one_hot(const Tensor& indices, int64_t num_classes);
+/// A copy with the order of elements reversed along each of `dims` (PyTorch's flip). Differentiable.
+Tensor flip(const Tensor& t, const IntList& dims);
+/// The tensor tiled `repeats[d]` times along each dim (PyTorch's Tensor.repeat): repeats may be longer than t's
+/// dims, adding leading ones. Differentiable (the gradient sums the tiles).
+Tensor repeat(const Tensor& t, const IntList& repeats);
 
 }  // namespace mpx

@@ -14,6 +14,7 @@
 #include "ops/elementwise.h"
 #include "ops/index.h"
 #include "ops/reduction.h"
+#include "ops/shape.h"
 #include "tests/gradcheck.h"
 #include "test_util.h"
 
@@ -378,6 +379,27 @@ TEST_CASE("sort and argsort: stable in both directions, NaN last ascending, any 
   CHECK(gradcheck([](const tensor_list& in) { return std::get<0>(sort(in[0], 0, true)); }, {leaf({5, 3})}) == "");
   CHECK_THROWS_WITH(sort(ones({3}, kBool)), Catch::Contains("sort: bool"));
   CHECK_THROWS_WITH(sort(ones({3}), 2), Catch::Contains("sort: dim"));
+}
+
+TEST_CASE("flip and repeat follow PyTorch's order, with gradients", "[index]") {
+  const Tensor x = arange(6.0, TensorOptions(kFloat64)).reshape({2, 3});
+  CHECK(testing::same_values(flip(x, {1}), tensor(std::vector<double>{2, 1, 0, 5, 4, 3}, {2, 3})));
+  CHECK(testing::same_values(flip(x, {0, -1}), tensor(std::vector<double>{5, 4, 3, 2, 1, 0}, {2, 3})));
+  CHECK(testing::same_values(flip(x.t(), {0}), flip(x, {1}).t()));
+  const Tensor same = flip(x, {});
+  CHECK(testing::same_values(same, x));
+  CHECK(!same.is_same(x));  // a copy, as PyTorch's
+  // repeat: tiles in order, extra leading dims.
+  CHECK(testing::same_values(repeat(tensor(std::vector<double>{1, 2}, {2}), {2}), tensor(std::vector<double>{1, 2, 1, 2}, {4})));
+  const Tensor r = repeat(x, {2, 1, 2});
+  CHECK(r.sizes() == IntList{2, 2, 6});
+  CHECK(testing::same_values(r.select(1, 0).select(0, 1), tensor(std::vector<double>{0, 1, 2, 0, 1, 2}, {6})));
+  CHECK(repeat(x, {0, 1}).sizes() == IntList{0, 3});
+  CHECK(gradcheck([](const tensor_list& t) { return flip(t[0], {0, 2}) * 1.5; }, {testing::leaf({2, 3, 2})}) == "");
+  CHECK(gradcheck([](const tensor_list& t) { return repeat(t[0], {3, 1, 2}); }, {testing::leaf({2, 3})}) == "");
+  CHECK_THROWS_WITH(repeat(x, {2}), Catch::Contains("at least one per dim"));
+  CHECK_THROWS_WITH(flip(x, {1, 1}), Catch::Contains("listed twice"));
+  CHECK_THROWS_WITH(flip(x, {2}), Catch::Contains("flip: dim"));
 }
 
 TEST_CASE("multinomial: frequencies, no repeats without replacement, zero-probability categories never drawn, seeds", "[index]") {

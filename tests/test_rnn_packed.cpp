@@ -52,6 +52,25 @@ TEST_CASE("pack_padded_sequence and pad_packed_sequence: layout, round trip, uns
   CHECK_THROWS_WITH(R::pad_packed_sequence(p, false, 0.0, 3), Catch::Contains("shorter than the longest"));
 }
 
+TEST_CASE("pad_sequence: either side, batch_first, padding_value, gradients, errors", "[rnn]") {
+  const Tensor a = tensor(std::vector<double>{1, 2, 3, 4, 5, 6}, {3, 2}), b = tensor(std::vector<double>{7, 8}, {1, 2});
+  const Tensor right = R::pad_sequence({a, b});
+  CHECK(right.sizes() == IntList{3, 2, 2});
+  CHECK(testing::same_values(right.select(1, 1), tensor(std::vector<double>{7, 8, 0, 0, 0, 0}, {3, 2})));
+  const Tensor left = R::pad_sequence({a, b}, true, -1.0, "left");
+  CHECK(left.sizes() == IntList{2, 3, 2});
+  CHECK(testing::same_values(left.select(0, 1), tensor(std::vector<double>{-1, -1, -1, -1, 7, 8}, {3, 2})));
+  CHECK(testing::same_values(left.select(0, 0), a));
+  // pad_sequence then pack_padded_sequence is pack_sequence.
+  const R::PackedSequence p = R::pack_padded_sequence(right, tensor(std::vector<int64_t>{3, 1}, {2}));
+  CHECK(testing::same_values(p.data(), R::pack_sequence({a, b}).data()));
+  CHECK(testing::gradcheck([](const tensor_list& t) { return R::pad_sequence({t[0], t[1]}, true, 0.5, "left"); },
+                           {testing::leaf({3, 2}), testing::leaf({1, 2})}) == "");
+  CHECK_THROWS_WITH(R::pad_sequence({a, randn({2, 3}, TensorOptions(kFloat64))}), Catch::Contains("sequence 1"));
+  CHECK_THROWS_WITH(R::pad_sequence({a}, false, 0.0, "top"), Catch::Contains("padding_side"));
+  CHECK_THROWS_WITH(R::pad_sequence({}), Catch::Contains("no sequences"));
+}
+
 TEST_CASE("LSTM, GRU and RNN over a packed batch equal each sequence run alone (layers, both directions, states)",
           "[rnn]") {
   const int64_t T = 6, N = 4, I = 3, H = 5;
