@@ -58,12 +58,18 @@ Tensor run_grad_hook(const std::function<Tensor(const Tensor&)>& hook, const Ten
 // Callbacks queued during a backward run once the outermost backward of this thread is done.
 thread_local int t_backward_depth = 0;
 thread_local std::vector<std::function<void()>> t_final_callbacks;
+thread_local bool t_accumulates = false;  // whether the innermost running pass accumulates into .grad
 
 struct DepthGuard {
-  DepthGuard() { ++t_backward_depth; }
+  explicit DepthGuard(bool accumulates) : outer_accumulates_(t_accumulates) {
+    ++t_backward_depth;
+    t_accumulates = accumulates;
+  }
   ~DepthGuard() {
+    t_accumulates = outer_accumulates_;
     if (--t_backward_depth == 0) t_final_callbacks.clear();  // after an exception: drop, never run later
   }
+  bool outer_accumulates_;
 };
 
 }  // namespace
@@ -75,13 +81,14 @@ void queue_callback(std::function<void()> fn) {
 }
 
 bool in_backward() { return t_backward_depth > 0; }
+bool backward_accumulates() { return t_backward_depth > 0 && t_accumulates; }
 
 tensor_list run_backward(const tensor_list& roots, const tensor_list& grad_roots, bool keep_graph,
                          bool create_graph, const tensor_list& inputs, bool allow_unused) {
   MPX_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(), "backward: got ", grad_roots.size(),
             " gradients for ", roots.size(), " tensors; pass one gradient per tensor");
   AutoGradMode mode(create_graph);
-  DepthGuard depth;
+  DepthGuard depth(inputs.empty());
 
   // Seed: gradients flowing into the roots' edges.
   std::unordered_map<Node*, tensor_list> buffers;

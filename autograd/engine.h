@@ -22,6 +22,9 @@ tensor_list grad(const tensor_list& outputs, const tensor_list& inputs, const te
 void queue_callback(std::function<void()> fn);
 /// True while this thread runs a backward pass.
 bool in_backward();
+/// True while this thread runs a backward pass that accumulates into leaves' .grad (backward(), not grad()):
+/// what a node that runs its own inner backward (nn::utils::checkpoint) needs to know.
+bool backward_accumulates();
 
 /// backward() for several roots at once.
 void backward(const tensor_list& tensors, const tensor_list& grad_tensors = {}, bool retain_graph = false,

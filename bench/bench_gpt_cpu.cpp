@@ -42,7 +42,7 @@ std::vector<int64_t> make_text(int64_t n) {
 int main(int argc, char** argv) {
   int64_t batch = 16, steps = 300, warmup = 50;
   std::string dtype = "f32", dir = "out/bench_gpt", preset = "gpt-tiny";
-  bool write = false, profile = false;
+  bool write = false, profile = false, checkpoint = false;
   for (int i = 1; i < argc; ++i) {
     auto next = [&](const char* flag) -> std::string {
       if (i + 1 >= argc) { std::fprintf(stderr, "%s needs a value\n", flag); std::exit(2); }
@@ -56,9 +56,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--model")) preset = next("--model");
     else if (!std::strcmp(argv[i], "--write")) write = true;
     else if (!std::strcmp(argv[i], "--profile")) profile = true;
+    else if (!std::strcmp(argv[i], "--checkpoint-activations")) checkpoint = true;
     else {
       std::fprintf(stderr, "usage: %s [--model gpt-tiny|gpt-mini] [--batch N] [--steps N] [--warmup N] [--dtype f32|bf16] "
-                   "[--dir DIR] [--write] [--profile]\n  --profile prints the per-op kernel time of the measured steps\n  --write saves the initial weights and the token stream to DIR for the peer\n",
+                   "[--dir DIR] [--write] [--profile] [--checkpoint-activations]\n  --profile prints the per-op kernel time of the measured steps\n  --checkpoint-activations recomputes each block in the backward (GPT::gradient_checkpointing)\n  --write saves the initial weights and the token stream to DIR for the peer\n",
                    argv[0]);
       return 2;
     }
@@ -67,6 +68,7 @@ int main(int argc, char** argv) {
   manual_seed(0);
   const models::GPTConfig cfg = models::GPTConfig::preset(preset, 128);
   models::GPT net(cfg);
+  net->gradient_checkpointing = checkpoint;
   const int64_t T = cfg.n_ctx;
   const std::vector<int64_t> text = make_text(1 << 20);
   if (write) {
@@ -123,7 +125,7 @@ int main(int argc, char** argv) {
               dtype.c_str(), th ? th : "default", med > 0 ? static_cast<double>(batch * T) / med : 0.0, med);
   for (size_t i = 0; i < losses.size(); ++i)
     std::printf("%s\"%lld\": %.4f", i ? ", " : "", static_cast<long long>(losses[i].first), losses[i].second);
-    rusage ru{};
+  rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   std::printf("}, \"tensor_peak_mib\": %.1f, \"max_rss_mib\": %.1f}\n",
               static_cast<double>(cpu::memory_stats().peak_allocated) / (1 << 20), static_cast<double>(ru.ru_maxrss) / 1024);

@@ -42,6 +42,16 @@ template <typename Rnn, typename Options> struct RnnNet : nn::Module {
 using LstmNet = RnnNet<nn::LSTM, nn::LSTMOptions>;
 using GruNet = RnnNet<nn::GRU, nn::GRUOptions>;
 using ElmanNet = RnnNet<nn::RNN, nn::RNNOptions>;
+// The two-layer LSTM with proj_size (its h projected to `proj` features each step) under a linear head.
+struct LstmProjNet : nn::Module {
+  nn::LSTM rnn{nullptr};
+  nn::Linear head{nullptr};
+  LstmProjNet(int64_t in, int64_t hidden, int64_t proj) {
+    rnn = register_module("lstm", nn::LSTM(nn::LSTMOptions(in, hidden).num_layers(2).batch_first(true).proj_size(proj)));
+    head = register_module("head", nn::Linear(proj, in));
+  }
+  Tensor forward(const Tensor& x) { return head(std::get<0>(rnn(x))); }
+};
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -57,17 +67,18 @@ int main(int argc, char** argv) {
     else if (i + 1 < argc && a == "--dir") dir = argv[++i];
     else if (i + 1 < argc && a == "--steps") steps = std::stoll(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--model encoder|lstm|gru|rnn] [--dtype f32|bf16] [--steps N] [--dir DIR] [--write] [--profile]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--model encoder|lstm|lstmp|gru|rnn] [--dtype f32|bf16] [--steps N] [--dir DIR] [--write] [--profile]\n", argv[0]);
       return 2;
     }
   }
   manual_seed(0);
-  if (model != "encoder" && model != "lstm" && model != "gru" && model != "rnn") {
-    std::fprintf(stderr, "--model: expected encoder, lstm, gru or rnn, got '%s'\n", model.c_str());
+  if (model != "encoder" && model != "lstm" && model != "lstmp" && model != "gru" && model != "rnn") {
+    std::fprintf(stderr, "--model: expected encoder, lstm, lstmp, gru or rnn, got '%s'\n", model.c_str());
     return 2;
   }
   const bool enc = model == "encoder";
-  // encoder: 4 layers of width 256, 4 heads, 16 x 128 tokens; lstm/gru/rnn: 2 layers of 512 over 256 inputs, 16 x 64 steps.
+  // encoder: 4 layers of width 256, 4 heads, 16 x 128 tokens; lstm/gru/rnn: 2 layers of 512 over 256 inputs, 16 x 64
+  // steps (lstmp: the LSTM's h projected to 256).
   const int64_t B = 16, T = enc ? 128 : 64, D = 256;
   std::shared_ptr<nn::Module> net;
   std::function<Tensor(const Tensor&)> forward;
@@ -79,6 +90,8 @@ int main(int argc, char** argv) {
     use(std::make_shared<EncoderNet>(D, 4, 4));
   else if (model == "lstm")
     use(std::make_shared<LstmNet>("lstm", D, 512));
+  else if (model == "lstmp")
+    use(std::make_shared<LstmProjNet>(D, 512, 256));
   else if (model == "gru")
     use(std::make_shared<GruNet>("gru", D, 512));
   else

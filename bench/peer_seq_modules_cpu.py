@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""PyTorch peer of bench/bench_seq_modules_cpu: the same pre-norm TransformerEncoder and two-layer LSTM, GRU or RNN, initial
+"""PyTorch peer of bench/bench_seq_modules_cpu: the same pre-norm TransformerEncoder and two-layer LSTM (lstmp: with
+proj_size), GRU or RNN, initial
 weights and inputs (DIR/MODEL.safetensors, written by the mpx program with --write)."""
 import argparse, os, time
 
@@ -22,25 +23,32 @@ class EncoderNet(nn.Module):
 
 
 class RnnNet(nn.Module):
-    def __init__(self, kind, d, hidden):
+    def __init__(self, kind, d, hidden, proj=0):
         super().__init__()
-        setattr(self, kind, {"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN}[kind](d, hidden, num_layers=2, batch_first=True))
+        extra = {"proj_size": proj} if proj else {}
+        setattr(self, kind, {"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN}[kind](d, hidden, num_layers=2, batch_first=True,
+                                                                                 **extra))
         self.kind = kind
-        self.head = nn.Linear(hidden, d)
+        self.head = nn.Linear(proj or hidden, d)
 
     def forward(self, x):
         return self.head(getattr(self, self.kind)(x)[0])
 
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--model", choices=["encoder", "lstm", "gru", "rnn"], default="encoder")
+ap.add_argument("--model", choices=["encoder", "lstm", "lstmp", "gru", "rnn"], default="encoder")
 ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
 ap.add_argument("--steps", type=int, default=12)
 ap.add_argument("--dir", default="out/bench_seq")
 a = ap.parse_args()
 state = load_file(os.path.join(a.dir, a.model + ".safetensors"))
 x, target = state.pop("bench.x"), state.pop("bench.target")
-net = EncoderNet(256, 4, 4) if a.model == "encoder" else RnnNet(a.model, 256, 512)
+if a.model == "encoder":
+    net = EncoderNet(256, 4, 4)
+elif a.model == "lstmp":
+    net = RnnNet("lstm", 256, 512, proj=256)
+else:
+    net = RnnNet(a.model, 256, 512)
 net.load_state_dict(state, strict=True)
 opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
 times, first, last = [], 0.0, 0.0

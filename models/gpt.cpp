@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "nn/checkpoint.h"
 #include "ops/attention.h"
 #include "ops/index.h"
 #include "ops/linalg.h"
@@ -133,7 +134,14 @@ Tensor GPTImpl::features(const Tensor& idx, GPTKVCache* cache) {
   Tensor pos = arange(static_cast<double>(past), static_cast<double>(past + T), 1.0,
                       TensorOptions(kInt64).device(idx.device()));
   Tensor x = drop(wte(idx) + wpe(pos));
-  for (size_t i = 0; i < h->size(); ++i) x = (*h)[i]->as<GPTBlockImpl>()->forward(x, cache, i);
+  for (size_t i = 0; i < h->size(); ++i) {
+    if (gradient_checkpointing && !cache && x.requires_grad()) {
+      const std::shared_ptr<nn::Module> block = (*h)[i];  // the node keeps the block until its backward
+      x = nn::utils::checkpoint([block](const Tensor& t) { return block->as<GPTBlockImpl>()->forward(t); }, x);
+    } else {
+      x = (*h)[i]->as<GPTBlockImpl>()->forward(x, cache, i);
+    }
+  }
   if (cache) cache->length = past + T;
   return ln_f(x);
 }

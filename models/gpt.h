@@ -69,6 +69,10 @@ struct GPTImpl : nn::Module {
   /// generation projects only the last row onto the vocabulary.
   Tensor features(const Tensor& idx, GPTKVCache* cache = nullptr);
   GPTConfig config;
+  /// Activation checkpointing per block (Hugging Face's gradient_checkpointing_enable()): in training each block
+  /// keeps only its input and is recomputed in the backward (nn::utils::checkpoint), the same gradients for about
+  /// a third more compute and a fraction of the activation memory.
+  bool gradient_checkpointing = false;
   nn::Embedding wte{nullptr}, wpe{nullptr};
   nn::Dropout drop{nullptr};
   nn::ModuleList h{nullptr};

@@ -10,6 +10,7 @@
 #include "nn/functional.h"
 #include "nn/init.h"
 #include "nn/utils.h"
+#include "nn/checkpoint.h"
 #include "nn/distributed.h"
 #include "nn/sync_batchnorm.h"
 #include "nn/attention.h"

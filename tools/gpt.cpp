@@ -51,7 +51,9 @@ Args make_args() {
       .option({"--beta2"}, "X", "AdamW beta2", "0.95")
       .option({"--eps"}, "X", "AdamW epsilon", "1e-8")
       .option({"--clip-grad"}, "X", "clip the gradient norm (of the FP32 masters) to X; 0 = off", "1.0")
-      .option({"--dropout"}, "X", "dropout of embeddings, attention and residuals (GPT-2 used 0.1)", "0.0");
+      .option({"--dropout"}, "X", "dropout of embeddings, attention and residuals (GPT-2 used 0.1)", "0.0")
+      .flag({"--checkpoint-activations"}, "recompute each GPT block in the backward: activation memory of one block "
+            "input per layer for about a third more compute");
   add_amp_flags(a, "O1");
   a.set_default("--dtype", "bf16");
   a.option({"--eval-interval"}, "N", "evaluate, sample and checkpoint every N steps (and at the end)", "100")
@@ -179,6 +181,10 @@ int run_gpt(int argc, char** argv) {
   manual_seed(seed);
   LanguageModel lm = make_language_model(arch, d.vocab_size, context_flag, dropout);
   const int64_t context = lm.n_ctx;
+  if (args.given("--checkpoint-activations")) {
+    if (!lm.gpt) throw UsageError("--checkpoint-activations recomputes GPT blocks; --arch " + arch + " has none");
+    lm.gpt->gradient_checkpointing = true;
+  }
   if (!pretrained.empty()) {
     if (!lm.gpt) throw UsageError("--pretrained loads GPT-2 weights; --arch " + arch + " is not a GPT-2 model");
     try {
