@@ -70,15 +70,17 @@ void resume_matches(const fs::path& whole, const fs::path& parts) {
 
 }  // namespace
 
-TEST_CASE("mpx gpt trains gpt-tiny on the default corpus at O1 bf16 and f16: the loss falls, no step is skipped in bf16",
-          "[cli][gpt]") {
+TEST_CASE("mpx gpt trains gpt-tiny on the default corpus at O1 bf16 and f16 (f16 with --checkpoint-activations): the "
+          "loss falls, no step is skipped in bf16", "[cli][gpt]") {
   if (!fs::exists("/usr/share/common-licenses")) {
     mpx::testing::skip_test("no /usr/share/common-licenses (the default corpus) on this machine");
     return;
   }
   for (const std::string dtype : {"bf16", "f16"}) {
     const fs::path out = tmp("o1_" + dtype);
-    const CliRun r = run_mpx(kTiny + " --steps 40 --lr 3e-3 --eval-interval 40 --sample 30 --dtype " + dtype + " --out " + q(out));
+    const std::string ckpt = dtype == "f16" ? " --checkpoint-activations" : "";
+    const CliRun r = run_mpx(kTiny + " --steps 40 --lr 3e-3 --eval-interval 40 --sample 30 --dtype " + dtype + ckpt +
+                             " --out " + q(out));
     INFO(r.out);
     REQUIRE(r.rc == 0);
     CHECK(has(r.out, "mpx gpt: gpt-tiny"));
@@ -270,6 +272,9 @@ TEST_CASE("mpx gpt: bad flags and data are clear errors", "[cli][gpt]") {
   // A static scale that overflows every step names the scale, and its advice works.
   if (fs::exists("/usr/share/common-licenses")) {
     const std::string small = "--context 32 -b 4 --steps 4 --print-freq 4 --eval-interval 4 --eval-iters 1 --dtype f16 ";
+    r = err(small + "--arch lstm-lm --checkpoint-activations");
+    CHECK(r.rc == 2);
+    CHECK(has(r.out, "--checkpoint-activations recomputes GPT blocks; --arch lstm-lm has none"));
     r = err(small + "--loss-scale 1e30");
     CHECK(r.rc == 1);
     CHECK(has(r.out, "the static --loss-scale 1e30 overflows the gradients: lower it or use --loss-scale dynamic"));
