@@ -234,6 +234,10 @@ class Tensor {
   Tensor argmax(int64_t dim, bool keepdim = false) const;
   Tensor argmin(int64_t dim, bool keepdim = false) const;
   Tensor var(const IntList& dims, bool unbiased = true, bool keepdim = false) const;
+  Tensor cumsum(int64_t dim) const;
+  Tensor logsumexp(const IntList& dims, bool keepdim = false) const;
+  Tensor flip(const IntList& dims) const;
+  Tensor repeat(const IntList& repeats) const;
   Tensor matmul(const Tensor& other) const;
   Tensor mm(const Tensor& other) const;
   Tensor abs() const;

@@ -325,6 +325,23 @@ void EmbeddingImpl::reset_parameters() {
 Tensor EmbeddingImpl::forward(const Tensor& indices) {
   return F::embedding(indices, weight, options.padding_idx(), options.max_norm(), options.norm_type());
 }
+Embedding Embedding::from_pretrained(const Tensor& embeddings, const EmbeddingFromPretrainedOptions& o) {
+  MPX_CHECK(embeddings.defined() && embeddings.dim() == 2 && is_floating(embeddings.dtype()),
+            "Embedding::from_pretrained: embeddings must be a floating 2-d table [num_embeddings, dim], got ",
+            embeddings.defined() ? ops::describe(embeddings) : "an undefined tensor");
+  Embedding m(EmbeddingOptions(embeddings.size(0), embeddings.size(1))
+                  .padding_idx(o.padding_idx())
+                  .max_norm(o.max_norm())
+                  .norm_type(o.norm_type()));
+  m->to(embeddings.device(), embeddings.dtype());
+  {
+    NoGradGuard ng;
+    m->weight.copy_(embeddings);
+  }
+  m->weight.set_requires_grad(!o.freeze());
+  return m;
+}
+
 void EmbeddingImpl::pretty_print(std::ostream& os) const {
   os << "Embedding(num_embeddings=" << options.num_embeddings() << ", embedding_dim=" << options.embedding_dim();
   if (options.padding_idx()) os << ", padding_idx=" << *options.padding_idx();

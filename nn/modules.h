@@ -210,7 +210,15 @@ class EmbeddingImpl : public Module {
   EmbeddingOptions options;
   Tensor weight;
 };
-MPX_MODULE(Embedding);
+/// The Embedding holder (MPX_MODULE's, plus LibTorch's from_pretrained).
+class Embedding : public ModuleHolder<EmbeddingImpl> {
+ public:
+  using ModuleHolder<EmbeddingImpl>::ModuleHolder;
+  using Impl = EmbeddingImpl;
+  /// An Embedding whose table is `embeddings` [num_embeddings, dim] (its values, dtype and device; the padding
+  /// row kept as given), frozen unless options.freeze(false).
+  static Embedding from_pretrained(const Tensor& embeddings, const EmbeddingFromPretrainedOptions& options = {});
+};
 
 // ---------------------------------------------------------------- activations
 

@@ -129,6 +129,15 @@ struct EmbeddingOptions {
   MPX_ARG(double, norm_type) = 2.0;
 };
 
+/// Options of Embedding::from_pretrained (LibTorch's EmbeddingFromPretrainedOptions).
+struct EmbeddingFromPretrainedOptions {
+  /// The table is not trained (requires_grad false).
+  MPX_ARG(bool, freeze) = true;
+  MPX_ARG(std::optional<int64_t>, padding_idx) = std::nullopt;
+  MPX_ARG(std::optional<double>, max_norm) = std::nullopt;
+  MPX_ARG(double, norm_type) = 2.0;
+};
+
 /// `inplace` is accepted for source compatibility; mpx always computes out of place.
 struct ReLUOptions {
   ReLUOptions(bool inplace = false) : inplace_(inplace) {}  // NOLINT

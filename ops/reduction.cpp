@@ -237,6 +237,8 @@ std::pair<Tensor, Tensor> Tensor::min(int64_t dim, bool keepdim) const { return 
 Tensor Tensor::argmax(int64_t dim, bool keepdim) const { return mpx::argmax(*this, dim, keepdim); }
 Tensor Tensor::argmin(int64_t dim, bool keepdim) const { return mpx::argmin(*this, dim, keepdim); }
 Tensor Tensor::var(const IntList& dims, bool unbiased, bool keepdim) const { return mpx::var(*this, dims, unbiased, keepdim); }
+Tensor Tensor::cumsum(int64_t dim) const { return mpx::cumsum(*this, dim); }
+Tensor Tensor::logsumexp(const IntList& dims, bool keepdim) const { return mpx::logsumexp(*this, dims, keepdim); }
 
 namespace {
 // The running sum of x (already in its output dtype) along dim, forward or reversed, as one node whose backward is

@@ -392,4 +392,7 @@ Tensor repeat(const Tensor& t, const IntList& repeats) {
   return t.reshape(split).expand(target).reshape(out);
 }
 
+Tensor Tensor::flip(const IntList& dims) const { return mpx::flip(*this, dims); }
+Tensor Tensor::repeat(const IntList& repeats) const { return mpx::repeat(*this, repeats); }
+
 }  // namespace mpx

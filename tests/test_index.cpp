@@ -266,6 +266,22 @@ TEST_CASE("embedding_renorm_ and F::embedding's max_norm scale the looked-up row
   CHECK(testing::close(padded->weight.grad(), tensor<float>({1, 1, 0, 0, 0, 0, 0, 0}, {4, 2}), 0));
 }
 
+TEST_CASE("nn::Embedding::from_pretrained takes the table's values, dtype and padding row, frozen by default",
+          "[index][nn]") {
+  const Tensor table = randn_f({5, 3}, 31).to(kFloat64);
+  nn::Embedding frozen = nn::Embedding::from_pretrained(table);
+  CHECK(frozen->weight.dtype() == kFloat64);
+  CHECK(!frozen->weight.requires_grad());
+  CHECK(same(frozen(idx64({4, 0})), index_select(table, 0, idx64({4, 0}))));
+  nn::Embedding trained =
+      nn::Embedding::from_pretrained(table, nn::EmbeddingFromPretrainedOptions().freeze(false).padding_idx(1));
+  CHECK(trained->weight.requires_grad());
+  CHECK(same(trained->weight.select(0, 1), table.select(0, 1)));  // the given padding row, not zeros
+  sum(trained(idx64({1, 2, 1}))).backward();
+  CHECK(same(trained->weight.grad().select(0, 1), zeros({3}, kFloat64)));  // padding_idx gets no gradient
+  CHECK_THROWS_WITH(nn::Embedding::from_pretrained(randn_f({4}, 1)), Contains("2-d table"));
+}
+
 TEST_CASE("f64 gradchecks of every differentiable index op", "[index][gradcheck]") {
   manual_seed(21);
   const Tensor i1 = idx64({2, 0, 2});
@@ -385,6 +401,8 @@ TEST_CASE("flip and repeat follow PyTorch's order, with gradients", "[index]") {
   const Tensor x = arange(6.0, TensorOptions(kFloat64)).reshape({2, 3});
   CHECK(testing::same_values(flip(x, {1}), tensor(std::vector<double>{2, 1, 0, 5, 4, 3}, {2, 3})));
   CHECK(testing::same_values(flip(x, {0, -1}), tensor(std::vector<double>{5, 4, 3, 2, 1, 0}, {2, 3})));
+  CHECK(testing::same_values(x.flip({1}), flip(x, {1})));  // the Tensor methods, as LibTorch's
+  CHECK(testing::same_values(x.repeat({1, 2}), repeat(x, {1, 2})));
   CHECK(testing::same_values(flip(x.t(), {0}), flip(x, {1}).t()));
   const Tensor same = flip(x, {});
   CHECK(testing::same_values(same, x));

@@ -124,6 +124,8 @@ TEST_CASE("cumsum equals f64 running sums along every dim, integers in i64, and 
     }
   CHECK(testing::same_values(cumsum(x64.transpose(0, 2), 1), cumsum(x64, 1).transpose(0, 2)));
   CHECK(testing::same_values(cumsum(x64, -1), cumsum(x64, 2)));
+  CHECK(testing::same_values(x64.cumsum(1), cumsum(x64, 1)));
+  CHECK(testing::same_values(x64.logsumexp({1}, true), logsumexp(x64, {1}, true)));
   // Integers and bools sum in i64 (a mask's running count).
   const Tensor mask = tensor<int64_t>({1, 1, 0, 1, 0}).to(kBool);
   const Tensor counts = cumsum(mask, 0);
