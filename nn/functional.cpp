@@ -1,6 +1,7 @@
 // nn::functional: thin, option-struct front ends over the differentiable ops in ops/.
 #include "nn/functional.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/grad_mode.h"
@@ -13,6 +14,7 @@
 #include "ops/norm.h"
 #include "ops/op_utils.h"
 #include "ops/pooling.h"
+#include "ops/reduction.h"
 #include "ops/shape.h"
 
 namespace mpx::nn::functional {
@@ -102,6 +104,18 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const SmoothL1L
 }
 
 // ---- shape ----
+Tensor kl_div(const Tensor& input, const Tensor& target, const KLDivFuncOptions& o) {
+  return mpx::kl_div(input, target, o.reduction(), o.log_target());
+}
+Tensor normalize(const Tensor& x, const NormalizeFuncOptions& o) {
+  MPX_CHECK(x.defined(), "normalize: input is undefined");
+  const int64_t dim = wrap_dim(o.dim(), std::max<int64_t>(x.dim(), 1), "normalize: dim");
+  return x / clamp_min(vector_norm(x, o.p(), {dim}, true), o.eps());
+}
+Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, const CosineSimilarityFuncOptions& o) {
+  return mpx::cosine_similarity(x1, x2, o.dim(), o.eps());
+}
+
 Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) { return x.flatten(start_dim, end_dim); }
 
 Tensor pad(const Tensor& x, const PadFuncOptions& o) {

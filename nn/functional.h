@@ -61,6 +61,12 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target,
 Tensor mse_loss(const Tensor& input, const Tensor& target, const MSELossFuncOptions& options = {});
 Tensor l1_loss(const Tensor& input, const Tensor& target, const L1LossFuncOptions& options = {});
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const SmoothL1LossFuncOptions& options = {});
+/// input: log-probabilities; target: probabilities (log-probabilities with log_target). mpx::kl_div.
+Tensor kl_div(const Tensor& input, const Tensor& target, const KLDivFuncOptions& options = {});
+/// x / max(||x||_p, eps) along options.dim (PyTorch's F.normalize; the norm in f32 under autocast).
+Tensor normalize(const Tensor& x, const NormalizeFuncOptions& options = {});
+/// mpx::cosine_similarity along options.dim.
+Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, const CosineSimilarityFuncOptions& options = {});
 
 // ---- shape ----
 /// Flattens dims start_dim..end_dim into one (torch.flatten's defaults: all dims).

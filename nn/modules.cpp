@@ -436,5 +436,6 @@ Tensor L1LossImpl::forward(const Tensor& input, const Tensor& target) { return F
 Tensor SmoothL1LossImpl::forward(const Tensor& input, const Tensor& target) {
   return F::smooth_l1_loss(input, target, options);
 }
+Tensor KLDivLossImpl::forward(const Tensor& input, const Tensor& target) { return F::kl_div(input, target, options); }
 
 }  // namespace mpx::nn

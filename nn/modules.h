@@ -443,4 +443,14 @@ class SmoothL1LossImpl : public Module {
 };
 MPX_MODULE(SmoothL1Loss);
 
+/// Kullback-Leibler divergence loss (LibTorch's KLDivLoss): forward(log-probabilities, target).
+class KLDivLossImpl : public Module {
+ public:
+  explicit KLDivLossImpl(const KLDivLossOptions& options = {}) : options(options) {}
+  Tensor forward(const Tensor& input, const Tensor& target);
+  std::string name() const override { return "KLDivLoss"; }
+  KLDivLossOptions options;
+};
+MPX_MODULE(KLDivLoss);
+
 }  // namespace mpx::nn

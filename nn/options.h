@@ -254,6 +254,14 @@ struct SmoothL1LossOptions {
   MPX_ARG(ReductionArg, reduction) = Reduction::Mean;
   MPX_ARG(double, beta) = 1.0;
 };
+/// Options of KLDivLoss / F::kl_div: reduction "mean" (PyTorch's default, over elements), "batchmean" (the KL
+/// divergence proper), "sum" or "none"; log_target: the target holds log-probabilities.
+struct KLDivLossOptions {
+  KLDivLossOptions() = default;
+  KLDivLossOptions(const char* reduction) : reduction_(reduction) {}  // NOLINT
+  MPX_ARG(std::string, reduction) = "mean";
+  MPX_ARG(bool, log_target) = false;
+};
 
 // ---------------------------------------------------------------- functional-only options
 
@@ -339,6 +347,18 @@ using BinaryCrossEntropyFuncOptions = BCELossOptions;
 using MSELossFuncOptions = MSELossOptions;
 using L1LossFuncOptions = L1LossOptions;
 using SmoothL1LossFuncOptions = SmoothL1LossOptions;
+using KLDivFuncOptions = KLDivLossOptions;
+/// Options of F::normalize (PyTorch's defaults: the 2-norm along dim 1).
+struct NormalizeFuncOptions {
+  MPX_ARG(double, p) = 2.0;
+  MPX_ARG(int64_t, dim) = 1;
+  MPX_ARG(double, eps) = 1e-12;
+};
+/// Options of F::cosine_similarity.
+struct CosineSimilarityFuncOptions {
+  MPX_ARG(int64_t, dim) = 1;
+  MPX_ARG(double, eps) = 1e-8;
+};
 
 /// Padding mode of F::pad.
 enum class PadMode { Constant };

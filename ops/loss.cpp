@@ -10,6 +10,7 @@
 #include "core/cuda.h"
 #include "ops/activation.h"
 #include "ops/elementwise.h"
+#include "ops/index.h"
 #include "ops/formulas.h"
 #include "ops/op_utils.h"
 #include "ops/reduction.h"
@@ -434,6 +435,22 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
                           if (beta == 0.0) return ad;  // the quadratic zone vanishes: plain L1
                           return where(lt(ad, beta), d * d * (0.5 / beta), ad - 0.5 * beta);
                         });
+}
+
+Tensor kl_div(const Tensor& input, const Tensor& target, const std::string& reduction, bool log_target) {
+  MPX_CHECK(reduction == "mean" || reduction == "batchmean" || reduction == "sum" || reduction == "none",
+            "kl_div: reduction must be \"mean\", \"batchmean\", \"sum\" or \"none\", got \"", reduction, "\"");
+  const Tensor l = pointwise_loss("kl_div", OpId::kl_div, input, target, Reduction::None,
+                                  [log_target](const Tensor& x, const Tensor& t) {
+                                    if (log_target) return exp(t) * (t - x);
+                                    // xlogy: 0 where the target is 0 (its log would give 0 * -inf).
+                                    const Tensor zero = eq(t, 0.0);
+                                    return where(zero, 0.0, t * (log(where(zero, 1.0, t)) - x));
+                                  });
+  if (reduction == "none") return l;
+  if (reduction == "sum") return sum(l);
+  if (reduction == "mean") return mean(l);
+  return sum(l) / static_cast<double>(l.dim() == 0 ? 1 : l.size(0));
 }
 
 }  // namespace mpx

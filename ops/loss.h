@@ -34,6 +34,12 @@ Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
                       double beta = 1.0);
 
+/// Kullback-Leibler divergence of `target` from `input` log-probabilities (PyTorch's kl_div): pointwise
+/// target * (log(target) - input), 0 where target is 0 (with log_target, target holds log-probabilities:
+/// exp(target) * (target - input)). reduction "mean" (over elements, PyTorch's default), "batchmean" (the sum over
+/// the batch size: the mathematical KL divergence), "sum" or "none". Autocast: fp32.
+Tensor kl_div(const Tensor& input, const Tensor& target, const std::string& reduction = "mean", bool log_target = false);
+
 /// Parses "none" | "mean" | "sum".
 Reduction reduction_from_name(const std::string& name);
 

@@ -286,4 +286,29 @@ Tensor logsumexp(const Tensor& x0, const IntList& dims, bool keepdim) {
   return keepdim ? r : r.reshape(plan(x, dims, false).out);
 }
 
+Tensor vector_norm(const Tensor& x0, double ord, const IntList& dims, bool keepdim) {
+  MPX_CHECK(x0.defined() && is_floating(x0.dtype()), "vector_norm: input must be floating, got ",
+            x0.defined() ? ops::describe(x0) : "an undefined tensor");
+  MPX_CHECK(ord >= 1.0, "vector_norm: ord must be at least 1 (or inf), got ", ord);
+  const Tensor x = ops::autocast(OpId::vector_norm, {x0})[0];
+  if (ord == 2.0) return sqrt(sum(x * x, dims, keepdim));
+  if (std::isinf(ord)) return amax(abs(x), dims, keepdim);
+  if (ord == 1.0) return sum(abs(x), dims, keepdim);
+  return pow(sum(pow(abs(x), ord), dims, keepdim), 1.0 / ord);
+}
+
+Tensor cosine_similarity(const Tensor& a0, const Tensor& b0, int64_t dim0, double eps) {
+  for (const Tensor* t : {&a0, &b0})
+    MPX_CHECK(t->defined() && is_floating(t->dtype()), "cosine_similarity: inputs must be floating, got ",
+              t->defined() ? ops::describe(*t) : "an undefined tensor");
+  const tensor_list in = ops::autocast(OpId::cosine_similarity, {a0, b0});
+  const int64_t nd = std::max<int64_t>(std::max(in[0].dim(), in[1].dim()), 1);
+  const int64_t dim = wrap_dim(dim0, nd, "cosine_similarity: dim");
+  // Broadcast first, so a norm runs along the dim of the common shape.
+  const IntList shape = broadcast_shapes(in[0].sizes(), in[1].sizes(), "cosine_similarity");
+  const Tensor a = in[0].expand(shape), b = in[1].expand(shape);
+  return sum((a / clamp_min(vector_norm(a, 2.0, {dim}, true), eps)) * (b / clamp_min(vector_norm(b, 2.0, {dim}, true), eps)),
+             {dim});
+}
+
 }  // namespace mpx

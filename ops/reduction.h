@@ -29,6 +29,12 @@ Tensor norm(const Tensor& x);
 /// log(sum(exp(x))) over dims (empty: all), as max + log(sum(exp(x - max))) so large values do not overflow; a slice
 /// of -inf gives -inf and one holding +inf gives +inf, as PyTorch. Integer inputs compute in f32. Autocast: fp32.
 Tensor logsumexp(const Tensor& x, const IntList& dims, bool keepdim = false);
+/// The ord-norm over dims (empty: all) of floating x, PyTorch's torch.linalg.vector_norm: ord >= 1 or inf (the largest
+/// magnitude). Autocast: fp32. (F::normalize divides by it.)
+Tensor vector_norm(const Tensor& x, double ord, const IntList& dims, bool keepdim = false);
+/// The cosine of the angle between x1 and x2 (broadcast) along dim: sum of (x1 / ||x1||) * (x2 / ||x2||), each norm
+/// clamped below at eps (PyTorch's cosine_similarity). Autocast: fp32.
+Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, double eps = 1e-8);
 /// The running sum along dim (PyTorch's cumsum): out[..., i, ...] = sum of x[..., :i+1, ...]. Integer and bool
 /// inputs sum in i64; f16/bf16/f32 accumulate in f64 on the CPU and in f32 on CUDA, one rounding per output.
 /// The gradient is the reversed running sum of the output's. Autocast: fp32, as PyTorch.

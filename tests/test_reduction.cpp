@@ -8,7 +8,10 @@
 
 #include "core/random.h"
 #include "amp/autocast.h"
+#include "nn/functional.h"
+#include "nn/modules.h"
 #include "ops/elementwise.h"
+#include "ops/loss.h"
 #include "ops/reduction.h"
 #include "gradcheck.h"
 #include "test_util.h"
@@ -163,4 +166,53 @@ TEST_CASE("logsumexp: no overflow, -inf and +inf slices as PyTorch, several dims
   CHECK(testing::gradcheck([](const tensor_list& t) { return logsumexp(t[0], {1}); }, {testing::leaf({3, 5})}) == "");
   amp::AutocastGuard ac(kBFloat16);
   CHECK(logsumexp(x.to(kBFloat16), {1}).dtype() == kFloat32);
+}
+
+TEST_CASE("vector_norm, F::normalize and cosine_similarity as PyTorch's formulas, in f32 under autocast",
+          "[reduction]") {
+  namespace F = mpx::nn::functional;
+  manual_seed(5);
+  const Tensor x = randn({3, 4}, TensorOptions(kFloat64));
+  CHECK(testing::max_abs_diff(vector_norm(x, 2.0, {1}), sqrt(sum(x * x, {1}))) < 1e-14);
+  CHECK(testing::max_abs_diff(vector_norm(x, 1.0, {}), sum(abs(x))) < 1e-14);
+  CHECK(testing::max_abs_diff(vector_norm(x, std::numeric_limits<double>::infinity(), {0}), amax(abs(x), {0})) == 0.0);
+  CHECK(testing::max_abs_diff(vector_norm(x, 3.0, {1}), pow(sum(pow(abs(x), 3.0), {1}), 1.0 / 3.0)) < 1e-14);
+  const Tensor n = F::normalize(x);
+  CHECK(testing::max_abs_diff(vector_norm(n, 2.0, {1}), ones({3}, kFloat64)) < 1e-15);
+  CHECK(testing::max_abs_diff(F::normalize(zeros({2, 3})), zeros({2, 3})) == 0.0);  // eps: no division by zero
+  const Tensor y = randn({3, 4}, TensorOptions(kFloat64));
+  const Tensor cs = F::cosine_similarity(x, y);
+  CHECK(testing::max_abs_diff(cs, sum(x * y, {1}) / (vector_norm(x, 2.0, {1}) * vector_norm(y, 2.0, {1}))) < 1e-14);
+  CHECK(cosine_similarity(x, x.select(0, 0).unsqueeze(0), 1).sizes() == IntList{3});  // broadcast rows
+  CHECK(testing::gradcheck([](const tensor_list& t) { return F::cosine_similarity(t[0], t[1]); },
+                           {testing::leaf({3, 4}), testing::leaf({3, 4})}) == "");
+  CHECK(testing::gradcheck([](const tensor_list& t) { return F::normalize(t[0], F::NormalizeFuncOptions().dim(0)); },
+                           {testing::leaf({3, 4})}) == "");
+  CHECK_THROWS_WITH(vector_norm(x, 0.5, {1}), Catch::Contains("ord must be at least 1"));
+  amp::AutocastGuard ac(kBFloat16);
+  CHECK(F::normalize(x.to(kBFloat16)).dtype() == kFloat32);
+  CHECK(F::cosine_similarity(x.to(kBFloat16), y.to(kBFloat16)).dtype() == kFloat32);
+}
+
+TEST_CASE("kl_div: xlogy at zero targets, log_target, the four reductions, KLDivLoss", "[reduction][loss]") {
+  namespace F = mpx::nn::functional;
+  const Tensor logp = log_softmax(tensor<double>({1.0, 2.0, 0.5, -1.0, 0.0, 3.0}).reshape({2, 3}), 1);
+  const Tensor q = tensor<double>({0.2, 0.8, 0.0, 0.5, 0.25, 0.25}).reshape({2, 3});
+  const auto lp = values(logp), qv = values(q);
+  std::vector<double> ref(6);
+  double total = 0;
+  for (size_t i = 0; i < 6; ++i) total += ref[i] = qv[i] > 0 ? qv[i] * (std::log(qv[i]) - lp[i]) : 0.0;
+  CHECK(testing::max_abs_diff(kl_div(logp, q, "none"), tensor<double>(ref).reshape({2, 3})) < 1e-15);
+  CHECK(std::abs(kl_div(logp, q, "sum").item<double>() - total) < 1e-15);
+  CHECK(std::abs(kl_div(logp, q).item<double>() - total / 6) < 1e-15);
+  CHECK(std::abs(F::kl_div(logp, q, F::KLDivFuncOptions("batchmean")).item<double>() - total / 2) < 1e-15);
+  const Tensor logq = log(q + 1e-300);
+  CHECK(std::abs(F::kl_div(logp, logq, F::KLDivFuncOptions("sum").log_target(true)).item<double>() - total) < 1e-12);
+  nn::KLDivLoss crit(nn::KLDivLossOptions("batchmean"));
+  CHECK(std::abs(crit(logp, q).item<double>() - total / 2) < 1e-15);
+  // The gradient with respect to the log-probabilities is -target (no NaN from the zero target).
+  const Tensor lp_leaf = logp.detach().set_requires_grad(true);
+  kl_div(lp_leaf, q, "sum").backward();
+  CHECK(testing::max_abs_diff(lp_leaf.grad(), -q) == 0.0);
+  CHECK_THROWS_WITH(kl_div(logp, q, "average"), Catch::Contains("batchmean"));
 }
