@@ -91,6 +91,38 @@ std::vector<double> StepLR::closed_form_lr(int64_t e) const {
   return r;
 }
 
+// ---- ExponentialLR ----
+ExponentialLR::ExponentialLR(Optimizer& optimizer, double gamma) : LRScheduler(optimizer), gamma_(gamma) {
+  MPX_CHECK(std::isfinite(gamma) && gamma >= 0, "ExponentialLR: gamma must be finite and >= 0, got ", gamma);
+  initial_step();
+}
+std::vector<double> ExponentialLR::chained_lr() const {
+  std::vector<double> r = current_lrs();
+  if (last_epoch_ == 0) return r;
+  for (auto& v : r) v *= gamma_;
+  return r;
+}
+std::vector<double> ExponentialLR::closed_form_lr(int64_t e) const {
+  std::vector<double> r;
+  for (double b : base_lrs_) r.push_back(b * std::pow(gamma_, static_cast<double>(e)));
+  return r;
+}
+
+// ---- LambdaLR ----
+LambdaLR::LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> lr_lambda)
+    : LRScheduler(optimizer), lambda_(std::move(lr_lambda)) {
+  MPX_CHECK(lambda_, "LambdaLR: lr_lambda is empty");
+  initial_step();
+}
+std::vector<double> LambdaLR::chained_lr() const { return closed_form_lr(last_epoch_); }
+std::vector<double> LambdaLR::closed_form_lr(int64_t e) const {
+  const double f = lambda_(e);
+  MPX_CHECK(std::isfinite(f), "LambdaLR: lr_lambda(", e, ") returned ", f, "; it must be a finite factor");
+  std::vector<double> r;
+  for (double b : base_lrs_) r.push_back(b * f);
+  return r;
+}
+
 // ---- MultiStepLR ----
 MultiStepLR::MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma)
     : LRScheduler(optimizer), milestones_(std::move(milestones)), gamma_(gamma) {

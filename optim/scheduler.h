@@ -1,5 +1,7 @@
-// Learning-rate schedulers (StepLR, MultiStepLR, CosineAnnealingLR, LinearWarmup) with PyTorch's chainable formulas.
+// Learning-rate schedulers (StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, LambdaLR, LinearWarmup) with
+// PyTorch's chainable formulas.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -80,6 +82,33 @@ class MultiStepLR : public LRScheduler {
  private:
   std::vector<int64_t> milestones_;  // sorted
   double gamma_;
+};
+
+/// lr = initial_lr * gamma^epoch.
+class ExponentialLR : public LRScheduler {
+ public:
+  ExponentialLR(Optimizer& optimizer, double gamma);
+  std::vector<double> closed_form_lr(int64_t epoch) const override;
+
+ protected:
+  std::vector<double> chained_lr() const override;
+
+ private:
+  double gamma_;
+};
+
+/// lr = initial_lr * lambda(epoch) (PyTorch's LambdaLR with one function for every group): the form of
+/// transformers' get_linear_schedule_with_warmup and friends. Not chainable (it sets, not scales).
+class LambdaLR : public LRScheduler {
+ public:
+  LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> lr_lambda);
+  std::vector<double> closed_form_lr(int64_t epoch) const override;
+
+ protected:
+  std::vector<double> chained_lr() const override;
+
+ private:
+  std::function<double(int64_t)> lambda_;
 };
 
 /// lr = eta_min + (initial_lr - eta_min) * (1 + cos(pi * epoch / T_max)) / 2 (and back up after T_max, as PyTorch).

@@ -95,6 +95,31 @@ TEST_CASE("LinearWarmup ramps up and hands over to a wrapped scheduler", "[optim
   }
 }
 
+TEST_CASE("ExponentialLR and LambdaLR follow PyTorch (a linear warmup then decay, as transformers')",
+          "[optim][sched]") {
+  Tensor w = zeros({2}).set_requires_grad(true);
+  optim::SGD sgd({w}, optim::SGDOptions(0.5));
+  optim::ExponentialLR ex(sgd, 0.9);
+  CHECK(ex.get_last_lr()[0] == Approx(0.5));
+  for (int i = 1; i <= 5; ++i) {
+    ex.step();
+    CHECK(sgd.param_groups()[0].lr() == Approx(0.5 * std::pow(0.9, i)).epsilon(1e-12));
+    CHECK(ex.closed_form_lr(i)[0] == Approx(0.5 * std::pow(0.9, i)).epsilon(1e-12));
+  }
+  Tensor v = zeros({2}).set_requires_grad(true);
+  optim::AdamW adam({v}, optim::AdamWOptions(1e-3));
+  // get_linear_schedule_with_warmup(warmup 4, total 10).
+  auto f = [](int64_t step) { return step < 4 ? step / 4.0 : std::max(0.0, (10.0 - step) / 6.0); };
+  optim::LambdaLR lam(adam, f);
+  CHECK(adam.param_groups()[0].lr() == 0.0);
+  for (int64_t i = 1; i <= 12; ++i) {
+    lam.step();
+    CHECK(adam.param_groups()[0].lr() == Approx(1e-3 * f(i)).margin(1e-15));
+  }
+  CHECK_THROWS_WITH(optim::LambdaLR(adam, [](int64_t) { return std::nan(""); }), Catch::Contains("finite factor"));
+  CHECK_THROWS_WITH(optim::ExponentialLR(sgd, -1.0), Catch::Contains("gamma"));
+}
+
 TEST_CASE("schedulers stack multiplicatively on one optimizer", "[optim][sched]") {
   SGD opt({leaf(ones({1}))}, SGDOptions(1.0));
   StepLR a(opt, 2, 0.5);
