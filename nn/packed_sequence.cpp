@@ -138,6 +138,25 @@ Tensor pad_sequence(const tensor_list& sequences, bool batch_first, double paddi
   return stack(padded, batch_first ? 0 : 1);
 }
 
+tensor_list unpad_sequence(const Tensor& padded, const Tensor& lengths, bool batch_first) {
+  MPX_CHECK(padded.defined() && padded.dim() >= 2, "unpad_sequence: padded must be [T, N, *] ([N, T, *] with ",
+            "batch_first), got ", padded.defined() ? ops::describe(padded) : "an undefined tensor");
+  const Tensor x = batch_first ? padded : padded.transpose(0, 1);  // [N, T, *]
+  MPX_CHECK(lengths.defined() && lengths.dim() == 1 && lengths.size(0) == x.size(0) &&
+                (lengths.dtype() == kInt64 || lengths.dtype() == kInt32),
+            "unpad_sequence: lengths must be i64 or i32 with one per sequence (", x.size(0), "), got ",
+            lengths.defined() ? ops::describe(lengths) : "an undefined tensor");
+  const Tensor len = lengths.to(Device::cpu()).to(kInt64).contiguous();
+  tensor_list out;
+  for (int64_t n = 0; n < x.size(0); ++n) {
+    const int64_t l = len.data_ptr<int64_t>()[n];
+    MPX_CHECK(l >= 0 && l <= x.size(1), "unpad_sequence: length ", l, " of sequence ", n, " is outside [0, ",
+              x.size(1), "]");
+    out.push_back(x.select(0, n).narrow(0, 0, l));
+  }
+  return out;
+}
+
 PackedSequence pack_sequence(const tensor_list& sequences, bool enforce_sorted) {
   MPX_CHECK(!sequences.empty(), "pack_sequence: no sequences given");
   std::vector<int64_t> len;
@@ -147,6 +166,11 @@ PackedSequence pack_sequence(const tensor_list& sequences, bool enforce_sorted) 
   }
   return pack_padded_sequence(pad_sequence(sequences), tensor(len, {static_cast<int64_t>(len.size())}), false,
                               enforce_sorted);
+}
+
+tensor_list unpack_sequence(const PackedSequence& packed) {
+  auto [padded, lengths] = pad_packed_sequence(packed, true);
+  return unpad_sequence(padded, lengths, true);
 }
 
 }  // namespace mpx::nn::utils::rnn

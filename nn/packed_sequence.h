@@ -50,7 +50,13 @@ std::tuple<Tensor, Tensor> pad_packed_sequence(const PackedSequence& sequence, b
 Tensor pad_sequence(const tensor_list& sequences, bool batch_first = false, double padding_value = 0.0,
                     const std::string& padding_side = "right");
 
+/// The inverse of pad_sequence (PyTorch's unpad_sequence): sequence n of padded [T, N, *] ([N, T, *] with
+/// batch_first) cut to its lengths[n] steps (lengths i64 or i32 [N], 0 ... T); views, differentiable.
+tensor_list unpad_sequence(const Tensor& padded, const Tensor& lengths, bool batch_first = false);
+
 /// Packs a list of [L_i, *] sequences (PyTorch's pack_sequence).
 PackedSequence pack_sequence(const tensor_list& sequences, bool enforce_sorted = true);
+/// The inverse of pack_sequence (PyTorch's unpack_sequence): the sequences in the input's batch order.
+tensor_list unpack_sequence(const PackedSequence& packed);
 
 }  // namespace mpx::nn::utils::rnn

@@ -52,7 +52,8 @@ TEST_CASE("pack_padded_sequence and pad_packed_sequence: layout, round trip, uns
   CHECK_THROWS_WITH(R::pad_packed_sequence(p, false, 0.0, 3), Catch::Contains("shorter than the longest"));
 }
 
-TEST_CASE("pad_sequence: either side, batch_first, padding_value, gradients, errors", "[rnn]") {
+TEST_CASE("pad_sequence, unpad_sequence, unpack_sequence: either side, batch_first, padding_value, gradients, errors",
+          "[rnn]") {
   const Tensor a = tensor(std::vector<double>{1, 2, 3, 4, 5, 6}, {3, 2}), b = tensor(std::vector<double>{7, 8}, {1, 2});
   const Tensor right = R::pad_sequence({a, b});
   CHECK(right.sizes() == IntList{3, 2, 2});
@@ -67,6 +68,15 @@ TEST_CASE("pad_sequence: either side, batch_first, padding_value, gradients, err
   CHECK(testing::gradcheck([](const tensor_list& t) { return R::pad_sequence({t[0], t[1]}, true, 0.5, "left"); },
                            {testing::leaf({3, 2}), testing::leaf({1, 2})}) == "");
   CHECK_THROWS_WITH(R::pad_sequence({a, randn({2, 3}, TensorOptions(kFloat64))}), Catch::Contains("sequence 1"));
+  // unpad_sequence and unpack_sequence give the list back, in its order.
+  const tensor_list back = R::unpad_sequence(right, tensor(std::vector<int64_t>{3, 1}, {2}));
+  REQUIRE(back.size() == 2);
+  CHECK(testing::same_values(back[0], a));
+  CHECK(testing::same_values(back[1], b));
+  const tensor_list unpacked = R::unpack_sequence(R::pack_sequence({b, a}, false));
+  CHECK(testing::same_values(unpacked[0], b));
+  CHECK(testing::same_values(unpacked[1], a));
+  CHECK_THROWS_WITH(R::unpad_sequence(right, tensor(std::vector<int64_t>{4, 1}, {2})), Catch::Contains("outside [0, 3]"));
   CHECK_THROWS_WITH(R::pad_sequence({a}, false, 0.0, "top"), Catch::Contains("padding_side"));
   CHECK_THROWS_WITH(R::pad_sequence({}), Catch::Contains("no sequences"));
 }
