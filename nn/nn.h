@@ -11,6 +11,7 @@
 #include "nn/init.h"
 #include "nn/utils.h"
 #include "nn/checkpoint.h"
+#include "nn/embedding_bag.h"
 #include "nn/distributed.h"
 #include "nn/sync_batchnorm.h"
 #include "nn/attention.h"
