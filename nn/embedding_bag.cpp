@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "nn/functional.h"
-#include "nn/init.h"
+#include "nn/modules.h"
 #include "ops/elementwise.h"
 #include "ops/index.h"
 #include "ops/op_utils.h"
@@ -105,27 +105,14 @@ Tensor embedding_bag(const Tensor& input, const Tensor& weight, const EmbeddingB
 }  // namespace functional
 
 EmbeddingBagImpl::EmbeddingBagImpl(const EmbeddingBagOptions& o) : options(o) {
-  MPX_CHECK(o.num_embeddings() > 0 && o.embedding_dim() > 0, "EmbeddingBag: num_embeddings (", o.num_embeddings(),
-            ") and embedding_dim (", o.embedding_dim(), ") must be positive");
   MPX_CHECK(o.mode() == "sum" || o.mode() == "mean" || o.mode() == "max",
             "EmbeddingBag: mode must be \"sum\", \"mean\" or \"max\", got \"", o.mode(), "\"");
-  if (o.padding_idx()) {
-    const int64_t p = *o.padding_idx();
-    MPX_CHECK(p >= -o.num_embeddings() && p < o.num_embeddings(), "EmbeddingBag: padding_idx ", p,
-              " must be within [-", o.num_embeddings(), ", ", o.num_embeddings(), ")");
-    if (p < 0) options.padding_idx(p + o.num_embeddings());
-  }
-  weight = register_parameter("weight", empty({o.num_embeddings(), o.embedding_dim()}));
-  reset_parameters();
+  std::optional<int64_t> pad = o.padding_idx();
+  weight = detail::register_embedding_table(*this, "EmbeddingBag", o.num_embeddings(), o.embedding_dim(), pad);
+  options.padding_idx(pad);
 }
 
-void EmbeddingBagImpl::reset_parameters() {
-  init::normal_(weight);
-  if (options.padding_idx()) {
-    NoGradGuard ng;
-    weight.select(0, *options.padding_idx()).zero_();
-  }
-}
+void EmbeddingBagImpl::reset_parameters() { detail::reset_embedding_table(weight, options.padding_idx()); }
 
 Tensor EmbeddingBagImpl::forward(const Tensor& input, const Tensor& offsets, const Tensor& per_sample_weights) {
   return functional::embedding_bag(input, weight,

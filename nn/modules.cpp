@@ -303,25 +303,35 @@ void GroupNormImpl::pretty_print(std::ostream& os) const {
      << ", affine=" << bool_str(options.affine()) << ")";
 }
 
-EmbeddingImpl::EmbeddingImpl(const EmbeddingOptions& o) : options(o) {
-  check_positive(o.num_embeddings(), "Embedding", "num_embeddings");
-  check_positive(o.embedding_dim(), "Embedding", "embedding_dim");
-  if (o.padding_idx()) {
-    const int64_t p = *o.padding_idx();
-    MPX_CHECK(p >= -o.num_embeddings() && p < o.num_embeddings(), "Embedding: padding_idx ", p,
-              " must be within [-", o.num_embeddings(), ", ", o.num_embeddings(), ")");
-    if (p < 0) options.padding_idx(p + o.num_embeddings());
+namespace detail {
+Tensor register_embedding_table(Module& m, const char* module, int64_t num, int64_t dim,
+                                std::optional<int64_t>& padding_idx) {
+  check_positive(num, module, "num_embeddings");
+  check_positive(dim, module, "embedding_dim");
+  if (padding_idx) {
+    const int64_t p = *padding_idx;
+    MPX_CHECK(p >= -num && p < num, module, ": padding_idx ", p, " must be within [-", num, ", ", num, ")");
+    if (p < 0) padding_idx = p + num;
   }
-  weight = register_parameter("weight", empty({o.num_embeddings(), o.embedding_dim()}));
-  reset_parameters();
+  Tensor w = m.register_parameter("weight", empty({num, dim}));
+  reset_embedding_table(w, padding_idx);
+  return w;
 }
-void EmbeddingImpl::reset_parameters() {
+void reset_embedding_table(const Tensor& weight, std::optional<int64_t> padding_idx) {
   init::normal_(weight);
-  if (options.padding_idx()) {
+  if (padding_idx) {
     NoGradGuard ng;
-    weight.select(0, *options.padding_idx()).zero_();
+    weight.select(0, *padding_idx).zero_();
   }
 }
+}  // namespace detail
+
+EmbeddingImpl::EmbeddingImpl(const EmbeddingOptions& o) : options(o) {
+  std::optional<int64_t> pad = o.padding_idx();
+  weight = detail::register_embedding_table(*this, "Embedding", o.num_embeddings(), o.embedding_dim(), pad);
+  options.padding_idx(pad);
+}
+void EmbeddingImpl::reset_parameters() { detail::reset_embedding_table(weight, options.padding_idx()); }
 Tensor EmbeddingImpl::forward(const Tensor& indices) {
   return F::embedding(indices, weight, options.padding_idx(), options.max_norm(), options.norm_type());
 }

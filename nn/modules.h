@@ -210,6 +210,15 @@ class EmbeddingImpl : public Module {
   EmbeddingOptions options;
   Tensor weight;
 };
+namespace detail {
+/// What Embedding and EmbeddingBag share: checks the sizes, wraps a negative padding_idx into [0, num) in place,
+/// registers `weight` [num, dim] on m and initializes it (reset_embedding_table).
+Tensor register_embedding_table(Module& m, const char* module, int64_t num, int64_t dim,
+                                std::optional<int64_t>& padding_idx);
+/// N(0, 1) with a zero padding row, as PyTorch.
+void reset_embedding_table(const Tensor& weight, std::optional<int64_t> padding_idx);
+}  // namespace detail
+
 /// The Embedding holder (MPX_MODULE's, plus LibTorch's from_pretrained).
 class Embedding : public ModuleHolder<EmbeddingImpl> {
  public:
