@@ -447,10 +447,8 @@ Tensor kl_div(const Tensor& input, const Tensor& target, const std::string& redu
                                     const Tensor zero = eq(t, 0.0);
                                     return where(zero, 0.0, t * (log(where(zero, 1.0, t)) - x));
                                   });
-  if (reduction == "none") return l;
-  if (reduction == "sum") return sum(l);
-  if (reduction == "mean") return mean(l);
-  return sum(l) / static_cast<double>(l.dim() == 0 ? 1 : l.size(0));
+  if (reduction == "batchmean") return sum(l) / static_cast<double>(l.dim() == 0 ? 1 : l.size(0));
+  return reduce_loss(l, reduction_from_name(reduction));
 }
 
 }  // namespace mpx

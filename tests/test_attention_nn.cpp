@@ -166,9 +166,7 @@ TEST_CASE("MultiheadAttention with add_bias_kv and add_zero_attn gives torch.nn.
   // tests/golden/make_transformer_reference.py: kdim 6, vdim 5, batch_first, both extra keys, both masks.
   const TensorDict file =
       load_tensors(std::string(MPX_TEST_DATA) + "/golden/transformer/mha_bias_kv_zero_attn.safetensors");
-  std::map<std::string, Tensor> weights;
-  for (const auto& [k, v] : file)
-    if (k.rfind("ref.", 0) != 0) weights[k] = v;
+  const std::map<std::string, Tensor> weights = testing::model_weights(file);
   nn::MultiheadAttention m(
       nn::MultiheadAttentionOptions(8, 2).add_bias_kv(true).add_zero_attn(true).kdim(6).vdim(5).batch_first(true));
   CHECK(m->named_parameters()["bias_k"].sizes() == IntList{1, 1, 8});
@@ -322,9 +320,7 @@ TEST_CASE("nn::Transformer loads torch.nn.Transformer's state dict and gives its
     INFO(name);
     // tests/golden/make_transformer_reference.py: PyTorch's weights under its names, and under "ref." its run.
     const TensorDict file = load_tensors(std::string(MPX_TEST_DATA) + "/golden/transformer/" + name + ".safetensors");
-    std::map<std::string, Tensor> weights;
-    for (const auto& [k, v] : file)
-      if (k.rfind("ref.", 0) != 0) weights[k] = v;
+    const std::map<std::string, Tensor> weights = testing::model_weights(file);
     const bool pre = name == "pre_norm_gelu";
     nn::Transformer model(nn::TransformerOptions(16, 2).num_encoder_layers(2).num_decoder_layers(2).dim_feedforward(32)
                               .dropout(0.0).activation(pre ? "gelu" : "relu").batch_first(true).norm_first(pre));

@@ -42,9 +42,7 @@ TEST_CASE("LSTM proj_size loads torch.nn.LSTM's state dict and gives its outputs
     INFO(name);
     // tests/golden/make_lstm_proj_reference.py: the weights under PyTorch's names, and under "ref." its f64 run.
     const TensorDict file = load_tensors(std::string(MPX_TEST_DATA) + "/golden/lstm_proj/" + name + ".safetensors");
-    std::map<std::string, Tensor> weights;
-    for (const auto& [k, v] : file)
-      if (k.rfind("ref.", 0) != 0) weights[k] = v;
+    const std::map<std::string, Tensor> weights = testing::model_weights(file);
     const bool bi = name == "bi_batch_first";
     nn::LSTM m(nn::LSTMOptions(4, 6).num_layers(2).proj_size(3).bidirectional(bi).batch_first(bi));
     m->to(kFloat64);

@@ -67,6 +67,15 @@ inline bool close(const Tensor& a, const Tensor& ref, double rtol, double atol =
 }
 
 /// Largest |a - b| over all elements, in f64 (shapes must match).
+/// A golden file's model weights: every tensor but the "ref." ones (the reference run's inputs and outputs), as
+/// the PyTorch scripts in tests/golden write them.
+inline std::map<std::string, Tensor> model_weights(const TensorDict& file) {
+  std::map<std::string, Tensor> weights;
+  for (const auto& [k, v] : file)
+    if (k.rfind("ref.", 0) != 0) weights[k] = v;
+  return weights;
+}
+
 inline double max_abs_diff(const Tensor& a, const Tensor& b) {
   NoGradGuard ng;
   REQUIRE(a.sizes() == b.sizes());
