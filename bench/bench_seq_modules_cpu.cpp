@@ -1,6 +1,7 @@
 // CPU training step of models written the way a user ports them from PyTorch (peer:
 // bench/peer_seq_modules_cpu.py): a pre-norm nn::TransformerEncoder (GELU, batch_first) and a two-layer
 // nn::LSTM, nn::GRU or nn::RNN (tanh), each under an nn::Linear head; the same initial weights and inputs on both sides (--write).
+// --packed feeds the recurrent models sequences of different lengths through pack_padded_sequence, as NLP code does.
 #include <mpx/mpx.h>
 
 #include "ops/profiler.h"
@@ -38,6 +39,12 @@ template <typename Rnn, typename Options> struct RnnNet : nn::Module {
     head = register_module("head", nn::Linear(hidden, in));
   }
   Tensor forward(const Tensor& x) { return head(std::get<0>(rnn(x))); }
+  // Unsorted lengths [N], padded back to x's length (zeros past each sequence's end, as PyTorch's pad_packed_sequence).
+  Tensor forward_packed(const Tensor& x, const Tensor& lengths) {
+    namespace R = nn::utils::rnn;
+    const auto packed = R::pack_padded_sequence(x, lengths, true, false);
+    return head(std::get<0>(R::pad_packed_sequence(std::get<0>(rnn->forward_with_packed_input(packed)), true, 0.0, x.size(1))));
+  }
 };
 using LstmNet = RnnNet<nn::LSTM, nn::LSTMOptions>;
 using GruNet = RnnNet<nn::GRU, nn::GRUOptions>;
@@ -57,17 +64,18 @@ struct LstmProjNet : nn::Module {
 int main(int argc, char** argv) {
   std::string model = "encoder", dtype = "f32", dir = "out/bench_seq";
   int64_t steps = 12, warmup = 2;
-  bool write = false, profile = false;
+  bool write = false, profile = false, packed = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--write") write = true;
     else if (a == "--profile") profile = true;
+    else if (a == "--packed") packed = true;
     else if (i + 1 < argc && a == "--model") model = argv[++i];
     else if (i + 1 < argc && a == "--dtype") dtype = argv[++i];
     else if (i + 1 < argc && a == "--dir") dir = argv[++i];
     else if (i + 1 < argc && a == "--steps") steps = std::stoll(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--model encoder|lstm|lstmp|gru|rnn] [--dtype f32|bf16] [--steps N] [--dir DIR] [--write] [--profile]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--model encoder|lstm|lstmp|gru|rnn] [--dtype f32|bf16] [--steps N] [--dir DIR] [--write] [--profile] [--packed]\n", argv[0]);
       return 2;
     }
   }
@@ -77,6 +85,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool enc = model == "encoder";
+  if (packed && (enc || model == "lstmp")) {
+    std::fprintf(stderr, "--packed: for --model lstm, gru or rnn\n");
+    return 2;
+  }
   // encoder: 4 layers of width 256, 4 heads, 16 x 128 tokens; lstm/gru/rnn: 2 layers of 512 over 256 inputs, 16 x 64
   // steps (lstmp: the LSTM's h projected to 256).
   const int64_t B = 16, T = enc ? 128 : 64, D = 256;
@@ -88,14 +100,25 @@ int main(int argc, char** argv) {
   };
   if (enc)
     use(std::make_shared<EncoderNet>(D, 4, 4));
-  else if (model == "lstm")
-    use(std::make_shared<LstmNet>("lstm", D, 512));
   else if (model == "lstmp")
     use(std::make_shared<LstmProjNet>(D, 512, 256));
+  // --packed: lengths from T/2 + 1 to T, unsorted.
+  std::vector<int64_t> lens;
+  for (int64_t i = 0; i < B; ++i) lens.push_back(T - (i * 7) % (T / 2));
+  const Tensor lengths = tensor(lens, {B});
+  auto rnn_net = [&](auto m) {
+    net = m;
+    if (packed)
+      forward = [m, lengths](const Tensor& v) { return m->forward_packed(v, lengths); };
+    else
+      forward = [m](const Tensor& v) { return m->forward(v); };
+  };
+  if (model == "lstm")
+    rnn_net(std::make_shared<LstmNet>("lstm", D, 512));
   else if (model == "gru")
-    use(std::make_shared<GruNet>("gru", D, 512));
-  else
-    use(std::make_shared<ElmanNet>("rnn", D, 512));
+    rnn_net(std::make_shared<GruNet>("gru", D, 512));
+  else if (model == "rnn")
+    rnn_net(std::make_shared<ElmanNet>("rnn", D, 512));
   const Tensor x = randn({B, T, D}), target = randn({B, T, D});
   if (write) {
     std::system(("mkdir -p '" + dir + "'").c_str());
@@ -103,6 +126,7 @@ int main(int argc, char** argv) {
     for (const auto& [name, p] : net->named_parameters()) init[name] = p.detach();
     init["bench.x"] = x;
     init["bench.target"] = target;
+    init["bench.lengths"] = lengths;
     save_tensors(init, dir + "/" + model + ".safetensors");
   }
   optim::AdamW opt(net->parameters(), optim::AdamWOptions(1e-3));
@@ -129,7 +153,7 @@ int main(int argc, char** argv) {
     std::fputs(profiler::report(25).c_str(), stderr);
   }
   std::sort(times.begin(), times.end());
-  std::printf("mpx   %-7s %-4s step %7.1f ms (median of %zu; min %.1f)  loss %.6f -> %.6f\n", model.c_str(), dtype.c_str(),
-              times[times.size() / 2], times.size(), times[0], first, last);
+  std::printf("mpx   %-7s %-4s%s step %7.1f ms (median of %zu; min %.1f)  loss %.6f -> %.6f\n", model.c_str(), dtype.c_str(),
+              packed ? " packed" : "", times[times.size() / 2], times.size(), times[0], first, last);
   return 0;
 }

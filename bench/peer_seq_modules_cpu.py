@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch peer of bench/bench_seq_modules_cpu: the same pre-norm TransformerEncoder and two-layer LSTM (lstmp: with
 proj_size), GRU or RNN, initial
-weights and inputs (DIR/MODEL.safetensors, written by the mpx program with --write)."""
+weights and inputs (DIR/MODEL.safetensors, written by the mpx program with --write); --packed runs the recurrent ones over
+sequences of different lengths through pack_padded_sequence."""
 import argparse, os, time
 
 import torch
@@ -34,15 +35,21 @@ class RnnNet(nn.Module):
     def forward(self, x):
         return self.head(getattr(self, self.kind)(x)[0])
 
+    def forward_packed(self, x, lengths):
+        p = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out = getattr(self, self.kind)(p)[0]
+        return self.head(nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.size(1))[0])
+
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--model", choices=["encoder", "lstm", "lstmp", "gru", "rnn"], default="encoder")
 ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
 ap.add_argument("--steps", type=int, default=12)
 ap.add_argument("--dir", default="out/bench_seq")
+ap.add_argument("--packed", action="store_true")
 a = ap.parse_args()
 state = load_file(os.path.join(a.dir, a.model + ".safetensors"))
-x, target = state.pop("bench.x"), state.pop("bench.target")
+x, target, lengths = state.pop("bench.x"), state.pop("bench.target"), state.pop("bench.lengths")
 if a.model == "encoder":
     net = EncoderNet(256, 4, 4)
 elif a.model == "lstmp":
@@ -56,7 +63,8 @@ for s in range(a.steps):
     t0 = time.perf_counter()
     opt.zero_grad()
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
-        loss = F.mse_loss(net(x).float(), target)
+        y = net.forward_packed(x, lengths) if a.packed else net(x)
+        loss = F.mse_loss(y.float(), target)
     loss.backward()
     opt.step()
     last = loss.item()
@@ -65,5 +73,5 @@ for s in range(a.steps):
     if s >= 2:
         times.append((time.perf_counter() - t0) * 1e3)
 times.sort()
-print(f"torch {a.model:7s} {a.dtype:4s} step {times[len(times) // 2]:7.1f} ms (median of {len(times)}; min {times[0]:.1f})"
+print(f"torch {a.model:7s} {a.dtype:4s}{' packed' if a.packed else ''} step {times[len(times) // 2]:7.1f} ms (median of {len(times)}; min {times[0]:.1f})"
       f"  loss {first:.6f} -> {last:.6f}")

@@ -36,10 +36,11 @@ using GemmFn = void (*)(const Tensor& out, const Tensor& a, const Tensor& b, dou
 
 /// out = a @ b + beta * out for many calls with one right operand (OpId::mm_packed: a recurrent
 /// layer's steps): the first call with an empty `plan` packs b into the library's own layout for
-/// a's shape and keeps it there; later calls with that plan reuse it and ignore b's data (the
-/// caller keeps b unchanged while it holds the plan). Returns false, having written nothing, where
-/// the device library has no such path or the call does not match its plan (the caller then runs
-/// OpId::mm).
+/// a's shape and keeps it there; later calls with that plan reuse it, packing b again only for a
+/// shape of a whose product reads another layout (a packed sequence's steps lose rows as its
+/// sequences end). The caller keeps b unchanged while it holds the plan. Returns false, having
+/// written nothing, where the device library has no such path or b is not the plan's (the caller
+/// then runs OpId::mm).
 using GemmPackedFn = bool (*)(const Tensor& out, const Tensor& a, const Tensor& b, double beta,
                               std::shared_ptr<void>& plan);
 

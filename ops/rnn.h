@@ -74,8 +74,8 @@ enum class RnnMode { kLstm, kGru, kRnnTanh, kRnnRelu };
 /// after the earlier steps' (positive and non-increasing: the sequences sorted by decreasing length); states: h0
 /// (and c0 for kLstm), each [L*D, N, H] with N = batch_sizes[0] or undefined (zeros). params and args as lstm's
 /// (batch_first does not apply). Returns {data [sum, D*H], h_n (, c_n)}, each sequence's final state taken at its
-/// own last step and the reverse direction starting at each sequence's last element, as PyTorch. The steps run
-/// through autograd one by one, each on the rows still running.
+/// own last step and the reverse direction starting at each sequence's last element, as PyTorch. Each layer and
+/// direction is one autograd node as lstm's, its steps on the rows still running.
 tensor_list rnn_packed(RnnMode mode, const Tensor& data, const std::vector<int64_t>& batch_sizes, const tensor_list& states,
                        const tensor_list& params, const RnnArgs& args);
 

@@ -2,6 +2,7 @@
 // backward formulas and the whole-sequence layer nodes (LSTM, GRU, Elman).
 #pragma once
 #include <tuple>
+#include <vector>
 
 #include "core/tensor.h"
 #include "ops/rnn.h"
@@ -28,15 +29,21 @@ int64_t check_rnn_params(const char* op, int64_t G, const Tensor& input, const t
 /// T-1 adds of the whole matrix); under create_graph it recomputes the steps as a differentiable graph.
 /// w_hr [P, H] (undefined: none) projects each step's h to P features (PyTorch's proj_size): h0, h_T and out then
 /// have P features, w_hh is [4H, P], and w_hr's gradient is one GEMM too.
+/// With batch_sizes (a packed sequence's: positive, non-increasing, N = batch_sizes[0]) gi is the packed
+/// [sum(batch_sizes), 4H], time t's batch_sizes[t] rows after the earlier times', and out is packed likewise;
+/// each step runs on the rows still running, so a sequence's final state is taken at its own last step and,
+/// reversed, it starts from h0/c0 at its own last element.
 std::tuple<Tensor, Tensor, Tensor> lstm_layer(const Tensor& gi, const Tensor& h0, const Tensor& c0, const Tensor& w_hh,
-                                              const Tensor& w_hr, bool reverse);
+                                              const Tensor& w_hr, bool reverse,
+                                              const std::vector<int64_t>& batch_sizes = {});
 /// One direction of one GRU layer likewise: gi [T, N, 3H] = x W_ih^T + b_ih, h0 [N, H], w_hh [3H, H],
 /// b_hh [3H] (undefined: none). Returns (out [T, N, H], h_T).
 std::pair<Tensor, Tensor> gru_layer(const Tensor& gi, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh,
-                                    bool reverse);
+                                    bool reverse, const std::vector<int64_t>& batch_sizes = {});
 
 /// One direction of one Elman RNN layer likewise: gi [T, N, H] = x W_ih^T + b_ih + b_hh, h0 [N, H], w_hh [H, H];
 /// h_t = tanh (relu: max(0, .)) of gi_t + h_{t-1} W_hh^T. Returns (out [T, N, H], h_T).
-std::pair<Tensor, Tensor> elman_layer(const Tensor& gi, const Tensor& h0, const Tensor& w_hh, bool relu, bool reverse);
+std::pair<Tensor, Tensor> elman_layer(const Tensor& gi, const Tensor& h0, const Tensor& w_hh, bool relu, bool reverse,
+                                      const std::vector<int64_t>& batch_sizes = {});
 
 }  // namespace mpx::rnn_detail

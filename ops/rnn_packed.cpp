@@ -1,5 +1,6 @@
-// The recurrent ops over packed batches: each step runs the cell on the rows of the sequences still running, so
-// every sequence stops (and, reversed, starts) at its own length.
+// The recurrent ops over packed batches: each layer and direction is one node (ops/rnn_layer.cpp) whose steps run
+// the cell on the rows of the sequences still running, so every sequence stops (and, reversed, starts) at its own
+// length.
 #include <string>
 
 #include "ops/activation.h"
@@ -57,7 +58,6 @@ tensor_list rnn_packed(RnnMode mode, const Tensor& data0, const std::vector<int6
   MPX_CHECK(a.num_layers >= 1, op, ": num_layers must be at least 1, got ", a.num_layers);
   const int64_t G = gates_of(mode), D = a.bidirectional ? 2 : 1, N = bs[0];
   const int64_t per = (a.has_biases ? 4 : 2) + (a.proj_size > 0 ? 1 : 0);
-  const int64_t T = static_cast<int64_t>(bs.size());
   const int64_t H = rnn_detail::check_rnn_params(op, G, data, params, a);
   const int64_t R = a.proj_size > 0 ? a.proj_size : H;  // the width of h
   for (size_t i = 0; i < states.size(); ++i) {
@@ -73,8 +73,6 @@ tensor_list rnn_packed(RnnMode mode, const Tensor& data0, const std::vector<int6
   for (const Tensor& s : states) devs.push_back(s);
   ops::common_device(op, devs);
 
-  std::vector<int64_t> offset(bs.size(), 0);
-  for (size_t t = 1; t < bs.size(); ++t) offset[t] = offset[t - 1] + bs[t - 1];
   Tensor x = data;
   tensor_list finals_h, finals_c;
   for (int64_t l = 0; l < a.num_layers; ++l) {
@@ -85,32 +83,24 @@ tensor_list rnn_packed(RnnMode mode, const Tensor& data0, const std::vector<int6
       const Tensor b_ih = a.has_biases ? w[2] : Tensor(), b_hh = a.has_biases ? w[3] : Tensor();
       // Every step's input projection in one GEMM (both biases, but for the GRU, whose b_hh sits inside r * (.)).
       const Tensor gi = linear(x, w[0], mode == RnnMode::kGru || !b_ih.defined() ? b_ih : add(b_ih, b_hh));
-      const Tensor w_t = w[1].t(), w_hr_t = a.proj_size > 0 ? w[per - 1].t() : Tensor();
-      Tensor h = states[0].defined() ? states[0].select(0, idx) : zeros({N, R}, data.options());
-      Tensor c = mode == RnnMode::kLstm ? (states[1].defined() ? states[1].select(0, idx) : zeros({N, H}, data.options()))
-                                        : Tensor();
-      tensor_list steps(static_cast<size_t>(T));
-      for (int64_t s = 0; s < T; ++s) {
-        const int64_t t = d ? T - 1 - s : s, b = bs[static_cast<size_t>(t)];
-        const Tensor g = gi.narrow(0, offset[static_cast<size_t>(t)], b), hb = h.narrow(0, 0, b);
-        Tensor hn, cn;
-        switch (mode) {
-          case RnnMode::kLstm:
-            std::tie(hn, cn) = lstm_cell_fused(addmm(g, hb, w_t), c.narrow(0, 0, b));
-            if (w_hr_t.defined()) hn = mm(hn, w_hr_t);
-            break;
-          case RnnMode::kGru: hn = gru_cell_fused(g, linear(hb, w[1], b_hh), hb); break;
-          case RnnMode::kRnnTanh: hn = tanh(addmm(g, hb, w_t)); break;
-          default: hn = relu(addmm(g, hb, w_t)); break;
+      const Tensor h = states[0].defined() ? states[0].select(0, idx) : zeros({N, R}, data.options());
+      const bool reverse = d == 1;
+      Tensor out, hn, cn;
+      switch (mode) {
+        case RnnMode::kLstm: {
+          const Tensor c = states[1].defined() ? states[1].select(0, idx) : zeros({N, H}, data.options());
+          std::tie(out, hn, cn) = rnn_detail::lstm_layer(gi, h, c, w[1], a.proj_size > 0 ? w[per - 1] : Tensor(),
+                                                         reverse, bs);
+          finals_c.push_back(cn);
+          break;
         }
-        steps[static_cast<size_t>(t)] = hn;
-        // Rows past b keep their state: finished sequences (forward) or ones not yet started (reversed).
-        h = b < N ? cat({hn, h.narrow(0, b, N - b)}, 0) : hn;
-        if (cn.defined()) c = b < N ? cat({cn, c.narrow(0, b, N - b)}, 0) : cn;
+        case RnnMode::kGru: std::tie(out, hn) = rnn_detail::gru_layer(gi, h, w[1], b_hh, reverse, bs); break;
+        default:
+          std::tie(out, hn) = rnn_detail::elman_layer(gi, h, w[1], mode == RnnMode::kRnnRelu, reverse, bs);
+          break;
       }
-      outs.push_back(cat(steps, 0));
-      finals_h.push_back(h);
-      if (c.defined()) finals_c.push_back(c);
+      outs.push_back(out);
+      finals_h.push_back(hn);
     }
     x = D == 2 ? cat(outs, 1) : outs[0];
     if (a.train && a.dropout > 0.0 && l + 1 < a.num_layers) x = dropout(x, a.dropout, true);

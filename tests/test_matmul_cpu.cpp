@@ -173,9 +173,10 @@ TEST_CASE("CPU f32 products whose right operand's rows lie 4 KiB apart (packed f
   CHECK(testing::close(x.grad(), mm(gy, w.detach().to(kFloat64)), 1e-4, 0.0, 1.0));
 }
 
-TEST_CASE("CPU mm_packed: one plan packs the right operand once for many products, and another shape declines",
-          "[linalg]") {
-  // A recurrent layer's use: h [16, 64] against w_hh^T (a transposed [256, 64] weight), adding to out.
+TEST_CASE("CPU mm_packed: one plan packs the right operand for many products of shrinking row counts, and "
+          "declines another right operand", "[linalg]") {
+  // A recurrent layer's use: h [16, 64] against w_hh^T (a transposed [256, 64] weight), adding to out; a packed
+  // sequence's later steps have fewer rows.
   manual_seed(23);
   for (DType dt : {kFloat32, kBFloat16}) {
     INFO(dtype_name(dt));
@@ -183,8 +184,9 @@ TEST_CASE("CPU mm_packed: one plan packs the right operand once for many product
     const Tensor w = rnd({256, 64}, dt), b = w.t();
     auto k = dispatch::kernel<OpId::mm_packed>(Device::cpu(), dt);
     std::shared_ptr<void> plan;
-    for (int step = 0; step < 3; ++step) {
-      const Tensor a = rnd({16, 64}, dt), c = rnd({16, 256}, dt);
+    for (int64_t rows : {16, 16, 11, 3, 16, 1}) {
+      INFO(rows << " rows");
+      const Tensor a = rnd({rows, 64}, dt), c = rnd({rows, 256}, dt);
       Tensor out = c.clone();
       if (!k(out, a, b, 1.0, plan)) {
         testing::skip_test("mm_packed declines here (no oneDNN, or no native bf16): rnn_layer runs mm instead");
@@ -193,10 +195,10 @@ TEST_CASE("CPU mm_packed: one plan packs the right operand once for many product
       CHECK(plan != nullptr);
       CHECK(testing::close(out, mm(a.to(kFloat64), b.to(kFloat64)) + c.to(kFloat64), tol(dt), 0.0, 1.0));
     }
-    // A call that does not match the plan (fewer rows) writes nothing and declines.
+    // Another right operand is not the plan's: nothing written, declined.
     if (plan) {
-      const Tensor a = rnd({8, 64}, dt), out = zeros({8, 256}, TensorOptions(dt));
-      CHECK_FALSE(k(out, a, b, 1.0, plan));
+      const Tensor a = rnd({16, 64}, dt), out = zeros({16, 256}, TensorOptions(dt));
+      CHECK_FALSE(k(out, a, rnd({64, 256}, dt), 1.0, plan));
       CHECK(max(abs(out.to(kFloat32))).item<double>() == 0.0);
     }
   }

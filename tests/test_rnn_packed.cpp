@@ -1,6 +1,8 @@
 // Packed variable-length batches: pack/pad round trips, and LSTM/GRU/RNN over a packed batch against each sequence alone.
 #include <catch2/catch.hpp>
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -130,6 +132,82 @@ TEST_CASE("LSTM, GRU and RNN over a packed batch equal each sequence run alone (
     }
 }
 
+TEST_CASE("a packed batch's gradients equal the sum of each sequence's run alone (LSTM with and without proj_size, "
+          "GRU, RNN; two bidirectional layers)", "[rnn]") {
+  const int64_t T = 5, N = 4, I = 3, H = 4;
+  const std::vector<int64_t> lens = {2, 5, 1, 5};  // unsorted, with a tie
+  for (const std::string kind : {"lstm", "lstmp", "gru", "rnn_relu"}) {
+    INFO(kind);
+    manual_seed(6);
+    const int64_t R = kind == "lstmp" ? 2 : H;
+    std::shared_ptr<nn::Module> m;
+    std::function<std::vector<Tensor>(const R::PackedSequence&, const Tensor&, const Tensor&)> packed;
+    std::function<std::vector<Tensor>(const Tensor&, const Tensor&, const Tensor&)> alone;
+    if (kind.rfind("lstm", 0) == 0) {
+      nn::LSTM lstm(nn::LSTMOptions(I, H).num_layers(2).bidirectional(true).batch_first(true).proj_size(kind == "lstmp" ? R : 0));
+      m = lstm.ptr();
+      packed = [lstm](const R::PackedSequence& in, const Tensor& h, const Tensor& c) mutable -> std::vector<Tensor> {
+        auto [o, hc] = lstm->forward_with_packed_input(in, std::make_tuple(h, c));
+        return {o.data(), std::get<0>(hc), std::get<1>(hc)};
+      };
+      alone = [lstm](const Tensor& x, const Tensor& h, const Tensor& c) mutable -> std::vector<Tensor> {
+        auto [o, hc] = lstm(x, std::make_tuple(h, c));
+        return {o, std::get<0>(hc), std::get<1>(hc)};
+      };
+    } else if (kind == "gru") {
+      nn::GRU gru(nn::GRUOptions(I, H).num_layers(2).bidirectional(true).batch_first(true));
+      m = gru.ptr();
+      packed = [gru](const R::PackedSequence& in, const Tensor& h, const Tensor&) mutable -> std::vector<Tensor> {
+        auto [o, hn] = gru->forward_with_packed_input(in, h);
+        return {o.data(), hn};
+      };
+      alone = [gru](const Tensor& x, const Tensor& h, const Tensor&) mutable -> std::vector<Tensor> {
+        auto [o, hn] = gru(x, h);
+        return {o, hn};
+      };
+    } else {
+      nn::RNN rnn(nn::RNNOptions(I, H).num_layers(2).bidirectional(true).batch_first(true).nonlinearity("relu"));
+      m = rnn.ptr();
+      packed = [rnn](const R::PackedSequence& in, const Tensor& h, const Tensor&) mutable -> std::vector<Tensor> {
+        auto [o, hn] = rnn->forward_with_packed_input(in, h);
+        return {o.data(), hn};
+      };
+      alone = [rnn](const Tensor& x, const Tensor& h, const Tensor&) mutable -> std::vector<Tensor> {
+        auto [o, hn] = rnn(x, h);
+        return {o, hn};
+      };
+    }
+    const Tensor x = randn({N, T, I}).set_requires_grad(true), h0 = randn({4, N, R}).set_requires_grad(true);
+    const Tensor c0 = randn({4, N, H}).set_requires_grad(true);
+    // A loss that weighs every output element and final state differently, so a misrouted row shows.
+    auto loss = [](const std::vector<Tensor>& r) {
+      Tensor l = sum(r[0] * r[0]) * 0.5;
+      for (size_t k = 1; k < r.size(); ++k) l = l + sum(r[k] * (0.3 * static_cast<double>(k)));
+      return l;
+    };
+    loss(packed(R::pack_padded_sequence(x, tensor(lens, {N}), true, false), h0, c0)).backward();
+    std::vector<Tensor> want_params;
+    for (const Tensor& p : m->parameters()) {
+      want_params.push_back(p.grad().clone());
+      p.mutable_grad() = Tensor();
+    }
+    const Tensor gx = x.grad().clone(), gh = h0.grad().clone(), gc = c0.grad().defined() ? c0.grad().clone() : Tensor();
+    x.mutable_grad() = h0.mutable_grad() = c0.mutable_grad() = Tensor();
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t L = lens[static_cast<size_t>(n)];
+      loss(alone(x.narrow(0, n, 1).narrow(1, 0, L), h0.narrow(1, n, 1), c0.narrow(1, n, 1))).backward();
+    }
+    const tensor_list ps = m->parameters();
+    for (size_t i = 0; i < ps.size(); ++i) {
+      INFO("parameter " << i);
+      CHECK(max_abs_diff(want_params[i], ps[i].grad()) < 1e-4);
+    }
+    CHECK(max_abs_diff(gx, x.grad()) < 1e-4);
+    CHECK(max_abs_diff(gh, h0.grad()) < 1e-4);
+    if (kind.rfind("lstm", 0) == 0) CHECK(max_abs_diff(gc, c0.grad()) < 1e-4);
+  }
+}
+
 TEST_CASE("rnn_packed: f64 gradchecks (LSTM and GRU, bidirectional) and clear errors", "[rnn][gradcheck]") {
   using testing::gradcheck;
   using testing::leaf;
@@ -155,11 +233,54 @@ TEST_CASE("rnn_packed: f64 gradchecks (LSTM and GRU, bidirectional) and clear er
   RnnArgs a;
   const tensor_list ps = {randn({4, 2}), randn({4, 4})};
   a.has_biases = false;
+  CHECK_THROWS_WITH(rnn_packed(RnnMode::kRnnTanh, randn({0, 2}), {}, {Tensor()}, ps, a), Catch::Contains("at least one step"));
   CHECK_THROWS_WITH(rnn_packed(RnnMode::kRnnTanh, randn({5, 2}), {2, 3}, {Tensor()}, ps, a),
                     Catch::Contains("non-increasing"));
   CHECK_THROWS_WITH(rnn_packed(RnnMode::kRnnTanh, randn({6, 2}), {3, 2}, {Tensor()}, ps, a), Catch::Contains("sum to 5"));
   CHECK_THROWS_WITH(rnn_packed(RnnMode::kRnnTanh, randn({5, 2}), {3, 2}, {randn({1, 2, 4})}, ps, a),
                     Catch::Contains("initial state"));
+}
+
+TEST_CASE("rnn_packed: f64 second derivatives (create_graph) and the Elman and projected LSTM's gradients",
+          "[rnn][gradcheck]") {
+  using testing::gradcheck;
+  using testing::gradgradcheck;
+  using testing::leaf;
+  manual_seed(7);
+  const std::vector<int64_t> bs = {3, 3, 2, 1};  // lengths 4, 3, 2
+  const int64_t I = 2, H = 3, P = 2;
+  for (RnnMode mode : {RnnMode::kLstm, RnnMode::kGru, RnnMode::kRnnTanh, RnnMode::kRnnRelu})
+    for (bool proj : {false, true}) {
+      if (proj && mode != RnnMode::kLstm) continue;
+      INFO("mode " << static_cast<int>(mode) << " proj " << proj);
+      const int64_t G = mode == RnnMode::kLstm ? 4 : mode == RnnMode::kGru ? 3 : 1, W = proj ? P : H;
+      RnnArgs a;
+      a.bidirectional = true;
+      a.num_layers = 2;
+      if (proj) a.proj_size = P;
+      tensor_list all = {leaf({9, I}), leaf({4, 3, W}), leaf({4, 3, H})};
+      for (int64_t l = 0; l < 2; ++l)
+        for (int64_t d = 0; d < 2; ++d) {
+          all.push_back(leaf({G * H, l == 0 ? I : 2 * W}, 0.5));
+          all.push_back(leaf({G * H, W}, 0.5));
+          all.push_back(leaf({G * H}, 0.5));
+          all.push_back(leaf({G * H}, 0.5));
+          if (proj) all.push_back(leaf({P, H}, 0.5));
+        }
+      // ReLU's kink: keep the Elman pre-activations away from 0 by a positive input bias.
+      if (mode == RnnMode::kRnnRelu)
+        for (size_t i = 5; i < all.size(); i += 4) all[i] = (all[i].detach().abs() + 0.5).set_requires_grad(true);
+      auto f = [&](const tensor_list& v) {
+        const tensor_list states = mode == RnnMode::kLstm ? tensor_list{v[1], v[2]} : tensor_list{v[1]};
+        const tensor_list r = rnn_packed(mode, v[0], bs, states, tensor_list(v.begin() + 3, v.end()), a);
+        tensor_list flat;
+        for (const Tensor& t : r) flat.push_back(t.reshape({-1}));
+        return cat(flat, 0);
+      };
+      if (mode != RnnMode::kLstm) all[2] = all[2].detach();  // c0: not an input of these
+      CHECK(gradcheck(f, all) == "");
+      CHECK(gradgradcheck(f, all) == "");
+    }
 }
 
 TEST_CASE("a packed LSTM under bf16 autocast runs in bf16, close to f32", "[rnn]") {
