@@ -4,5 +4,6 @@
 #include "optim/adam.h"
 #include "ops/optim_kernels.h"
 #include "optim/optimizer.h"
+#include "optim/plateau.h"
 #include "optim/scheduler.h"
 #include "optim/sgd.h"

@@ -1,4 +1,4 @@
-// Tests for optim's learning-rate schedulers against PyTorch's: StepLR, MultiStepLR, cosine annealing, warmup, stacking, state dicts, argument checks.
+// Tests for optim's learning-rate schedulers against PyTorch's: StepLR, MultiStepLR, cosine annealing and warm restarts, warmup, constant, polynomial, 1cycle, plateau, stacking, state dicts, argument checks.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -185,4 +185,138 @@ TEST_CASE("scheduler arguments are validated", "[optim][sched]") {
   CHECK_THROWS_WITH(LinearWarmup(opt, -1, 0.5), Catch::Contains("warmup_steps"));
   SGD other({leaf(ones({1}))}, SGDOptions(1.0));
   CHECK_THROWS_WITH(LinearWarmup(opt, 2, 0.5, std::make_unique<StepLR>(other, 2)), Catch::Contains("same optimizer"));
+}
+
+namespace {
+// Steps `s` n - 1 times (after the construction's epoch 0) and checks every lr (and closed form) against PyTorch's.
+template <typename S>
+void follows(S& s, Optimizer& opt, const std::vector<double>& want) {
+  for (size_t e = 0; e < want.size(); ++e) {
+    if (e) s.step();
+    INFO("epoch " << e);
+    CHECK(lr0(opt) == Approx(want[e]).margin(1e-12));
+    CHECK(s.closed_form_lr(static_cast<int64_t>(e))[0] == Approx(want[e]).margin(1e-12));
+  }
+}
+}  // namespace
+
+// The expected sequences below are PyTorch 2.15's, printed by stepping its schedulers on SGD(lr=0.5, momentum=0.9).
+TEST_CASE("ConstantLR, PolynomialLR and CosineAnnealingWarmRestarts follow PyTorch", "[optim][sched]") {
+  SGD a({leaf(ones({1}))}, SGDOptions(0.5).momentum(0.9));
+  ConstantLR c(a, 0.25, 3);
+  follows(c, a, {0.125, 0.125, 0.125, 0.5, 0.5, 0.5});
+  SGD b({leaf(ones({1}))}, SGDOptions(0.5).momentum(0.9));
+  PolynomialLR p(b, 4, 2.0);
+  follows(p, b, {0.5, 0.28125, 0.125, 0.03125, 0.0, 0.0, 0.0});
+  SGD d({leaf(ones({1}))}, SGDOptions(0.5).momentum(0.9));
+  CosineAnnealingWarmRestarts w(d, 3, 2, 0.01);
+  const std::vector<double> sgdr = {0.5, 0.3775, 0.13250000000000006, 0.5, 0.4671762239271875, 0.3775, 0.255,
+                                    0.13250000000000006, 0.04282377607281252, 0.5, 0.4916518274408217,
+                                    0.4671762239271875, 0.4282411613907041, 0.3775, 0.3184106660501176, 0.255};
+  follows(w, d, sgdr);
+  // Resumed mid-period from its state dict, a fresh scheduler goes on with the same rates.
+  SGD e({leaf(ones({1}))}, SGDOptions(0.5));
+  CosineAnnealingWarmRestarts w2(e, 3, 2, 0.01);
+  w2.load_state_dict(w.state_dict());
+  e.param_groups()[0].set_lr(lr0(d));
+  w.step();
+  w2.step();
+  CHECK(lr0(e) == Approx(lr0(d)).margin(1e-12));
+  w2.restart();
+  CHECK(lr0(e) == Approx(0.5));
+  CHECK_THROWS_WITH(CosineAnnealingWarmRestarts(e, 0), Catch::Contains("T_0"));
+  CHECK_THROWS_WITH(ConstantLR(e, 1.5), Catch::Contains("factor"));
+  CHECK_THROWS_WITH(PolynomialLR(e, 0), Catch::Contains("total_iters"));
+  std::map<std::string, double> bare = w.state_dict();
+  bare.erase("T_i");
+  CHECK_THROWS_WITH(w2.load_state_dict(bare), Catch::Contains("T_i"));
+}
+
+TEST_CASE("OneCycleLR follows PyTorch: lr and momentum (SGD), three phases and linear (Adam's beta1)",
+          "[optim][sched]") {
+  SGD a({leaf(ones({1}))}, SGDOptions(0.5).momentum(0.9));
+  OneCycleLR s(a, 0.1, 10);
+  const std::vector<double> lr = {0.0040000000000000036, 0.052000000000000005, 0.1, 0.09504846320134738,
+                                  0.0811745653949763, 0.06112620219362893, 0.03887419780637107, 0.0188258346050237,
+                                  0.004951936798652629, 4e-07, 0.004951936798652624};
+  const std::vector<double> m = {0.95, 0.8999999999999999, 0.85, 0.854951556604879, 0.8688255099070633,
+                                 0.8888739533021842, 0.9111260466978157, 0.9311744900929366, 0.945048443395121, 0.95,
+                                 0.945048443395121};
+  for (size_t e = 0; e < lr.size(); ++e) {
+    if (e) s.step();
+    INFO("step " << e);
+    CHECK(lr0(a) == Approx(lr[e]).margin(1e-12));
+    CHECK(a.param_groups()[0].options().to_map().at("momentum") == Approx(m[e]).margin(1e-12));
+  }
+  // PyTorch allows total_steps steps after the first; one more is an error that changes nothing.
+  CHECK_THROWS_WITH(s.step(), Catch::Contains("total_steps is 10"));
+  CHECK(s.last_epoch() == 10);
+  s.restart();
+  CHECK(lr0(a) == Approx(lr[0]).margin(1e-12));
+  CHECK(a.param_groups()[0].options().to_map().at("momentum") == Approx(0.95));
+
+  Adam b({leaf(ones({1}))}, AdamOptions(0.5));
+  OneCycleLR t(b, {0.2}, 12,
+               OneCycleLROptions().pct_start(0.25).anneal_strategy("linear").three_phase(true).div_factor(10)
+                   .final_div_factor(100));
+  const std::vector<double> lr3 = {0.02, 0.11000000000000001, 0.2, 0.11, 0.01999999999999999, 0.017171428571428574,
+                                   0.014342857142857143, 0.011514285714285715, 0.008685714285714286,
+                                   0.005857142857142856, 0.003028571428571429, 0.0001999999999999988,
+                                   -0.002628571428571428};
+  const std::vector<double> b1 = {0.95, 0.8999999999999999, 0.85, 0.8999999999999999, 0.95};
+  for (size_t e = 0; e < lr3.size(); ++e) {
+    if (e) t.step();
+    INFO("step " << e);
+    CHECK(lr0(b) == Approx(lr3[e]).margin(1e-12));
+    CHECK(t.closed_form_lr(static_cast<int64_t>(e))[0] == Approx(lr3[e]).margin(1e-12));
+    CHECK(b.param_groups()[0].options().to_map().at("beta1") == Approx(e < b1.size() ? b1[e] : 0.95).margin(1e-12));
+  }
+  Adam c({leaf(ones({1}))}, AdamOptions(0.5));
+  CHECK_THROWS_WITH(OneCycleLR(c, {0.1, 0.2}, 10), Catch::Contains("2 max_lrs for 1 param groups"));
+  CHECK_THROWS_WITH(OneCycleLR(c, 0.1, 0), Catch::Contains("total_steps"));
+  CHECK_THROWS_WITH(OneCycleLR(c, 0.1, 10, OneCycleLROptions().anneal_strategy("exp")), Catch::Contains("anneal_strategy"));
+  // Without momentum cycling the optimizer's beta1 stays; a phase of no length sits at its end (no division by 0).
+  OneCycleLR u(c, 0.1, 3, OneCycleLROptions().cycle_momentum(false).pct_start(0.2));
+  CHECK(c.param_groups()[0].options().to_map().at("beta1") == 0.9);
+  CHECK(std::isfinite(lr0(c)));
+}
+
+TEST_CASE("ReduceLROnPlateau follows PyTorch: patience, cooldown, floors, max mode with an absolute threshold",
+          "[optim][sched]") {
+  SGD a({leaf(ones({1}))}, SGDOptions(1.0));
+  ReduceLROnPlateau s(a, ReduceLROnPlateauOptions().factor(0.5).patience(2).cooldown(1).min_lr({0.1}));
+  const std::vector<double> metrics = {5, 4, 4, 4, 4, 3.9999, 4, 4, 4, 4, 4, 4, 4, 4, 1};
+  const std::vector<double> want = {1.0, 1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.5, 0.25, 0.25, 0.25, 0.25, 0.125, 0.125, 0.125};
+  for (size_t i = 0; i < metrics.size(); ++i) {
+    s.step(metrics[i]);
+    INFO("step " << i);
+    CHECK(lr0(a) == Approx(want[i]).margin(1e-15));
+    CHECK(s.get_last_lr()[0] == lr0(a));
+  }
+  // The floor holds: more bad steps leave 0.1.
+  for (int i = 0; i < 12; ++i) s.step(std::nan(""));
+  CHECK(lr0(a) == Approx(0.1));
+  CHECK(s.best() == 1.0);
+
+  SGD b({leaf(ones({1}))}, SGDOptions(1.0));
+  ReduceLROnPlateau t(b, ReduceLROnPlateauOptions().mode("max").factor(0.1).patience(1).threshold(0.5).threshold_mode("abs"));
+  const std::vector<double> acc = {1, 1.4, 1.6, 1.7, 2.2, 2.2, 2.2, 3.0};
+  const std::vector<double> want2 = {1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.1, 0.1};
+  for (size_t i = 0; i < acc.size(); ++i) {
+    t.step(acc[i]);
+    INFO("step " << i);
+    CHECK(lr0(b) == Approx(want2[i]).margin(1e-15));
+  }
+  // A resumed scheduler carries the counters: one more bad step cuts again.
+  t.step(3.1);
+  SGD c({leaf(ones({1}))}, SGDOptions(0.1));
+  ReduceLROnPlateau r(c, ReduceLROnPlateauOptions().mode("max").factor(0.1).patience(1).threshold(0.5).threshold_mode("abs"));
+  r.load_state_dict(t.state_dict());
+  CHECK(r.num_bad_epochs() == 1);
+  r.step(3.2);
+  CHECK(lr0(c) == Approx(0.01));
+  CHECK_THROWS_WITH(ReduceLROnPlateau(c, ReduceLROnPlateauOptions().mode("lowest")), Catch::Contains("mode"));
+  CHECK_THROWS_WITH(ReduceLROnPlateau(c, ReduceLROnPlateauOptions().factor(1.0)), Catch::Contains("factor"));
+  CHECK_THROWS_WITH(ReduceLROnPlateau(c, ReduceLROnPlateauOptions().min_lr({0.1, 0.2})), Catch::Contains("min_lr"));
+  CHECK_THROWS_WITH(r.load_state_dict({{"best", 1.0}}), Catch::Contains("last_epoch"));
 }
