@@ -19,9 +19,9 @@ namespace mpx::data {
 class EpochRun {
  public:
   EpochRun(const Dataset& ds, std::vector<std::vector<int64_t>> batches, uint64_t seed, int64_t epoch, int64_t workers,
-           int64_t capacity, bool pin)
+           int64_t capacity, bool pin, CollateFn collate_fn)
       : ds_(ds), batches_(std::move(batches)), seed_(seed), epoch_(epoch), capacity_(static_cast<size_t>(capacity)),
-        pin_(pin), t0_(Clock::now()), last_(t0_) {
+        pin_(pin), collate_fn_(std::move(collate_fn)), t0_(Clock::now()), last_(t0_) {
     stats_.epoch = epoch;
     for (int64_t w = 0; w < workers; ++w) threads_.emplace_back([this] { worker_loop(); });
   }
@@ -66,11 +66,11 @@ class EpochRun {
     // filled there directly where the dataset allows, from blocks the pinned cache reuses.
     Batch out;
     out.pinned = pin_;
-    if (!ds_.get_batch(idx, seeds, out)) {
+    if (collate_fn_ || !ds_.get_batch(idx, seeds, out)) {
       std::vector<Example> ex;
       ex.reserve(idx.size());
       for (size_t k = 0; k < idx.size(); ++k) ex.push_back(ds_.get_seeded(idx[k], seeds[k]));
-      out = collate(ex, pin_);
+      out = collate_fn_ ? collate_fn_(ex, pin_) : collate(ex, pin_);
     }
     out.indices = idx;
     if (pin_) {
@@ -158,6 +158,7 @@ class EpochRun {
   const int64_t epoch_;
   const size_t capacity_;
   const bool pin_;
+  const CollateFn collate_fn_;
   size_t cur_ = 0;
   Batch current_;
   const Clock::time_point t0_;
@@ -228,7 +229,7 @@ DataLoader::Iterator DataLoader::begin() {
   const int64_t cap = std::max<int64_t>(1, options_.prefetch_ * options_.workers_);
   // Pinning needs the CUDA driver; without a GPU the option changes nothing.
   const bool pin = options_.pin_memory_ && cuda_is_available();
-  run_ = std::make_unique<EpochRun>(*dataset_, batch_indices(e), seed_, e, options_.workers_, cap, pin);
+  run_ = std::make_unique<EpochRun>(*dataset_, batch_indices(e), seed_, e, options_.workers_, cap, pin, options_.collate_fn_);
   run_->start();
   Iterator it;
   it.run_ = run_.get();

@@ -2,6 +2,7 @@
 // threads with a bounded prefetch queue; batches always come out in order.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,6 +38,10 @@ struct DataLoaderOptions {
   DataLoaderOptions& world_size(int64_t w) { world_size_ = w; return *this; }
   /// A custom sampler replacing shuffle/rank/world_size.
   DataLoaderOptions& sampler(std::shared_ptr<const Sampler> s) { sampler_ = std::move(s); return *this; }
+  /// How a batch's examples become one Batch (PyTorch's collate_fn), run on the loading thread; the
+  /// default, `collate`, stacks examples of one shape. `pad_collate()` pads sequences of different
+  /// lengths. With a collate_fn the dataset's own get_batch is not used.
+  DataLoaderOptions& collate_fn(CollateFn f) { collate_fn_ = std::move(f); return *this; }
 
   int64_t batch_size_;
   bool shuffle_ = false;
@@ -48,6 +53,7 @@ struct DataLoaderOptions {
   int64_t rank_ = 0;
   int64_t world_size_ = 1;
   std::shared_ptr<const Sampler> sampler_;
+  CollateFn collate_fn_;
 };
 
 class EpochRun;  // one epoch's state and workers (dataloader.cpp)

@@ -1,6 +1,7 @@
 // Dataset: the random-access source of (data, target) examples that a DataLoader batches.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,9 @@ struct Batch {
   Tensor target;
   /// The dataset indices of the samples, in batch order.
   std::vector<int64_t> indices;
+  /// i64 [B]: each example's length along its first dim, where the collate padded them (pad_collate);
+  /// undefined otherwise.
+  Tensor lengths;
   /// Page-locked memory wanted: the loader sets it (pin_memory with a GPU present) before it asks
   /// Dataset::get_batch for the batch, and a get_batch that allocates the batch allocates with
   /// `TensorOptions::pinned_memory(pinned)`, so the batch is filled once, in pinned memory,
@@ -63,6 +67,16 @@ uint64_t sample_seed(uint64_t loader_seed, int64_t epoch, int64_t index);
 /// All examples must share data shape and dtype; the error names the first mismatch.
 /// `pinned`: into page-locked memory (needs a CUDA device; see Batch::pinned).
 Batch collate(const std::vector<Example>& examples, bool pinned = false);
+
+/// A batch from its examples (DataLoaderOptions::collate_fn); `pinned` as collate's.
+using CollateFn = std::function<Batch(const std::vector<Example>& examples, bool pinned)>;
+
+/// A collate for sequences of different lengths (token ids, audio frames: data [T_i, ...] with the
+/// same trailing dims and dtype): data padded with `padding_value` to [B, T_max, ...] (batch_first)
+/// or [T_max, B, ...], `lengths` [B]; targets of one element each are stacked to [B], longer ones
+/// ([T_i, ...], per-token labels) padded the same way with `target_padding_value` (-100: the losses'
+/// default ignore_index). Pass lengths on to pack_padded_sequence or to a key-padding mask.
+CollateFn pad_collate(double padding_value = 0.0, double target_padding_value = -100.0, bool batch_first = true);
 
 /// Prints "mpx: warning: <msg>" to stderr (serialised across threads).
 void warn(const std::string& msg);

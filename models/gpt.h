@@ -21,6 +21,13 @@ struct GPTConfig {
   static GPTConfig preset(const std::string& name, int64_t vocab = 0);
   /// The preset names.
   static std::vector<std::string> presets();
+  /// The presets by name: `models::gpt2(GPTConfig::gpt2_medium())`.
+  static GPTConfig gpt2() { return preset("gpt2"); }
+  static GPTConfig gpt2_medium() { return preset("gpt2-medium"); }
+  static GPTConfig gpt2_large() { return preset("gpt2-large"); }
+  static GPTConfig gpt2_xl() { return preset("gpt2-xl"); }
+  static GPTConfig gpt_tiny(int64_t vocab = 0) { return preset("gpt-tiny", vocab); }
+  static GPTConfig gpt_mini(int64_t vocab = 0) { return preset("gpt-mini", vocab); }
 };
 
 /// The keys and values of the tokens a GPT has already seen, so that generating a token runs only
@@ -79,5 +86,8 @@ struct GPTImpl : nn::Module {
   nn::LayerNorm ln_f{nullptr};
 };
 MPX_MODULE(GPT);
+
+/// A GPT-2 of configuration `c` (GPT(c)), as the other zoo factories: `models::gpt2(GPTConfig::gpt2())`.
+inline GPT gpt2(const GPTConfig& c = GPTConfig::gpt2()) { return GPT(c); }
 
 }  // namespace mpx::models

@@ -5,9 +5,33 @@
 
 #include "core/tensor.h"
 #include "nn/options.h"
+#include "ops/activation.h"
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/index.h"
+#include "ops/shape.h"
 #include "nn/rnn_options.h"
 
 namespace mpx::nn::functional {
+
+// ---- the free ops of ops/ that torch.nn.functional (or torch) spells the same: F::gather(...) ----
+using mpx::argsort;
+using mpx::gather;
+using mpx::index_add;
+using mpx::index_select;
+using mpx::masked_fill;
+using mpx::multinomial;
+using mpx::one_hot;
+using mpx::prelu;
+using mpx::scaled_dot_product_attention;
+using mpx::scatter;
+using mpx::scatter_add;
+using mpx::softplus;
+using mpx::sort;
+using mpx::topk;
+using mpx::tril;
+using mpx::triu;
+using mpx::where;
 
 // ---- activations ----
 Tensor relu(const Tensor& x, const ReLUFuncOptions& options = {});

@@ -111,6 +111,27 @@ TEST_CASE("mpx gpt --arch lstm-lm trains the LSTM language model at O0", "[cli][
   CHECK(loss.back() < loss.front() - 0.5);
 }
 
+TEST_CASE("mpx train -a gpt-tiny --dataset text:FILE is mpx gpt on that file; other --dataset forms are clear errors",
+          "[cli][gpt]") {
+  const fs::path dir = tmp("train_a");
+  {
+    std::ofstream f(dir / "corpus.txt");
+    for (int i = 0; i < 400; ++i) f << "the quick brown fox jumps over the lazy dog " << i % 7 << "\n";
+  }
+  const CliRun r = run_mpx("train -a gpt-tiny --context 32 -b 4 --steps 10 --print-freq 5 --eval-iters 2 --dataset text:" +
+                           q(dir / "corpus.txt") + " --out " + q(dir / "o"));
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  CHECK(has(r.out, "corpus.txt"));
+  CHECK(column(dir / "o" / "metrics.csv", "loss").size() == 2);
+  CliRun e = mpx::testing::mpx_err("train --arch=lstm-lm --dataset cifar10 --out " + q(dir / "e"));
+  CHECK(e.rc == 2);
+  CHECK(has(e.out, "--dataset text:FILE"));
+  e = mpx::testing::mpx_err("train -a gpt-tiny --epochs 3 --dataset text:" + q(dir / "corpus.txt") + " --out " + q(dir / "e"));
+  CHECK(e.rc == 2);
+  CHECK(has(e.out, "--epochs"));
+}
+
 TEST_CASE("mpx gpt: a run stopped by --prof and resumed ends bit for bit where an unbroken one does, and generation is "
           "deterministic under a seed", "[cli][gpt]") {
   if (!fs::exists("/usr/share/common-licenses")) return;

@@ -320,3 +320,16 @@ TEST_CASE("lstm_lm: loss falls on a repeating sequence", "[lstm_lm]") {
   CHECK(std::abs(first - std::log(8.0)) < 0.2);  // uniform-ish start
   CHECK(last < 0.3 * first);
 }
+
+TEST_CASE("models::gpt2 and the GPTConfig factories name the presets", "[gpt]") {
+  using models::GPTConfig;
+  CHECK(GPTConfig::gpt2().n_layer == 12);
+  CHECK(GPTConfig::gpt2_medium().n_embd == 1024);
+  CHECK(GPTConfig::gpt2_large().n_layer == 36);
+  CHECK(GPTConfig::gpt2_xl().n_head == 25);
+  CHECK(GPTConfig::gpt_tiny(65).vocab_size == 65);
+  CHECK(GPTConfig::gpt_mini().n_ctx == 256);
+  const models::GPT m = models::gpt2(GPTConfig::gpt_tiny(50));
+  CHECK(m->config.n_embd == 128);
+  CHECK(m->named_parameters().contains("h.3.attn.c_attn.weight"));
+}

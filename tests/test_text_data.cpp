@@ -1,7 +1,9 @@
-// Tests of the token data layer (data/text.h): character vocabularies, text files, llm.c shards, windows.
+// Tests of the token data layer (data/text.h): character vocabularies, text files, llm.c shards, windows; and
+// batching sequences of different lengths (pad_collate).
 #include <catch2/catch.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -377,4 +379,64 @@ TEST_CASE("TokenWindows: DistributedSampler gives 2 ranks disjoint windows cover
   for (int64_t r = 0; r < 2; ++r)
     for (int64_t i : DistributedSampler(odd.size(), r, 2, true, 5).indices(0)) cover.insert(i);
   CHECK(cover.size() == 99);
+}
+
+namespace {
+// Sequence i: i % 5 + 1 token ids (all equal to i), and a label: the class i % 3 or, per token, i.
+class Ragged : public Dataset {
+ public:
+  explicit Ragged(bool per_token) : per_token_(per_token) {}
+  int64_t size() const override { return 11; }
+  Example get(int64_t i) const override {
+    const int64_t n = i % 5 + 1;
+    const Tensor ids = full({n}, static_cast<double>(i), TensorOptions(kInt64));
+    return {ids, per_token_ ? full({n}, static_cast<double>(i), TensorOptions(kInt64))
+                            : full({}, static_cast<double>(i % 3), TensorOptions(kInt64))};
+  }
+
+ private:
+  bool per_token_;
+};
+}  // namespace
+
+TEST_CASE("DataLoader with pad_collate batches sequences of different lengths, on workers too", "[data][loader]") {
+  for (bool per_token : {false, true})
+    for (int64_t workers : {0, 2}) {
+      INFO("per-token targets " << per_token << ", workers " << workers);
+      Ragged ds(per_token);
+      DataLoader loader(ds, DataLoaderOptions(4).shuffle(true).seed(3).workers(workers).collate_fn(pad_collate(-1)));
+      int64_t seen = 0;
+      for (const Batch& b : loader) {
+        const int64_t B = static_cast<int64_t>(b.indices.size());
+        REQUIRE(b.lengths.defined());
+        REQUIRE(b.lengths.sizes() == IntList{B});
+        int64_t longest = 0;
+        for (int64_t k = 0; k < B; ++k) longest = std::max(longest, b.lengths[k].item<int64_t>());
+        CHECK(b.data.sizes() == IntList{B, longest});
+        for (int64_t k = 0; k < B; ++k) {
+          const int64_t i = b.indices[static_cast<size_t>(k)], n = i % 5 + 1;
+          CHECK(b.lengths[k].item<int64_t>() == n);
+          for (int64_t t = 0; t < longest; ++t) {
+            CHECK(b.data[k][t].item<int64_t>() == (t < n ? i : -1));
+            if (per_token) CHECK(b.target[k][t].item<int64_t>() == (t < n ? i : -100));
+          }
+          if (!per_token) CHECK(b.target[k].item<int64_t>() == i % 3);
+        }
+        seen += B;
+      }
+      CHECK(seen == ds.size());
+    }
+  // Time-major padding, and the errors: the default collate names the fix; mismatched trailing dims are named.
+  Ragged ds(false);
+  DataLoader tm(ds, DataLoaderOptions(3).collate_fn(pad_collate(0.0, -100.0, false)));
+  const Batch first = *tm.begin();
+  CHECK(first.data.sizes() == IntList{3, 3});  // lengths 1, 2, 3: [T_max, B]
+  CHECK(first.data[2][0].item<int64_t>() == 0);
+  CHECK(first.data[2][2].item<int64_t>() == 2);
+  DataLoader plain(ds, DataLoaderOptions(3));
+  CHECK_THROWS_WITH(plain.begin(), Contains("collate_fn(data::pad_collate())"));
+  std::vector<Example> bad = {{zeros({2, 3}), Tensor()}, {zeros({4, 2}), Tensor()}};
+  CHECK_THROWS_WITH(pad_collate()(bad, false), Contains("only the first (length) dim may differ"));
+  bad = {{zeros({}), Tensor()}};
+  CHECK_THROWS_WITH(pad_collate()(bad, false), Contains("needs a length dim first"));
 }

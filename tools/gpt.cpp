@@ -1,10 +1,13 @@
 // `mpx gpt`: language-model training (GPT-2 family, LSTM) with apex's flags, token data, evaluation, sampling and generation; data-parallel under mpirun.
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "models/gpt_hf.h"
 #include "tools/commands.h"
@@ -113,6 +116,45 @@ std::string pretrained_arch(const TensorDict& hf, const std::string& path) {
 }
 
 }  // namespace
+
+bool names_language_model(int argc, char** argv) {
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    std::string v;
+    if ((a == "-a" || a == "--arch") && i + 1 < argc) v = argv[i + 1];
+    else if (a.rfind("--arch=", 0) == 0) v = a.substr(7);
+    else if (a.rfind("-a", 0) == 0 && a.size() > 2 && a[2] != '-') v = a.substr(2);
+    else continue;
+    const auto names = models::GPTConfig::presets();
+    return v == "lstm-lm" || std::find(names.begin(), names.end(), v) != names.end();
+  }
+  return false;
+}
+
+int run_train_language_model(int argc, char** argv) {
+  std::vector<std::string> words;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    std::string data;
+    if (a == "--dataset" && i + 1 < argc) data = argv[++i];
+    else if (a.rfind("--dataset=", 0) == 0) data = a.substr(10);
+    else {
+      words.push_back(a);
+      continue;
+    }
+    const auto colon = data.find(':');
+    const std::string kind = data.substr(0, colon);
+    if (colon == std::string::npos || (kind != "text" && kind != "tokens") || colon + 1 == data.size())
+      throw UsageError("--dataset " + data + ": a language model takes --dataset text:FILE (a text file's bytes) or "
+                       "--dataset tokens:GLOB (llm.c token shards)");
+    words.push_back("--" + kind);
+    words.push_back(data.substr(colon + 1));
+  }
+  std::vector<char*> ptrs;
+  for (std::string& w : words) ptrs.push_back(w.data());
+  ptrs.push_back(nullptr);
+  return run_gpt(static_cast<int>(words.size()), ptrs.data());
+}
 
 int run_gpt(int argc, char** argv) {
   const Ranks rk = join_ranks();

@@ -59,6 +59,8 @@ int main(int argc, char** argv) {
   try {
     // `--nproc-per-node N` re-runs this very command line under mpirun (torchrun's convenience).
     if (cmd == "train" || cmd == "dcgan" || cmd == "gpt") mpx::cli::relaunch_under_mpirun(cmd, argc, argv);
+    if (cmd == "train" && mpx::cli::names_language_model(argc - 2, argv + 2))
+      return mpx::cli::run_train_language_model(argc - 2, argv + 2);
     if (cmd == "train") return mpx::cli::run_train(argc - 2, argv + 2);
     if (cmd == "dcgan") return mpx::cli::run_dcgan(argc - 2, argv + 2);
     if (cmd == "gpt") return mpx::cli::run_gpt(argc - 2, argv + 2);
