@@ -111,7 +111,7 @@ TEST_CASE("mpx gpt --arch lstm-lm trains the LSTM language model at O0", "[cli][
   CHECK(loss.back() < loss.front() - 0.5);
 }
 
-TEST_CASE("mpx train -a gpt-tiny --dataset text:FILE is mpx gpt on that file; other --dataset forms are clear errors",
+TEST_CASE("mpx train -a gpt-tiny --dataset text:FILE is mpx gpt on that file, other --dataset forms are clear errors",
           "[cli][gpt]") {
   const fs::path dir = tmp("train_a");
   {
