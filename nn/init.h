@@ -54,5 +54,14 @@ Tensor xavier_normal_(Tensor tensor, double gain = 1.0);
 Tensor kaiming_uniform_(Tensor tensor, double a = 0.0, FanMode mode = kFanIn, Nonlinearity nonlinearity = kLeakyReLU);
 /// N(0, std^2) with std = gain / sqrt(fan).
 Tensor kaiming_normal_(Tensor tensor, double a = 0.0, FanMode mode = kFanIn, Nonlinearity nonlinearity = kLeakyReLU);
+/// N(mean, std^2) truncated to [a, b] (PyTorch's trunc_normal_: inverse-CDF sampling, so a narrow window costs
+/// nothing extra). a and b are absolute values, as in PyTorch, not multiples of std.
+Tensor trunc_normal_(Tensor tensor, double mean = 0.0, double std = 1.0, double a = -2.0, double b = 2.0);
+/// A (semi-)orthogonal matrix times gain (Saxe et al.; PyTorch's orthogonal_): the tensor seen as
+/// [size(0), numel / size(0)] has orthonormal rows, or columns when it has more rows than columns. The QR
+/// of a normal draw, signs fixed by R's diagonal, as PyTorch; recurrent weights are the usual use.
+Tensor orthogonal_(Tensor tensor, double gain = 1.0);
+/// The identity in a 2-d tensor (ones on the diagonal of a rectangular one).
+Tensor eye_(Tensor tensor);
 
 }  // namespace mpx::nn::init

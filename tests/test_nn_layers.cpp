@@ -453,6 +453,47 @@ TEST_CASE("nn: a tiny MLP learns XOR of signs with hand-written SGD", "[nn]") {
   CHECK(acc.item<double>() > 0.97);
 }
 
+TEST_CASE("nn::init: trunc_normal_, orthogonal_ and eye_", "[nn]") {
+  manual_seed(9);
+  namespace init = nn::init;
+  // The standard normal truncated to [-2, 2]: variance 1 - 4 phi(2) / (Phi(2) - Phi(-2)) = 0.7737.
+  Tensor w = empty({200, 250});
+  init::trunc_normal_(w);
+  CHECK(max_abs(w) <= 2.0);
+  CHECK(std_all(w) == Approx(std::sqrt(0.77374)).epsilon(0.01));
+  CHECK(std::abs(mpx::mean(w).item<double>()) < 0.01);
+  // A narrow window far in the tail costs nothing and stays inside it.
+  init::trunc_normal_(w, 0.0, 1.0, 3.0, 3.1);
+  CHECK(mpx::min(w).item<double>() >= 3.0);
+  CHECK(mpx::max(w).item<double>() <= 3.1);
+  // a and b are absolute bounds (PyTorch's), not multiples of std; bf16 rounding may step past them by half an ulp.
+  Tensor g = empty({64, 64}, TensorOptions(kBFloat16));
+  init::trunc_normal_(g, 0.0, 0.02, -0.03, 0.03);
+  CHECK(max_abs(g.to(kFloat32)) <= 0.03 * (1 + 1.0 / 256));
+  CHECK(std_all(g.to(kFloat32)) < 0.02);
+  CHECK_THROWS_WITH(init::trunc_normal_(w, 0.0, 1.0, 1.0, -1.0), Contains("is empty"));
+
+  // Orthonormal rows (wide), columns (tall), and a conv weight seen as [out, in * k * k]; gain scales.
+  for (const IntList& shape : {IntList{8, 20}, IntList{20, 8}, IntList{6, 6}, IntList{4, 2, 3, 3}}) {
+    INFO(shape_str(shape));
+    Tensor q = empty(shape, TensorOptions(kFloat64));
+    init::orthogonal_(q, 1.5);
+    const Tensor m = q.reshape({shape[0], -1});
+    const bool wide = m.size(0) <= m.size(1);
+    const Tensor gram = wide ? m.matmul(m.t()) : m.t().matmul(m);
+    const int64_t k = gram.size(0);
+    Tensor eye = zeros({k, k}, TensorOptions(kFloat64));
+    init::eye_(eye);
+    CHECK(max_diff(gram, eye * 2.25) < 1e-10);
+  }
+  Tensor r = empty({3, 5});
+  init::eye_(r);
+  CHECK(mpx::sum(r).item<double>() == 3.0);
+  CHECK(r[2][2].item<double>() == 1.0);
+  CHECK_THROWS_WITH(init::orthogonal_(empty({4})), Contains("2 or more dimensions"));
+  CHECK_THROWS_WITH(init::eye_(empty({2, 2, 2})), Contains("only 2-d"));
+}
+
 TEST_CASE("nn::Conv1d: LibTorch's options, parameter shapes, PyTorch's init bounds, forward as F::conv1d", "[nn]") {
   mpx::manual_seed(3);
   nn::Conv1d conv(nn::Conv1dOptions(4, 6, 3).stride(2).padding(1).groups(2));
