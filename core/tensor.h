@@ -236,6 +236,19 @@ class Tensor {
   Tensor var(const IntList& dims, bool unbiased = true, bool keepdim = false) const;
   Tensor cumsum(int64_t dim) const;
   Tensor logsumexp(const IntList& dims, bool keepdim = false) const;
+  /// Masks (ops/logical.h).
+  Tensor any() const;
+  Tensor any(int64_t dim, bool keepdim = false) const;
+  Tensor all() const;
+  Tensor all(int64_t dim, bool keepdim = false) const;
+  Tensor isnan() const;
+  Tensor isinf() const;
+  Tensor isfinite() const;
+  Tensor logical_not() const;
+  Tensor logical_and(const Tensor& other) const;
+  Tensor logical_or(const Tensor& other) const;
+  Tensor nonzero() const;
+  Tensor masked_select(const Tensor& mask) const;
   Tensor flip(const IntList& dims) const;
   Tensor repeat(const IntList& repeats) const;
   Tensor matmul(const Tensor& other) const;

@@ -1,6 +1,7 @@
 // Elementwise ops: autocast, promotion and broadcasting, then the kernel; backward formulas
 // are written with these same differentiable ops so create_graph gives second derivatives.
 #include "ops/elementwise.h"
+#include "ops/logical.h"
 
 #include <cmath>
 
@@ -265,6 +266,9 @@ Tensor addcdiv(const Tensor& s, const Tensor& t1, const Tensor& t2, double v) {
 // ---- comparisons ----
 Tensor eq(const Tensor& a, const Tensor& b) { return compare(OpId::eq, a, b); }
 Tensor ne(const Tensor& a, const Tensor& b) { return compare(OpId::ne, a, b); }
+Tensor logical_and(const Tensor& a, const Tensor& b) { return compare(OpId::logical_and, a, b); }
+Tensor logical_or(const Tensor& a, const Tensor& b) { return compare(OpId::logical_or, a, b); }
+Tensor logical_xor(const Tensor& a, const Tensor& b) { return compare(OpId::logical_xor, a, b); }
 Tensor lt(const Tensor& a, const Tensor& b) { return compare(OpId::lt, a, b); }
 Tensor le(const Tensor& a, const Tensor& b) { return compare(OpId::le, a, b); }
 Tensor gt(const Tensor& a, const Tensor& b) { return compare(OpId::gt, a, b); }

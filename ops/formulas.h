@@ -26,9 +26,10 @@
   X(relu) X(silu) X(hardswish)
 /// Unary ops with parameters (p0, p1); their public functions are written in ops/elementwise.cpp.
 #define MPX_PARAM_UNARY_OPS(X) X(leaky_relu) X(gelu) X(softplus) X(pow_scalar) X(clamp) X(affine)
-/// Binary ops: arithmetic (result in the compute dtype), threshold_backward, comparisons (bool).
+/// Binary ops: arithmetic (result in the compute dtype), threshold_backward, comparisons and logical ops (bool).
 #define MPX_BINARY_OPS(X) \
-  X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(minimum) X(threshold_backward) X(gelu_backward) X(eq) X(ne) X(lt) X(le) X(gt) X(ge)
+  X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(minimum) X(threshold_backward) X(gelu_backward) X(eq) X(ne) X(lt) X(le) X(gt) X(ge) \
+  X(logical_and) X(logical_or) X(logical_xor)
 
 namespace mpx::formulas {
 
@@ -486,6 +487,20 @@ MPX_COMPARE_FORMULA(le, <=)
 MPX_COMPARE_FORMULA(gt, >)
 MPX_COMPARE_FORMULA(ge, >=)
 #undef MPX_COMPARE_FORMULA
+// Logical ops: a nonzero operand (NaN included) is true.
+#define MPX_LOGICAL_FORMULA(NAME, EXPR)                                          \
+  template <> struct Formula<OpId::NAME> {                                       \
+    static constexpr int kArity = 2;                                             \
+    static constexpr bool kCompare = true, kReadsInputs = false;                 \
+    template <typename A> MPX_HD static bool fwd(A a, A b, double) {             \
+      const bool x = a != A(0), y = b != A(0);                                   \
+      return EXPR;                                                               \
+    }                                                                            \
+  };
+MPX_LOGICAL_FORMULA(logical_and, x && y)
+MPX_LOGICAL_FORMULA(logical_or, x || y)
+MPX_LOGICAL_FORMULA(logical_xor, x != y)
+#undef MPX_LOGICAL_FORMULA
 
 /// Whether op is a binary comparison (its result is bool).
 MPX_HD constexpr bool is_compare(OpId op) {

@@ -21,6 +21,7 @@
 #include "ops/loss.h"
 #include "ops/rnn.h"
 #include "ops/index.h"
+#include "ops/logical.h"
 #include "ops/attention.h"
 #include "ops/amp.h"
 #include "ops/profiler.h"
