@@ -7,6 +7,7 @@
 #include "autograd/grad_mode.h"
 #include "ops/activation.h"
 #include "ops/conv.h"
+#include "ops/ctc.h"
 #include "ops/elementwise.h"
 #include "ops/index.h"
 #include "ops/linalg.h"
@@ -104,6 +105,12 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const SmoothL1L
 }
 
 // ---- shape ----
+Tensor ctc_loss(const Tensor& log_probs, const Tensor& targets, const Tensor& input_lengths,
+                const Tensor& target_lengths, const CTCLossFuncOptions& o) {
+  return mpx::ctc_loss(log_probs, targets, input_lengths, target_lengths, o.blank(), o.reduction().value,
+                       o.zero_infinity());
+}
+
 Tensor kl_div(const Tensor& input, const Tensor& target, const KLDivFuncOptions& o) {
   return mpx::kl_div(input, target, o.reduction(), o.log_target());
 }

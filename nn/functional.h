@@ -87,6 +87,9 @@ Tensor l1_loss(const Tensor& input, const Tensor& target, const L1LossFuncOption
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const SmoothL1LossFuncOptions& options = {});
 /// input: log-probabilities; target: probabilities (log-probabilities with log_target). mpx::kl_div.
 Tensor kl_div(const Tensor& input, const Tensor& target, const KLDivFuncOptions& options = {});
+/// log_probs [T, N, C], targets [N, S] or concatenated, lengths i64 [N]: mpx::ctc_loss.
+Tensor ctc_loss(const Tensor& log_probs, const Tensor& targets, const Tensor& input_lengths,
+                const Tensor& target_lengths, const CTCLossFuncOptions& options = {});
 /// x / max(||x||_p, eps) along options.dim (PyTorch's F.normalize; the norm in f32 under autocast).
 Tensor normalize(const Tensor& x, const NormalizeFuncOptions& options = {});
 /// mpx::cosine_similarity along options.dim.

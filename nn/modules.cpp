@@ -447,5 +447,9 @@ Tensor SmoothL1LossImpl::forward(const Tensor& input, const Tensor& target) {
   return F::smooth_l1_loss(input, target, options);
 }
 Tensor KLDivLossImpl::forward(const Tensor& input, const Tensor& target) { return F::kl_div(input, target, options); }
+Tensor CTCLossImpl::forward(const Tensor& log_probs, const Tensor& targets, const Tensor& input_lengths,
+                            const Tensor& target_lengths) {
+  return F::ctc_loss(log_probs, targets, input_lengths, target_lengths, options);
+}
 
 }  // namespace mpx::nn

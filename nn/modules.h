@@ -462,4 +462,16 @@ class KLDivLossImpl : public Module {
 };
 MPX_MODULE(KLDivLoss);
 
+/// Connectionist temporal classification loss (LibTorch's CTCLoss): forward(log_probs [T, N, C], targets,
+/// input_lengths, target_lengths), F::ctc_loss.
+class CTCLossImpl : public Module {
+ public:
+  explicit CTCLossImpl(const CTCLossOptions& options = {}) : options(options) {}
+  Tensor forward(const Tensor& log_probs, const Tensor& targets, const Tensor& input_lengths,
+                 const Tensor& target_lengths);
+  std::string name() const override { return "CTCLoss"; }
+  CTCLossOptions options;
+};
+MPX_MODULE(CTCLoss);
+
 }  // namespace mpx::nn

@@ -263,6 +263,15 @@ struct KLDivLossOptions {
   MPX_ARG(bool, log_target) = false;
 };
 
+/// Options of CTCLoss / F::ctc_loss (PyTorch's keyword arguments and defaults).
+struct CTCLossOptions {
+  CTCLossOptions() = default;
+  MPX_ARG(int64_t, blank) = 0;
+  MPX_ARG(ReductionArg, reduction) = Reduction::Mean;
+  /// Impossible alignments (too few frames) give 0 and no gradient instead of inf.
+  MPX_ARG(bool, zero_infinity) = false;
+};
+
 // ---------------------------------------------------------------- functional-only options
 
 namespace functional {
@@ -348,6 +357,7 @@ using MSELossFuncOptions = MSELossOptions;
 using L1LossFuncOptions = L1LossOptions;
 using SmoothL1LossFuncOptions = SmoothL1LossOptions;
 using KLDivFuncOptions = KLDivLossOptions;
+using CTCLossFuncOptions = CTCLossOptions;
 /// Options of F::normalize (PyTorch's defaults: the 2-norm along dim 1).
 struct NormalizeFuncOptions {
   MPX_ARG(double, p) = 2.0;

@@ -19,6 +19,7 @@
 #include "ops/norm.h"
 #include "ops/activation.h"
 #include "ops/loss.h"
+#include "ops/ctc.h"
 #include "ops/rnn.h"
 #include "ops/index.h"
 #include "ops/logical.h"
