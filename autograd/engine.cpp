@@ -145,6 +145,35 @@ tensor_list run_backward(const tensor_list& roots, const tensor_list& grad_roots
   }
   tensor_list captured(inputs.size());
   const bool accumulate_leaves = inputs.empty();
+  // grad(): a node none of whose paths reaches a wanted edge is not run (its gradients would go nowhere), so a
+  // gradient taken at an interior tensor stops there, as PyTorch's engine does.
+  std::unordered_map<Node*, bool> needed;
+  if (!inputs.empty()) {
+    std::unordered_set<Node*> wanted_fns;
+    for (const Edge& e : wanted) wanted_fns.insert(e.fn.get());
+    // Post-order over the reachable graph (iterative: graphs can be deep).
+    std::vector<std::pair<Node*, size_t>> stack;
+    for (Node* s : starts)
+      if (!needed.count(s)) {
+        needed[s] = false;
+        stack.push_back({s, 0});
+      }
+    while (!stack.empty()) {
+      auto& [n, next] = stack.back();
+      if (next < n->next_edges.size()) {
+        Node* child = n->next_edges[next++].fn.get();
+        if (child && !needed.count(child)) {
+          needed[child] = false;
+          stack.push_back({child, 0});
+        }
+        continue;
+      }
+      bool reach = wanted_fns.count(n) != 0;
+      for (const auto& e : n->next_edges) reach = reach || (e.valid() && needed[e.fn.get()]);
+      needed[n] = reach;
+      stack.pop_back();
+    }
+  }
 
   std::priority_queue<Node*, std::vector<Node*>, ReadyCmp> ready;
   for (Node* s : starts)
@@ -181,8 +210,11 @@ tensor_list run_backward(const tensor_list& roots, const tensor_list& grad_roots
         if (!in[k].defined() && is_floating(n->output_meta[k].dtype)) in[k] = zeros_for(n->output_meta[k]);
       for (auto& [idx, w] : n->retained_grads)
         if (auto impl = w.lock(); impl && idx < in.size()) meta(Tensor(impl)).grad = in[idx].detach();
-      out = n->apply(std::move(in));
-      if (!keep_graph) n->release_variables();
+      // Captured above where wanted; a node with no wanted edge below it produces nothing.
+      if (inputs.empty() || needed[n]) {
+        out = n->apply(std::move(in));
+        if (!keep_graph) n->release_variables();
+      }
       MPX_CHECK(out.size() <= n->next_edges.size(), n->name(), ": backward returned ", out.size(),
                 " gradients for ", n->next_edges.size(), " inputs");
     }

@@ -1,10 +1,15 @@
-// CTC loss as a recursion over frames of log-space tensor ops: the alignment lattice's forward variables
-// (alpha) for every sequence at once, differentiated by autograd.
+// CTC loss: the alignment lattice on the device's kernels as one autograd node (CPU), or as a recursion over frames
+// of log-space tensor ops that autograd differentiates (other devices, and every second derivative).
 #include "ops/ctc.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <string>
+
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
+#include "ops/dispatch.h"
 
 #include "ops/elementwise.h"
 #include "ops/index.h"
@@ -34,6 +39,73 @@ Tensor log_add3(const Tensor& a, const Tensor& b, const Tensor& c) {
     m = maximum(maximum(a, b), c);
   }
   return m + log(exp(a - m) + exp(b - m) + exp(c - m));
+}
+// The host's description of every sequence's lattice: extended labels (blank, l1, blank, ..., blank) [N, L], the
+// states a path may enter by skipping a blank, the states it may start and end in, and the lengths.
+struct Lattice {
+  int64_t N = 0, L = 1, frames = 0, blank = 0;
+  std::vector<int64_t> ext, last, il, tl;
+  std::vector<double> skip, start, one_end;
+};
+
+Tensor device_mask(const std::vector<double>& v, const IntList& shape, Device dev) {
+  return gt(tensor(v, shape).to(dev), 0.5);
+}
+
+// Each sequence's -log p as tensor ops frame by frame (any device, differentiable to any order); sequences with no
+// alignment come out near -kNoPath, for the caller to mask.
+Tensor recursion_nll(const Tensor& lp, const Lattice& k) {
+  const int64_t T = lp.size(0), N = k.N, L = k.L;
+  const Device dev = lp.device();
+  const Tensor ext = tensor(k.ext, {N, L}).to(dev), lens = tensor(k.il, {N, 1}).to(dev);
+  // Every frame's log-probability of every extended label: [T, N, L].
+  const Tensor emit = gather(lp, 2, ext.unsqueeze(0).expand({T, N, L}));
+  Tensor alpha = masked_fill(emit.select(0, 0), logical_not(device_mask(k.start, {N, L}, dev)), kNoPath);
+  if (L > 1) {
+    const Tensor none1 = full({N, 1}, kNoPath, lp.options()), none2 = full({N, 2}, kNoPath, lp.options());
+    const Tensor no_skip = logical_not(device_mask(k.skip, {N, L}, dev));
+    for (int64_t t = 1; t < k.frames; ++t) {
+      const Tensor from1 = cat({none1, alpha.narrow(1, 0, L - 1)}, 1);
+      const Tensor from2 = masked_fill(cat({none2, alpha.narrow(1, 0, L - 2)}, 1), no_skip, kNoPath);
+      const Tensor next = log_add3(alpha, from1, from2) + emit.select(0, t);
+      alpha = where(gt(lens, static_cast<double>(t)), next, alpha);  // a sequence that has ended keeps its alpha
+    }
+  } else {
+    // No labels anywhere: every frame emits a blank.
+    for (int64_t t = 1; t < k.frames; ++t) alpha = where(gt(lens, static_cast<double>(t)), alpha + emit.select(0, t), alpha);
+  }
+  // The path ends in the last label or the blank after it (one state when there is no label).
+  const Tensor ends = gather(alpha, 1, tensor(k.last, {N, 2}).to(dev));
+  const Tensor e1 = masked_fill(ends.select(1, 1), device_mask(k.one_end, {N}, dev), kNoPath);
+  return neg(log_add3(ends.select(1, 0), e1, full({N}, kNoPath, lp.options())));
+}
+
+// The same on the device's lattice kernels, as one autograd node. Under create_graph the backward runs the
+// recursion on the saved log-probabilities and differentiates it, which gives a differentiable gradient.
+Tensor lattice_nll(const Tensor& lp0, const Lattice& k) {
+  const Tensor lp = lp0.contiguous();
+  const int64_t T = lp.size(0);
+  const Tensor ext = tensor(k.ext, {k.N, k.L}), il = tensor(k.il, {k.N}), tl = tensor(k.tl, {k.N});
+  const Tensor nll = empty({k.N}, lp.options()), alpha = empty({k.N, T, k.L}, lp.options());
+  {
+    NoGradGuard ng;
+    dispatch::kernel<OpId::ctc_lattice>(lp.device(), lp.dtype())(nll, alpha, lp, ext, il, tl, k.blank);
+  }
+  auto backward = [k, ext, il, tl](autograd::FunctionNode& self, const tensor_list& g) -> tensor_list {
+    const Tensor lp = self.saved(0);
+    const Tensor gn = g[0].defined() ? g[0].to(lp.dtype()).contiguous() : zeros({k.N}, lp.options());
+    if (GradMode::is_enabled()) return autograd::grad({recursion_nll(lp, k)}, {lp}, {gn}, true, true);
+    const Tensor grad = empty(lp.sizes(), lp.options());
+    dispatch::kernel<OpId::ctc_lattice_backward>(lp.device(), lp.dtype())(grad, gn, lp, self.saved(1), self.saved(2),
+                                                                          ext, il, tl, k.blank);
+    return {grad};
+  };
+  if (auto n = autograd::record("CtcLossBackward", {lp}, {nll}, backward)) {
+    n->save(lp);
+    n->save(alpha);
+    n->save(nll, true);
+  }
+  return nll;
 }
 }  // namespace
 
@@ -93,63 +165,47 @@ Tensor ctc_loss(const Tensor& log_probs0, const Tensor& targets0, const std::vec
   MPX_CHECK(padded || offset == static_cast<int64_t>(flat.size()), "ctc_loss: the target lengths sum to ", offset,
             " but the concatenated targets hold ", flat.size());
 
-  // The extended label sequences (blank, l1, blank, l2, ..., blank), where a step may skip a blank, the
-  // impossible sequences, and the final states.
-  const int64_t L = 2 * S + 1;
-  std::vector<int64_t> ext(static_cast<size_t>(N * L), blank), last(static_cast<size_t>(2 * N), 0);
-  std::vector<double> skip(static_cast<size_t>(N * L), 0.0), start(static_cast<size_t>(N * L), 0.0);
+  // The extended label sequences, where a step may skip a blank, where paths start and end; which sequences have
+  // no alignment (fewer frames than labels plus repeats) and which are empty (no frames, no labels: p = 1).
+  Lattice k;
+  k.N = N;
+  k.L = 2 * S + 1;
+  k.blank = blank;
+  k.il = input_lengths;
+  k.tl = target_lengths;
+  const int64_t L = k.L;
+  k.ext.assign(static_cast<size_t>(N * L), blank);
+  k.last.assign(static_cast<size_t>(2 * N), 0);
+  k.skip.assign(static_cast<size_t>(N * L), 0.0);
+  k.start.assign(static_cast<size_t>(N * L), 0.0);
+  k.one_end.assign(static_cast<size_t>(N), 0.0);
   std::vector<double> impossible(static_cast<size_t>(N), 0.0), empty_ok(static_cast<size_t>(N), 0.0);
   for (int64_t n = 0; n < N; ++n) {
     const auto& l = labels[static_cast<size_t>(n)];
     const int64_t tl = static_cast<int64_t>(l.size()), il = input_lengths[static_cast<size_t>(n)];
+    const size_t row = static_cast<size_t>(n * L);
     int64_t repeats = 0;
-    for (int64_t k = 0; k < tl; ++k) {
-      ext[static_cast<size_t>(n * L + 2 * k + 1)] = l[static_cast<size_t>(k)];
-      if (k > 0 && l[static_cast<size_t>(k)] == l[static_cast<size_t>(k - 1)]) ++repeats;
-      if (k > 0 && l[static_cast<size_t>(k)] != l[static_cast<size_t>(k - 1)]) skip[static_cast<size_t>(n * L + 2 * k + 1)] = 1.0;
+    for (int64_t j = 0; j < tl; ++j) {
+      const size_t s = row + static_cast<size_t>(2 * j + 1);
+      k.ext[s] = l[static_cast<size_t>(j)];
+      if (j > 0 && l[static_cast<size_t>(j)] == l[static_cast<size_t>(j - 1)]) ++repeats;
+      if (j > 0 && l[static_cast<size_t>(j)] != l[static_cast<size_t>(j - 1)]) k.skip[s] = 1.0;
     }
-    start[static_cast<size_t>(n * L)] = 1.0;
-    if (tl > 0) start[static_cast<size_t>(n * L + 1)] = 1.0;
-    last[static_cast<size_t>(2 * n)] = 2 * tl;
-    last[static_cast<size_t>(2 * n + 1)] = tl > 0 ? 2 * tl - 1 : 2 * tl;
+    k.start[row] = 1.0;
+    if (tl > 0) k.start[row + 1] = 1.0;
+    k.last[static_cast<size_t>(2 * n)] = 2 * tl;
+    k.last[static_cast<size_t>(2 * n + 1)] = tl > 0 ? 2 * tl - 1 : 0;
+    k.one_end[static_cast<size_t>(n)] = tl == 0 ? 1.0 : 0.0;
     impossible[static_cast<size_t>(n)] = il < tl + repeats || (il == 0 && tl > 0) ? 1.0 : 0.0;
     empty_ok[static_cast<size_t>(n)] = il == 0 && tl == 0 ? 1.0 : 0.0;
+    k.frames = std::max(k.frames, il);
   }
   const Device dev = lp.device();
-  auto mask = [&](const std::vector<double>& v, const IntList& shape) { return gt(tensor(v, shape).to(dev), 0.5); };
-  const Tensor ext_t = tensor(ext, {N, L}).to(dev), can_skip = mask(skip, {N, L}), first = mask(start, {N, L});
-
-  // Every frame's log-probability of every extended label: [T, N, L].
-  const Tensor emit = gather(lp, 2, ext_t.unsqueeze(0).expand({T, N, L}));
-  Tensor alpha = masked_fill(emit.select(0, 0), logical_not(first), kNoPath);
-  int64_t frames = 0;
-  for (int64_t il : input_lengths) frames = std::max(frames, il);
-  if (L > 1) {
-    const Tensor none1 = full({N, 1}, kNoPath, lp.options()), none2 = full({N, std::min<int64_t>(2, L)}, kNoPath, lp.options());
-    const Tensor lens = tensor(input_lengths, {N, 1}).to(dev);
-    for (int64_t t = 1; t < frames; ++t) {
-      const Tensor from1 = cat({none1, alpha.narrow(1, 0, L - 1)}, 1);
-      const Tensor from2 = masked_fill(cat({none2, alpha.narrow(1, 0, L - 2)}, 1), logical_not(can_skip), kNoPath);
-      const Tensor next = log_add3(alpha, from1, from2) + emit.select(0, t);
-      alpha = where(gt(lens, static_cast<double>(t)), next, alpha);  // a sequence that has ended keeps its alpha
-    }
-  } else {
-    // No labels anywhere: every frame emits a blank.
-    const Tensor lens = tensor(input_lengths, {N, 1}).to(dev);
-    for (int64_t t = 1; t < frames; ++t) alpha = where(gt(lens, static_cast<double>(t)), alpha + emit.select(0, t), alpha);
-  }
-  // The path ends in the last label or the blank after it.
-  const Tensor ends = gather(alpha, 1, tensor(last, {N, 2}).to(dev));
-  const Tensor e0 = ends.select(1, 0), e1 = ends.select(1, 1);
-  const Tensor same = mask([&] {
-    std::vector<double> v(static_cast<size_t>(N));
-    for (int64_t n = 0; n < N; ++n) v[static_cast<size_t>(n)] = last[static_cast<size_t>(2 * n)] == last[static_cast<size_t>(2 * n + 1)];
-    return v;
-  }(), {N});
-  const Tensor e1_or_none = masked_fill(e1, same, kNoPath);
-  Tensor nll = neg(log_add3(e0, e1_or_none, full({N}, kNoPath, lp.options())));
-  nll = masked_fill(nll, mask(empty_ok, {N}), 0.0);
-  nll = masked_fill(nll, mask(impossible, {N}), zero_infinity ? 0.0 : std::numeric_limits<double>::infinity());
+  const bool kernel = dispatch::has_kernel(OpId::ctc_lattice, dev.type, lp.dtype()) &&
+                      std::getenv("MPX_CTC_RECURSION") == nullptr;
+  Tensor nll = kernel ? lattice_nll(lp, k) : recursion_nll(lp, k);
+  nll = masked_fill(nll, device_mask(empty_ok, {N}, dev), 0.0);
+  nll = masked_fill(nll, device_mask(impossible, {N}, dev), zero_infinity ? 0.0 : std::numeric_limits<double>::infinity());
 
   switch (reduction) {
     case Reduction::None: return unbatched ? nll.squeeze(0) : nll;

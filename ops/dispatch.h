@@ -13,6 +13,7 @@
 #include "ops/amp.h"
 #include "ops/attention_kernels.h"
 #include "ops/conv.h"
+#include "ops/ctc.h"
 #include "ops/elementwise.h"
 #include "ops/index_kernels.h"
 #include "ops/linalg.h"

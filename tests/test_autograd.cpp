@@ -123,6 +123,38 @@ struct TwoIn : autograd::Function<TwoIn> {
 };
 }  // namespace
 
+namespace {
+int g_counted_backwards = 0;
+// x * 3 whose backward counts its calls.
+struct Counted : autograd::Function<Counted> {
+  static Tensor forward(autograd::Context&, const Tensor& x) { return x * 3.0; }
+  static tensor_list backward(autograd::Context&, const tensor_list& g) {
+    ++g_counted_backwards;
+    return {g[0] * 3.0};
+  }
+};
+}  // namespace
+
+TEST_CASE("autograd::grad at an interior tensor stops there: the graph below it does not run", "[autograd]") {
+  const Tensor x = randn({4}).set_requires_grad(true), w = randn({4}).set_requires_grad(true);
+  const Tensor y = Counted::apply(x);  // below the tensor asked for
+  const Tensor h = y * w;              // the interior tensor
+  const Tensor z = sum(h * h) + sum(Counted::apply(w));
+  g_counted_backwards = 0;
+  const tensor_list g = autograd::grad({z}, {h}, {}, true);
+  CHECK(g_counted_backwards == 0);
+  CHECK(testing::max_abs_diff(g[0], h * 2.0) < 1e-6);
+  CHECK_FALSE(x.grad().defined());
+  // Asking for x too runs the path to it (and only it: w's own Counted branch leads to no input asked for).
+  const tensor_list g2 = autograd::grad({z}, {h, x}, {}, true);
+  CHECK(g_counted_backwards == 1);
+  CHECK(testing::max_abs_diff(g2[1], h * 2.0 * w * 3.0) < 1e-5);
+  // And under create_graph the captured gradient is differentiable again.
+  const tensor_list g3 = autograd::grad({z}, {h}, {}, true, true);
+  const tensor_list gg = autograd::grad({sum(g3[0])}, {x});
+  CHECK(testing::max_abs_diff(gg[0], w * 6.0) < 1e-5);
+}
+
 TEST_CASE("custom Function API", "[autograd][function]") {
   Tensor x = tensor(std::vector<double>{1, 2, 3}).set_requires_grad(true);
   Tensor y = ScaledSquare::apply(x, 0.5);

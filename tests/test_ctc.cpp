@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <vector>
@@ -155,6 +156,31 @@ TEST_CASE("ctc_loss: impossible alignments, zero_infinity, empty inputs, autocas
   CHECK_THROWS_WITH(ctc_loss(lp, i64({1, 2, 3}, {3}), il, tl), Contains("sum to more than"));
   CHECK_THROWS_WITH(ctc_loss(lp, two_ones.to(kFloat32), il, tl), Contains("integer class indices"));
   CHECK_THROWS_WITH(ctc_loss(lp, two_ones, il, tl, 7), Contains("blank 7"));
+}
+
+TEST_CASE("ctc_loss: the CPU lattice kernels equal the tensor-op recursion, values and gradients, f32 and f64",
+          "[loss][ctc]") {
+  manual_seed(13);
+  for (DType dt : {kFloat64, kFloat32}) {
+    INFO(dtype_name(dt));
+    const Tensor logits = randn({40, 5, 9}).to(dt);
+    const Tensor targets = randint(1, 9, {5, 12});
+    const std::vector<int64_t> il = {40, 33, 40, 12, 25}, tl = {12, 7, 0, 5, 11};
+    auto run = [&](bool recursion) {
+      if (recursion) setenv("MPX_CTC_RECURSION", "1", 1);
+      const Tensor x = logits.clone().set_requires_grad(true);
+      const Tensor l = ctc_loss(log_softmax(x, 2), targets, il, tl, 0, Reduction::None, true);
+      sum(l * tensor(std::vector<double>{1, 2, 3, 4, 5}, {5}).to(dt)).backward();
+      unsetenv("MPX_CTC_RECURSION");
+      return std::make_pair(l.detach(), x.grad());
+    };
+    const auto [lk, gk] = run(false);
+    const auto [lr, gr] = run(true);
+    const double tol = dt == kFloat64 ? 1e-10 : 2e-4;
+    CHECK(testing::max_abs_diff(lk, lr) < tol * 50);
+    CHECK(testing::max_abs_diff(gk, gr) < tol);
+    CHECK(std::isfinite(sum(gk).item<double>()));
+  }
 }
 
 TEST_CASE("cuda ctc_loss matches the CPU, values and gradients", "[cuda][loss][ctc]") {
