@@ -42,9 +42,12 @@ Tensor flat_nonzero(const Tensor& x) {
   return scatter(zeros({count + 1}, i64), 0, slot, arange(static_cast<double>(n), i64)).narrow(0, 0, count);
 }
 
-// any/all over dim: the count of nonzero (zero) elements compared with 0.
-Tensor count_over(const Tensor& flags, int64_t dim, bool keepdim) {
-  return sum(flags.to(kInt64), {dim}, keepdim);
+// any (some element nonzero) or all (no element zero): a count compared with 0, over x or along dim.
+Tensor any_or_all(const Tensor& x, bool any_of, std::optional<int64_t> dim, bool keepdim) {
+  check_defined(x, any_of ? "any" : "all");
+  const Tensor hits = (any_of ? ne(x, 0.0) : eq(x, 0.0)).to(kInt64);
+  const Tensor count = dim ? sum(hits, {*dim}, keepdim) : sum(hits);
+  return any_of ? gt(count, 0.0) : eq(count, 0.0);
 }
 
 Tensor require_bool(const Tensor& t, const char* op) {
@@ -86,22 +89,10 @@ Tensor nan_to_num(const Tensor& x, double nan, std::optional<double> posinf, std
   return masked_fill(r, eq(x, -inf), neginf.value_or(-top));
 }
 
-Tensor any(const Tensor& x) {
-  check_defined(x, "any");
-  return gt(sum(ne(x, 0.0).to(kInt64)), 0.0);
-}
-Tensor any(const Tensor& x, int64_t dim, bool keepdim) {
-  check_defined(x, "any");
-  return gt(count_over(ne(x, 0.0), dim, keepdim), 0.0);
-}
-Tensor all(const Tensor& x) {
-  check_defined(x, "all");
-  return eq(sum(eq(x, 0.0).to(kInt64)), 0.0);
-}
-Tensor all(const Tensor& x, int64_t dim, bool keepdim) {
-  check_defined(x, "all");
-  return eq(count_over(eq(x, 0.0), dim, keepdim), 0.0);
-}
+Tensor any(const Tensor& x) { return any_or_all(x, true, std::nullopt, false); }
+Tensor any(const Tensor& x, int64_t dim, bool keepdim) { return any_or_all(x, true, dim, keepdim); }
+Tensor all(const Tensor& x) { return any_or_all(x, false, std::nullopt, false); }
+Tensor all(const Tensor& x, int64_t dim, bool keepdim) { return any_or_all(x, false, dim, keepdim); }
 
 Tensor nonzero(const Tensor& x) {
   check_defined(x, "nonzero");

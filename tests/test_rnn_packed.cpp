@@ -154,28 +154,23 @@ TEST_CASE("a packed batch's gradients equal the sum of each sequence's run alone
         auto [o, hc] = lstm(x, std::make_tuple(h, c));
         return {o, std::get<0>(hc), std::get<1>(hc)};
       };
-    } else if (kind == "gru") {
-      nn::GRU gru(nn::GRUOptions(I, H).num_layers(2).bidirectional(true).batch_first(true));
-      m = gru.ptr();
-      packed = [gru](const R::PackedSequence& in, const Tensor& h, const Tensor&) mutable -> std::vector<Tensor> {
-        auto [o, hn] = gru->forward_with_packed_input(in, h);
-        return {o.data(), hn};
-      };
-      alone = [gru](const Tensor& x, const Tensor& h, const Tensor&) mutable -> std::vector<Tensor> {
-        auto [o, hn] = gru(x, h);
-        return {o, hn};
-      };
     } else {
-      nn::RNN rnn(nn::RNNOptions(I, H).num_layers(2).bidirectional(true).batch_first(true).nonlinearity("relu"));
-      m = rnn.ptr();
-      packed = [rnn](const R::PackedSequence& in, const Tensor& h, const Tensor&) mutable -> std::vector<Tensor> {
-        auto [o, hn] = rnn->forward_with_packed_input(in, h);
-        return {o.data(), hn};
+      // GRU and RNN: one state.
+      auto one_state = [&](auto mod) {
+        m = mod.ptr();
+        packed = [mod](const R::PackedSequence& in, const Tensor& h, const Tensor&) mutable -> std::vector<Tensor> {
+          auto [o, hn] = mod->forward_with_packed_input(in, h);
+          return {o.data(), hn};
+        };
+        alone = [mod](const Tensor& x, const Tensor& h, const Tensor&) mutable -> std::vector<Tensor> {
+          auto [o, hn] = mod(x, h);
+          return {o, hn};
+        };
       };
-      alone = [rnn](const Tensor& x, const Tensor& h, const Tensor&) mutable -> std::vector<Tensor> {
-        auto [o, hn] = rnn(x, h);
-        return {o, hn};
-      };
+      if (kind == "gru")
+        one_state(nn::GRU(nn::GRUOptions(I, H).num_layers(2).bidirectional(true).batch_first(true)));
+      else
+        one_state(nn::RNN(nn::RNNOptions(I, H).num_layers(2).bidirectional(true).batch_first(true).nonlinearity("relu")));
     }
     const Tensor x = randn({N, T, I}).set_requires_grad(true), h0 = randn({4, N, R}).set_requires_grad(true);
     const Tensor c0 = randn({4, N, H}).set_requires_grad(true);
