@@ -1,4 +1,5 @@
-// Containers: AnyModule (type-erased unary module), Sequential and ModuleList.
+// Containers: AnyModule (type-erased unary module), Sequential, ModuleList, ModuleDict, ParameterList and
+// ParameterDict.
 #pragma once
 #include <concepts>
 #include <initializer_list>
@@ -172,5 +173,86 @@ class ModuleListImpl : public Module {
   std::vector<std::shared_ptr<Module>> modules_;
 };
 MPX_MODULE(ModuleList);
+
+/// Submodules by name in insertion order (LibTorch's ModuleDict; no forward). Inserting an existing key replaces
+/// that module, as in LibTorch.
+class ModuleDictImpl : public Module {
+ public:
+  ModuleDictImpl() = default;
+  explicit ModuleDictImpl(const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& modules) {
+    update(modules);
+  }
+  template <typename M>
+    requires std::is_base_of_v<Module, M>
+  std::shared_ptr<M> insert(const std::string& key, std::shared_ptr<M> module) {
+    return contains(key) ? replace_module(key, std::move(module)) : register_module(key, std::move(module));
+  }
+  template <typename H>
+    requires requires { typename std::decay_t<H>::ContainedType; }
+  auto insert(const std::string& key, H&& holder) {
+    return insert(key, holder.ptr());
+  }
+  void update(const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& modules) {
+    for (const auto& [k, m] : modules) insert(k, m);
+  }
+  bool contains(const std::string& key) const { return named_children().contains(key); }
+  size_t size() const { return named_children().size(); }
+  bool is_empty() const { return size() == 0; }
+  std::shared_ptr<Module> operator[](const std::string& key) const {
+    const auto children = named_children();
+    MPX_CHECK(children.contains(key), "ModuleDict: no module named '", key, "'");
+    return children[key];
+  }
+  /// The module `key` as an impl or holder type; throws on a type mismatch.
+  template <typename T>
+  auto& at(const std::string& key) const {
+    auto* p = (*this)[key]->template as<T>();
+    MPX_CHECK(p != nullptr, "ModuleDict::at: module '", key, "' is a ", (*this)[key]->name(), ", not the requested type");
+    return *p;
+  }
+  std::vector<std::string> keys() const { return named_children().keys(); }
+  std::vector<std::shared_ptr<Module>> values() const { return named_children().values(); }
+  std::string name() const override { return "ModuleDict"; }
+};
+MPX_MODULE(ModuleDict);
+
+/// Parameters in a list, named "0", "1", ... (LibTorch's ParameterList): each requires grad and is trained, saved
+/// and moved like a layer's own.
+class ParameterListImpl : public Module {
+ public:
+  ParameterListImpl() = default;
+  explicit ParameterListImpl(const std::vector<Tensor>& tensors) {
+    for (const Tensor& t : tensors) append(t);
+  }
+  Tensor& append(const Tensor& tensor) { return register_parameter(std::to_string(size()), tensor); }
+  size_t size() const { return own_parameters().size(); }
+  bool is_empty() const { return size() == 0; }
+  Tensor operator[](size_t i) const {
+    MPX_CHECK(i < size(), "ParameterList: index ", i, " is out of range for a ParameterList of size ", size());
+    return own_parameters()[std::to_string(i)];
+  }
+  std::string name() const override { return "ParameterList"; }
+};
+MPX_MODULE(ParameterList);
+
+/// Parameters by name in insertion order (LibTorch's ParameterDict).
+class ParameterDictImpl : public Module {
+ public:
+  ParameterDictImpl() = default;
+  explicit ParameterDictImpl(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+    for (const auto& [k, t] : tensors) insert(k, t);
+  }
+  Tensor& insert(const std::string& key, const Tensor& tensor) { return register_parameter(key, tensor); }
+  bool contains(const std::string& key) const { return own_parameters().contains(key); }
+  size_t size() const { return own_parameters().size(); }
+  bool is_empty() const { return size() == 0; }
+  Tensor operator[](const std::string& key) const {
+    MPX_CHECK(contains(key), "ParameterDict: no parameter named '", key, "'");
+    return own_parameters()[key];
+  }
+  std::vector<std::string> keys() const { return own_parameters().keys(); }
+  std::string name() const override { return "ParameterDict"; }
+};
+MPX_MODULE(ParameterDict);
 
 }  // namespace mpx::nn

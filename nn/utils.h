@@ -1,4 +1,4 @@
-// nn::utils: gradient clipping (clip_grad_norm_, clip_grad_value_) over parameter lists.
+// nn::utils: gradient clipping (clip_grad_norm_, clip_grad_value_), norms and flat vectors over parameter lists.
 #pragma once
 #include <initializer_list>
 #include <limits>
@@ -25,5 +25,15 @@ double clip_grad_norm_(const Tensor& parameter, double max_norm, double norm_typ
 void clip_grad_value_(const std::vector<Tensor>& parameters, double clip_value);
 void clip_grad_value_(std::initializer_list<Tensor> parameters, double clip_value);
 void clip_grad_value_(const Tensor& parameter, double clip_value);
+
+/// The norm of the tensors' norms (PyTorch's get_total_norm; what clip_grad_norm_ clips): a 0-d f64 tensor on
+/// the first tensor's device, 0 for none. error_if_nonfinite reads it back and throws on inf or NaN.
+Tensor get_total_norm(const std::vector<Tensor>& tensors, double norm_type = 2.0, bool error_if_nonfinite = false);
+
+/// The parameters flattened and concatenated into one 1-d tensor (differentiable, as PyTorch's).
+Tensor parameters_to_vector(const std::vector<Tensor>& parameters);
+/// Copies consecutive slices of vec into the parameters, in order (no gradient recorded); vec must hold exactly
+/// as many elements as they do.
+void vector_to_parameters(const Tensor& vec, const std::vector<Tensor>& parameters);
 
 }  // namespace mpx::nn::utils

@@ -371,6 +371,58 @@ TEST_CASE("nn: zero_grad", "[nn]") {
   CHECK_FALSE(lin->bias.grad().defined());
 }
 
+TEST_CASE("nn: ModuleDict, ParameterList and ParameterDict register, name, save and train their contents", "[nn]") {
+  manual_seed(10);
+  nn::ModuleDict heads(std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>>{
+      {"cls", nn::Linear(4, 3).ptr()}, {"reg", nn::Linear(4, 1).ptr()}});
+  heads->insert("act", nn::Tanh());
+  CHECK(heads->keys() == std::vector<std::string>{"cls", "reg", "act"});
+  CHECK(heads->contains("reg"));
+  CHECK(heads->size() == 3);
+  CHECK(heads->at<nn::LinearImpl>("cls").weight.sizes() == IntList{3, 4});
+  CHECK(heads->named_parameters().keys() == std::vector<std::string>{"cls.weight", "cls.bias", "reg.weight", "reg.bias"});
+  heads->insert("reg", nn::Linear(4, 2));  // an existing key is replaced, in place
+  CHECK(heads->keys() == std::vector<std::string>{"cls", "reg", "act"});
+  CHECK(heads->at<nn::LinearImpl>("reg").weight.size(0) == 2);
+  CHECK_THROWS_WITH((*heads)["nope"], Contains("no module named 'nope'"));
+  CHECK_THROWS_WITH(heads->at<nn::Conv2dImpl>("cls"), Contains("not the requested type"));
+
+  nn::ParameterList ps(std::vector<Tensor>{randn({2, 2}), randn({3})});
+  ps->append(zeros({1}));
+  CHECK(ps->size() == 3);
+  CHECK(ps->named_parameters().keys() == std::vector<std::string>{"0", "1", "2"});
+  CHECK((*ps)[1].requires_grad());
+  CHECK_THROWS_WITH((*ps)[3], Contains("out of range"));
+  nn::ParameterDict pd(std::vector<std::pair<std::string, Tensor>>{{"scale", ones({4})}});
+  pd->insert("shift", zeros({4}));
+  CHECK(pd->keys() == std::vector<std::string>{"scale", "shift"});
+  CHECK(pd->state_dict().keys() == std::vector<std::string>{"scale", "shift"});
+  CHECK_THROWS_WITH((*pd)["x"], Contains("no parameter named 'x'"));
+  // Trained like any module's parameters.
+  sum((*pd)["scale"] * 3.0 + (*ps)[0].sum()).backward();
+  CHECK(max_diff((*pd)["scale"].grad(), full({4}, 3.0)) == 0.0);
+  CHECK((*ps)[0].grad().defined());
+}
+
+TEST_CASE("nn::utils: parameters_to_vector, vector_to_parameters and get_total_norm", "[nn]") {
+  const Tensor a = tensor<float>({1, 2, 3, 4}).reshape({2, 2}).set_requires_grad(true);
+  const Tensor b = tensor<float>({5, 6}).set_requires_grad(true);
+  const Tensor v = nn::utils::parameters_to_vector({a, b});
+  CHECK(v.sizes() == IntList{6});
+  CHECK(max_diff(v, tensor<float>({1, 2, 3, 4, 5, 6})) == 0.0);
+  sum(v * v).backward();  // differentiable, as PyTorch's
+  CHECK(max_diff(b.grad(), tensor<float>({10, 12})) == 0.0);
+  nn::utils::vector_to_parameters(tensor<float>({6, 5, 4, 3, 2, 1}), {a, b});
+  CHECK(max_diff(a, tensor<float>({6, 5, 4, 3}).reshape({2, 2})) == 0.0);
+  CHECK(max_diff(b, tensor<float>({2, 1})) == 0.0);
+  CHECK(a.requires_grad());
+  CHECK_THROWS_WITH(nn::utils::vector_to_parameters(zeros({5}), {a, b}), Contains("5 elements but the parameters hold 6"));
+  CHECK(nn::utils::get_total_norm({tensor<float>({3, 4}), tensor<float>({0, 12})}).item<double>() == Approx(13.0));
+  CHECK(nn::utils::get_total_norm({tensor<float>({3, -4}), tensor<float>({1})}, INFINITY).item<double>() == 4.0);
+  CHECK(nn::utils::get_total_norm({}).item<double>() == 0.0);
+  CHECK_THROWS_WITH(nn::utils::get_total_norm({tensor<float>({INFINITY})}, 2.0, true), Contains("non-finite"));
+}
+
 TEST_CASE("nn: clip_grad_norm_ and clip_grad_value_", "[nn]") {
   Tensor a = zeros({2}).set_requires_grad(true);
   Tensor b = zeros({3}).set_requires_grad(true);
