@@ -105,6 +105,14 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const SmoothL1L
 }
 
 // ---- shape ----
+Tensor elu(const Tensor& x, const ELUFuncOptions& o) { return mpx::elu(x, o.alpha()); }
+Tensor celu(const Tensor& x, const CELUFuncOptions& o) { return mpx::celu(x, o.alpha()); }
+Tensor hardtanh(const Tensor& x, const HardtanhFuncOptions& o) {
+  MPX_CHECK(o.min_val() <= o.max_val(), "hardtanh: min_val (", o.min_val(), ") is greater than max_val (", o.max_val(), ")");
+  return mpx::hardtanh(x, o.min_val(), o.max_val());
+}
+Tensor glu(const Tensor& x, const GLUFuncOptions& o) { return mpx::glu(x, o.dim()); }
+
 Tensor ctc_loss(const Tensor& log_probs, const Tensor& targets, const Tensor& input_lengths,
                 const Tensor& target_lengths, const CTCLossFuncOptions& o) {
   return mpx::ctc_loss(log_probs, targets, input_lengths, target_lengths, o.blank(), o.reduction().value,

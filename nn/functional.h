@@ -17,6 +17,12 @@ namespace mpx::nn::functional {
 // ---- the free ops of ops/ that torch.nn.functional (or torch) spells the same: F::gather(...) ----
 using mpx::argsort;
 using mpx::gather;
+using mpx::hardsigmoid;
+using mpx::hardswish;
+using mpx::logsigmoid;
+using mpx::mish;
+using mpx::selu;
+using mpx::softsign;
 using mpx::index_add;
 using mpx::index_select;
 using mpx::masked_fill;
@@ -41,6 +47,12 @@ Tensor leaky_relu(const Tensor& x, const LeakyReLUFuncOptions& options = {});
 /// Exact (erf) GELU, or the tanh approximation with GELUFuncOptions().approximate("tanh").
 Tensor gelu(const Tensor& x, const GELUFuncOptions& options = {});
 Tensor silu(const Tensor& x);
+Tensor elu(const Tensor& x, const ELUFuncOptions& options = {});
+/// elu with the input divided by alpha: continuously differentiable at 0.
+Tensor celu(const Tensor& x, const CELUFuncOptions& options = {});
+Tensor hardtanh(const Tensor& x, const HardtanhFuncOptions& options = {});
+/// a * sigmoid(b) for the halves of x along options.dim().
+Tensor glu(const Tensor& x, const GLUFuncOptions& options = {});
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor softmax(const Tensor& x, const SoftmaxFuncOptions& options);

@@ -6,6 +6,7 @@
 #include "nn/options.h"
 #include "nn/container.h"
 #include "nn/modules.h"
+#include "nn/activations.h"
 #include "nn/rnn.h"
 #include "nn/functional.h"
 #include "nn/init.h"

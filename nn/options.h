@@ -272,6 +272,30 @@ struct CTCLossOptions {
   MPX_ARG(bool, zero_infinity) = false;
 };
 
+/// Options of ELU / CELU (alpha: the negative saturation value).
+struct ELUOptions {
+  ELUOptions() = default;
+  MPX_ARG(double, alpha) = 1.0;
+};
+using CELUOptions = ELUOptions;
+/// Options of Hardtanh: the clamp range.
+struct HardtanhOptions {
+  HardtanhOptions() = default;
+  MPX_ARG(double, min_val) = -1.0;
+  MPX_ARG(double, max_val) = 1.0;
+};
+/// Options of GLU: the dim halved into value and gate.
+struct GLUOptions {
+  GLUOptions(int64_t dim = -1) : dim_(dim) {}  // NOLINT
+  MPX_ARG(int64_t, dim);
+};
+/// Options of Softplus.
+struct SoftplusOptions {
+  SoftplusOptions() = default;
+  MPX_ARG(double, beta) = 1.0;
+  MPX_ARG(double, threshold) = 20.0;
+};
+
 // ---------------------------------------------------------------- functional-only options
 
 namespace functional {
@@ -296,6 +320,10 @@ using ReLUFuncOptions = ReLUOptions;
 using ReLU6FuncOptions = ReLU6Options;
 using LeakyReLUFuncOptions = LeakyReLUOptions;
 using GELUFuncOptions = GELUOptions;
+using ELUFuncOptions = ELUOptions;
+using CELUFuncOptions = CELUOptions;
+using HardtanhFuncOptions = HardtanhOptions;
+using GLUFuncOptions = GLUOptions;
 
 struct Conv2dFuncOptions {
   Conv2dFuncOptions() = default;

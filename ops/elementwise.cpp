@@ -118,6 +118,20 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
   return unary<OpId::gelu>(x, approximate == "tanh" ? 1.0 : 0.0);
 }
 Tensor softplus(const Tensor& x, double beta, double threshold) { return unary<OpId::softplus>(x, beta, threshold); }
+Tensor elu(const Tensor& x, double alpha) { return unary<OpId::elu>(x, alpha, 1.0); }
+Tensor celu(const Tensor& x, double alpha) {
+  MPX_CHECK(alpha != 0.0, "celu: alpha must not be 0 (it divides the input)");
+  return unary<OpId::elu>(x, alpha, 1.0 / alpha);
+}
+Tensor hardtanh(const Tensor& x, double min_val, double max_val) { return clamp(x, min_val, max_val); }
+Tensor glu(const Tensor& x, int64_t dim) {
+  MPX_CHECK(x.defined() && x.dim() >= 1, "glu: expected a tensor with at least one dim");
+  const int64_t d = dim < 0 ? dim + x.dim() : dim;
+  MPX_CHECK(d >= 0 && d < x.dim(), "glu: dim ", dim, " is out of range for ", x.dim(), " dims");
+  MPX_CHECK(x.size(d) % 2 == 0, "glu: halving dim ", dim, " needs an even size, got ", x.size(d));
+  const int64_t h = x.size(d) / 2;
+  return x.narrow(d, 0, h) * sigmoid(x.narrow(d, h, h));
+}
 Tensor pow(const Tensor& x, double p) { return unary<OpId::pow_scalar>(x, p); }
 Tensor square(const Tensor& x) { return pow(x, 2.0); }
 Tensor clamp(const Tensor& x, double lo, double hi) {

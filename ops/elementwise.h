@@ -19,6 +19,13 @@ Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 /// (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))).
 Tensor gelu(const Tensor& x, const std::string& approximate = "none");
 Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+/// x above 0, alpha (exp(x) - 1) below (PyTorch's elu); celu(x, alpha) = elu with exp(x / alpha).
+Tensor elu(const Tensor& x, double alpha = 1.0);
+Tensor celu(const Tensor& x, double alpha = 1.0);
+/// x clamped to [min_val, max_val] (PyTorch's hardtanh; the gradient passes inside the closed range, as clamp's).
+Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0);
+/// a * sigmoid(b) for the two halves a, b of x along dim (PyTorch's glu); dim's size must be even.
+Tensor glu(const Tensor& x, int64_t dim = -1);
 Tensor pow(const Tensor& x, double exponent);
 Tensor square(const Tensor& x);
 Tensor clamp(const Tensor& x, double lo, double hi);

@@ -23,9 +23,9 @@
 /// Unary ops whose public function is `Tensor name(const Tensor& x)`, generated in ops/elementwise.h.
 #define MPX_UNARY_OPS(X) \
   X(neg) X(abs) X(sign) X(sqrt) X(rsqrt) X(reciprocal) X(exp) X(log) X(sin) X(cos) X(erf) X(tanh) X(sigmoid) \
-  X(relu) X(silu) X(hardswish)
+  X(relu) X(silu) X(hardswish) X(selu) X(mish) X(hardsigmoid) X(logsigmoid) X(softsign)
 /// Unary ops with parameters (p0, p1); their public functions are written in ops/elementwise.cpp.
-#define MPX_PARAM_UNARY_OPS(X) X(leaky_relu) X(gelu) X(softplus) X(pow_scalar) X(clamp) X(affine)
+#define MPX_PARAM_UNARY_OPS(X) X(leaky_relu) X(gelu) X(softplus) X(pow_scalar) X(clamp) X(affine) X(elu)
 /// Binary ops: arithmetic (result in the compute dtype), threshold_backward, comparisons and logical ops (bool).
 #define MPX_BINARY_OPS(X) \
   X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(minimum) X(threshold_backward) X(gelu_backward) X(eq) X(ne) X(lt) X(le) X(gt) X(ge) \
@@ -334,6 +334,78 @@ template <> struct Formula<OpId::hardswish> {
   // PyTorch's hardswish_backward: 0 below -3, x / 3 + 1/2 up to 3, 1 above.
   template <typename V> MPX_HD static V bwd(const V& g, const V& x, const V&, double, double) {
     return where(x < -3.0, zero_of(g), where(x <= 3.0, g * (x / 3.0 + 0.5), g));
+  }
+};
+// ELU with PyTorch's input scale (CELU is elu(x, alpha, 1 / alpha)): x above 0, alpha (exp(x s) - 1) below.
+template <> struct Formula<OpId::elu> {
+  static constexpr int kArity = 1, kFlags = 0;
+  static constexpr const char* kNode = "EluBackward";
+  static constexpr double kP0 = 1.3, kP1 = 0.8;  // tests sample alpha 1.3, input scale 0.8
+  // p0: alpha, p1: input scale.
+  template <typename A> MPX_HD static A fwd(A x, double p0, double p1) {
+    return x > A(0) ? x : static_cast<A>(p0 * (exp(static_cast<A>(x * p1)) - A(1)));
+  }
+  template <typename V> MPX_HD static V bwd(const V& g, const V& x, const V&, double p0, double p1) {
+    return where(x > 0.0, g, g * (exp(x * p1) * (p0 * p1)));
+  }
+};
+// SELU: scale * elu(x, alpha) with Klambauer et al.'s constants.
+inline constexpr double kSeluAlpha = 1.6732632423543772848170429916717, kSeluScale = 1.0507009873554804934193349852946;
+template <> struct Formula<OpId::selu> {
+  static constexpr int kArity = 1, kFlags = 0;
+  static constexpr const char* kNode = "SeluBackward";
+  template <typename A> MPX_HD static A fwd(A x, double, double) {
+    return static_cast<A>(kSeluScale * (x > A(0) ? x : static_cast<A>(kSeluAlpha * (exp(x) - A(1)))));
+  }
+  template <typename V> MPX_HD static V bwd(const V& g, const V& x, const V&, double, double) {
+    return where(x > 0.0, g * kSeluScale, g * (exp(x) * (kSeluScale * kSeluAlpha)));
+  }
+};
+// Mish: x tanh(softplus(x)), softplus linear above 20 as PyTorch's.
+template <> struct Formula<OpId::mish> {
+  static constexpr int kArity = 1, kFlags = 0;
+  static constexpr const char* kNode = "MishBackward";
+  template <typename A> MPX_HD static A fwd(A x, double, double) {
+    const A sp = x > A(20) ? x : static_cast<A>(log1p(exp(static_cast<double>(x))));
+    return x * tanh(sp);
+  }
+  template <typename V> MPX_HD static V bwd(const V& g, const V& x, const V&, double, double) {
+    const V s = sigmoid(x);
+    const V t = tanh(where(x > 20.0, x, log(1.0 + exp(x))));
+    return g * (t + x * s * (1.0 - t * t));
+  }
+};
+// relu6(x + 3) / 6.
+template <> struct Formula<OpId::hardsigmoid> {
+  static constexpr int kArity = 1, kFlags = 0;
+  static constexpr const char* kNode = "HardsigmoidBackward";
+  template <typename A> MPX_HD static A fwd(A x, double, double) {
+    const A r = (x + A(3)) / A(6);
+    return r < A(0) ? A(0) : (r > A(1) ? A(1) : r);
+  }
+  // PyTorch's: 1/6 strictly inside (-3, 3), else 0.
+  template <typename V> MPX_HD static V bwd(const V& g, const V& x, const V&, double, double) {
+    return where(x > -3.0, where(x < 3.0, g * (1.0 / 6.0), zero_of(g)), zero_of(g));
+  }
+};
+// log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), stable at both ends.
+template <> struct Formula<OpId::logsigmoid> {
+  static constexpr int kArity = 1, kFlags = 0;
+  static constexpr const char* kNode = "LogSigmoidBackward";
+  template <typename A> MPX_HD static A fwd(A x, double, double) {
+    const A m = x < A(0) ? x : A(0);
+    return static_cast<A>(m - log1p(exp(-static_cast<double>(abs_of(x)))));
+  }
+  template <typename V> MPX_HD static V bwd(const V& g, const V& x, const V&, double, double) { return g * sigmoid(-x); }
+};
+// x / (1 + |x|).
+template <> struct Formula<OpId::softsign> {
+  static constexpr int kArity = 1, kFlags = 0;
+  static constexpr const char* kNode = "SoftsignBackward";
+  template <typename A> MPX_HD static A fwd(A x, double, double) { return x / (A(1) + abs_of(x)); }
+  template <typename V> MPX_HD static V bwd(const V& g, const V& x, const V&, double, double) {
+    const V d = 1.0 + x * sign(x);
+    return g / (d * d);
   }
 };
 template <> struct Formula<OpId::softplus> {
