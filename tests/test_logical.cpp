@@ -79,6 +79,8 @@ TEST_CASE("isnan, isinf, isfinite and nan_to_num in every floating dtype, intege
   const Tensor x = tensor(std::vector<double>{2.0, kNaN, kInf, -1.0}, {4}).to(kFloat64).set_requires_grad(true);
   sum(nan_to_num(x) * 3.0).backward();
   CHECK(ints(x.grad()) == std::vector<int64_t>{3, 0, 0, 3});
+  CHECK(testing::gradcheck([](const tensor_list& in) { return nan_to_num(in[0] * in[0], 0.0, 5.0, -5.0); },
+                           {testing::leaf({3, 4})}) == "");
   CHECK_THROWS_WITH(isnan(Tensor()), Contains("isnan: the tensor is undefined"));
 }
 
