@@ -1,4 +1,4 @@
-// Kernel signatures of the fused multi-tensor optimizer steps (ops.def rows sgd_step, adam_step).
+// Kernel signatures of the fused multi-tensor optimizer steps (ops.def rows sgd_step, adam_step, rmsprop_step, adagrad_step).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -22,7 +22,8 @@ struct StepTensors {
   tensor_list models;
   /// states[k][i]: the k-th state buffer of parameter i, in params[i]'s dtype, or f32 for a
   /// f16/bf16 params[i] under stochastic rounding. SGD: {momentum} (undefined when momentum is
-  /// 0); Adam: {exp_avg, exp_avg_sq, max_exp_avg_sq (amsgrad only)}.
+  /// 0); Adam: {exp_avg, exp_avg_sq, max_exp_avg_sq (amsgrad only)}; RMSprop: {square_avg,
+  /// then momentum_buffer (momentum > 0 only), then grad_avg (centered only)}; Adagrad: {sum}.
   std::vector<tensor_list> states;
   /// Per parameter: the step number being taken (1 for the first; Adam's bias corrections),
   /// unless `counts` is given.
@@ -65,7 +66,22 @@ struct AdamHyper {
   bool amsgrad = false, maximize = false;
 };
 
+/// Hyper-parameters of an RMSprop step (torch.optim.RMSprop's single-tensor formulas).
+struct RmspropHyper {
+  double lr = 0, alpha = 0.99, eps = 1e-8, weight_decay = 0, momentum = 0;
+  bool centered = false, maximize = false;
+};
+
+/// Hyper-parameters of an Adagrad step (torch.optim.Adagrad's single-tensor formulas). A fresh
+/// `sum` buffer holds zeros; the kernel reads it as initial_accumulator_value instead.
+struct AdagradHyper {
+  double lr = 0, lr_decay = 0, weight_decay = 0, eps = 1e-10, initial_accumulator_value = 0;
+  bool maximize = false;
+};
+
 using SgdStepFn = void (*)(const StepTensors& tensors, const SgdHyper& hyper);
 using AdamStepFn = void (*)(const StepTensors& tensors, const AdamHyper& hyper);
+using RmspropStepFn = void (*)(const StepTensors& tensors, const RmspropHyper& hyper);
+using AdagradStepFn = void (*)(const StepTensors& tensors, const AdagradHyper& hyper);
 
 }  // namespace mpx::kernels

@@ -107,7 +107,7 @@ void compare_optimizer(Make make, DType param_dtype, int steps, double tol) {
 
 }  // namespace
 
-TEST_CASE("cuda fused SGD and Adam steps match the CPU, with f32 masters for f16/bf16", "[cuda][optim]") {
+TEST_CASE("cuda fused SGD, Adam, RMSprop and Adagrad steps match the CPU, with f32 masters for f16/bf16", "[cuda][optim]") {
   if (!testing::cuda_ready()) return;
   using namespace optim;
   for (DType dt : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
@@ -125,6 +125,12 @@ TEST_CASE("cuda fused SGD and Adam steps match the CPU, with f32 masters for f16
     }, dt, 3, tol);
     compare_optimizer([](std::vector<Tensor> p) {
       return std::make_unique<AdamW>(p, AdamWOptions(1e-3).amsgrad(true));
+    }, dt, 3, tol);
+    compare_optimizer([](std::vector<Tensor> p) {
+      return std::make_unique<RMSprop>(p, RMSpropOptions(1e-3).momentum(0.9).centered(true).weight_decay(1e-2));
+    }, dt, 3, tol);
+    compare_optimizer([](std::vector<Tensor> p) {
+      return std::make_unique<Adagrad>(p, AdagradOptions(1e-2).lr_decay(0.1).initial_accumulator_value(0.1));
     }, dt, 3, tol);
   }
 }

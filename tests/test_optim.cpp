@@ -217,12 +217,20 @@ TEST_CASE("state_dict round trip continues identically", "[optim]") {
     return std::make_unique<Adam>(ps, AdamOptions(1e-2).amsgrad(true).weight_decay(1e-2));
   };
   auto adamw = [](std::vector<Tensor> ps) { return std::make_unique<AdamW>(ps, AdamWOptions(3e-3).betas({0.8, 0.99})); };
+  auto rmsprop = [](std::vector<Tensor> ps) {
+    return std::make_unique<RMSprop>(ps, RMSpropOptions(1e-2).momentum(0.5).centered(true));
+  };
+  auto adagrad = [](std::vector<Tensor> ps) {
+    return std::make_unique<Adagrad>(ps, AdagradOptions(0.1).lr_decay(0.1).initial_accumulator_value(0.5));
+  };
   for (bool file : {false, true}) {
     for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
       INFO("dtype " << dtype_name(dt) << (file ? " via file" : " in memory"));
       check_resume(sgd, dt, file);
       check_resume(adam, dt, file);
       check_resume(adamw, dt, file);
+      check_resume(rmsprop, dt, file);
+      check_resume(adagrad, dt, file);
     }
   }
 

@@ -1,4 +1,4 @@
-// CPU kernels for the fused optimizer steps: one pass reads the gradient, updates master and state, writes the model copy.
+// CPU kernels for the fused optimizer steps (SGD, Adam/AdamW, RMSprop, Adagrad): one pass reads the gradient, updates master and state, writes the model copy.
 // Without masters, f16/bf16 stores round to nearest or stochastically (ops/stochastic_round.h).
 #include <algorithm>
 #include <bit>
@@ -252,11 +252,93 @@ struct Adam {
   }
 };
 
+
+template <typename A>
+struct Rmsprop {
+  static void run(const kernels::StepTensors& ts, const kernels::RmspropHyper& h) {
+    const A alpha = static_cast<A>(h.alpha), oma = static_cast<A>(1.0 - h.alpha);
+    const A wd = static_cast<A>(h.weight_decay), eps = static_cast<A>(h.eps), mom = static_cast<A>(h.momentum);
+    const A neg_lr = static_cast<A>(-h.lr);
+    const BitsOf<A> m_max = mask_of<A>(h.maximize), m_wd = mask_of<A>(h.weight_decay != 0);
+    const bool use_mom = h.momentum > 0;
+    if (skip_step(ts)) return;
+    const uint64_t seed = ts.seed;
+    for (size_t i = 0; i < ts.params.size(); ++i) {
+      const int64_t taken = true_step(ts, i).first;
+      const uint32_t id = stream_of(ts, i);
+      visit_storage<A>(ts, i, [&]<typename P, typename S, bool kSR>() {
+        with_bool(use_mom, [&]<bool kMom>() {
+          with_bool(h.centered, [&]<bool kCentered>() {
+            P* p = ptr<P>(ts.params[i]);
+            S* sq = ptr<S>(ts.states[0][i]);
+            S* buf = kMom ? ptr<S>(ts.states[1][i]) : nullptr;
+            S* gavg = kCentered ? ptr<S>(ts.states[kMom ? 2 : 1][i]) : nullptr;
+            for_each_element<A, std::is_same_v<P, A>>(ts, i, [=](int64_t j, A gv) {
+              const random::Philox4 r = draw_if<kSR>(seed, id, static_cast<uint64_t>(taken), j);
+              const A pv = load_as<A>(p[j]);
+              gv = pick(m_max, -gv, gv);
+              gv = pick(m_wd, gv + wd * pv, gv);
+              const A v = store_rounded<kSR>(&sq[j], static_cast<A>(load_as<A>(sq[j]) * alpha) + static_cast<A>(oma * gv) * gv,
+                                             r.v[1]);
+              A var = v;
+              if constexpr (kCentered) {
+                const A ga = store_rounded<kSR>(&gavg[j], static_cast<A>(load_as<A>(gavg[j]) * alpha) + oma * gv, r.v[3]);
+                var = v - ga * ga;
+              }
+              const A avg = std::sqrt(var) + eps;
+              A d = gv / avg;
+              if constexpr (kMom) d = store_rounded<kSR>(&buf[j], static_cast<A>(load_as<A>(buf[j]) * mom) + d, r.v[2]);
+              return store_rounded<kSR>(&p[j], pv + neg_lr * d, r.v[0]);
+            });
+          });
+        });
+      });
+    }
+    count_steps(ts);
+  }
+};
+
+template <typename A>
+struct Adagrad {
+  static void run(const kernels::StepTensors& ts, const kernels::AdagradHyper& h) {
+    const A wd = static_cast<A>(h.weight_decay), eps = static_cast<A>(h.eps);
+    const A init = static_cast<A>(h.initial_accumulator_value);
+    const BitsOf<A> m_max = mask_of<A>(h.maximize), m_wd = mask_of<A>(h.weight_decay != 0);
+    if (skip_step(ts)) return;
+    const uint64_t seed = ts.seed;
+    for (size_t i = 0; i < ts.params.size(); ++i) {
+      const std::pair<int64_t, bool> at = true_step(ts, i);
+      const int64_t taken = at.first;
+      // The fresh buffer holds zeros; it starts from initial_accumulator_value.
+      const BitsOf<A> m_fresh = mask_of<A>(at.second);
+      const uint32_t id = stream_of(ts, i);
+      // torch: clr = lr / (1 + (step - 1) * lr_decay), a Python scalar.
+      const A neg_clr = static_cast<A>(-(h.lr / (1.0 + static_cast<double>(taken - 1) * h.lr_decay)));
+      visit_storage<A>(ts, i, [&]<typename P, typename S, bool kSR>() {
+        P* p = ptr<P>(ts.params[i]);
+        S* sum = ptr<S>(ts.states[0][i]);
+        for_each_element<A, std::is_same_v<P, A>>(ts, i, [=](int64_t j, A gv) {
+          const random::Philox4 r = draw_if<kSR>(seed, id, static_cast<uint64_t>(taken), j);
+          const A pv = load_as<A>(p[j]);
+          gv = pick(m_max, -gv, gv);
+          gv = pick(m_wd, gv + wd * pv, gv);
+          const A old = pick(m_fresh, init, load_as<A>(sum[j]));
+          const A sv = store_rounded<kSR>(&sum[j], old + gv * gv, r.v[1]);
+          return store_rounded<kSR>(&p[j], pv + neg_clr * (gv / (std::sqrt(sv) + eps)), r.v[0]);
+        });
+      });
+    }
+    count_steps(ts);
+  }
+};
+
 }  // namespace
 
 MPX_REGISTER_KERNELS(cpu_optim) {
   dispatch::register_types<OpId::sgd_step, Sgd, float, double>(DeviceType::kCPU);
   dispatch::register_types<OpId::adam_step, Adam, float, double>(DeviceType::kCPU);
+  dispatch::register_types<OpId::rmsprop_step, Rmsprop, float, double>(DeviceType::kCPU);
+  dispatch::register_types<OpId::adagrad_step, Adagrad, float, double>(DeviceType::kCPU);
 }
 
 }  // namespace mpx::cpu

@@ -1,4 +1,4 @@
-// CUDA registrations of the fused multi-tensor kernels: unscale + inf check, SGD/Adam steps, scale update.
+// CUDA registrations of the fused multi-tensor kernels: unscale + inf check, SGD/Adam/RMSprop/Adagrad steps, scale update.
 #include <algorithm>
 #include <tuple>
 #include <vector>
@@ -102,34 +102,50 @@ void count_steps(const kernels::StepTensors& ts, cudaStream_t s) {
   launch_count_steps(p.data(), static_cast<int>(p.size()), f32_ptr(ts.found_inf), s);
 }
 
+// The shared shape of every step: items, the launch, then the step counts.
+template <typename A, typename Args, typename Launch>
+void run_step(const kernels::StepTensors& ts, const Args& a, Launch launch) {
+  if (ts.params.empty()) return;
+  TensorDeviceGuard g(ts.params[0]);
+  const cudaStream_t s = stream_of(ts.params[0]);
+  const kernels::StepTensors kts = with_kernel_grads(ts, dtype_v<A>);
+  const auto items = step_items(kts);
+  launch(items.data(), static_cast<int>(items.size()), a, dtype_v<A>, f32_ptr(ts.found_inf), f32_ptr(ts.inv_scale), s);
+  count_steps(kts, s);
+}
+
 template <typename A>
 struct Sgd {
   static void run(const kernels::StepTensors& ts, const kernels::SgdHyper& h) {
-    if (ts.params.empty()) return;
-    TensorDeviceGuard g(ts.params[0]);
-    const cudaStream_t s = stream_of(ts.params[0]);
-    const kernels::StepTensors kts = with_kernel_grads(ts, dtype_v<A>);
-    const auto items = step_items(kts);
     const SgdArgs a{h.lr, h.momentum, h.dampening, h.weight_decay, h.nesterov, h.maximize, ts.stochastic_rounding, ts.seed};
-    launch_sgd_step(items.data(), static_cast<int>(items.size()), a, dtype_v<A>, f32_ptr(ts.found_inf),
-                    f32_ptr(ts.inv_scale), s);
-    count_steps(kts, s);
+    run_step<A>(ts, a, &launch_sgd_step);
   }
 };
 
 template <typename A>
 struct Adam {
   static void run(const kernels::StepTensors& ts, const kernels::AdamHyper& h) {
-    if (ts.params.empty()) return;
-    TensorDeviceGuard g(ts.params[0]);
-    const cudaStream_t s = stream_of(ts.params[0]);
-    const kernels::StepTensors kts = with_kernel_grads(ts, dtype_v<A>);
-    const auto items = step_items(kts);
     const AdamArgs a{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.decoupled_weight_decay, h.amsgrad, h.maximize,
                      ts.stochastic_rounding, ts.seed};
-    launch_adam_step(items.data(), static_cast<int>(items.size()), a, dtype_v<A>, f32_ptr(ts.found_inf),
-                     f32_ptr(ts.inv_scale), s);
-    count_steps(kts, s);
+    run_step<A>(ts, a, &launch_adam_step);
+  }
+};
+
+template <typename A>
+struct Rmsprop {
+  static void run(const kernels::StepTensors& ts, const kernels::RmspropHyper& h) {
+    const RmspropArgs a{h.lr, h.alpha, h.eps, h.weight_decay, h.momentum, h.centered, h.maximize,
+                        ts.stochastic_rounding, ts.seed};
+    run_step<A>(ts, a, &launch_rmsprop_step);
+  }
+};
+
+template <typename A>
+struct Adagrad {
+  static void run(const kernels::StepTensors& ts, const kernels::AdagradHyper& h) {
+    const AdagradArgs a{h.lr, h.lr_decay, h.weight_decay, h.eps, h.initial_accumulator_value, h.maximize,
+                        ts.stochastic_rounding, ts.seed};
+    run_step<A>(ts, a, &launch_adagrad_step);
   }
 };
 
@@ -141,6 +157,8 @@ MPX_REGISTER_KERNELS(cuda_amp_optim) {
   dispatch::register_kernel<OpId::update_scale>(D::kCUDA, kFloat32, &update_scale);
   dispatch::register_types<OpId::sgd_step, Sgd, float, double>(D::kCUDA);
   dispatch::register_types<OpId::adam_step, Adam, float, double>(D::kCUDA);
+  dispatch::register_types<OpId::rmsprop_step, Rmsprop, float, double>(D::kCUDA);
+  dispatch::register_types<OpId::adagrad_step, Adagrad, float, double>(D::kCUDA);
 }
 
 }  // namespace mpx::cuda

@@ -50,11 +50,27 @@ struct AdamArgs {
   bool sround;
   uint64_t seed;
 };
+struct RmspropArgs {
+  double lr, alpha, eps, weight_decay, momentum;
+  bool centered, maximize;
+  bool sround;
+  uint64_t seed;
+};
+struct AdagradArgs {
+  double lr, lr_decay, weight_decay, eps, initial_accumulator_value;
+  bool maximize;
+  bool sround;
+  uint64_t seed;
+};
 /// The steps over all items; `a_dtype` is f32 or f64. found_inf / inv_scale may be null.
 void launch_sgd_step(const StepItem* items, int count, const SgdArgs& h, DType a_dtype, const float* found_inf,
                      const float* inv_scale, cudaStream_t s);
 void launch_adam_step(const StepItem* items, int count, const AdamArgs& h, DType a_dtype, const float* found_inf,
                       const float* inv_scale, cudaStream_t s);
+void launch_rmsprop_step(const StepItem* items, int count, const RmspropArgs& h, DType a_dtype, const float* found_inf,
+                         const float* inv_scale, cudaStream_t s);
+void launch_adagrad_step(const StepItem* items, int count, const AdagradArgs& h, DType a_dtype, const float* found_inf,
+                         const float* inv_scale, cudaStream_t s);
 /// *counts[i] += 1 for every i unless *found_inf != 0 (after the step that read them).
 void launch_count_steps(double* const* counts, int n, const float* found_inf, cudaStream_t s);
 

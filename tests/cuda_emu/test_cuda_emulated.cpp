@@ -23,7 +23,9 @@
 #include "ops/norm.h"
 #include "ops/reduction.h"
 #include "ops/rnn.h"
+#include "optim/adagrad.h"
 #include "optim/adam.h"
+#include "optim/rmsprop.h"
 #include "optim/sgd.h"
 #include "test_util.h"
 
@@ -424,12 +426,14 @@ std::vector<Tensor> step_params(DType dt) {
     ps.push_back(rnd({n}, dt, 40 + static_cast<uint64_t>(n)).set_requires_grad(true));
   return ps;
 }
-void step_grads(const std::vector<Tensor>& ps, int step) {
-  for (const Tensor& p : ps) p.set_grad((rnd(p.sizes(), kFloat64, 100 + step) * 0.01).to(p.dtype()));
+// Gradients of about 0.01, times `scale` (a loss scaler's, which the step divides out again).
+void step_grads(const std::vector<Tensor>& ps, int step, double scale = 1.0) {
+  for (const Tensor& p : ps) p.set_grad((rnd(p.sizes(), kFloat64, 100 + step) * (0.01 * scale)).to(p.dtype()));
 }
 }  // namespace
 
-TEST_CASE("emulated CUDA optimizer steps and loss-scale kernels give the CPU's values", "[emulated][optim]") {
+TEST_CASE("emulated CUDA optimizer steps (SGD, AdamW, RMSprop, Adagrad) and loss-scale kernels give the CPU's values",
+          "[emulated][optim]") {
   const std::initializer_list<OpId> ops = {OpId::sgd_step, OpId::adam_step, OpId::unscale_check_inf,
                                           OpId::update_scale};
   for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
@@ -460,6 +464,38 @@ TEST_CASE("emulated CUDA optimizer steps and loss-scale kernels give the CPU's v
     CHECK(cpu.back().item<double>() == 1.0);  // the inf step was skipped
     // f32 arithmetic in another order (fused multiply-adds, sqrt): within a few f32 ulps, rounded once to dt.
     check_close(cpu, cuda, "sgd/adamw with a grad scaler", dt == kFloat32 ? 1e-6 : tolerance(dt) / 4);
+  }
+  // RMSprop (centered, momentum) and Adagrad (decayed rate, start value) under the scaler, whose skipped step
+  // leaves Adagrad's sum to start at its initial value; then without masters, state in the parameter's dtype.
+  const std::initializer_list<OpId> more = {OpId::rmsprop_step, OpId::adagrad_step, OpId::unscale_check_inf,
+                                           OpId::update_scale};
+  for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
+    for (bool masters : {true, false}) {
+      if (!masters && dt == kFloat32) continue;
+      INFO(dtype_name(dt) << (masters ? " with masters" : " without masters"));
+      tensor_list cuda;
+      const tensor_list cpu = both(more, [&] {
+        auto rms_ps = step_params(dt), ada_ps = step_params(dt);
+        optim::RMSprop rms(rms_ps, optim::RMSpropOptions(1e-3).momentum(0.9).centered(true).weight_decay(1e-2));
+        optim::Adagrad ada(ada_ps, optim::AdagradOptions(1e-2).lr_decay(0.1).initial_accumulator_value(0.1));
+        rms.set_master_weights(masters);
+        ada.set_master_weights(masters);
+        amp::GradScaler scaler;
+        for (int s = 0; s < 3; ++s) {
+          step_grads(rms_ps, s);
+          step_grads(ada_ps, s, scaler.get_scale());
+          if (s == 0) ada_ps[0].grad().select(0, 1).fill_(NAN);
+          rms.step();
+          scaler.step(ada);
+          scaler.update();
+        }
+        tensor_list r;
+        for (const Tensor& p : rms_ps) r.push_back(p.detach());
+        for (const Tensor& p : ada_ps) r.push_back(p.detach());
+        return r;
+      }, cuda);
+      check_close(cpu, cuda, "rmsprop/adagrad", dt == kFloat32 ? 1e-6 : tolerance(dt) / 4);
+    }
   }
   // Stochastic rounding without masters: SGD with an exact f32 update rounds to the CPU's bits.
   for (DType dt : {kBFloat16, kFloat16}) {

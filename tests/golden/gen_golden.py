@@ -1,6 +1,6 @@
 # Generates the float64 torch reference values (safetensors files) that the mpx C++ tests compare against.
 #
-# Regenerate with:  /usr/bin/python3 tests/golden/gen_golden.py
+# Regenerate with:  /usr/bin/python3 tests/golden/gen_golden.py [FILE ...]
 #
 # The safetensors writer/reader is hand-rolled on purpose: the C++ side has its
 # own reader, and this keeps the generator free of the `safetensors` package so
@@ -9,6 +9,7 @@
 import json
 import os
 import struct
+import sys
 
 import numpy as np
 import torch
@@ -284,6 +285,41 @@ def gen_optim():
 
 
 # --------------------------------------------------------------------------
+# optim_more.safetensors: RMSprop and Adagrad, three steps
+# --------------------------------------------------------------------------
+
+def gen_optim_more():
+    torch.manual_seed(1)
+    store, meta = {}, {}
+    cases = [
+        ("rmsprop", torch.optim.RMSprop,
+         dict(lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=1e-2, momentum=0.0, centered=False)),
+        ("rmsprop_centered", torch.optim.RMSprop,
+         dict(lr=1e-2, alpha=0.9, eps=1e-6, weight_decay=0.0, momentum=0.0, centered=True)),
+        ("rmsprop_momentum", torch.optim.RMSprop,
+         dict(lr=1e-2, alpha=0.9, eps=1e-6, weight_decay=1e-3, momentum=0.9, centered=True)),
+        ("adagrad", torch.optim.Adagrad,
+         dict(lr=0.1, lr_decay=0.01, weight_decay=1e-2, initial_accumulator_value=0.1, eps=1e-10)),
+    ]
+    for prefix, cls, kw in cases:
+        p = torch.randn(5, 3, requires_grad=True)
+        q = torch.randn(4, requires_grad=True)
+        store[f"{prefix}.p0"] = p.detach().clone()
+        store[f"{prefix}.q0"] = q.detach().clone()
+        opt = cls([p, q], **kw, foreach=False, maximize=False)
+        for step in (1, 2, 3):
+            gp, gq = torch.randn(5, 3), torch.randn(4)
+            store[f"{prefix}.g{step}_p"] = gp
+            store[f"{prefix}.g{step}_q"] = gq
+            p.grad, q.grad = gp.clone(), gq.clone()
+            opt.step()
+        store[f"{prefix}.p3"] = p.detach().clone()
+        store[f"{prefix}.q3"] = q.detach().clone()
+        meta[prefix] = json.dumps({"optimizer": cls.__name__, "steps": 3, **kw})
+    return store, meta
+
+
+# --------------------------------------------------------------------------
 
 def main():
     generators = {
@@ -291,7 +327,11 @@ def main():
         "norm_pool.safetensors": gen_norm_pool,
         "loss.safetensors": gen_loss,
         "optim.safetensors": gen_optim,
+        "optim_more.safetensors": gen_optim_more,
     }
+    # Named files only (say, a new one generated with a newer torch, leaving the others as they are).
+    if len(sys.argv) > 1:
+        generators = {k: v for k, v in generators.items() if k in sys.argv[1:]}
     total = 0
     for fname, gen in generators.items():
         tensors, case_meta = gen()
