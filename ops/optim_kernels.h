@@ -1,4 +1,4 @@
-// Kernel signatures of the fused multi-tensor optimizer steps (ops.def rows sgd_step, adam_step, rmsprop_step, adagrad_step).
+// Kernel signatures of the fused multi-tensor optimizer steps (ops.def rows sgd_step, adam_step, rmsprop_step, adagrad_step, lamb_step).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -23,7 +23,8 @@ struct StepTensors {
   /// states[k][i]: the k-th state buffer of parameter i, in params[i]'s dtype, or f32 for a
   /// f16/bf16 params[i] under stochastic rounding. SGD: {momentum} (undefined when momentum is
   /// 0); Adam: {exp_avg, exp_avg_sq, max_exp_avg_sq (amsgrad only)}; RMSprop: {square_avg,
-  /// then momentum_buffer (momentum > 0 only), then grad_avg (centered only)}; Adagrad: {sum}.
+  /// then momentum_buffer (momentum > 0 only), then grad_avg (centered only)}; Adagrad: {sum};
+  /// LAMB: {exp_avg, exp_avg_sq}.
   std::vector<tensor_list> states;
   /// Per parameter: the step number being taken (1 for the first; Adam's bias corrections),
   /// unless `counts` is given.
@@ -79,9 +80,25 @@ struct AdagradHyper {
   bool maximize = false;
 };
 
+/// Hyper-parameters of a LAMB step (apex's FusedLAMB: multi_tensor_lamb's two stages). Per
+/// parameter: g /= max(1, global_grad_norm / max_grad_norm) (no clipping when max_grad_norm <= 0);
+/// L2 mode (adam_w_mode false): g += wd * p; m = b1 m + b3 g (b3 = 1 - b1 with grad_averaging,
+/// else 1); v = b2 v + (1 - b2) g^2; u = (m / bc1) / (sqrt(v / bc2) + eps) (bc = 1 without
+/// bias_correction); decoupled mode: u += wd * p; then with the norms of p (before the step) and
+/// u, p -= r u with r = lr * |p| / |u| when weight decay is on or use_nvlamb (and both norms are
+/// non-zero), else r = lr.
+struct LambHyper {
+  double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-6, weight_decay = 0, max_grad_norm = 1.0;
+  bool bias_correction = true, grad_averaging = true, adam_w_mode = true, use_nvlamb = false;
+  /// The norm of every gradient the whole step reads, unscaled (f64 0-dim on the parameters'
+  /// device; computed before the first group, as apex does over all groups).
+  Tensor global_grad_norm;
+};
+
 using SgdStepFn = void (*)(const StepTensors& tensors, const SgdHyper& hyper);
 using AdamStepFn = void (*)(const StepTensors& tensors, const AdamHyper& hyper);
 using RmspropStepFn = void (*)(const StepTensors& tensors, const RmspropHyper& hyper);
 using AdagradStepFn = void (*)(const StepTensors& tensors, const AdagradHyper& hyper);
+using LambStepFn = void (*)(const StepTensors& tensors, const LambHyper& hyper);
 
 }  // namespace mpx::kernels

@@ -3,6 +3,7 @@
 #include "core/serialize.h"
 #include "optim/adagrad.h"
 #include "optim/adam.h"
+#include "optim/lamb.h"
 #include "ops/optim_kernels.h"
 #include "optim/optimizer.h"
 #include "optim/plateau.h"

@@ -259,6 +259,7 @@ Tensor Optimizer::step(const LossClosure& closure) {
   for (auto& [id, hook] : hooks_)
     if (!hook(*this)) return loss;
   NoGradGuard ng;
+  begin_step();
   uint32_t first_id = 0;
   for (auto& g : param_groups_) {
     step_group(g, first_id);

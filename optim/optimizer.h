@@ -106,7 +106,7 @@ struct StochasticRoundingOptions {
 /// "stochastic_rounding.low_precision_state" (0/1) and the seed as tensor
 /// "stochastic_rounding.seed" (i64 bits, which a double could not hold).
 struct OptimizerState {
-  std::string optimizer;  // "SGD", "Adam", "AdamW"
+  std::string optimizer;  // "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "LAMB"
   std::map<std::string, Tensor> tensors;
   std::map<std::string, double> scalars;
 };
@@ -218,12 +218,17 @@ class Optimizer {
   /// Runs the kernel over one batch of parameters sharing a group, device and compute dtype.
   virtual void apply(const OptimizerOptions& options, const kernels::StepTensors& tensors, Device device,
                      DType compute_dtype) = 0;
+  /// Called once per step() that is not vetoed by a pre-step hook, before the first group (under
+  /// NoGradGuard): for what a step needs over every group, such as LAMB's global gradient norm.
+  virtual void begin_step() {}
+  /// The gradient the step uses for `p` (its master's where amp wrote one), checked; undefined if none.
+  Tensor step_gradient(const Tensor& p) const;
+  /// amp's inv_scale for this step: defined when the kernels unscale the gradients as they read them.
+  const Tensor& amp_inv_scale() const { return amp_inv_scale_; }
 
  private:
   // `first_id`: the index of the group's first parameter in the optimizer (stochastic rounding's stream).
   void step_group(ParamGroup& group, uint32_t first_id);
-  // The gradient the step uses for `p` (its master's where amp wrote one), checked; undefined if none.
-  Tensor step_gradient(const Tensor& p) const;
   ParamState& state_for(const Tensor& param);
   /// The dtype of a parameter's state buffers (see ParamState::buffers).
   DType state_dtype(const Tensor& param) const;

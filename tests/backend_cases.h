@@ -420,8 +420,9 @@ inline const std::map<std::string, std::string> kCoveredElsewhere = {
     {"update_scale", "test_grad_scaler, test_cuda_amp"},
     {"sgd_step", "test_optim, test_cuda_amp"},
     {"adam_step", "test_optim, test_cuda_amp"},
-    {"rmsprop_step", "test_optim, test_cuda_amp"},
-    {"adagrad_step", "test_optim, test_cuda_amp"},
+    {"rmsprop_step", "test_optim_more, test_cuda_amp"},
+    {"adagrad_step", "test_optim_more, test_cuda_amp"},
+    {"lamb_step", "test_optim_more, test_cuda_amp"},
     {"ctc_lattice", "test_ctc (against PyTorch's values, the composite recursion and a brute-force sum)"},
     {"ctc_lattice_backward", "test_ctc (against PyTorch's gradients and the composite's)"},
 };

@@ -107,7 +107,7 @@ void compare_optimizer(Make make, DType param_dtype, int steps, double tol) {
 
 }  // namespace
 
-TEST_CASE("cuda fused SGD, Adam, RMSprop and Adagrad steps match the CPU, with f32 masters for f16/bf16", "[cuda][optim]") {
+TEST_CASE("cuda fused SGD, Adam, RMSprop, Adagrad and LAMB steps match the CPU, with f32 masters for f16/bf16", "[cuda][optim]") {
   if (!testing::cuda_ready()) return;
   using namespace optim;
   for (DType dt : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
@@ -131,6 +131,11 @@ TEST_CASE("cuda fused SGD, Adam, RMSprop and Adagrad steps match the CPU, with f
     }, dt, 3, tol);
     compare_optimizer([](std::vector<Tensor> p) {
       return std::make_unique<Adagrad>(p, AdagradOptions(1e-2).lr_decay(0.1).initial_accumulator_value(0.1));
+    }, dt, 3, tol);
+    // 100,003 elements: several chunks' partial norms per tensor; the clip is active (norm >> 1).
+    compare_optimizer([](std::vector<Tensor> p) { return std::make_unique<LAMB>(p, LAMBOptions(1e-2)); }, dt, 3, tol);
+    compare_optimizer([](std::vector<Tensor> p) {
+      return std::make_unique<LAMB>(p, LAMBOptions(1e-2).adam_w_mode(false).max_grad_norm(0).weight_decay(0).use_nvlamb(true));
     }, dt, 3, tol);
   }
 }

@@ -1,9 +1,10 @@
-// CPU kernels for the fused optimizer steps (SGD, Adam/AdamW, RMSprop, Adagrad): one pass reads the gradient, updates master and state, writes the model copy.
+// CPU kernels for the fused optimizer steps (SGD, Adam/AdamW, RMSprop, Adagrad, LAMB): one pass reads the gradient, updates master and state, writes the model copy.
 // Without masters, f16/bf16 stores round to nearest or stochastically (ops/stochastic_round.h).
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "ops/cpu/loops.h"
 #include "ops/dispatch.h"
@@ -332,6 +333,95 @@ struct Adagrad {
   }
 };
 
+
+// LAMB (ops/optim_kernels.h's LambHyper): two passes per parameter, the update kept in between.
+template <typename A>
+struct Lamb {
+  static constexpr int64_t kChunk = 16384;  // partial sums of the norms per fixed chunk: thread-count independent
+
+  static void run(const kernels::StepTensors& ts, const kernels::LambHyper& h) {
+    if (skip_step(ts)) return;
+    MPX_CHECK(h.global_grad_norm.defined(), "LAMB step: the global gradient norm is missing");
+    const double gnorm = *static_cast<const double*>(h.global_grad_norm.raw_data());
+    // apex: grads are divided by the clipped norm's ratio (1 when within max_grad_norm).
+    const double clip = h.max_grad_norm > 0 && gnorm > h.max_grad_norm ? gnorm / h.max_grad_norm : 1.0;
+    const A inv = ts.inv_scale.defined() ? static_cast<A>(*static_cast<const float*>(ts.inv_scale.raw_data())) : A(1);
+    const A gscale = static_cast<A>(static_cast<double>(inv) / clip);
+    const A b1 = static_cast<A>(h.beta1), b2 = static_cast<A>(h.beta2), omb2 = static_cast<A>(1.0 - h.beta2);
+    const A b3 = static_cast<A>(h.grad_averaging ? 1.0 - h.beta1 : 1.0);
+    const A wd = static_cast<A>(h.weight_decay), eps = static_cast<A>(h.eps);
+    const bool l2 = !h.adam_w_mode && h.weight_decay != 0, decoupled = h.adam_w_mode && h.weight_decay != 0;
+    const bool trust = h.use_nvlamb || h.weight_decay != 0;
+    const uint64_t seed = ts.seed;
+    std::vector<A> upd;
+    for (size_t i = 0; i < ts.params.size(); ++i) {
+      const int64_t taken = true_step(ts, i).first;
+      const uint32_t id = stream_of(ts, i);
+      const double t = static_cast<double>(taken);
+      const A bc1 = static_cast<A>(h.bias_correction ? 1.0 - std::pow(h.beta1, t) : 1.0);
+      const A bc2 = static_cast<A>(h.bias_correction ? 1.0 - std::pow(h.beta2, t) : 1.0);
+      const int64_t n = ts.params[i].numel();
+      upd.resize(static_cast<size_t>(n));
+      A* u = upd.data();
+      visit_storage<A>(ts, i, [&]<typename P, typename S, bool kSR>() {
+        P* p = ptr<P>(ts.params[i]);
+        S* m1 = ptr<S>(ts.states[0][i]);
+        S* m2 = ptr<S>(ts.states[1][i]);
+        // Stage 1: moments and the update, with the squared norms of p (before the step) and u.
+        const int64_t chunks = (n + kChunk - 1) / kChunk;
+        std::vector<double> psq(static_cast<size_t>(chunks)), usq(static_cast<size_t>(chunks));
+        visit_floating(ts.grads[i].dtype(), [&]<typename G>() {
+          const G* g = ptr<const G>(ts.grads[i]);
+          parallel_for(chunks, 1, [&](int64_t cb, int64_t ce) {
+            for (int64_t c = cb; c < ce; ++c) {
+              double ps = 0, us = 0;
+              for (int64_t j = c * kChunk, e = std::min(n, (c + 1) * kChunk); j < e; ++j) {
+                const random::Philox4 r = draw_if<kSR>(seed, id, static_cast<uint64_t>(taken), j);
+                const A pv = load_as<A>(p[j]);
+                A gv = load_as<A>(g[j]) * gscale;
+                if (l2) gv = gv + wd * pv;
+                const A m = store_rounded<kSR>(&m1[j], static_cast<A>(load_as<A>(m1[j]) * b1) + b3 * gv, r.v[1]);
+                const A v = store_rounded<kSR>(&m2[j], static_cast<A>(load_as<A>(m2[j]) * b2) + static_cast<A>(omb2 * gv) * gv,
+                                               r.v[2]);
+                A uv = (m / bc1) / (static_cast<A>(std::sqrt(v / bc2)) + eps);
+                if (decoupled) uv = uv + wd * pv;
+                u[j] = uv;
+                ps += static_cast<double>(pv) * static_cast<double>(pv);
+                us += static_cast<double>(uv) * static_cast<double>(uv);
+              }
+              psq[static_cast<size_t>(c)] = ps;
+              usq[static_cast<size_t>(c)] = us;
+            }
+          });
+        });
+        double pn = 0, un = 0;
+        for (int64_t c = 0; c < chunks; ++c) {
+          pn += psq[static_cast<size_t>(c)];
+          un += usq[static_cast<size_t>(c)];
+        }
+        pn = std::sqrt(pn);
+        un = std::sqrt(un);
+        // Stage 2: the trust-ratio step, rounded into the model copy.
+        const A neg_ratio = static_cast<A>(-(trust && pn != 0 && un != 0 ? h.lr * (pn / un) : h.lr));
+        auto apply = [&]<typename M>() {
+          M* model = nullptr;
+          if constexpr (!std::is_void_v<M>) model = ptr<M>(ts.models[i]);
+          parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+            for (int64_t j = b; j < e; ++j) {
+              const random::Philox4 r = draw_if<kSR>(seed, id, static_cast<uint64_t>(taken), j);
+              const A pv = store_rounded<kSR>(&p[j], load_as<A>(p[j]) + neg_ratio * u[j], r.v[0]);
+              if constexpr (!std::is_void_v<M>) model[j] = store_as<M>(pv);
+            }
+          });
+        };
+        if constexpr (std::is_same_v<P, A>) visit_model(ts.models[i], apply);
+        else apply.template operator()<void>();
+      });
+    }
+    count_steps(ts);
+  }
+};
+
 }  // namespace
 
 MPX_REGISTER_KERNELS(cpu_optim) {
@@ -339,6 +429,7 @@ MPX_REGISTER_KERNELS(cpu_optim) {
   dispatch::register_types<OpId::adam_step, Adam, float, double>(DeviceType::kCPU);
   dispatch::register_types<OpId::rmsprop_step, Rmsprop, float, double>(DeviceType::kCPU);
   dispatch::register_types<OpId::adagrad_step, Adagrad, float, double>(DeviceType::kCPU);
+  dispatch::register_types<OpId::lamb_step, Lamb, float, double>(DeviceType::kCPU);
 }
 
 }  // namespace mpx::cpu

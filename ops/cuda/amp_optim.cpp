@@ -1,4 +1,4 @@
-// CUDA registrations of the fused multi-tensor kernels: unscale + inf check, SGD/Adam/RMSprop/Adagrad steps, scale update.
+// CUDA registrations of the fused multi-tensor kernels: unscale + inf check, SGD/Adam/RMSprop/Adagrad/LAMB steps, scale update.
 #include <algorithm>
 #include <tuple>
 #include <vector>
@@ -149,6 +149,43 @@ struct Adagrad {
   }
 };
 
+template <typename A>
+struct Lamb {
+  static void run(const kernels::StepTensors& ts, const kernels::LambHyper& h) {
+    if (ts.params.empty()) return;
+    MPX_CHECK(h.global_grad_norm.defined() && h.global_grad_norm.dtype() == kFloat64,
+              "LAMB step: the global gradient norm must be an f64 0-dim tensor");
+    TensorDeviceGuard g(ts.params[0]);
+    const cudaStream_t s = stream_of(ts.params[0]);
+    const kernels::StepTensors kts = with_kernel_grads(ts, dtype_v<A>);
+    std::vector<StepItem> items = step_items(kts);
+    // Scratch on this stream, freed after the kernels: each item's update (offsets rounded to 8
+    // elements, so packed accesses stay aligned) and its chunks' partial norms.
+    int64_t total = 0, chunks = 0;
+    for (const StepItem& it : items) {
+      total += (it.n + 7) / 8 * 8;
+      chunks += (it.n + kStepChunk - 1) / kStepChunk;
+    }
+    const TensorOptions opts = TensorOptions(dtype_v<A>).device(ts.params[0].device());
+    const Tensor upd = empty({std::max<int64_t>(total, 1)}, opts), part = empty({std::max<int64_t>(2 * chunks, 2)}, opts);
+    A* up = static_cast<A*>(upd.raw_data());
+    A* pp = static_cast<A*>(part.raw_data());
+    for (StepItem& it : items) {
+      it.state[2] = up;
+      it.partials = pp;
+      it.aligned = it.aligned && aligned_for(it.param_dtype, {up});
+      up += (it.n + 7) / 8 * 8;
+      pp += 2 * ((it.n + kStepChunk - 1) / kStepChunk);
+    }
+    const LambArgs a{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.max_grad_norm, h.bias_correction,
+                     h.grad_averaging, h.adam_w_mode, h.use_nvlamb, ts.stochastic_rounding, ts.seed,
+                     static_cast<const double*>(h.global_grad_norm.raw_data())};
+    launch_lamb_step(items.data(), static_cast<int>(items.size()), a, dtype_v<A>, f32_ptr(ts.found_inf),
+                     f32_ptr(ts.inv_scale), s);
+    count_steps(kts, s);
+  }
+};
+
 }  // namespace
 
 MPX_REGISTER_KERNELS(cuda_amp_optim) {
@@ -159,6 +196,7 @@ MPX_REGISTER_KERNELS(cuda_amp_optim) {
   dispatch::register_types<OpId::adam_step, Adam, float, double>(D::kCUDA);
   dispatch::register_types<OpId::rmsprop_step, Rmsprop, float, double>(D::kCUDA);
   dispatch::register_types<OpId::adagrad_step, Adagrad, float, double>(D::kCUDA);
+  dispatch::register_types<OpId::lamb_step, Lamb, float, double>(D::kCUDA);
 }
 
 }  // namespace mpx::cuda

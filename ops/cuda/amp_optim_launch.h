@@ -19,6 +19,9 @@ struct UnscaleItem {
 void launch_unscale_check(const UnscaleItem* items, int count, const float* inv_scale, float* found_inf,
                           cudaStream_t s);
 
+/// Elements per block of the multi-tensor kernels (LAMB's partial norms come one per chunk).
+constexpr int64_t kStepChunk = 16384;
+
 /// One parameter of a fused optimizer step (see kernels::StepTensors).
 struct StepItem {
   void* param = nullptr;        // the kernel's dtype, or f16/bf16 (no master) for f32 kernels; state alike
@@ -26,6 +29,7 @@ struct StepItem {
   void* model = nullptr;        // low-precision copy to write, or null
   void* state[3] = {nullptr, nullptr, nullptr};  // param's dtype, or f32 for f16/bf16 under stochastic rounding
   double* count = nullptr;      // device count of steps taken (StepTensors::counts), or null
+  void* partials = nullptr;     // LAMB: per chunk, the squared norms of the parameter and its update (kernel dtype)
   int64_t n = 0;
   int64_t step = 0;             // host step number, used without a count
   int fresh = 0;                // state buffers were just created
@@ -62,6 +66,14 @@ struct AdagradArgs {
   bool sround;
   uint64_t seed;
 };
+/// LAMB: state[0..1] exp_avg/exp_avg_sq, state[2] scratch for the update (kernel dtype, n per item).
+struct LambArgs {
+  double lr, beta1, beta2, eps, weight_decay, max_grad_norm;
+  bool bias_correction, grad_averaging, adam_w_mode, use_nvlamb;
+  bool sround;
+  uint64_t seed;
+  const double* grad_norm;  // the global gradient norm, unscaled (device)
+};
 /// The steps over all items; `a_dtype` is f32 or f64. found_inf / inv_scale may be null.
 void launch_sgd_step(const StepItem* items, int count, const SgdArgs& h, DType a_dtype, const float* found_inf,
                      const float* inv_scale, cudaStream_t s);
@@ -71,6 +83,9 @@ void launch_rmsprop_step(const StepItem* items, int count, const RmspropArgs& h,
                          const float* inv_scale, cudaStream_t s);
 void launch_adagrad_step(const StepItem* items, int count, const AdagradArgs& h, DType a_dtype, const float* found_inf,
                          const float* inv_scale, cudaStream_t s);
+/// LAMB's two stages: moments, update and per-chunk norms; then the trust-ratio step.
+void launch_lamb_step(const StepItem* items, int count, const LambArgs& h, DType a_dtype, const float* found_inf,
+                      const float* inv_scale, cudaStream_t s);
 /// *counts[i] += 1 for every i unless *found_inf != 0 (after the step that read them).
 void launch_count_steps(double* const* counts, int n, const float* found_inf, cudaStream_t s);
 

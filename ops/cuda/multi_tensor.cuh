@@ -20,7 +20,7 @@ namespace mpx::cuda::multi_tensor {
 // counts, so a launch has no block limit: ResNet-50's 161 gradients take two launches.
 constexpr int kMtTensors = 96;
 constexpr int kThreads = 512;
-constexpr int64_t kChunk = 16384;  // elements per block: 32 per thread
+constexpr int64_t kChunk = kStepChunk;  // elements per block: 32 per thread
 
 template <typename Item>
 struct Meta {

@@ -1,5 +1,5 @@
-// Fused multi-tensor RMSprop and Adagrad steps: the CPU kernels' formulas (ops/cpu/optim.cpp), skipped
-// on the device's found_inf flag, gradients unscaled as they are read, f16/bf16 stores rounded once.
+// Fused multi-tensor RMSprop, Adagrad and LAMB steps: the CPU kernels' formulas (ops/cpu/optim.cpp),
+// skipped on the device's found_inf flag, gradients unscaled as they are read, f16/bf16 stores rounded once.
 #include "ops/cuda/multi_tensor.cuh"
 
 namespace mpx::cuda {
@@ -105,6 +105,123 @@ __global__ void __launch_bounds__(kThreads) adagrad_kernel(Meta<StepItem> meta, 
   });
 }
 
+// The block's sum of v over its threads, in thread 0 (a tree in shared memory: fixed order, so
+// the partial norms, and LAMB's trust ratios, are the same on every run).
+template <typename A> __device__ __forceinline__ A block_sum(A v, A* sh) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w >>= 1) {
+    if (static_cast<int>(threadIdx.x) < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+    __syncthreads();
+  }
+  return sh[0];
+}
+
+// What LAMB divides the gradients by: the global norm over max_grad_norm where it exceeds it.
+__device__ __forceinline__ double lamb_clip(const LambArgs& h) {
+  const double n = *h.grad_norm;
+  return h.max_grad_norm > 0 && n > h.max_grad_norm ? n / h.max_grad_norm : 1.0;
+}
+
+// Stage 1: moments (state[0], state[1]) and the update (state[2], in A), with each chunk's
+// squared norms of the parameter and the update in `partials`.
+template <typename A, typename G, typename M, typename P, typename S>
+__global__ void __launch_bounds__(kThreads) lamb_stage1_kernel(Meta<StepItem> meta, LambArgs h,
+                                                              const float* found_inf, const float* inv_scale) {
+  __shared__ A sh[kThreads];
+  if (found_inf && *found_inf != 0.0f) return;
+  int64_t start, end;
+  const StepItem& it = block_item(meta, &start, &end);
+  const StepCtx c = step_ctx(it);
+  // As the CPU kernel: rounded to A once, the bias corrections in double.
+  const A inv = inv_scale ? static_cast<A>(*inv_scale) : A(1);
+  const A gscale = static_cast<A>(static_cast<double>(inv) / lamb_clip(h));
+  const A bc1 = static_cast<A>(h.bias_correction ? 1.0 - pow(h.beta1, c.step) : 1.0);
+  const A bc2 = static_cast<A>(h.bias_correction ? 1.0 - pow(h.beta2, c.step) : 1.0);
+  const A b1 = static_cast<A>(h.beta1), b2 = static_cast<A>(h.beta2), omb2 = static_cast<A>(1.0 - h.beta2);
+  const A b3 = static_cast<A>(h.grad_averaging ? 1.0 - h.beta1 : 1.0);
+  const A wd = static_cast<A>(h.weight_decay), eps = static_cast<A>(h.eps);
+  const bool l2 = !h.adam_w_mode && h.weight_decay != 0, decoupled = h.adam_w_mode && h.weight_decay != 0;
+  P* __restrict__ p = static_cast<P*>(it.param);
+  const G* __restrict__ g = static_cast<const G*>(it.grad);
+  S* __restrict__ m1 = static_cast<S*>(it.state[0]);
+  S* __restrict__ m2 = static_cast<S*>(it.state[1]);
+  A* __restrict__ u = static_cast<A*>(it.state[2]);
+  A ps = 0, us = 0;
+  for_each_pack(start, end, it.aligned != 0, [&](int64_t j, auto w) {
+    constexpr int W = decltype(w)::value;
+    A gv[kVec], pv[kVec], m[kVec], v[kVec], uv[kVec];
+    load_w<W>(g, j, gv);
+    load_w<W>(p, j, pv);
+    load_w<W>(m1, j, m);
+    load_w<W>(m2, j, v);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const random::Philox4 r = draw_if<P, A>(h.sround, h.seed, it.id, c.step, j + k);
+      gv[k] = gv[k] * gscale;
+      if (l2) gv[k] = gv[k] + wd * pv[k];
+      m[k] = rounded<S>(static_cast<A>(m[k] * b1) + b3 * gv[k], h.sround, r.v[1]);
+      v[k] = rounded<S>(static_cast<A>(v[k] * b2) + static_cast<A>(omb2 * gv[k]) * gv[k], h.sround, r.v[2]);
+      uv[k] = (m[k] / bc1) / (static_cast<A>(sqrt(v[k] / bc2)) + eps);
+      if (decoupled) uv[k] = uv[k] + wd * pv[k];
+      ps += pv[k] * pv[k];
+      us += uv[k] * uv[k];
+    }
+    store_w<W>(m1, j, m);
+    store_w<W>(m2, j, v);
+    store_w<W>(u, j, uv);
+  });
+  ps = block_sum(ps, sh);
+  __syncthreads();
+  us = block_sum(us, sh);
+  if (threadIdx.x == 0) {
+    A* part = static_cast<A*>(it.partials) + 2 * (start / kChunk);
+    part[0] = ps;
+    part[1] = us;
+  }
+}
+
+// Stage 2: the tensor's norms from its chunks' partials (in order), then p -= ratio * update.
+template <typename A, typename G, typename M, typename P, typename S>
+__global__ void __launch_bounds__(kThreads) lamb_stage2_kernel(Meta<StepItem> meta, LambArgs h,
+                                                              const float* found_inf, const float* inv_scale) {
+  __shared__ A ratio_sh;
+  if (found_inf && *found_inf != 0.0f) return;
+  int64_t start, end;
+  const StepItem& it = block_item(meta, &start, &end);
+  const StepCtx c = step_ctx(it);
+  if (threadIdx.x == 0) {
+    const A* part = static_cast<const A*>(it.partials);
+    double pn = 0, un = 0;
+    for (int64_t q = 0; q < (it.n + kChunk - 1) / kChunk; ++q) {
+      pn += static_cast<double>(part[2 * q]);
+      un += static_cast<double>(part[2 * q + 1]);
+    }
+    pn = sqrt(pn);
+    un = sqrt(un);
+    const bool trust = h.use_nvlamb || h.weight_decay != 0;
+    ratio_sh = static_cast<A>(-(trust && pn != 0 && un != 0 ? h.lr * (pn / un) : h.lr));
+  }
+  __syncthreads();
+  const A neg_ratio = ratio_sh;
+  P* __restrict__ p = static_cast<P*>(it.param);
+  const A* __restrict__ u = static_cast<const A*>(it.state[2]);
+  for_each_pack(start, end, it.aligned != 0, [&](int64_t j, auto w) {
+    constexpr int W = decltype(w)::value;
+    A pv[kVec], uv[kVec];
+    load_w<W>(p, j, pv);
+    load_w<W>(u, j, uv);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const random::Philox4 r = draw_if<P, A>(h.sround, h.seed, it.id, c.step, j + k);
+      pv[k] = pv[k] + neg_ratio * uv[k];
+      if (h.sround) pv[k] = rounded<P>(pv[k], true, r.v[0]);
+    }
+    store_w<W>(p, j, pv);
+    if constexpr (!std::is_void_v<M>) store_w<W>(static_cast<M*>(it.model), j, pv);
+  });
+}
+
 template <typename A, typename G, typename M, typename P, typename S>
 struct RmspropK {
   static void launch(const Meta<StepItem>& meta, int blocks, const RmspropArgs& h, const float* f, const float* inv,
@@ -122,6 +239,17 @@ struct AdagradK {
   }
 };
 
+template <typename A, typename G, typename M, typename P, typename S>
+struct LambK {
+  static void launch(const Meta<StepItem>& meta, int blocks, const LambArgs& h, const float* f, const float* inv,
+                     cudaStream_t s) {
+    lamb_stage1_kernel<A, G, M, P, S><<<blocks, kThreads, 0, s>>>(meta, h, f, inv);
+    MPX_CUDA_LAUNCH_CHECK("lamb_step stage 1");
+    lamb_stage2_kernel<A, G, M, P, S><<<blocks, kThreads, 0, s>>>(meta, h, f, inv);
+    MPX_CUDA_LAUNCH_CHECK("lamb_step stage 2");
+  }
+};
+
 }  // namespace
 
 void launch_rmsprop_step(const StepItem* items, int count, const RmspropArgs& h, DType a_dtype, const float* found_inf,
@@ -132,6 +260,11 @@ void launch_rmsprop_step(const StepItem* items, int count, const RmspropArgs& h,
 void launch_adagrad_step(const StepItem* items, int count, const AdagradArgs& h, DType a_dtype, const float* found_inf,
                          const float* inv_scale, cudaStream_t s) {
   launch_step<AdagradK>(items, count, h, a_dtype, found_inf, inv_scale, s);
+}
+
+void launch_lamb_step(const StepItem* items, int count, const LambArgs& h, DType a_dtype, const float* found_inf,
+                      const float* inv_scale, cudaStream_t s) {
+  launch_step<LambK>(items, count, h, a_dtype, found_inf, inv_scale, s);
 }
 
 }  // namespace mpx::cuda

@@ -25,6 +25,7 @@
 #include "ops/rnn.h"
 #include "optim/adagrad.h"
 #include "optim/adam.h"
+#include "optim/lamb.h"
 #include "optim/rmsprop.h"
 #include "optim/sgd.h"
 #include "test_util.h"
@@ -432,7 +433,7 @@ void step_grads(const std::vector<Tensor>& ps, int step, double scale = 1.0) {
 }
 }  // namespace
 
-TEST_CASE("emulated CUDA optimizer steps (SGD, AdamW, RMSprop, Adagrad) and loss-scale kernels give the CPU's values",
+TEST_CASE("emulated CUDA optimizer steps (SGD, AdamW, RMSprop, Adagrad, LAMB) and loss-scale kernels give the CPU's values",
           "[emulated][optim]") {
   const std::initializer_list<OpId> ops = {OpId::sgd_step, OpId::adam_step, OpId::unscale_check_inf,
                                           OpId::update_scale};
@@ -495,6 +496,30 @@ TEST_CASE("emulated CUDA optimizer steps (SGD, AdamW, RMSprop, Adagrad) and loss
         return r;
       }, cuda);
       check_close(cpu, cuda, "rmsprop/adagrad", dt == kFloat32 ? 1e-6 : tolerance(dt) / 4);
+    }
+  }
+  // LAMB over tensors of several chunks (partial norms), the clip active, with and without masters, under the
+  // scaler's fused unscale with a skipped step.
+  for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
+    for (bool masters : {true, false}) {
+      if (!masters && dt == kFloat32) continue;
+      INFO(dtype_name(dt) << (masters ? " with masters" : " without masters") << " LAMB");
+      tensor_list cuda;
+      const tensor_list cpu = both({OpId::lamb_step, OpId::unscale_check_inf, OpId::update_scale}, [&] {
+        std::vector<Tensor> ps = step_params(dt);
+        ps.push_back(rnd({40000}, dt, 77).set_requires_grad(true));
+        optim::LAMB lamb(ps, optim::LAMBOptions(1e-2));
+        lamb.set_master_weights(masters);
+        amp::GradScaler scaler;
+        for (int s = 0; s < 3; ++s) {
+          step_grads(ps, s, scaler.get_scale());
+          if (s == 0) ps[3].grad().select(0, 5).fill_(INFINITY);
+          scaler.step(lamb);
+          scaler.update();
+        }
+        return tensor_list(ps.begin(), ps.end());
+      }, cuda);
+      check_close(cpu, cuda, "lamb", dt == kFloat32 ? 1e-6 : tolerance(dt) / 4);
     }
   }
   // Stochastic rounding without masters: SGD with an exact f32 update rounds to the CPU's bits.
