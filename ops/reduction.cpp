@@ -80,12 +80,12 @@ std::optional<Tensor> outer_inner_view(const Tensor& x, const Plan& p) {
 
 Tensor reduce(OpId op, const Tensor& x0, const Plan& p, DType out_dt, double param) {
   const Tensor x = x0.dtype() == out_dt ? x0 : x0.to(out_dt);
-  std::optional<Tensor> oi = op == OpId::sum ? outer_inner_view(x, p) : std::nullopt;
+  std::optional<Tensor> oi = op == OpId::sum && param != 2.0 ? outer_inner_view(x, p) : std::nullopt;
   Tensor rows = oi ? *oi : as_rows(x, p);
   Tensor out = empty({p.rows}, TensorOptions().dtype(out_dt).device(x.device()));
   if (p.cols == 0) {
-    // A sum of nothing is 0; a mean (sum with param 1) or variance of nothing is NaN, as in PyTorch.
-    out.fill_(op == OpId::var || param != 0.0 ? NAN : 0.0);
+    // A sum (of squares) of nothing is 0; a mean (sum with param 1) or variance of nothing is NaN, as in PyTorch.
+    out.fill_(op == OpId::var || param == 1.0 ? NAN : 0.0);
   } else {
     dispatch::kernel<kernels::ReduceFn>(op, x.device(), out_dt)(out, rows, param);
   }
@@ -221,9 +221,35 @@ Tensor amin(const Tensor& x, const IntList& dims, bool keepdim) { return extreme
 Tensor max(const Tensor& x) { return amax(x, {}, false); }
 Tensor min(const Tensor& x) { return amin(x, {}, false); }
 
+namespace {
+// The 2-norm over dims of floating x from the fused sum of squares (accumulated in f32 at least),
+// in x's dtype; the gradient is g * x / norm, 0 where the norm is 0 (PyTorch's subgradient).
+Tensor l2_norm(const Tensor& x, const IntList& dims, bool keepdim) {
+  Plan p = plan(x, dims, keepdim);
+  const DType acc = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  Tensor out;
+  {
+    NoGradGuard ng;
+    out = sqrt(reduce(OpId::sum, x, p, acc, 2.0)).to(x.dtype());
+  }
+  if (auto n = autograd::record("NormBackward", {x}, {out}, [](FunctionNode& self, const tensor_list& g) -> tensor_list {
+        const Tensor x = self.saved(0), nrm = self.saved(1);
+        const IntList& kept = self.shapes[0];
+        const Tensor scale = where(nrm == 0.0, zeros_like(nrm), g[0] / nrm);
+        return {x * expand_back(scale, kept, x.sizes())};
+      })) {
+    n->save(x);
+    n->save(out, true);
+    n->shapes = {p.kept};
+  }
+  return out;
+}
+}  // namespace
+
 Tensor norm(const Tensor& x0) {
   Tensor x = ops::autocast(OpId::norm, {x0})[0];
-  return sqrt(sum(x * x));
+  if (!is_floating(x.dtype())) return sqrt(sum(x * x));
+  return l2_norm(x, {}, false);
 }
 
 Tensor Tensor::sum() const { return mpx::sum(*this); }
@@ -291,7 +317,7 @@ Tensor vector_norm(const Tensor& x0, double ord, const IntList& dims, bool keepd
             x0.defined() ? ops::describe(x0) : "an undefined tensor");
   MPX_CHECK(ord >= 1.0, "vector_norm: ord must be at least 1 (or inf), got ", ord);
   const Tensor x = ops::autocast(OpId::vector_norm, {x0})[0];
-  if (ord == 2.0) return sqrt(sum(x * x, dims, keepdim));
+  if (ord == 2.0) return l2_norm(x, dims, keepdim);
   if (std::isinf(ord)) return amax(abs(x), dims, keepdim);
   if (ord == 1.0) return sum(abs(x), dims, keepdim);
   return pow(sum(pow(abs(x), ord), dims, keepdim), 1.0 / ord);

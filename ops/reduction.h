@@ -24,7 +24,7 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
 /// Variance over dims with Bessel's correction when `unbiased`.
 Tensor var(const Tensor& x, const IntList& dims, bool unbiased = true, bool keepdim = false);
 Tensor std(const Tensor& x, const IntList& dims, bool unbiased = true, bool keepdim = false);
-/// Euclidean (p = 2) norm of all elements.
+/// Euclidean (p = 2) norm of all elements: one pass summing squares (f16/bf16 in f32), no x * x temporary.
 Tensor norm(const Tensor& x);
 /// log(sum(exp(x))) over dims (empty: all), as max + log(sum(exp(x - max))) so large values do not overflow; a slice
 /// of -inf gives -inf and one holding +inf gives +inf, as PyTorch. Integer inputs compute in f32. Autocast: fp32.
@@ -44,7 +44,8 @@ Tensor cumsum(const Tensor& x, int64_t dim);
 
 namespace mpx::kernels {
 /// Row reduction: `in` is contiguous [rows, cols]; out is contiguous [rows].
-/// param: for sum, non-zero divides by cols (mean); for var, the correction.
+/// param: for sum, 0 sums, 1 divides by cols (mean), 2 sums squares (norm's, each square formed in the
+/// accumulation type); for var, the correction.
 /// The CPU's sum also takes a contiguous [outer, rows, inner] `in` and reduces its outer and
 /// inner dims (a per-channel sum of NCHW data without first moving the channels out).
 using ReduceFn = void (*)(const Tensor& out, const Tensor& in, double param);

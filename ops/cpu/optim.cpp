@@ -334,10 +334,22 @@ struct Adagrad {
 };
 
 
-// LAMB (ops/optim_kernels.h's LambHyper): two passes per parameter, the update kept in between.
+// LAMB (ops/optim_kernels.h's LambHyper), two passes per parameter and no scratch the size of
+// it: stage 1 updates the moments and sums the squared norms of p and of the update u; stage 2
+// recomputes u from the stored moments (the same values stage 1 summed) and steps p.
 template <typename A>
 struct Lamb {
-  static constexpr int64_t kChunk = 16384;  // partial sums of the norms per fixed chunk: thread-count independent
+  static constexpr int64_t kChunk = 4096;  // the norms' partial sums per fixed chunk: thread-count independent
+
+  // u from the moments as stored: the bias corrections are multiplied by their reciprocals.
+  struct Update {
+    A rbc1, rbc2, eps, wd;
+    BitsOf<A> decoupled;
+    A operator()(A pv, A m, A v) const {
+      const A uv = (m * rbc1) / (static_cast<A>(std::sqrt(v * rbc2)) + eps);
+      return pick(decoupled, uv + wd * pv, uv);
+    }
+  };
 
   static void run(const kernels::StepTensors& ts, const kernels::LambHyper& h) {
     if (skip_step(ts)) return;
@@ -349,48 +361,59 @@ struct Lamb {
     const A gscale = static_cast<A>(static_cast<double>(inv) / clip);
     const A b1 = static_cast<A>(h.beta1), b2 = static_cast<A>(h.beta2), omb2 = static_cast<A>(1.0 - h.beta2);
     const A b3 = static_cast<A>(h.grad_averaging ? 1.0 - h.beta1 : 1.0);
-    const A wd = static_cast<A>(h.weight_decay), eps = static_cast<A>(h.eps);
-    const bool l2 = !h.adam_w_mode && h.weight_decay != 0, decoupled = h.adam_w_mode && h.weight_decay != 0;
+    const A wd = static_cast<A>(h.weight_decay);
+    const BitsOf<A> m_l2 = mask_of<A>(!h.adam_w_mode && h.weight_decay != 0);
     const bool trust = h.use_nvlamb || h.weight_decay != 0;
     const uint64_t seed = ts.seed;
-    std::vector<A> upd;
     for (size_t i = 0; i < ts.params.size(); ++i) {
       const int64_t taken = true_step(ts, i).first;
       const uint32_t id = stream_of(ts, i);
       const double t = static_cast<double>(taken);
-      const A bc1 = static_cast<A>(h.bias_correction ? 1.0 - std::pow(h.beta1, t) : 1.0);
-      const A bc2 = static_cast<A>(h.bias_correction ? 1.0 - std::pow(h.beta2, t) : 1.0);
+      const Update upd{static_cast<A>(1.0 / (h.bias_correction ? 1.0 - std::pow(h.beta1, t) : 1.0)),
+                       static_cast<A>(1.0 / (h.bias_correction ? 1.0 - std::pow(h.beta2, t) : 1.0)),
+                       static_cast<A>(h.eps), wd, mask_of<A>(h.adam_w_mode && h.weight_decay != 0)};
       const int64_t n = ts.params[i].numel();
-      upd.resize(static_cast<size_t>(n));
-      A* u = upd.data();
       visit_storage<A>(ts, i, [&]<typename P, typename S, bool kSR>() {
         P* p = ptr<P>(ts.params[i]);
         S* m1 = ptr<S>(ts.states[0][i]);
         S* m2 = ptr<S>(ts.states[1][i]);
-        // Stage 1: moments and the update, with the squared norms of p (before the step) and u.
+        // Stage 1, per chunk: the moments, and the squared norms of p (before the step) and u
+        // summed in the accumulation type, then in double across chunks.
         const int64_t chunks = (n + kChunk - 1) / kChunk;
         std::vector<double> psq(static_cast<size_t>(chunks)), usq(static_cast<size_t>(chunks));
+        double* const psq_p = psq.data();
+        double* const usq_p = usq.data();
         visit_floating(ts.grads[i].dtype(), [&]<typename G>() {
-          const G* g = ptr<const G>(ts.grads[i]);
-          parallel_for(chunks, 1, [&](int64_t cb, int64_t ce) {
+          const G* const g = ptr<const G>(ts.grads[i]);
+          parallel_for(chunks, 1, [=](int64_t cb, int64_t ce) __attribute__((flatten)) {
+            // Locals, not the closure's members: the stores could alias those, which keeps the
+            // loop scalar (see for_each_element).
+            const A gs_ = gscale, wd_ = wd, b1_ = b1, b2_ = b2, b3_ = b3, omb2_ = omb2;
+            const BitsOf<A> l2_ = m_l2;
+            const Update up = upd;
+            P* const pp = p;
+            S* const s1 = m1;
+            S* const s2 = m2;
+            const G* const gg = g;
             for (int64_t c = cb; c < ce; ++c) {
-              double ps = 0, us = 0;
-              for (int64_t j = c * kChunk, e = std::min(n, (c + 1) * kChunk); j < e; ++j) {
+              const int64_t b0 = c * kChunk, e0 = std::min(n, (c + 1) * kChunk);
+              A ps = 0, us = 0;
+              // omp simd: the sums may be split into vector lanes (a fixed order for a given build).
+#pragma omp simd reduction(+ : ps, us)
+              for (int64_t j = b0; j < e0; ++j) {
                 const random::Philox4 r = draw_if<kSR>(seed, id, static_cast<uint64_t>(taken), j);
-                const A pv = load_as<A>(p[j]);
-                A gv = load_as<A>(g[j]) * gscale;
-                if (l2) gv = gv + wd * pv;
-                const A m = store_rounded<kSR>(&m1[j], static_cast<A>(load_as<A>(m1[j]) * b1) + b3 * gv, r.v[1]);
-                const A v = store_rounded<kSR>(&m2[j], static_cast<A>(load_as<A>(m2[j]) * b2) + static_cast<A>(omb2 * gv) * gv,
+                const A pv = load_as<A>(pp[j]);
+                A gv = load_as<A>(gg[j]) * gs_;
+                gv = pick(l2_, gv + wd_ * pv, gv);
+                const A m = store_rounded<kSR>(&s1[j], static_cast<A>(load_as<A>(s1[j]) * b1_) + b3_ * gv, r.v[1]);
+                const A v = store_rounded<kSR>(&s2[j], static_cast<A>(load_as<A>(s2[j]) * b2_) + static_cast<A>(omb2_ * gv) * gv,
                                                r.v[2]);
-                A uv = (m / bc1) / (static_cast<A>(std::sqrt(v / bc2)) + eps);
-                if (decoupled) uv = uv + wd * pv;
-                u[j] = uv;
-                ps += static_cast<double>(pv) * static_cast<double>(pv);
-                us += static_cast<double>(uv) * static_cast<double>(uv);
+                const A uv = up(pv, m, v);
+                ps += pv * pv;
+                us += uv * uv;
               }
-              psq[static_cast<size_t>(c)] = ps;
-              usq[static_cast<size_t>(c)] = us;
+              psq_p[c] = ps;
+              usq_p[c] = us;
             }
           });
         });
@@ -401,16 +424,23 @@ struct Lamb {
         }
         pn = std::sqrt(pn);
         un = std::sqrt(un);
-        // Stage 2: the trust-ratio step, rounded into the model copy.
+        // Stage 2: the trust-ratio step along u recomputed, rounded into the model copy.
         const A neg_ratio = static_cast<A>(-(trust && pn != 0 && un != 0 ? h.lr * (pn / un) : h.lr));
         auto apply = [&]<typename M>() {
           M* model = nullptr;
           if constexpr (!std::is_void_v<M>) model = ptr<M>(ts.models[i]);
-          parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+          parallel_for(n, kGrain, [=](int64_t b, int64_t e) __attribute__((flatten)) {
+            const A nr = neg_ratio;
+            const Update up = upd;
+            P* const pp = p;
+            const S* const s1 = m1;
+            const S* const s2 = m2;
+            M* const mo = model;
             for (int64_t j = b; j < e; ++j) {
               const random::Philox4 r = draw_if<kSR>(seed, id, static_cast<uint64_t>(taken), j);
-              const A pv = store_rounded<kSR>(&p[j], load_as<A>(p[j]) + neg_ratio * u[j], r.v[0]);
-              if constexpr (!std::is_void_v<M>) model[j] = store_as<M>(pv);
+              const A pv = load_as<A>(pp[j]);
+              const A nv = store_rounded<kSR>(&pp[j], pv + nr * up(pv, load_as<A>(s1[j]), load_as<A>(s2[j])), r.v[0]);
+              if constexpr (!std::is_void_v<M>) mo[j] = store_as<M>(nv);
             }
           });
         };

@@ -18,13 +18,19 @@ template <typename T> using wide_t = std::conditional_t<std::is_integral_v<T>, i
 
 // Sum of one row in 8 interleaved chains combined in a fixed order: the same result on any thread
 // count, and 8 independent additions in flight where one chain would wait on each.
-template <typename T>
+// kSquare: the sum of squares (norm's), each square formed in the wide type.
+template <typename T, bool kSquare = false>
 wide_t<T> row_sum(const T* p, int64_t n) {
+  auto term = [](T v) {
+    const auto w = static_cast<wide_t<T>>(static_cast<acc_t<T>>(v));
+    if constexpr (kSquare) return w * w;
+    else return w;
+  };
   wide_t<T> c[8] = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) c[j] += static_cast<wide_t<T>>(static_cast<acc_t<T>>(p[i + j]));
-  for (; i < n; ++i) c[i & 7] += static_cast<wide_t<T>>(static_cast<acc_t<T>>(p[i]));
+    for (int j = 0; j < 8; ++j) c[j] += term(p[i + j]);
+  for (; i < n; ++i) c[i & 7] += term(p[i]);
   return ((c[0] + c[1]) + (c[2] + c[3])) + ((c[4] + c[5]) + (c[6] + c[7]));
 }
 
@@ -87,18 +93,27 @@ void sum_outer_inner(T* o, const T* p, int64_t outer, int64_t rows, int64_t inne
   });
 }
 
+// param (kernels::ReduceFn): 0 sum, 1 mean, 2 sum of squares (rows only, not the outer/inner form).
 template <typename T> struct Sum {
-  static void run(const Tensor& out, const Tensor& in, double mean_flag) {
+  static void run(const Tensor& out, const Tensor& in, double param) {
     const T* p = static_cast<const T*>(in.raw_data());
     T* o = static_cast<T*>(out.raw_data());
-    const bool mean = mean_flag != 0.0;
-    if (in.dim() == 3) return sum_outer_inner(o, p, in.size(0), in.size(1), in.size(2), mean);
+    const bool mean = param == 1.0;
+    if (in.dim() == 3) {
+      MPX_CHECK(param != 2.0, "sum of squares: rows only");
+      return sum_outer_inner(o, p, in.size(0), in.size(1), in.size(2), mean);
+    }
+    if constexpr (std::is_integral_v<T>) rows<false>(o, p, in, mean);
+    else if (param == 2.0) rows<true>(o, p, in, false);
+    else rows<false>(o, p, in, mean);
+  }
+  template <bool kSquare> static void rows(T* o, const T* p, const Tensor& in, bool mean) {
     const int64_t rows = in.size(0), cols = in.size(1);
     if (rows == 1 && cols > kGrain) {
       const int64_t blocks = (cols + kGrain - 1) / kGrain;
       std::vector<wide_t<T>> part(blocks);
       parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
-        for (int64_t k = b; k < e; ++k) part[k] = row_sum(p + k * kGrain, std::min(kGrain, cols - k * kGrain));
+        for (int64_t k = b; k < e; ++k) part[k] = row_sum<T, kSquare>(p + k * kGrain, std::min(kGrain, cols - k * kGrain));
       });
       wide_t<T> s = 0;
       for (auto v : part) s += v;
@@ -106,7 +121,7 @@ template <typename T> struct Sum {
       return;
     }
     parallel_for(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1)), [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) o[r] = finish<T>(row_sum(p + r * cols, cols), mean, cols);
+      for (int64_t r = b; r < e; ++r) o[r] = finish<T>(row_sum<T, kSquare>(p + r * cols, cols), mean, cols);
     });
   }
 };

@@ -159,22 +159,13 @@ struct Lamb {
     const cudaStream_t s = stream_of(ts.params[0]);
     const kernels::StepTensors kts = with_kernel_grads(ts, dtype_v<A>);
     std::vector<StepItem> items = step_items(kts);
-    // Scratch on this stream, freed after the kernels: each item's update (offsets rounded to 8
-    // elements, so packed accesses stay aligned) and its chunks' partial norms.
-    int64_t total = 0, chunks = 0;
-    for (const StepItem& it : items) {
-      total += (it.n + 7) / 8 * 8;
-      chunks += (it.n + kStepChunk - 1) / kStepChunk;
-    }
-    const TensorOptions opts = TensorOptions(dtype_v<A>).device(ts.params[0].device());
-    const Tensor upd = empty({std::max<int64_t>(total, 1)}, opts), part = empty({std::max<int64_t>(2 * chunks, 2)}, opts);
-    A* up = static_cast<A*>(upd.raw_data());
+    // Scratch on this stream, freed after the kernels: the chunks' partial norms.
+    int64_t chunks = 0;
+    for (const StepItem& it : items) chunks += (it.n + kStepChunk - 1) / kStepChunk;
+    const Tensor part = empty({std::max<int64_t>(2 * chunks, 2)}, TensorOptions(dtype_v<A>).device(ts.params[0].device()));
     A* pp = static_cast<A*>(part.raw_data());
     for (StepItem& it : items) {
-      it.state[2] = up;
       it.partials = pp;
-      it.aligned = it.aligned && aligned_for(it.param_dtype, {up});
-      up += (it.n + 7) / 8 * 8;
       pp += 2 * ((it.n + kStepChunk - 1) / kStepChunk);
     }
     const LambArgs a{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.max_grad_norm, h.bias_correction,

@@ -66,7 +66,7 @@ struct AdagradArgs {
   bool sround;
   uint64_t seed;
 };
-/// LAMB: state[0..1] exp_avg/exp_avg_sq, state[2] scratch for the update (kernel dtype, n per item).
+/// LAMB: state[0..1] exp_avg/exp_avg_sq; StepItem::partials the per-chunk norms.
 struct LambArgs {
   double lr, beta1, beta2, eps, weight_decay, max_grad_norm;
   bool bias_correction, grad_averaging, adam_w_mode, use_nvlamb;

@@ -123,8 +123,18 @@ __device__ __forceinline__ double lamb_clip(const LambArgs& h) {
   return h.max_grad_norm > 0 && n > h.max_grad_norm ? n / h.max_grad_norm : 1.0;
 }
 
-// Stage 1: moments (state[0], state[1]) and the update (state[2], in A), with each chunk's
-// squared norms of the parameter and the update in `partials`.
+// 1 / the bias correction (1 without), as the CPU kernel rounds it.
+template <typename A> __device__ __forceinline__ A lamb_rbc(bool on, double beta, double step) {
+  return static_cast<A>(1.0 / (on ? 1.0 - pow(beta, step) : 1.0));
+}
+// The update from the moments as stored (the CPU kernel's Update), plus wd * p (0 in L2 mode).
+template <typename A> __device__ __forceinline__ A lamb_update(A pv, A m, A v, A rbc1, A rbc2, A eps, A wd) {
+  return (m * rbc1) / (static_cast<A>(sqrt(v * rbc2)) + eps) + wd * pv;
+}
+
+// Stage 1: moments (state[0], state[1]), with each chunk's squared norms of the parameter and of
+// the update in `partials`; stage 2 recomputes the update from the stored moments, so nothing
+// the size of the parameters is written in between.
 template <typename A, typename G, typename M, typename P, typename S>
 __global__ void __launch_bounds__(kThreads) lamb_stage1_kernel(Meta<StepItem> meta, LambArgs h,
                                                               const float* found_inf, const float* inv_scale) {
@@ -136,8 +146,7 @@ __global__ void __launch_bounds__(kThreads) lamb_stage1_kernel(Meta<StepItem> me
   // As the CPU kernel: rounded to A once, the bias corrections in double.
   const A inv = inv_scale ? static_cast<A>(*inv_scale) : A(1);
   const A gscale = static_cast<A>(static_cast<double>(inv) / lamb_clip(h));
-  const A bc1 = static_cast<A>(h.bias_correction ? 1.0 - pow(h.beta1, c.step) : 1.0);
-  const A bc2 = static_cast<A>(h.bias_correction ? 1.0 - pow(h.beta2, c.step) : 1.0);
+  const A rbc1 = lamb_rbc<A>(h.bias_correction, h.beta1, c.step), rbc2 = lamb_rbc<A>(h.bias_correction, h.beta2, c.step);
   const A b1 = static_cast<A>(h.beta1), b2 = static_cast<A>(h.beta2), omb2 = static_cast<A>(1.0 - h.beta2);
   const A b3 = static_cast<A>(h.grad_averaging ? 1.0 - h.beta1 : 1.0);
   const A wd = static_cast<A>(h.weight_decay), eps = static_cast<A>(h.eps);
@@ -146,11 +155,10 @@ __global__ void __launch_bounds__(kThreads) lamb_stage1_kernel(Meta<StepItem> me
   const G* __restrict__ g = static_cast<const G*>(it.grad);
   S* __restrict__ m1 = static_cast<S*>(it.state[0]);
   S* __restrict__ m2 = static_cast<S*>(it.state[1]);
-  A* __restrict__ u = static_cast<A*>(it.state[2]);
   A ps = 0, us = 0;
   for_each_pack(start, end, it.aligned != 0, [&](int64_t j, auto w) {
     constexpr int W = decltype(w)::value;
-    A gv[kVec], pv[kVec], m[kVec], v[kVec], uv[kVec];
+    A gv[kVec], pv[kVec], m[kVec], v[kVec];
     load_w<W>(g, j, gv);
     load_w<W>(p, j, pv);
     load_w<W>(m1, j, m);
@@ -162,14 +170,12 @@ __global__ void __launch_bounds__(kThreads) lamb_stage1_kernel(Meta<StepItem> me
       if (l2) gv[k] = gv[k] + wd * pv[k];
       m[k] = rounded<S>(static_cast<A>(m[k] * b1) + b3 * gv[k], h.sround, r.v[1]);
       v[k] = rounded<S>(static_cast<A>(v[k] * b2) + static_cast<A>(omb2 * gv[k]) * gv[k], h.sround, r.v[2]);
-      uv[k] = (m[k] / bc1) / (static_cast<A>(sqrt(v[k] / bc2)) + eps);
-      if (decoupled) uv[k] = uv[k] + wd * pv[k];
+      const A uv = lamb_update(pv[k], m[k], v[k], rbc1, rbc2, eps, decoupled ? wd : A(0));
       ps += pv[k] * pv[k];
-      us += uv[k] * uv[k];
+      us += uv * uv;
     }
     store_w<W>(m1, j, m);
     store_w<W>(m2, j, v);
-    store_w<W>(u, j, uv);
   });
   ps = block_sum(ps, sh);
   __syncthreads();
@@ -204,17 +210,22 @@ __global__ void __launch_bounds__(kThreads) lamb_stage2_kernel(Meta<StepItem> me
   }
   __syncthreads();
   const A neg_ratio = ratio_sh;
+  const A rbc1 = lamb_rbc<A>(h.bias_correction, h.beta1, c.step), rbc2 = lamb_rbc<A>(h.bias_correction, h.beta2, c.step);
+  const A eps = static_cast<A>(h.eps);
+  const A wd = static_cast<A>(h.adam_w_mode ? h.weight_decay : 0.0);
   P* __restrict__ p = static_cast<P*>(it.param);
-  const A* __restrict__ u = static_cast<const A*>(it.state[2]);
+  const S* __restrict__ m1 = static_cast<const S*>(it.state[0]);
+  const S* __restrict__ m2 = static_cast<const S*>(it.state[1]);
   for_each_pack(start, end, it.aligned != 0, [&](int64_t j, auto w) {
     constexpr int W = decltype(w)::value;
-    A pv[kVec], uv[kVec];
+    A pv[kVec], m[kVec], v[kVec];
     load_w<W>(p, j, pv);
-    load_w<W>(u, j, uv);
+    load_w<W>(m1, j, m);
+    load_w<W>(m2, j, v);
 #pragma unroll
     for (int k = 0; k < W; ++k) {
       const random::Philox4 r = draw_if<P, A>(h.sround, h.seed, it.id, c.step, j + k);
-      pv[k] = pv[k] + neg_ratio * uv[k];
+      pv[k] = pv[k] + neg_ratio * lamb_update(pv[k], m[k], v[k], rbc1, rbc2, eps, wd);
       if (h.sround) pv[k] = rounded<P>(pv[k], true, r.v[0]);
     }
     store_w<W>(p, j, pv);

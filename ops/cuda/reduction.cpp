@@ -23,14 +23,14 @@ void check_dense(const char* op, const Tensor& t) {
             shape_str(t.strides()), " for shape ", shape_str(t.sizes()), "; call .contiguous() first");
 }
 
-void sum_kernel(const Tensor& out, const Tensor& in, double mean_flag) {
+void sum_kernel(const Tensor& out, const Tensor& in, double param) {
   if (out.numel() == 0) return;
   check_dense("sum", in);
   const int64_t rows = in.size(0), cols = in.size(1);
   TensorDeviceGuard g(out);
   cudaStream_t s = stream_of(out);
   Tensor ws = workspace(out, rows, cols, 1);
-  launch_sum(out.dtype(), out.raw_data(), in.raw_data(), rows, cols, mean_flag != 0.0, ptr(ws), s);
+  launch_sum(out.dtype(), out.raw_data(), in.raw_data(), rows, cols, static_cast<int>(param), ptr(ws), s);
 }
 
 void cumsum_kernel(const Tensor& out, const Tensor& in, bool reverse) {

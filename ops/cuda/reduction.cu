@@ -51,8 +51,12 @@ template <typename T> struct SumOp {
   const T* in;
   T* out;
   bool mean;
+  bool square;  // the sum of squares (norm's), each square formed in A
   __device__ static S init() { return S(0); }
-  __device__ V load(int64_t off) const { return load_as<A>(in, off); }
+  __device__ V load(int64_t off) const {
+    const A v = load_as<A>(in, off);
+    return square ? v * v : v;
+  }
   __device__ void step(S& s, V v, int64_t) const { s += v; }
   __device__ S combine(S a, S b) const { return a + b; }
   __device__ static S shfl_s(S s, int off, int w) { return shfl(s, off, w); }
@@ -518,10 +522,11 @@ int64_t rows_workspace_bytes(int64_t rows, int64_t cols, int64_t inner) {
   return p.kind == Kind::kSplit ? rows * p.chunks * kStateBytes : 0;
 }
 
-void launch_sum(DType dt, void* out, const void* in, int64_t rows, int64_t cols, bool mean, void* ws, cudaStream_t s) {
+void launch_sum(DType dt, void* out, const void* in, int64_t rows, int64_t cols, int mode, void* ws, cudaStream_t s) {
   auto go = [&](auto tag) {
     using T = decltype(tag);
-    run_rows(SumOp<T>{Geom{cols, 1}, static_cast<const T*>(in), static_cast<T*>(out), mean}, rows, ws, s, "sum");
+    run_rows(SumOp<T>{Geom{cols, 1}, static_cast<const T*>(in), static_cast<T*>(out), mode == 1, mode == 2}, rows, ws, s,
+             "sum");
   };
   if (dt == DType::kInt64) go(int64_t{});
   else float_switch(dt, go);

@@ -13,7 +13,8 @@ namespace mpx::cuda {
 int64_t rows_workspace_bytes(int64_t rows, int64_t cols, int64_t inner);
 
 /// out[r] = sum (or mean) of row r of a contiguous [rows, cols] input; dt in f32, f64, f16, bf16, i64.
-void launch_sum(DType dt, void* out, const void* in, int64_t rows, int64_t cols, bool mean, void* ws, cudaStream_t s);
+/// mode: 0 sum, 1 mean, 2 sum of squares.
+void launch_sum(DType dt, void* out, const void* in, int64_t rows, int64_t cols, int mode, void* ws, cudaStream_t s);
 /// out[r] = sum of squared deviations of row r / max(0, cols - correction); floating dt.
 void launch_var(DType dt, void* out, const void* in, int64_t rows, int64_t cols, double correction, void* ws,
                 cudaStream_t s);
