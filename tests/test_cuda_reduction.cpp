@@ -78,6 +78,25 @@ TEST_CASE("cuda sum and mean match the CPU", "[cuda]") {
   }
 }
 
+TEST_CASE("cuda norm and vector_norm(2) (one sum-of-squares pass) match the CPU, forward and backward", "[cuda]") {
+  if (!testing::cuda_ready()) return;
+  for (DType dt : kFloats) {
+    for (const IntList& s : kRowShapes) {
+      const Tensor x = randn_dt(s, dt, 15);
+      const Tensor xd = gpu(x);
+      testing::check_cuda_close(norm(xd), norm(x), dt, "norm");
+      testing::check_cuda_close(vector_norm(xd, 2.0, {1}), vector_norm(x, 2.0, {1}), dt, "vector_norm dim 1");
+      testing::check_cuda_close(vector_norm(xd.t(), 2.0, {0}, true), vector_norm(x.t(), 2.0, {0}, true), dt,
+                                "vector_norm of transposed");
+    }
+    Tensor c = randn_dt({37, 1000}, dt, 16).set_requires_grad(true);
+    Tensor g = gpu(c.detach()).set_requires_grad(true);
+    norm(c).backward();
+    norm(g).backward();
+    testing::check_cuda_close(g.grad(), c.grad(), dt, "norm backward");
+  }
+}
+
 TEST_CASE("cuda sum of integers is exact", "[cuda]") {
   if (!testing::cuda_ready()) return;
   manual_seed(21);

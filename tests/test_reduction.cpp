@@ -194,6 +194,30 @@ TEST_CASE("vector_norm, F::normalize and cosine_similarity as PyTorch's formulas
   CHECK(F::cosine_similarity(x.to(kBFloat16), y.to(kBFloat16)).dtype() == kFloat32);
 }
 
+TEST_CASE("norm and vector_norm(2) sum squares in one pass: values, gradients, f16 without overflow, zero and empty",
+          "[reduction]") {
+  manual_seed(7);
+  const Tensor x = randn({5, 70001}, TensorOptions(kFloat64));  // rows longer than a parallel chunk
+  const double ref = std::sqrt(sum(x * x).item<double>());
+  CHECK(std::abs(norm(x).item<double>() - ref) < 1e-12 * ref);
+  CHECK(testing::max_abs_diff(vector_norm(x, 2.0, {1}, true), sqrt(sum(x * x, {1}, true))) < 1e-12);
+  CHECK(std::abs(norm(x.to(kFloat32)).item<double>() - ref) < 1e-6 * ref);
+  // f16 values whose squares (and their sum) overflow f16: the squares are summed in f32.
+  const Tensor big = full({1000}, 300.0, kFloat16);
+  CHECK(norm(big).dtype() == kFloat16);
+  CHECK(std::abs(norm(big).item<double>() - 300.0 * std::sqrt(1000.0)) < 10.0);
+  CHECK(std::abs(vector_norm(full({4, 3}, 1000.0, kBFloat16), 2.0, {0}).to(kFloat64).select(0, 1).item<double>() - 2000.0) < 10.0);
+  // Gradients: x / norm (first and second order); 0 at a zero norm (PyTorch's subgradient); empty: 0.
+  CHECK(testing::gradcheck([](const tensor_list& t) { return norm(t[0]); }, {testing::leaf({3, 5})}) == "");
+  CHECK(testing::gradcheck([](const tensor_list& t) { return vector_norm(t[0], 2.0, {0}); }, {testing::leaf({3, 5})}) == "");
+  CHECK(testing::gradgradcheck([](const tensor_list& t) { return norm(t[0]); }, {testing::leaf({2, 3})}) == "");
+  Tensor z = zeros({4}, TensorOptions(kFloat64)).set_requires_grad(true);
+  norm(z).backward();
+  CHECK(testing::max_abs_diff(z.grad(), zeros({4}, TensorOptions(kFloat64))) == 0.0);
+  CHECK(norm(zeros({0, 3})).item<double>() == 0.0);
+  CHECK(norm(tensor<int64_t>({3, 4})).item<double>() == 5.0);
+}
+
 TEST_CASE("kl_div: xlogy at zero targets, log_target, the four reductions, KLDivLoss", "[reduction][loss]") {
   namespace F = mpx::nn::functional;
   const Tensor logp = log_softmax(tensor<double>({1.0, 2.0, 0.5, -1.0, 0.0, 3.0}).reshape({2, 3}), 1);
