@@ -7,6 +7,7 @@
 #include "nn/container.h"
 #include "nn/modules.h"
 #include "nn/activations.h"
+#include "nn/losses.h"
 #include "nn/rnn.h"
 #include "nn/functional.h"
 #include "nn/init.h"

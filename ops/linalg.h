@@ -1,4 +1,4 @@
-// Linear algebra ops: matmul (numpy semantics), mm, bmm, addmm, linear, linear_relu, linear_gelu, dot.
+// Linear algebra ops: matmul (numpy semantics), mm, bmm, addmm, linear, linear_relu, linear_gelu, dot, einsum.
 #pragma once
 #include <memory>
 #include <string>
@@ -26,6 +26,11 @@ Tensor linear_relu(const Tensor& x, const Tensor& w, const Tensor& b);
 /// pre-activation. With gradients recorded it is linear then gelu, since gelu's backward needs the pre-activation.
 Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, const std::string& approximate = "none");
 Tensor dot(const Tensor& a, const Tensor& b);
+/// Einstein summation with PyTorch's semantics: "bhqd,bhkd->bhqk", implicit output (the labels used once, in
+/// alphabetical order), '...' for broadcast dims, a label repeated in one operand for its diagonal, size-1 dims
+/// broadcast. Contracts left to right through bmm (so autocast lowers it as it does bmm); integer operands by
+/// broadcast products. Differentiable.
+Tensor einsum(const std::string& equation, const tensor_list& operands);
 
 }  // namespace mpx
 

@@ -1,25 +1,26 @@
 // Losses: validation, f32/f64 compute, and differentiable formulas (second derivatives included).
 #include "ops/loss.h"
+#include "ops/loss_internal.h"
 
 #include <cmath>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <numbers>
 
 #include "autograd/grad_mode.h"
 #include "core/cuda.h"
 #include "ops/activation.h"
 #include "ops/elementwise.h"
 #include "ops/index.h"
+#include "ops/logical.h"
 #include "ops/formulas.h"
 #include "ops/op_utils.h"
 #include "ops/reduction.h"
 
 namespace mpx {
-namespace {
-using autograd::FunctionNode;
+namespace loss_detail {
 
-// Losses accumulate in f32 whatever the input precision; f64 stays f64.
 DType compute_dtype(const tensor_list& ts) {
   for (const auto& t : ts)
     if (t.defined() && t.dtype() == kFloat64) return kFloat64;
@@ -45,6 +46,13 @@ void check_same_shape(const char* op, const Tensor& input, const Tensor& target)
   MPX_CHECK(input.sizes() == target.sizes(), op, ": input ", ops::describe(input), " and target ", ops::describe(target),
             " must have the same shape");
 }
+
+}  // namespace loss_detail
+
+namespace {
+using autograd::FunctionNode;
+using namespace loss_detail;
+
 
 // ---- gather at the target class and its adjoint; each is the other's backward ----
 Tensor nll_scatter(const Tensor& g, const Tensor& target, int64_t classes, int64_t ignore_index);
@@ -404,17 +412,6 @@ Tensor binary_cross_entropy(const Tensor& probs0, const Tensor& target0, Reducti
   return reduce_loss(l, reduction);
 }
 
-namespace {
-template <typename F>
-Tensor pointwise_loss(const char* op, OpId id, const Tensor& input0, const Tensor& target0, Reduction r, F f) {
-  check_floating(op, "input", input0);
-  check_floating(op, "target", target0);
-  check_same_shape(op, input0, target0);
-  auto in = ops::autocast(id, {input0, target0});
-  const DType cdt = compute_dtype(in);
-  return reduce_loss(f(in[0].to(cdt), in[1].to(cdt)), r);
-}
-}  // namespace
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   return pointwise_loss("mse_loss", OpId::mse_loss, input, target, reduction, [](const Tensor& x, const Tensor& t) {
@@ -435,6 +432,59 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
                           if (beta == 0.0) return ad;  // the quadratic zone vanishes: plain L1
                           return where(lt(ad, beta), d * d * (0.5 / beta), ad - 0.5 * beta);
                         });
+}
+
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
+  MPX_CHECK(delta > 0.0, "huber_loss: delta must be positive, got ", delta);
+  return pointwise_loss("huber_loss", OpId::huber_loss, input, target, reduction,
+                        [delta](const Tensor& x, const Tensor& t) {
+                          const Tensor d = x - t, ad = abs(d);
+                          return where(lt(ad, delta), d * d * 0.5, (ad - 0.5 * delta) * delta);
+                        });
+}
+
+Tensor poisson_nll_loss(const Tensor& input, const Tensor& target, bool log_input, bool full, double eps,
+                        Reduction reduction) {
+  return pointwise_loss("poisson_nll_loss", OpId::poisson_nll_loss, input, target, reduction,
+                        [=](const Tensor& x, const Tensor& t) {
+                          Tensor l = log_input ? exp(x) - t * x : x - t * log(x + eps);
+                          if (!full) return l;
+                          // Stirling's approximation of log(t!), added where t > 1 (PyTorch's full=True).
+                          const Tensor safe = where(gt(t, 1.0), t, 2.0);
+                          const Tensor stirling = safe * log(safe) - safe + log(safe * (2.0 * std::numbers::pi)) * 0.5;
+                          return l + where(gt(t, 1.0), stirling, 0.0);
+                        });
+}
+
+Tensor gaussian_nll_loss(const Tensor& input, const Tensor& target, const Tensor& var0, bool full, double eps,
+                         Reduction reduction) {
+  check_floating("gaussian_nll_loss", "input", input);
+  check_floating("gaussian_nll_loss", "target", target);
+  check_same_shape("gaussian_nll_loss", input, target);
+  check_floating("gaussian_nll_loss", "var", var0);
+  MPX_CHECK(eps >= 0.0, "gaussian_nll_loss: eps must be non-negative, got ", eps);
+  // var: input's shape, or one dim less (a variance per row), or broadcastable with a last dim of 1.
+  Tensor var = var0;
+  if (var.dim() == input.dim() - 1 && input.dim() > 0 &&
+      IntList(input.sizes().begin(), input.sizes().end() - 1) == var.sizes())
+    var = var.unsqueeze(-1);
+  const bool fits = var.dim() == input.dim() && [&] {
+    for (int64_t d = 0; d < input.dim(); ++d)
+      if (var.size(d) != input.size(d) && !(d == input.dim() - 1 && var.size(d) == 1)) return false;
+    return true;
+  }();
+  MPX_CHECK(fits, "gaussian_nll_loss: var ", ops::describe(var0), " must have input's shape ", shape_str(input.sizes()),
+            ", that shape without its last dim, or a last dim of 1");
+  MPX_CHECK(any(lt(var0.detach(), 0.0)).to(kFloat64).item<double>() == 0.0, "gaussian_nll_loss: var ",
+            ops::describe(var0), " has negative entries; a variance is >= 0");
+  const tensor_list in = ops::autocast(OpId::gaussian_nll_loss, {input, target, var});
+  const DType cdt = compute_dtype(in);
+  const Tensor x = in[0].to(cdt), t = in[1].to(cdt), v = in[2].to(cdt);
+  // PyTorch clamps var in place under no_grad: the value is clamped, the gradient passes unchanged.
+  const Tensor vc = v + (clamp_min(v, eps) - v).detach();
+  Tensor l = (log(vc) + (x - t) * (x - t) / vc) * 0.5;
+  if (full) l = l + 0.5 * std::log(2.0 * std::numbers::pi);
+  return reduce_loss(l, reduction);
 }
 
 Tensor kl_div(const Tensor& input, const Tensor& target, const std::string& reduction, bool log_target) {

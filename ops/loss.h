@@ -34,6 +34,17 @@ Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
                       double beta = 1.0);
 
+/// Huber loss (PyTorch's huber_loss): 0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta); d = input - target.
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean, double delta = 1.0);
+/// Poisson negative log-likelihood: exp(input) - target * input (log_input), else input - target * log(input + eps);
+/// full adds Stirling's approximation of log(target!) where target > 1. Autocast: fp32.
+Tensor poisson_nll_loss(const Tensor& input, const Tensor& target, bool log_input = true, bool full = false,
+                        double eps = 1e-8, Reduction reduction = Reduction::Mean);
+/// Gaussian negative log-likelihood 0.5 (log(var) + (input - target)^2 / var) (+ 0.5 log(2 pi) with full), var clamped
+/// below at eps in value only (the gradient passes as PyTorch's in-place clamp lets it). var: input's shape, that
+/// shape without the last dim, or a last dim of 1; negative entries are an error. Autocast: fp32.
+Tensor gaussian_nll_loss(const Tensor& input, const Tensor& target, const Tensor& var, bool full = false,
+                         double eps = 1e-6, Reduction reduction = Reduction::Mean);
 /// Kullback-Leibler divergence of `target` from `input` log-probabilities (PyTorch's kl_div): pointwise
 /// target * (log(target) - input), 0 where target is 0 (with log_target, target holds log-probabilities:
 /// exp(target) * (target - input)). reduction "mean" (over elements, PyTorch's default), "batchmean" (the sum over

@@ -1,4 +1,4 @@
-// Views (sharing storage, recorded by autograd), cat/stack, flip/repeat, sum_to and slice gradients.
+// Views (sharing storage, recorded by autograd), cat/stack, unbind, flip/roll/repeat/repeat_interleave, sum_to and slice gradients.
 #include "ops/shape.h"
 
 #include <cstring>
@@ -390,6 +390,49 @@ Tensor repeat(const Tensor& t, const IntList& repeats) {
     out.push_back(repeats[d] * padded[d]);
   }
   return t.reshape(split).expand(target).reshape(out);
+}
+
+tensor_list unbind(const Tensor& t, int64_t dim0) {
+  MPX_CHECK(t.defined() && t.dim() > 0, "unbind: needs a tensor with at least one dim, got ",
+            t.defined() ? ops::describe(t) : "an undefined tensor");
+  const int64_t dim = wrap_dim(dim0, t.dim(), "unbind: dim");
+  tensor_list r;
+  for (int64_t i = 0; i < t.size(dim); ++i) r.push_back(t.select(dim, i));
+  return r;
+}
+
+Tensor roll(const Tensor& t, const IntList& shifts, const IntList& dims) {
+  MPX_CHECK(t.defined(), "roll: input is undefined");
+  if (dims.empty()) {
+    MPX_CHECK(shifts.size() == 1, "roll: without dims give one shift (for the flattened tensor), got ", shape_str(shifts));
+    return roll(t.reshape({t.numel()}), shifts, {0}).reshape(t.sizes());
+  }
+  MPX_CHECK(shifts.size() == dims.size(), "roll: ", shifts.size(), " shifts for ", dims.size(), " dims (",
+            shape_str(shifts), " and ", shape_str(dims), "); give one shift per dim");
+  Tensor r = t;
+  for (size_t k = 0; k < dims.size(); ++k) {
+    const int64_t d = wrap_dim(dims[k], std::max<int64_t>(t.dim(), 1), "roll: dim");
+    if (t.dim() == 0) continue;
+    const int64_t n = t.size(d);
+    if (n == 0) continue;
+    const int64_t s = ((shifts[k] % n) + n) % n;
+    if (s == 0) continue;
+    r = cat({r.narrow(d, n - s, s), r.narrow(d, 0, n - s)}, d);
+  }
+  return r.is_same(t) ? t.clone() : r;
+}
+
+Tensor repeat_interleave(const Tensor& t, int64_t repeats, std::optional<int64_t> dim0) {
+  MPX_CHECK(t.defined(), "repeat_interleave: input is undefined");
+  MPX_CHECK(repeats >= 0, "repeat_interleave: repeats must be non-negative, got ", repeats);
+  if (!dim0) return repeat_interleave(t.reshape({t.numel()}), repeats, 0);
+  const int64_t d = wrap_dim(*dim0, std::max<int64_t>(t.dim(), 1), "repeat_interleave: dim");
+  if (t.dim() == 0) return repeat_interleave(t.reshape({1}), repeats, 0);
+  // [.., n, ..] -> [.., n, 1, ..] broadcast to [.., n, repeats, ..] and merged: element i's copies are adjacent.
+  IntList target = t.sizes(), out = t.sizes();
+  target.insert(target.begin() + d + 1, repeats);
+  out[static_cast<size_t>(d)] *= repeats;
+  return t.unsqueeze(d + 1).expand(target).reshape(out);
 }
 
 Tensor Tensor::flip(const IntList& dims) const { return mpx::flip(*this, dims); }

@@ -1,5 +1,7 @@
-// Shape ops: views (as Tensor methods), cat/stack, flip/repeat, and sum_to for broadcasting gradients.
+// Shape ops: views (as Tensor methods), cat/stack, unbind, flip/roll/repeat/repeat_interleave, and sum_to for broadcasting gradients.
 #pragma once
+#include <optional>
+
 #include "core/tensor.h"
 
 namespace mpx {
@@ -11,6 +13,8 @@ Tensor stack(const tensor_list& tensors, int64_t dim = 0);
 /// Splits into pieces of `size` along dim (views).
 tensor_list split(const Tensor& t, int64_t size, int64_t dim = 0);
 tensor_list chunk(const Tensor& t, int64_t chunks, int64_t dim = 0);
+/// The slices along dim, as views (PyTorch's unbind).
+tensor_list unbind(const Tensor& t, int64_t dim = 0);
 /// Sums a broadcast tensor back down to `shape`. Differentiable.
 Tensor sum_to(const Tensor& t, const IntList& shape);
 /// Copies `src` into a zero tensor of `shape` at the region given by a strided view;
@@ -23,5 +27,11 @@ Tensor flip(const Tensor& t, const IntList& dims);
 /// The tensor tiled `repeats[d]` times along each dim (PyTorch's Tensor.repeat): repeats may be longer than t's
 /// dims, adding leading ones. Differentiable (the gradient sums the tiles).
 Tensor repeat(const Tensor& t, const IntList& repeats);
+/// Elements shifted along each of `dims` by the matching shift, wrapping around (PyTorch's roll): element i goes
+/// to (i + shift) mod size; with no dims, over the flattened tensor, reshaped back. Differentiable.
+Tensor roll(const Tensor& t, const IntList& shifts, const IntList& dims = {});
+/// Each element repeated `repeats` times in a row along dim (PyTorch's repeat_interleave with an integer count);
+/// without dim, over the flattened tensor. Differentiable (the gradient sums each run).
+Tensor repeat_interleave(const Tensor& t, int64_t repeats, std::optional<int64_t> dim = std::nullopt);
 
 }  // namespace mpx

@@ -320,6 +320,69 @@ def gen_optim_more():
 
 
 # --------------------------------------------------------------------------
+# loss_more.safetensors: regression, likelihood, margin and embedding losses
+# --------------------------------------------------------------------------
+
+def gen_loss_more():
+    torch.manual_seed(2)
+    store, meta = {}, {}
+
+    def case(name, fn, inputs, **kw):
+        # inputs: name -> tensor; all but targets and weights get gradients of the mean loss.
+        leaves = {k: (v.clone().requires_grad_(True) if k not in ("target", "weight") else v)
+                  for k, v in inputs.items()}
+        none = fn(**leaves, reduction="none", **kw)
+        loss = fn(**leaves, reduction="mean", **kw)
+        total = fn(**leaves, reduction="sum", **kw)
+        loss.backward()
+        for k, v in inputs.items():
+            store[f"{name}.{k}"] = v.clone()
+            if leaves[k].grad is not None:
+                store[f"{name}.grad_{k}"] = leaves[k].grad.clone()
+        store[f"{name}.none"] = none.detach().clone()
+        store[f"{name}.mean"] = loss.detach().clone()
+        store[f"{name}.sum"] = total.detach().clone()
+        meta[name] = json.dumps({"op": fn.__name__, **kw})
+
+    x, t = torch.randn(4, 5), torch.randn(4, 5) * 2
+    case("huber", F.huber_loss, {"input": x, "target": t}, delta=0.7)
+    rate = torch.rand(4, 5) * 3
+    counts = torch.tensor([[0., 1., 2., 5., 3.]] * 4)
+    case("poisson_log", F.poisson_nll_loss, {"input": torch.randn(4, 5), "target": counts}, log_input=True, full=True)
+    case("poisson_rate", F.poisson_nll_loss, {"input": rate + 0.1, "target": counts}, log_input=False, full=False)
+    var = torch.rand(4, 5) + 0.05
+    var[0, 0] = 1e-9  # below eps: clamped in value only
+    case("gaussian", F.gaussian_nll_loss, {"input": torch.randn(4, 5), "target": torch.randn(4, 5), "var": var},
+         full=True, eps=1e-3)
+    case("gaussian_row", F.gaussian_nll_loss, {"input": torch.randn(4, 5), "target": torch.randn(4, 5),
+                                               "var": torch.rand(4) + 0.5})
+    sign = torch.tensor([1., -1., 1., -1., -1.])
+    case("soft_margin", F.soft_margin_loss, {"input": torch.randn(4, 5) * 3, "target": sign.expand(4, 5).clone()})
+    y01 = (torch.rand(4, 5) > 0.5).double()
+    case("multilabel_soft_margin", F.multilabel_soft_margin_loss,
+         {"input": torch.randn(4, 5), "target": y01, "weight": torch.rand(5) + 0.5})
+    cls = torch.tensor([0, 3, 4, 1])
+    case("multi_margin", F.multi_margin_loss, {"input": torch.randn(4, 5), "target": cls}, p=1, margin=0.8)
+    case("multi_margin_p2", F.multi_margin_loss,
+         {"input": torch.randn(4, 5), "target": cls, "weight": torch.rand(5) + 0.5}, p=2, margin=1.2)
+    case("margin_ranking", F.margin_ranking_loss,
+         {"input1": torch.randn(6), "input2": torch.randn(6), "target": torch.tensor([1., -1., 1., 1., -1., -1.])},
+         margin=0.3)
+    case("hinge_embedding", F.hinge_embedding_loss,
+         {"input": torch.randn(4, 5) * 2, "target": sign.expand(4, 5).clone()}, margin=1.5)
+    case("cosine_embedding", F.cosine_embedding_loss,
+         {"input1": torch.randn(6, 4), "input2": torch.randn(6, 4), "target": torch.tensor([1., -1., 1., -1., -1., 1.])},
+         margin=0.2)
+    case("triplet", F.triplet_margin_loss,
+         {"anchor": torch.randn(5, 4), "positive": torch.randn(5, 4), "negative": torch.randn(5, 4)},
+         margin=1.5, p=2.0, swap=False)
+    case("triplet_swap_p1", F.triplet_margin_loss,
+         {"anchor": torch.randn(5, 4), "positive": torch.randn(5, 4), "negative": torch.randn(5, 4)},
+         margin=2.0, p=1.0, swap=True)
+    return store, meta
+
+
+# --------------------------------------------------------------------------
 
 def main():
     generators = {
@@ -328,6 +391,7 @@ def main():
         "loss.safetensors": gen_loss,
         "optim.safetensors": gen_optim,
         "optim_more.safetensors": gen_optim_more,
+        "loss_more.safetensors": gen_loss_more,
     }
     # Named files only (say, a new one generated with a newer torch, leaving the others as they are).
     if len(sys.argv) > 1:
