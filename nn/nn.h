@@ -8,6 +8,7 @@
 #include "nn/modules.h"
 #include "nn/activations.h"
 #include "nn/losses.h"
+#include "nn/vision.h"
 #include "nn/rnn.h"
 #include "nn/functional.h"
 #include "nn/init.h"

@@ -383,6 +383,42 @@ def gen_loss_more():
 
 
 # --------------------------------------------------------------------------
+# resize.safetensors: F.interpolate, pixel_shuffle, 1-d pools
+# --------------------------------------------------------------------------
+
+def gen_resize():
+    torch.manual_seed(3)
+    store, meta = {}, {}
+
+    def case(name, fn, x, **kw):
+        xl = x.clone().requires_grad_(True)
+        y = fn(xl, **kw)
+        gy = torch.randn_like(y)
+        (y * gy).sum().backward()
+        store.update({f"{name}.x": x.clone(), f"{name}.y": y.detach().clone(), f"{name}.gy": gy,
+                      f"{name}.gx": xl.grad.clone()})
+        meta[name] = json.dumps({"op": fn.__name__, **kw})
+
+    x4, x3, x5 = torch.randn(2, 3, 5, 7), torch.randn(2, 3, 9), torch.randn(1, 2, 3, 4, 5)
+    case("nearest_size", F.interpolate, x4, size=(8, 11), mode="nearest")
+    case("nearest_scale", F.interpolate, x4, scale_factor=(2.0, 1.5), mode="nearest")
+    case("nearest_down", F.interpolate, x4, size=(3, 4), mode="nearest")
+    case("nearest_exact", F.interpolate, x4, size=(8, 4), mode="nearest-exact")
+    case("bilinear", F.interpolate, x4, size=(8, 11), mode="bilinear", align_corners=False)
+    case("bilinear_ac", F.interpolate, x4, size=(3, 13), mode="bilinear", align_corners=True)
+    case("bilinear_scale", F.interpolate, x4, scale_factor=(1.7, 0.6), mode="bilinear")
+    case("linear", F.interpolate, x3, size=14, mode="linear")
+    case("trilinear", F.interpolate, x5, scale_factor=2.0, mode="trilinear", align_corners=True)
+    case("nearest_1d_scale", F.interpolate, x3, scale_factor=2.5, mode="nearest")
+    case("pixel_shuffle", F.pixel_shuffle, torch.randn(2, 8, 3, 4), upscale_factor=2)
+    case("pixel_unshuffle", F.pixel_unshuffle, torch.randn(2, 2, 6, 4), downscale_factor=2)
+    case("max_pool1d", F.max_pool1d, x3, kernel_size=3, stride=2, padding=1)
+    case("avg_pool1d", F.avg_pool1d, x3, kernel_size=4, stride=2, padding=2, count_include_pad=False, ceil_mode=True)
+    case("adaptive_avg_pool1d", F.adaptive_avg_pool1d, x3, output_size=4)
+    return store, meta
+
+
+# --------------------------------------------------------------------------
 
 def main():
     generators = {
@@ -392,6 +428,7 @@ def main():
         "optim.safetensors": gen_optim,
         "optim_more.safetensors": gen_optim_more,
         "loss_more.safetensors": gen_loss_more,
+        "resize.safetensors": gen_resize,
     }
     # Named files only (say, a new one generated with a newer torch, leaving the others as they are).
     if len(sys.argv) > 1:
