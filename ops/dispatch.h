@@ -23,6 +23,7 @@
 #include "ops/optim_kernels.h"
 #include "ops/pooling.h"
 #include "ops/reduction.h"
+#include "ops/resize.h"
 #include "ops/rnn_kernels.h"
 
 namespace mpx {

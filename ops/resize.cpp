@@ -1,15 +1,19 @@
-// interpolate as index_select gathers blended per spatial dim; pixel_shuffle as a reshape-permute-reshape.
+// interpolate as one resampling pass per spatial dim (kernels, or index_select gathers); pixel_shuffle as a reshape-permute-reshape.
 #include "ops/resize.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "ops/index.h"
 #include "ops/op_utils.h"
 
 namespace mpx {
 namespace {
+using autograd::FunctionNode;
 
 // PyTorch computes source coordinates in the op's math type (f32, f64 for f64 data): so do we, so that a
 // coordinate on a pixel boundary rounds the same way.
@@ -36,30 +40,70 @@ struct Axis {
   }
 };
 
-// x resized along `dim` to `out` by nearest or linear sampling.
+// x resampled along `dim` by the kernels: out[.., j, ..] = w[2j] x[.., idx[2j], ..] + w[2j + 1] x[.., idx[2j + 1], ..]
+// (`adjoint`: the transposed map, n_out then being the input length). Differentiable: each direction's backward is
+// the other.
+Tensor resample(const Tensor& x, int64_t dim, const Tensor& idx, const Tensor& w, int64_t n_out, bool adjoint) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= x.size(d);
+  for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
+  IntList shape = x.sizes();
+  shape[static_cast<size_t>(dim)] = n_out;
+  Tensor out = empty({outer, n_out, inner}, x.options());
+  {
+    NoGradGuard ng;
+    const Tensor x3 = x.contiguous().view({outer, x.size(dim), inner});
+    dispatch::kernel<kernels::ResampleFn>(adjoint ? OpId::resample_dim_backward : OpId::resample_dim, x.device(),
+                                          x.dtype())(out, x3, idx, w);
+  }
+  out = out.view(shape);
+  if (auto n = autograd::record("ResampleBackward", {x}, {out}, [](FunctionNode& self, const tensor_list& g) -> tensor_list {
+        return {resample(g[0], self.shapes[0][0], self.saved(0), self.saved(1), self.shapes[0][1], self.scalars[0] == 0.0)};
+      })) {
+    n->save(idx);
+    n->save(w);
+    n->shapes = {{dim, x.size(dim)}};
+    n->scalars = {adjoint ? 1.0 : 0.0};
+  }
+  return out;
+}
+
+// x resized along `dim` by nearest or linear sampling: each output position reads two input positions with
+// weights (nearest: the second weight is 0). The kernels where the device has them, else two gathers.
 template <typename M>
 Tensor resize_dim(const Tensor& x, int64_t dim, const Axis<M>& ax, const std::string& mode, bool align_corners) {
-  if (mode == "nearest" || mode == "nearest-exact") {
-    std::vector<int64_t> idx(static_cast<size_t>(ax.out));
-    for (int64_t o = 0; o < ax.out; ++o) idx[static_cast<size_t>(o)] = ax.nearest(o, mode == "nearest-exact");
-    return index_select(x, dim, tensor(idx).to(x.device()));
-  }
-  std::vector<int64_t> i0(static_cast<size_t>(ax.out)), i1(static_cast<size_t>(ax.out));
-  std::vector<double> w0(static_cast<size_t>(ax.out)), w1(static_cast<size_t>(ax.out));
+  const size_t n = static_cast<size_t>(ax.out);
+  std::vector<int64_t> idx(2 * n);
+  std::vector<double> w(2 * n);
+  const bool nearest = mode == "nearest" || mode == "nearest-exact";
   for (int64_t o = 0; o < ax.out; ++o) {
+    const size_t k = 2 * static_cast<size_t>(o);
+    if (nearest) {
+      idx[k] = idx[k + 1] = ax.nearest(o, mode == "nearest-exact");
+      w[k] = 1.0;
+      w[k + 1] = 0.0;
+      continue;
+    }
     const M src = ax.linear_src(o, align_corners);
     const int64_t lo = std::min(static_cast<int64_t>(src), ax.in - 1);
     const M l1 = std::min(std::max(src - static_cast<M>(lo), M(0)), M(1));
-    i0[static_cast<size_t>(o)] = lo;
-    i1[static_cast<size_t>(o)] = lo + (lo < ax.in - 1 ? 1 : 0);
-    w0[static_cast<size_t>(o)] = static_cast<double>(M(1) - l1);
-    w1[static_cast<size_t>(o)] = static_cast<double>(l1);
+    idx[k] = lo;
+    idx[k + 1] = lo + (lo < ax.in - 1 ? 1 : 0);
+    w[k] = static_cast<double>(M(1) - l1);
+    w[k + 1] = static_cast<double>(l1);
   }
+  const Tensor it = tensor(idx, {static_cast<int64_t>(2 * n)}), wt = tensor(w, {static_cast<int64_t>(2 * n)}).to(x.dtype());
+  if (dispatch::has_kernel(OpId::resample_dim, x.device().type, x.dtype())) return resample(x, dim, it, wt, ax.out, false);
+  // Elsewhere: gathers of the even and odd positions, blended.
+  const Tensor dev_idx = it.to(x.device()), dev_w = wt.to(x.device());
   IntList wshape(static_cast<size_t>(x.dim()), 1);
   wshape[static_cast<size_t>(dim)] = ax.out;
-  auto weights = [&](const std::vector<double>& w) { return tensor(w).to(x.dtype()).to(x.device()).reshape(wshape); };
-  const Tensor a = index_select(x, dim, tensor(i0).to(x.device())), b = index_select(x, dim, tensor(i1).to(x.device()));
-  return a * weights(w0) + b * weights(w1);
+  const Tensor even = arange(0.0, static_cast<double>(2 * n), 2.0, TensorOptions(kInt64).device(x.device()));
+  const Tensor i0 = index_select(dev_idx, 0, even), i1 = index_select(dev_idx, 0, even + 1);
+  const Tensor w0 = index_select(dev_w, 0, even).reshape(wshape), w1 = index_select(dev_w, 0, even + 1).reshape(wshape);
+  const Tensor a = index_select(x, dim, i0);
+  if (nearest) return a;
+  return a * w0 + index_select(x, dim, i1) * w1;
 }
 
 }  // namespace
@@ -82,7 +126,9 @@ Tensor interpolate(const Tensor& x0, const IntList& size, const std::vector<doub
             " spatial dims; give one, or one per dim");
   const Tensor x = ops::autocast(OpId::interpolate, {x0})[0];
   Tensor y = x;
-  for (int64_t k = 0; k < sd; ++k) {
+  // The last dim first: its pass gathers single elements (the others move whole rows), so it runs on the smaller
+  // intermediate when upsampling.
+  for (int64_t k = sd - 1; k >= 0; --k) {
     const int64_t d = k + 2, in = x.size(d);
     std::optional<double> f;
     int64_t out;

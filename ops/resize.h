@@ -22,3 +22,11 @@ Tensor pixel_shuffle(const Tensor& x, int64_t upscale_factor);
 Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor);
 
 }  // namespace mpx
+
+namespace mpx::kernels {
+/// One separable resampling pass (OpId::resample_dim): with x contiguous [outer, n_in, inner] and out contiguous
+/// [outer, n_out, inner], out[o, j, :] = w[2j] x[o, idx[2j], :] + w[2j + 1] x[o, idx[2j + 1], :] (idx i64 and w in
+/// x's dtype, both [2 n_out], on the host). Its adjoint (OpId::resample_dim_backward) writes gx [outer, n_in, inner]
+/// (zeroing it first) from g [outer, n_out, inner] with the same idx and w.
+using ResampleFn = void (*)(const Tensor& out, const Tensor& x, const Tensor& idx, const Tensor& w);
+}  // namespace mpx::kernels

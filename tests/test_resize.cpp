@@ -8,6 +8,7 @@
 
 #include "amp/autocast.h"
 #include "core/serialize.h"
+#include "gradcheck.h"
 #include "nn/nn.h"
 #include "test_util.h"
 
@@ -92,6 +93,16 @@ TEST_CASE("Upsample, PixelShuffle and the 1-d pooling modules, interpolate in f3
               .dtype() == kFloat32);
   }
   const Tensor x = g.at("bilinear.x");
+  // f32/f64 run on the CPU's resampling kernels; bf16 (no kernel here, as on devices without one) on gathers.
+  for (const std::string mode : {"nearest", "bilinear"}) {
+    INFO(mode);
+    const Tensor ref = interpolate(x.to(kFloat32), {}, {1.7, 2.0}, mode);
+    CHECK(testing::max_abs_diff(interpolate(x.to(kBFloat16), {}, {1.7, 2.0}, mode), ref) < 0.05);
+    CHECK(testing::gradcheck([mode](const tensor_list& t) { return interpolate(t[0], {4, 3}, {}, mode); },
+                             {testing::leaf({1, 2, 3, 5})}) == "");
+    CHECK(testing::gradgradcheck([mode](const tensor_list& t) { return interpolate(t[0] * t[0], {}, {2.0}, mode); },
+                                 {testing::leaf({1, 1, 2, 3})}) == "");
+  }
   CHECK_THROWS_WITH(interpolate(x, {4, 4}, {2.0}), Catch::Contains("either size or scale_factor"));
   CHECK_THROWS_WITH(interpolate(x, {}, {}), Catch::Contains("either size or scale_factor"));
   CHECK_THROWS_WITH(interpolate(x, {4, 4, 4}), Catch::Contains("3 sizes or factors for 2 spatial dims"));
