@@ -1,6 +1,6 @@
 // The multi-tensor launch machinery of the fused amp and optimizer kernels: chunked launches over
 // many tensors, packed loads and stores, per-store rounding and the per-type kernel dispatch.
-// Device code only, so a .cu file that includes it can still be rewritten for the host (tests/cuda_emu).
+// No launch syntax here, so a .cu file that includes it can still be rewritten for the host (tests/cuda_emu).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
