@@ -43,6 +43,9 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Conv2dFuncOptions& o)
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Conv1dFuncOptions& o) {
   return mpx::conv1d(x, weight, o.bias(), o.stride(), o.padding(), o.dilation(), o.groups());
 }
+Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const ConvTranspose1dFuncOptions& o) {
+  return mpx::conv_transpose1d(x, w, o.bias(), o.stride(), o.padding(), o.output_padding(), o.groups(), o.dilation());
+}
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const ConvTranspose2dFuncOptions& o) {
   return mpx::conv_transpose2d(x, weight, o.bias(), o.stride(), o.padding(), o.output_padding(), o.groups(),
                                o.dilation());

@@ -66,6 +66,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Conv2dFuncOptions& options = {});
 /// x [N, C, L] or [C, L], weight [out, C/groups, k] (PyTorch's F.conv1d).
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Conv1dFuncOptions& options = {});
+/// x [N, C, L] or [C, L], weight [C, out/groups, k] (PyTorch's F.conv_transpose1d).
+Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const ConvTranspose1dFuncOptions& options = {});
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const ConvTranspose2dFuncOptions& options = {});
 
 // ---- pooling ----

@@ -118,6 +118,42 @@ void Conv1dImpl::pretty_print(std::ostream& os) const {
   os << ")";
 }
 
+// ---------------------------------------------------------------- ConvTranspose1d
+
+ConvTranspose1dImpl::ConvTranspose1dImpl(const ConvTranspose1dOptions& o) : options(o) {
+  check_positive(o.in_channels(), "ConvTranspose1d", "in_channels");
+  check_positive(o.out_channels(), "ConvTranspose1d", "out_channels");
+  check_positive(o.kernel_size(), "ConvTranspose1d", "kernel_size");
+  check_positive(o.groups(), "ConvTranspose1d", "groups");
+  MPX_CHECK(o.in_channels() % o.groups() == 0 && o.out_channels() % o.groups() == 0, "ConvTranspose1d: in_channels (",
+            o.in_channels(), ") and out_channels (", o.out_channels(), ") must be divisible by groups (", o.groups(),
+            ")");
+  weight = register_parameter("weight", empty({o.in_channels(), o.out_channels() / o.groups(), o.kernel_size()}));
+  if (o.bias()) bias = register_parameter("bias", empty({o.out_channels()}));
+  reset_parameters();
+}
+void ConvTranspose1dImpl::reset_parameters() { reset_weight_and_bias(weight, bias); }
+Tensor ConvTranspose1dImpl::forward(const Tensor& x) {
+  return F::conv_transpose1d(x, weight,
+                             F::ConvTranspose1dFuncOptions()
+                                 .bias(bias)
+                                 .stride(options.stride())
+                                 .padding(options.padding())
+                                 .output_padding(options.output_padding())
+                                 .groups(options.groups())
+                                 .dilation(options.dilation()));
+}
+void ConvTranspose1dImpl::pretty_print(std::ostream& os) const {
+  os << "ConvTranspose1d(" << options.in_channels() << ", " << options.out_channels() << ", kernel_size=("
+     << options.kernel_size() << ",), stride=(" << options.stride() << ",)";
+  if (options.padding() != 0) os << ", padding=(" << options.padding() << ",)";
+  if (options.output_padding() != 0) os << ", output_padding=(" << options.output_padding() << ",)";
+  if (options.dilation() != 1) os << ", dilation=(" << options.dilation() << ",)";
+  if (options.groups() != 1) os << ", groups=" << options.groups();
+  if (!options.bias()) os << ", bias=false";
+  os << ")";
+}
+
 // ---------------------------------------------------------------- ConvTranspose2d
 
 ConvTranspose2dImpl::ConvTranspose2dImpl(const ConvTranspose2dOptions& o) : options(o) {

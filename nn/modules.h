@@ -67,6 +67,23 @@ class Conv1dImpl : public Module {
 MPX_MODULE(Conv1d);
 
 /// Transposed 2-d convolution, weight [in, out/groups, kh, kw]; PyTorch's default init.
+/// Transposed 1-d convolution; weight [in, out/groups, k], as PyTorch's.
+class ConvTranspose1dImpl : public Module {
+ public:
+  ConvTranspose1dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
+      : ConvTranspose1dImpl(ConvTranspose1dOptions(in_channels, out_channels, kernel_size)) {}
+  explicit ConvTranspose1dImpl(const ConvTranspose1dOptions& options);
+  void reset_parameters();
+  Tensor forward(const Tensor& x);
+  std::string name() const override { return "ConvTranspose1d"; }
+  void pretty_print(std::ostream& os) const override;
+
+  ConvTranspose1dOptions options;
+  Tensor weight;
+  Tensor bias;
+};
+MPX_MODULE(ConvTranspose1d);
+
 class ConvTranspose2dImpl : public Module {
  public:
   ConvTranspose2dImpl(int64_t in_channels, int64_t out_channels, ExpandingArray2 kernel_size)

@@ -79,6 +79,20 @@ struct Conv1dOptions {
   MPX_ARG(bool, bias) = true;
 };
 
+struct ConvTranspose1dOptions {
+  ConvTranspose1dOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
+      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
+  MPX_ARG(int64_t, in_channels);
+  MPX_ARG(int64_t, out_channels);
+  MPX_ARG(int64_t, kernel_size);
+  MPX_ARG(int64_t, stride) = 1;
+  MPX_ARG(int64_t, padding) = 0;
+  MPX_ARG(int64_t, output_padding) = 0;
+  MPX_ARG(int64_t, dilation) = 1;
+  MPX_ARG(int64_t, groups) = 1;
+  MPX_ARG(bool, bias) = true;
+};
+
 struct ConvTranspose2dOptions {
   ConvTranspose2dOptions(int64_t in_channels, int64_t out_channels, ExpandingArray2 kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
@@ -340,6 +354,15 @@ struct Conv1dFuncOptions {
   MPX_ARG(int64_t, padding) = 0;
   MPX_ARG(int64_t, dilation) = 1;
   MPX_ARG(int64_t, groups) = 1;
+};
+struct ConvTranspose1dFuncOptions {
+  ConvTranspose1dFuncOptions() = default;
+  MPX_ARG(Tensor, bias) = {};
+  MPX_ARG(int64_t, stride) = 1;
+  MPX_ARG(int64_t, padding) = 0;
+  MPX_ARG(int64_t, output_padding) = 0;
+  MPX_ARG(int64_t, groups) = 1;
+  MPX_ARG(int64_t, dilation) = 1;
 };
 struct ConvTranspose2dFuncOptions {
   ConvTranspose2dFuncOptions() = default;

@@ -200,6 +200,19 @@ Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
   return conv2d(x.unsqueeze(-2), w.unsqueeze(2), b, {1, stride}, {0, padding}, {1, dilation}, groups).squeeze(-2);
 }
 
+Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, int64_t padding,
+                        int64_t output_padding, int64_t groups, int64_t dilation) {
+  MPX_CHECK(x.defined() && w.defined(), "conv_transpose1d: input and weight must be defined");
+  MPX_CHECK(x.dim() == 2 || x.dim() == 3, "conv_transpose1d: input ", ops::describe(x),
+            " must be [N, C, L] or unbatched [C, L]");
+  MPX_CHECK(w.dim() == 3, "conv_transpose1d: weight ", ops::describe(w),
+            " must be [in_channels, out_channels / groups, kernel]");
+  // A height of one: conv_transpose2d's checks, kernels, gradients and autocast; the views add no copy.
+  return conv_transpose2d(x.unsqueeze(-2), w.unsqueeze(2), b, {1, stride}, {0, padding}, {0, output_padding}, groups,
+                          {1, dilation})
+      .squeeze(-2);
+}
+
 Tensor conv_transpose2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, Pair stride, Pair padding,
                         Pair output_padding, int64_t groups, Pair dilation) {
   MPX_CHECK(x0.defined() && w0.defined(), "conv_transpose2d: input and weight must be defined");

@@ -1,4 +1,4 @@
-// Convolution ops: conv2d (stride, padding, dilation, groups) and conv_transpose2d.
+// Convolution ops: conv2d (stride, padding, dilation, groups), conv_transpose2d, and their 1-d forms over a height of one.
 #pragma once
 #include <array>
 #include <string>
@@ -32,6 +32,11 @@ Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b = {}, int64_t st
 Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b = {}, Pair stride = {1, 1},
                         Pair padding = {0, 0}, Pair output_padding = {0, 0}, int64_t groups = 1,
                         Pair dilation = {1, 1});
+
+/// x [N, C, L] (or unbatched [C, L]), w [C, O/groups, k], b [O] (optional) -> [N, O, L'] with
+/// L' = (L-1)*stride - 2*padding + dilation*(k-1) + output_padding + 1: conv_transpose2d over a height of one.
+Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor& b = {}, int64_t stride = 1, int64_t padding = 0,
+                        int64_t output_padding = 0, int64_t groups = 1, int64_t dilation = 1);
 
 /// What runs f32 convolutions on the CPU in this build: "oneDNN 2.6.3 (CPU ISA ...)" when
 /// mpx was built with oneDNN, else "im2col + Eigen GEMM".

@@ -2,10 +2,13 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "core/serialize.h"
 #include "gradcheck.h"
+#include "nn/nn.h"
 #include "test_util.h"
 #include "ops/conv.h"
 #include "ops/elementwise.h"
@@ -313,4 +316,45 @@ TEST_CASE("conv1d: shape errors name conv1d and the shapes", "[conv]") {
   REQUIRE_THROWS_WITH(conv1d(x, randn({6, 3, 3})), Catch::Contains("4 channels") && Catch::Contains("[6, 3, 3]"));
   REQUIRE_THROWS_WITH(conv1d(randn({2, 4, 2}), randn({6, 4, 5})), Catch::Contains("too short"));
   REQUIRE_THROWS_WITH(conv1d(x, w, {}, 0), Catch::Contains("stride (0)"));
+}
+
+TEST_CASE("conv_transpose1d matches a direct scatter loop, ConvTranspose1d has PyTorch's layout, errors", "[conv]") {
+  manual_seed(6);
+  // stride 3, padding 1, output_padding 1, dilation 2, groups 2.
+  const int64_t N = 2, C = 4, L = 5, O = 6, K = 3, s = 3, p = 1, op = 1, d = 2, g = 2;
+  const Tensor x = randn({N, C, L}, TensorOptions(kFloat64)), w = randn({C, O / g, K}, TensorOptions(kFloat64)),
+               b = randn({O}, TensorOptions(kFloat64));
+  const Tensor y = conv_transpose1d(x, w, b, s, p, op, g, d);
+  const int64_t Lo = (L - 1) * s - 2 * p + d * (K - 1) + op + 1;
+  REQUIRE(y.sizes() == IntList{N, O, Lo});
+  // The definition: every input element scatters its kernel row into the output.
+  std::vector<double> ref(static_cast<size_t>(N * O * Lo));
+  const Tensor xc = x.contiguous(), wc = w.contiguous();
+  const double *px = xc.data_ptr<double>(), *pw = wc.data_ptr<double>(), *pb = b.data_ptr<double>();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t t = 0; t < Lo; ++t) ref[static_cast<size_t>((n * O + o) * Lo + t)] = pb[o];
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t l = 0; l < L; ++l)
+        for (int64_t oo = 0; oo < O / g; ++oo)
+          for (int64_t k = 0; k < K; ++k) {
+            const int64_t t = l * s - p + k * d, o = (c / (C / g)) * (O / g) + oo;
+            if (t >= 0 && t < Lo)
+              ref[static_cast<size_t>((n * O + o) * Lo + t)] += px[(n * C + c) * L + l] * pw[(c * (O / g) + oo) * K + k];
+          }
+  CHECK(close(y, tensor(ref, {N, O, Lo}), 1e-12));
+  CHECK(close(conv_transpose1d(x.select(0, 1), w, b, s, p, op, g, d), y.select(0, 1), 1e-12));
+  CHECK(gradcheck([](const tensor_list& t) { return conv_transpose1d(t[0], t[1], t[2], 2, 1, 1, 2, 1); },
+                  {leaf({N, C, L}), leaf({C, O / g, K}), leaf({O})}) == "");
+  nn::ConvTranspose1d m(nn::ConvTranspose1dOptions(4, 6, 3).stride(2).groups(2));
+  CHECK(m->weight.sizes() == IntList{4, 3, 3});
+  CHECK(m->bias.sizes() == IntList{6});
+  CHECK(m(randn({2, 4, 7})).sizes() == IntList{2, 6, 15});
+  std::ostringstream os;
+  m->pretty_print(os);
+  CHECK(os.str() == "ConvTranspose1d(4, 6, kernel_size=(3,), stride=(2,), groups=2)");
+  CHECK_THROWS_WITH(conv_transpose1d(randn({2, 4, 5, 1}), randn({4, 3, 3})), Catch::Contains("[N, C, L]"));
+  CHECK_THROWS_WITH(conv_transpose1d(randn({2, 4, 5}), randn({4, 3})), Catch::Contains("conv_transpose1d: weight"));
+  CHECK_THROWS_WITH(nn::ConvTranspose1d(nn::ConvTranspose1dOptions(4, 5, 3).groups(2)), Catch::Contains("divisible"));
 }
