@@ -32,6 +32,15 @@ void reset_weight_and_bias(Tensor& weight, Tensor& bias) {
 void check_positive(int64_t v, const char* module, const char* what) {
   MPX_CHECK(v > 0, module, ": ", what, " must be positive, got ", v);
 }
+
+// The channel checks every convolution module makes.
+void check_channels(const char* module, int64_t in, int64_t out, int64_t groups) {
+  check_positive(in, module, "in_channels");
+  check_positive(out, module, "out_channels");
+  check_positive(groups, module, "groups");
+  MPX_CHECK(in % groups == 0 && out % groups == 0, module, ": in_channels (", in, ") and out_channels (", out,
+            ") must be divisible by groups (", groups, ")");
+}
 }  // namespace
 
 // ---------------------------------------------------------------- Linear
@@ -53,12 +62,7 @@ void LinearImpl::pretty_print(std::ostream& os) const {
 // ---------------------------------------------------------------- Conv2d
 
 Conv2dImpl::Conv2dImpl(const Conv2dOptions& o) : options(o) {
-  check_positive(o.in_channels(), "Conv2d", "in_channels");
-  check_positive(o.out_channels(), "Conv2d", "out_channels");
-  check_positive(o.groups(), "Conv2d", "groups");
-  MPX_CHECK(o.in_channels() % o.groups() == 0 && o.out_channels() % o.groups() == 0, "Conv2d: in_channels (",
-            o.in_channels(), ") and out_channels (", o.out_channels(), ") must be divisible by groups (", o.groups(),
-            ")");
+  check_channels("Conv2d", o.in_channels(), o.out_channels(), o.groups());
   weight = register_parameter(
       "weight", empty({o.out_channels(), o.in_channels() / o.groups(), o.kernel_size()[0], o.kernel_size()[1]}));
   if (o.bias()) bias = register_parameter("bias", empty({o.out_channels()}));
@@ -87,13 +91,8 @@ void Conv2dImpl::pretty_print(std::ostream& os) const {
 // ---------------------------------------------------------------- Conv1d
 
 Conv1dImpl::Conv1dImpl(const Conv1dOptions& o) : options(o) {
-  check_positive(o.in_channels(), "Conv1d", "in_channels");
-  check_positive(o.out_channels(), "Conv1d", "out_channels");
   check_positive(o.kernel_size(), "Conv1d", "kernel_size");
-  check_positive(o.groups(), "Conv1d", "groups");
-  MPX_CHECK(o.in_channels() % o.groups() == 0 && o.out_channels() % o.groups() == 0, "Conv1d: in_channels (",
-            o.in_channels(), ") and out_channels (", o.out_channels(), ") must be divisible by groups (", o.groups(),
-            ")");
+  check_channels("Conv1d", o.in_channels(), o.out_channels(), o.groups());
   weight = register_parameter("weight", empty({o.out_channels(), o.in_channels() / o.groups(), o.kernel_size()}));
   if (o.bias()) bias = register_parameter("bias", empty({o.out_channels()}));
   reset_parameters();
@@ -121,13 +120,8 @@ void Conv1dImpl::pretty_print(std::ostream& os) const {
 // ---------------------------------------------------------------- ConvTranspose1d
 
 ConvTranspose1dImpl::ConvTranspose1dImpl(const ConvTranspose1dOptions& o) : options(o) {
-  check_positive(o.in_channels(), "ConvTranspose1d", "in_channels");
-  check_positive(o.out_channels(), "ConvTranspose1d", "out_channels");
   check_positive(o.kernel_size(), "ConvTranspose1d", "kernel_size");
-  check_positive(o.groups(), "ConvTranspose1d", "groups");
-  MPX_CHECK(o.in_channels() % o.groups() == 0 && o.out_channels() % o.groups() == 0, "ConvTranspose1d: in_channels (",
-            o.in_channels(), ") and out_channels (", o.out_channels(), ") must be divisible by groups (", o.groups(),
-            ")");
+  check_channels("ConvTranspose1d", o.in_channels(), o.out_channels(), o.groups());
   weight = register_parameter("weight", empty({o.in_channels(), o.out_channels() / o.groups(), o.kernel_size()}));
   if (o.bias()) bias = register_parameter("bias", empty({o.out_channels()}));
   reset_parameters();
@@ -157,12 +151,7 @@ void ConvTranspose1dImpl::pretty_print(std::ostream& os) const {
 // ---------------------------------------------------------------- ConvTranspose2d
 
 ConvTranspose2dImpl::ConvTranspose2dImpl(const ConvTranspose2dOptions& o) : options(o) {
-  check_positive(o.in_channels(), "ConvTranspose2d", "in_channels");
-  check_positive(o.out_channels(), "ConvTranspose2d", "out_channels");
-  check_positive(o.groups(), "ConvTranspose2d", "groups");
-  MPX_CHECK(o.in_channels() % o.groups() == 0 && o.out_channels() % o.groups() == 0, "ConvTranspose2d: in_channels (",
-            o.in_channels(), ") and out_channels (", o.out_channels(), ") must be divisible by groups (", o.groups(),
-            ")");
+  check_channels("ConvTranspose2d", o.in_channels(), o.out_channels(), o.groups());
   weight = register_parameter(
       "weight", empty({o.in_channels(), o.out_channels() / o.groups(), o.kernel_size()[0], o.kernel_size()[1]}));
   if (o.bias()) bias = register_parameter("bias", empty({o.out_channels()}));
