@@ -94,15 +94,15 @@ Tensor resize_dim(const Tensor& x, int64_t dim, const Axis<M>& ax, const std::st
   }
   const Tensor it = tensor(idx, {static_cast<int64_t>(2 * n)}), wt = tensor(w, {static_cast<int64_t>(2 * n)}).to(x.dtype());
   if (dispatch::has_kernel(OpId::resample_dim, x.device().type, x.dtype())) return resample(x, dim, it, wt, ax.out, false);
-  // Elsewhere: gathers of the even and odd positions, blended.
-  const Tensor dev_idx = it.to(x.device()), dev_w = wt.to(x.device());
+  // Elsewhere: gathers of the pairs' first and second positions, blended.
+  const int64_t m = ax.out;
+  const Tensor pi = it.view({m, 2}).to(x.device()), pw = wt.view({m, 2}).to(x.device());
   IntList wshape(static_cast<size_t>(x.dim()), 1);
-  wshape[static_cast<size_t>(dim)] = ax.out;
-  const Tensor even = arange(0.0, static_cast<double>(2 * n), 2.0, TensorOptions(kInt64).device(x.device()));
-  const Tensor i0 = index_select(dev_idx, 0, even), i1 = index_select(dev_idx, 0, even + 1);
-  const Tensor w0 = index_select(dev_w, 0, even).reshape(wshape), w1 = index_select(dev_w, 0, even + 1).reshape(wshape);
-  const Tensor a = index_select(x, dim, i0);
+  wshape[static_cast<size_t>(dim)] = m;
+  const Tensor a = index_select(x, dim, pi.select(1, 0).contiguous());
   if (nearest) return a;
+  const Tensor i1 = pi.select(1, 1).contiguous();
+  const Tensor w0 = pw.select(1, 0).reshape(wshape), w1 = pw.select(1, 1).reshape(wshape);
   return a * w0 + index_select(x, dim, i1) * w1;
 }
 
