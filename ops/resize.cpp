@@ -1,4 +1,4 @@
-// interpolate as one resampling pass per spatial dim (kernels, or index_select gathers); pixel_shuffle as a reshape-permute-reshape.
+// interpolate as resampling passes over the last two dims (and the depth); pixel_shuffle as a reshape-permute-reshape.
 #include "ops/resize.h"
 
 #include <algorithm>
@@ -7,8 +7,6 @@
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "ops/dispatch.h"
-#include "ops/elementwise.h"
-#include "ops/index.h"
 #include "ops/op_utils.h"
 
 namespace mpx {
@@ -40,48 +38,46 @@ struct Axis {
   }
 };
 
-// x resampled along `dim` by the kernels: out[.., j, ..] = w[2j] x[.., idx[2j], ..] + w[2j + 1] x[.., idx[2j + 1], ..]
-// (`adjoint`: the transposed map, n_out then being the input length). Differentiable: each direction's backward is
-// the other.
-Tensor resample(const Tensor& x, int64_t dim, const Tensor& idx, const Tensor& w, int64_t n_out, bool adjoint) {
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < dim; ++d) outer *= x.size(d);
-  for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
-  IntList shape = x.sizes();
-  shape[static_cast<size_t>(dim)] = n_out;
-  Tensor out = empty({outer, n_out, inner}, x.options());
+// One axis of a resampling pass: positions and weights as the kernels read them (ops/resize.h); undefined both
+// when the axis is kept, w undefined for nearest.
+struct AxisMap {
+  Tensor i, w;
+  int64_t in = 1, out = 1;
+};
+
+// The kernels' pass over x [outer, Hi, Wi] -> [outer, Ho, Wo] (`adjoint`: its transpose, [outer, Ho, Wo] ->
+// [outer, Hi, Wi]). Differentiable: each direction's backward is the other.
+Tensor resample(const Tensor& x, const AxisMap& h, const AxisMap& w, bool adjoint) {
+  const int64_t ho = adjoint ? h.in : h.out, wo = adjoint ? w.in : w.out;
+  Tensor out = empty({x.size(0), ho, wo}, x.options());
   {
     NoGradGuard ng;
-    const Tensor x3 = x.contiguous().view({outer, x.size(dim), inner});
-    dispatch::kernel<kernels::ResampleFn>(adjoint ? OpId::resample_dim_backward : OpId::resample_dim, x.device(),
-                                          x.dtype())(out, x3, idx, w);
+    dispatch::kernel<kernels::ResampleFn>(adjoint ? OpId::resample_backward : OpId::resample, x.device(), x.dtype())(
+        out, x.contiguous(), h.i, h.w, w.i, w.w);
   }
-  out = out.view(shape);
   if (auto n = autograd::record("ResampleBackward", {x}, {out}, [](FunctionNode& self, const tensor_list& g) -> tensor_list {
-        return {resample(g[0], self.shapes[0][0], self.saved(0), self.saved(1), self.shapes[0][1], self.scalars[0] == 0.0)};
+        const IntList& s = self.shapes[0];
+        const AxisMap hm{self.saved(0), self.saved(1), s[0], s[1]}, wm{self.saved(2), self.saved(3), s[2], s[3]};
+        return {resample(g[0], hm, wm, self.scalars[0] == 0.0)};
       })) {
-    n->save(idx);
-    n->save(w);
-    n->shapes = {{dim, x.size(dim)}};
+    for (const Tensor* t : {&h.i, &h.w, &w.i, &w.w}) n->save(*t);
+    n->shapes = {{h.in, h.out, w.in, w.out}};
     n->scalars = {adjoint ? 1.0 : 0.0};
   }
   return out;
 }
 
-// x resized along `dim` by nearest or linear sampling: each output position reads two input positions with
-// weights (nearest: the second weight is 0). The kernels where the device has them, else two gathers.
+// The map of one axis resized by nearest or linear sampling (on `dev`, weights in the math type M).
 template <typename M>
-Tensor resize_dim(const Tensor& x, int64_t dim, const Axis<M>& ax, const std::string& mode, bool align_corners) {
+AxisMap axis_map(const Axis<M>& ax, const std::string& mode, bool align_corners, Device dev) {
   const size_t n = static_cast<size_t>(ax.out);
   std::vector<int64_t> idx(2 * n);
-  std::vector<double> w(2 * n);
+  std::vector<M> w(2 * n);
   const bool nearest = mode == "nearest" || mode == "nearest-exact";
   for (int64_t o = 0; o < ax.out; ++o) {
     const size_t k = 2 * static_cast<size_t>(o);
     if (nearest) {
       idx[k] = idx[k + 1] = ax.nearest(o, mode == "nearest-exact");
-      w[k] = 1.0;
-      w[k + 1] = 0.0;
       continue;
     }
     const M src = ax.linear_src(o, align_corners);
@@ -89,21 +85,19 @@ Tensor resize_dim(const Tensor& x, int64_t dim, const Axis<M>& ax, const std::st
     const M l1 = std::min(std::max(src - static_cast<M>(lo), M(0)), M(1));
     idx[k] = lo;
     idx[k + 1] = lo + (lo < ax.in - 1 ? 1 : 0);
-    w[k] = static_cast<double>(M(1) - l1);
-    w[k + 1] = static_cast<double>(l1);
+    w[k] = M(1) - l1;
+    w[k + 1] = l1;
   }
-  const Tensor it = tensor(idx, {static_cast<int64_t>(2 * n)}), wt = tensor(w, {static_cast<int64_t>(2 * n)}).to(x.dtype());
-  if (dispatch::has_kernel(OpId::resample_dim, x.device().type, x.dtype())) return resample(x, dim, it, wt, ax.out, false);
-  // Elsewhere: gathers of the pairs' first and second positions, blended.
-  const int64_t m = ax.out;
-  const Tensor pi = it.view({m, 2}).to(x.device()), pw = wt.view({m, 2}).to(x.device());
-  IntList wshape(static_cast<size_t>(x.dim()), 1);
-  wshape[static_cast<size_t>(dim)] = m;
-  const Tensor a = index_select(x, dim, pi.select(1, 0).contiguous());
-  if (nearest) return a;
-  const Tensor i1 = pi.select(1, 1).contiguous();
-  const Tensor w0 = pw.select(1, 0).reshape(wshape), w1 = pw.select(1, 1).reshape(wshape);
-  return a * w0 + index_select(x, dim, i1) * w1;
+  AxisMap m{tensor(idx, {static_cast<int64_t>(2 * n)}).to(dev), {}, ax.in, ax.out};
+  if (!nearest) m.w = tensor(w, {static_cast<int64_t>(2 * n)}).to(dev);
+  return m;
+}
+
+// x [lead..., spatial...] viewed as [outer, Hi, Wi] and resampled.
+Tensor resample_dims(const Tensor& x, const AxisMap& h, const AxisMap& w) {
+  if (!h.i.defined() && !w.i.defined()) return x;
+  const int64_t outer = x.numel() / std::max<int64_t>(h.in * w.in, 1);
+  return resample(x.contiguous().view({outer, h.in, w.in}), h, w, false);
 }
 
 }  // namespace
@@ -125,11 +119,11 @@ Tensor interpolate(const Tensor& x0, const IntList& size, const std::vector<doub
   MPX_CHECK(n == 1 || n == static_cast<size_t>(sd), "interpolate: ", n, " sizes or factors for ", sd,
             " spatial dims; give one, or one per dim");
   const Tensor x = ops::autocast(OpId::interpolate, {x0})[0];
-  Tensor y = x;
-  // The last dim first: its pass gathers single elements (the others move whole rows), so it runs on the smaller
-  // intermediate when upsampling.
-  for (int64_t k = sd - 1; k >= 0; --k) {
-    const int64_t d = k + 2, in = x.size(d);
+  const bool ac = align_corners.value_or(false);
+  std::vector<AxisMap> maps(static_cast<size_t>(sd));
+  bool any = false;
+  for (int64_t k = 0; k < sd; ++k) {
+    const int64_t in = x.size(k + 2);
     std::optional<double> f;
     int64_t out;
     if (!size.empty()) {
@@ -141,13 +135,25 @@ Tensor interpolate(const Tensor& x0, const IntList& size, const std::vector<doub
     }
     MPX_CHECK(out > 0 && in > 0, "interpolate: spatial dim ", k, " would go from ", in, " to ", out,
               "; both must be positive");
-    if (out == in && !f) continue;
-    if (x.dtype() == kFloat64) y = resize_dim(y, d, Axis<double>::make(in, out, f, align_corners.value_or(false), linear),
-                                              mode, align_corners.value_or(false));
-    else y = resize_dim(y, d, Axis<float>::make(in, out, f, align_corners.value_or(false), linear), mode,
-                        align_corners.value_or(false));
+    AxisMap& m = maps[static_cast<size_t>(k)];
+    m.in = m.out = in;
+    if (out == in && !f) continue;  // kept: PyTorch's scale is then exactly 1 too
+    any = true;
+    m = x.dtype() == kFloat64 ? axis_map(Axis<double>::make(in, out, f, ac, linear), mode, ac, x.device())
+                              : axis_map(Axis<float>::make(in, out, f, ac, linear), mode, ac, x.device());
   }
-  return y.is_same(x) ? x.clone() : y;
+  if (!any) return x.is_same(x0) ? x.clone() : x;
+  IntList shape = x.sizes();
+  for (int64_t k = 0; k < sd; ++k) shape[static_cast<size_t>(k + 2)] = maps[static_cast<size_t>(k)].out;
+  const AxisMap& wm = maps[static_cast<size_t>(sd - 1)];
+  if (sd == 1) return resample_dims(x, AxisMap{}, wm).view(shape);
+  const AxisMap& hm = maps[static_cast<size_t>(sd - 2)];
+  if (sd == 2) return resample_dims(x, hm, wm).view(shape);
+  // 5-d: the depth as the H of a pass over whole H x W planes, before the plane pass when it shrinks, else after.
+  const AxisMap& dm = maps[0];
+  const int64_t plane_in = hm.in * wm.in, plane_out = hm.out * wm.out;
+  if (dm.out < dm.in) return resample_dims(resample_dims(x, dm, AxisMap{{}, {}, plane_in, plane_in}), hm, wm).view(shape);
+  return resample_dims(resample_dims(x, hm, wm), dm, AxisMap{{}, {}, plane_out, plane_out}).view(shape);
 }
 
 Tensor pixel_shuffle(const Tensor& x, int64_t r) {

@@ -12,7 +12,7 @@ namespace mpx {
 /// (one per spatial dim, or one for all) or `scale_factor` (likewise; the output is floor(in * factor) and, as
 /// PyTorch without recompute_scale_factor, the factor itself maps output to input coordinates). Modes "nearest"
 /// (PyTorch's legacy floor(dst * scale)), "nearest-exact" (pixel centres), "linear" (3-d), "bilinear" (4-d),
-/// "trilinear" (5-d) with align_corners (default false). Separable: one gather-and-blend pass per spatial dim.
+/// "trilinear" (5-d) with align_corners (default false). Separable: the last two dims in one pass (a second for the depth of 5-d input).
 /// Autocast: fp32, as PyTorch's upsampling ops. Differentiable.
 Tensor interpolate(const Tensor& x, const IntList& size, const std::vector<double>& scale_factor = {},
                    const std::string& mode = "nearest", std::optional<bool> align_corners = std::nullopt);
@@ -24,9 +24,13 @@ Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor);
 }  // namespace mpx
 
 namespace mpx::kernels {
-/// One separable resampling pass (OpId::resample_dim): with x contiguous [outer, n_in, inner] and out contiguous
-/// [outer, n_out, inner], out[o, j, :] = w[2j] x[o, idx[2j], :] + w[2j + 1] x[o, idx[2j + 1], :] (idx i64 and w in
-/// x's dtype, both [2 n_out], on the host). Its adjoint (OpId::resample_dim_backward) writes gx [outer, n_in, inner]
-/// (zeroing it first) from g [outer, n_out, inner] with the same idx and w.
-using ResampleFn = void (*)(const Tensor& out, const Tensor& x, const Tensor& idx, const Tensor& w);
+/// interpolate's resampling of the last two dims (OpId::resample): with x contiguous [outer, Hi, Wi] and out
+/// contiguous [outer, Ho, Wo], out[o] = H(W(x[o])), where each axis maps output position j to input positions
+/// i[2j] and i[2j + 1] with weights w[2j] and w[2j + 1] (i: i64 [2 n_out]; w: [2 n_out] in f32, f64 for f64 data;
+/// on the tensors' device). An undefined w means nearest (i[2j] alone, copied); an undefined i and w mean the axis
+/// is kept (n_out = n_in). The first positions never decrease along j and i[2j + 1] is i[2j] or i[2j] + 1, as
+/// nearest and linear sampling make them. The adjoint (OpId::resample_backward) writes gx [outer, Hi, Wi] whole
+/// from g [outer, Ho, Wo] with the same maps.
+using ResampleFn = void (*)(const Tensor& out, const Tensor& x, const Tensor& ih, const Tensor& wh, const Tensor& iw,
+                            const Tensor& ww);
 }  // namespace mpx::kernels

@@ -425,8 +425,8 @@ inline const std::map<std::string, std::string> kCoveredElsewhere = {
     {"lamb_step", "test_optim_more, test_cuda_amp"},
     {"ctc_lattice", "test_ctc (against PyTorch's values, the composite recursion and a brute-force sum)"},
     {"ctc_lattice_backward", "test_ctc (against PyTorch's gradients and the composite's)"},
-    {"resample_dim", "test_resize (against PyTorch's values, and the gathers that run where a device has no kernel)"},
-    {"resample_dim_backward", "test_resize (against PyTorch's gradients, gradcheck and gradgradcheck)"},
+    {"resample", "test_resize (PyTorch's values, an index_select reference, f16/bf16 against f32), test_cuda_emulated"},
+    {"resample_backward", "test_resize (PyTorch's gradients, the reference's, gradgradcheck), test_cuda_emulated"},
 };
 
 

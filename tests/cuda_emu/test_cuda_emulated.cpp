@@ -1,6 +1,6 @@
 // CUDA kernel files compiled for the host (hostify.cpp, device_runtime.h) and run on CPU fibers in place of the CPU
-// kernels: the backend sweep, the index, loss, norm, RNN-cell, attention and optimizer families must give the CPU's
-// results.
+// kernels: the backend sweep, the index, loss, norm, RNN-cell, attention, optimizer and resampling families must give
+// the CPU's results.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -22,6 +22,7 @@
 #include "ops/loss.h"
 #include "ops/norm.h"
 #include "ops/reduction.h"
+#include "ops/resize.h"
 #include "ops/rnn.h"
 #include "optim/adagrad.h"
 #include "optim/adam.h"
@@ -538,5 +539,35 @@ TEST_CASE("emulated CUDA optimizer steps (SGD, AdamW, RMSprop, Adagrad, LAMB) an
       return tensor_list(ps.begin(), ps.end());
     }, cuda);
     check_same(cpu, cuda, "stochastically rounded SGD");
+  }
+}
+
+TEST_CASE("emulated CUDA resampling (interpolate forward and its gathered adjoint) gives the CPU's values",
+          "[emulated][resize]") {
+  struct Case {
+    IntList shape, size;
+    std::string mode;
+    bool ac;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 9, 14}, {20, 5}, "nearest", false},        {{2, 3, 9, 14}, {4, 31}, "nearest-exact", false},
+      {{2, 3, 9, 14}, {20, 5}, "bilinear", false},       {{2, 3, 9, 14}, {4, 31}, "bilinear", true},
+      {{2, 3, 9, 14}, {9, 40}, "bilinear", false},       {{3, 2, 25}, {60}, "linear", false},
+      {{1, 2, 5, 6, 7}, {9, 3, 10}, "trilinear", false}, {{1, 2, 5, 6, 7}, {2, 12, 4}, "nearest", false},
+  };
+  for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    for (const Case& c : cases) {
+      INFO(dtype_name(dt) << " " << c.mode << " to " << shape_str(c.size) << " align_corners " << c.ac);
+      const bool linear = c.mode != "nearest" && c.mode != "nearest-exact";
+      tensor_list cuda;
+      const tensor_list cpu = both({OpId::resample, OpId::resample_backward}, [&] {
+        Tensor x = rnd(c.shape, dt, 11).set_requires_grad(true);
+        const Tensor y = interpolate(x, c.size, {}, c.mode, linear ? std::optional<bool>(c.ac) : std::nullopt);
+        sum(y * rnd(y.sizes(), dt, 12)).backward();
+        return tensor_list{y.detach(), x.grad()};
+      }, cuda);
+      // The same sums in the same order; only multiply-add contraction may differ.
+      check_close(cpu, cuda, "interpolate", tolerance(dt) / 10);
+    }
   }
 }
