@@ -184,6 +184,12 @@ class Tensor {
   Tensor reshape(const IntList& shape) const;
   Tensor permute(const IntList& dims) const;
   Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor swapaxes(int64_t d0, int64_t d1) const { return transpose(d0, d1); }
+  /// Dims `source` moved to the positions `destination`, the others keeping their order (PyTorch's movedim).
+  Tensor movedim(const IntList& source, const IntList& destination) const;
+  Tensor movedim(int64_t source, int64_t destination) const { return movedim(IntList{source}, IntList{destination}); }
+  /// The diagonal of dims d1 and d2 as a view, moved to the last dim; offset > 0 above the main diagonal.
+  Tensor diagonal(int64_t offset = 0, int64_t d1 = 0, int64_t d2 = 1) const;
   Tensor t() const { return transpose(0, 1); }
   Tensor flatten(int64_t start = 0, int64_t end = -1) const;
   Tensor unflatten(int64_t dim, const IntList& sizes) const;
@@ -235,6 +241,9 @@ class Tensor {
   Tensor argmin(int64_t dim, bool keepdim = false) const;
   Tensor var(const IntList& dims, bool unbiased = true, bool keepdim = false) const;
   Tensor cumsum(int64_t dim) const;
+  Tensor cumprod(int64_t dim) const;
+  Tensor prod() const;
+  Tensor prod(int64_t dim, bool keepdim = false) const;
   Tensor logsumexp(const IntList& dims, bool keepdim = false) const;
   /// Masks (ops/logical.h).
   Tensor any() const;
@@ -261,6 +270,30 @@ class Tensor {
   Tensor relu() const;
   Tensor sigmoid() const;
   Tensor tanh() const;
+  /// Elementwise math as methods (the free functions of ops/elementwise.h).
+#define MPX_TENSOR_UNARY_METHODS(X)                                                                                   \
+  X(sign) X(rsqrt) X(reciprocal) X(sin) X(cos) X(erf) X(floor) X(ceil) X(round) X(trunc) X(frac) X(log1p) X(expm1) \
+  X(log2) X(log10) X(exp2) X(tan) X(atan) X(asin) X(acos) X(sinh) X(cosh) X(asinh) X(acosh) X(atanh) X(erfc)      \
+  X(erfinv) X(silu) X(gelu)
+#define MPX_DECLARE_UNARY_METHOD(op) Tensor op() const;
+  MPX_TENSOR_UNARY_METHODS(MPX_DECLARE_UNARY_METHOD)
+#undef MPX_DECLARE_UNARY_METHOD
+  Tensor square() const;
+  Tensor atan2(const Tensor& other) const;
+  Tensor fmod(const Tensor& other) const;
+  Tensor fmod(double other) const;
+  Tensor remainder(const Tensor& other) const;
+  Tensor remainder(double other) const;
+  Tensor floor_divide(const Tensor& other) const;
+  Tensor floor_divide(double other) const;
+  Tensor lerp(const Tensor& end, double weight) const;
+  Tensor lerp(const Tensor& end, const Tensor& weight) const;
+  /// self += weight (end - self): the EMA update `ema.lerp_(w, 1 - decay)`.
+  Tensor& lerp_(const Tensor& end, double weight);
+  /// Shape ops as methods (ops/shape.h).
+  Tensor roll(const IntList& shifts, const IntList& dims = {}) const;
+  std::vector<Tensor> unbind(int64_t dim = 0) const;
+  Tensor repeat_interleave(int64_t repeats, std::optional<int64_t> dim = std::nullopt) const;
   Tensor pow(double exponent) const;
   Tensor clamp(double lo, double hi) const;
   Tensor softmax(int64_t dim) const;
@@ -297,6 +330,15 @@ Tensor randn(const IntList& shape, const TensorOptions& opts = {});
 Tensor randint(int64_t low, int64_t high, const IntList& shape, const TensorOptions& opts = TensorOptions(kInt64));
 Tensor arange(double end, const TensorOptions& opts = TensorOptions(kInt64));
 Tensor arange(double start, double end, double step = 1.0, const TensorOptions& opts = TensorOptions(kInt64));
+/// `steps` values from start to end inclusive, evenly spaced (PyTorch's linspace: the first half counted from
+/// start, the second from end, so both ends are exact); f32 unless opts say otherwise.
+Tensor linspace(double start, double end, int64_t steps, const TensorOptions& opts = {});
+/// base ** linspace(start, end, steps).
+Tensor logspace(double start, double end, int64_t steps, double base = 10.0, const TensorOptions& opts = {});
+/// The n x m identity (m = n when not given).
+Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, const TensorOptions& opts = {});
+/// A random permutation of 0 .. n - 1 (i64 unless opts say otherwise), drawn from the default generator.
+Tensor randperm(int64_t n, const TensorOptions& opts = TensorOptions(kInt64));
 /// A 0-dim tensor holding one value.
 Tensor scalar_tensor(double value, const TensorOptions& opts = {});
 /// Copies `values` into a new tensor of the given shape (1-d when shape is empty).

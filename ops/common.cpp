@@ -5,6 +5,7 @@
 #include "core/allocator.h"
 #include "core/random.h"
 #include "ops/elementwise.h"
+#include "ops/index.h"
 #include "ops/op_utils.h"
 #include "ops/reduction.h"
 #include "ops/shape.h"
@@ -160,6 +161,38 @@ Tensor arange(double start, double end, double step, const TensorOptions& o) {
   std::vector<double> v(n);
   for (int64_t i = 0; i < n; ++i) v[i] = start + step * static_cast<double>(i);
   return tensor(v, {n}, TensorOptions(o).dtype(kFloat64).device(Device::cpu())).to(o.device_, o.dtype_);
+}
+Tensor linspace(double start, double end, int64_t steps, const TensorOptions& o) {
+  MPX_CHECK(steps >= 0, op_name(OpId::linspace), ": steps must be non-negative, got ", steps);
+  std::vector<double> v(static_cast<size_t>(steps));
+  const double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
+  for (int64_t i = 0; i < steps; ++i)
+    v[static_cast<size_t>(i)] = i < steps / 2 || steps == 1 ? start + step * static_cast<double>(i)
+                                              : end - step * static_cast<double>(steps - 1 - i);
+  return tensor(v, {steps}, TensorOptions(o).dtype(kFloat64).device(Device::cpu())).to(o.device_, o.dtype_);
+}
+Tensor logspace(double start, double end, int64_t steps, double base, const TensorOptions& o) {
+  NoGradGuard ng;
+  return pow(full({}, base, TensorOptions(kFloat64)), linspace(start, end, steps, TensorOptions(kFloat64)))
+      .to(o.device_, o.dtype_);
+}
+Tensor eye(int64_t n, std::optional<int64_t> m, const TensorOptions& o) {
+  const int64_t cols = m.value_or(n);
+  MPX_CHECK(n >= 0 && cols >= 0, op_name(OpId::eye), ": sizes must be non-negative, got ", n, " x ", cols);
+  Tensor t = zeros({n, cols}, TensorOptions(o).requires_grad(false));
+  {
+    NoGradGuard ng;
+    t.diagonal().fill_(1.0);
+  }
+  if (o.requires_grad_) t.set_requires_grad(true);
+  return t;
+}
+Tensor randperm(int64_t n, const TensorOptions& o) {
+  MPX_CHECK(n >= 0, op_name(OpId::randperm), ": n must be non-negative, got ", n);
+  NoGradGuard ng;
+  // The order of n uniform f64 keys, drawn on the CPU from the default generator (53-bit keys: ties are rare,
+  // and a stable sort breaks them by position).
+  return argsort(rand({n}, TensorOptions(kFloat64)), 0, false, true).to(o.device_, o.dtype_);
 }
 namespace {
 // PyTorch's preserve_format: the *_like of a channels-last tensor is channels-last (so a

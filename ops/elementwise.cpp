@@ -219,6 +219,48 @@ Tensor sub(const Tensor& a, double b) { return sub(a, wrap_scalar(b, a)); }
 Tensor mul(const Tensor& a, double b) { return mul(a, wrap_scalar(b, a)); }
 Tensor div(const Tensor& a, double b) { return div(a, wrap_scalar(b, a)); }
 
+// ---- two-operand math and the division-like ops ----
+Tensor atan2(const Tensor& a, const Tensor& b) { return binary<OpId::atan2>(a, b, 1.0, true); }
+Tensor hypot(const Tensor& a, const Tensor& b) { return binary<OpId::hypot>(a, b, 1.0, true); }
+Tensor logaddexp(const Tensor& a, const Tensor& b) { return binary<OpId::logaddexp>(a, b, 1.0, true); }
+namespace {
+// An integer divisor of 0 is refused before a kernel sees it, as PyTorch raises ZeroDivisionError.
+void check_divisor(const char* op, const Tensor& a, const Tensor& b) {
+  MPX_CHECK(a.defined() && b.defined(), op, ": an operand is undefined");
+  if (is_floating(ops::result_type({a, b}))) return;
+  NoGradGuard ng;
+  MPX_CHECK(!any(eq(b, 0.0)).item<bool>(), op, ": integer division by zero (the divisor ", ops::describe(b),
+            " holds a 0); make the operands floating for inf and NaN results");
+}
+}  // namespace
+Tensor fmod(const Tensor& a, const Tensor& b) {
+  check_divisor("fmod", a, b);
+  return binary<OpId::fmod>(a, b, 1.0);
+}
+Tensor remainder(const Tensor& a, const Tensor& b) {
+  check_divisor("remainder", a, b);
+  return binary<OpId::remainder>(a, b, 1.0);
+}
+Tensor floor_divide(const Tensor& a, const Tensor& b) {
+  check_divisor("floor_divide", a, b);
+  return binary<OpId::floor_divide>(a, b, 1.0);
+}
+Tensor fmod(const Tensor& a, double b) { return fmod(a, wrap_scalar(b, a)); }
+Tensor remainder(const Tensor& a, double b) { return remainder(a, wrap_scalar(b, a)); }
+Tensor floor_divide(const Tensor& a, double b) { return floor_divide(a, wrap_scalar(b, a)); }
+Tensor lerp(const Tensor& a, const Tensor& b, double w) {
+  return w < 0.5 ? a + (b - a) * w : b - (b - a) * (1.0 - w);
+}
+Tensor lerp(const Tensor& a, const Tensor& b, const Tensor& w) {
+  const Tensor d = b - a;
+  return where(lt(w, 0.5), a + d * w, b - d * (1.0 - w));
+}
+Tensor logit(const Tensor& x, std::optional<double> eps) {
+  MPX_CHECK(x.defined(), "logit: the input is undefined");
+  const Tensor z = eps ? clamp(x, *eps, 1.0 - *eps) : x;
+  return log(z / (1.0 - z));
+}
+
 namespace {
 // Ternary ops share one shape: promotion over (a, b, c) and broadcasting to one shape.
 Tensor ternary(OpId op, const Tensor& c0, const Tensor& a0, const Tensor& b0, double value, bool first_is_cond,
@@ -323,5 +365,19 @@ Tensor Tensor::lt(const Tensor& o) const { return mpx::lt(*this, o); }
 Tensor Tensor::le(const Tensor& o) const { return mpx::le(*this, o); }
 Tensor Tensor::gt(const Tensor& o) const { return mpx::gt(*this, o); }
 Tensor Tensor::ge(const Tensor& o) const { return mpx::ge(*this, o); }
+#define MPX_UNARY_METHOD(op) \
+  Tensor Tensor::op() const { return mpx::op(*this); }
+MPX_TENSOR_UNARY_METHODS(MPX_UNARY_METHOD)
+#undef MPX_UNARY_METHOD
+Tensor Tensor::square() const { return mpx::square(*this); }
+Tensor Tensor::atan2(const Tensor& o) const { return mpx::atan2(*this, o); }
+Tensor Tensor::fmod(const Tensor& o) const { return mpx::fmod(*this, o); }
+Tensor Tensor::fmod(double o) const { return mpx::fmod(*this, o); }
+Tensor Tensor::remainder(const Tensor& o) const { return mpx::remainder(*this, o); }
+Tensor Tensor::remainder(double o) const { return mpx::remainder(*this, o); }
+Tensor Tensor::floor_divide(const Tensor& o) const { return mpx::floor_divide(*this, o); }
+Tensor Tensor::floor_divide(double o) const { return mpx::floor_divide(*this, o); }
+Tensor Tensor::lerp(const Tensor& end, double w) const { return mpx::lerp(*this, end, w); }
+Tensor Tensor::lerp(const Tensor& end, const Tensor& w) const { return mpx::lerp(*this, end, w); }
 
 }  // namespace mpx

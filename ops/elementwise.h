@@ -1,5 +1,6 @@
 // Elementwise ops: unary math and activations, binary arithmetic with broadcasting, comparisons.
 #pragma once
+#include <optional>
 #include <string>
 
 #include "core/tensor.h"
@@ -10,7 +11,10 @@ namespace mpx {
 // ---- unary (differentiable unless noted) ----
 /// `Tensor name(const Tensor& x)` for each op of MPX_UNARY_OPS (ops/formulas.h, where each
 /// formula and its derivative live): neg, abs, sign (not differentiable), sqrt, rsqrt,
-/// reciprocal, exp, log, sin, cos, erf, tanh, sigmoid, relu, silu, ...
+/// reciprocal, exp, log, sin, cos, erf, tanh, sigmoid, relu, silu, ..., and the math of
+/// ops/formulas_math.h: floor, ceil, round (halves to even), trunc (these four keep integers and
+/// have zero gradient), frac, log1p, expm1, log2, log10, exp2, tan, atan, asin, acos, sinh, cosh,
+/// asinh, acosh, atanh, erfc, erfinv.
 #define MPX_DECLARE_UNARY(op) Tensor op(const Tensor& x);
 MPX_UNARY_OPS(MPX_DECLARE_UNARY)
 #undef MPX_DECLARE_UNARY
@@ -52,6 +56,28 @@ Tensor add(const Tensor& a, double b);
 Tensor sub(const Tensor& a, double b);
 Tensor mul(const Tensor& a, double b);
 Tensor div(const Tensor& a, double b);
+/// The angle of the point (b, a) in (-pi, pi]; integer operands give f32, as PyTorch's.
+Tensor atan2(const Tensor& a, const Tensor& b);
+/// sqrt(a^2 + b^2) without overflow or underflow in the squares.
+Tensor hypot(const Tensor& a, const Tensor& b);
+/// log(exp(a) + exp(b)) without overflow.
+Tensor logaddexp(const Tensor& a, const Tensor& b);
+/// a - trunc(a / b) b: the sign of a (C's fmod). Integer tensors stay integers; an integer divisor
+/// of 0 is an error, as in PyTorch.
+Tensor fmod(const Tensor& a, const Tensor& b);
+Tensor fmod(const Tensor& a, double b);
+/// a - floor(a / b) b: the sign of b (Python's %, PyTorch's remainder and operator%).
+Tensor remainder(const Tensor& a, const Tensor& b);
+Tensor remainder(const Tensor& a, double b);
+/// floor(a / b) (PyTorch's floor_divide and div(rounding_mode="floor")); its gradient is zero.
+Tensor floor_divide(const Tensor& a, const Tensor& b);
+Tensor floor_divide(const Tensor& a, double b);
+/// a + weight (b - a), as PyTorch's lerp: computed from b's side for weights of 0.5 and above, so
+/// weight 1 gives b exactly. An EMA of weights is `ema.lerp_(w, 1 - decay)`.
+Tensor lerp(const Tensor& a, const Tensor& b, double weight);
+Tensor lerp(const Tensor& a, const Tensor& b, const Tensor& weight);
+/// log(x / (1 - x)), x first clamped to [eps, 1 - eps] when eps is given (PyTorch's logit).
+Tensor logit(const Tensor& x, std::optional<double> eps = std::nullopt);
 /// self + value * t1 * t2
 Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, double value = 1.0);
 /// self + value * t1 / t2
@@ -91,6 +117,8 @@ inline Tensor operator+(double a, const Tensor& b) { return add(b, a); }
 inline Tensor operator-(double a, const Tensor& b) { return add(neg(b), a); }
 inline Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
 inline Tensor operator/(double a, const Tensor& b) { return mul(reciprocal(b), a); }
+inline Tensor operator%(const Tensor& a, const Tensor& b) { return remainder(a, b); }
+inline Tensor operator%(const Tensor& a, double b) { return remainder(a, b); }
 inline Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
 inline Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
 inline Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }

@@ -8,8 +8,9 @@
 // derivatives; with V = double it is the scalar derivative tests/test_backend_ops.cpp holds
 // against finite differences of fwd.
 //
-// Adding an elementwise unary op: its ops.def row (signature UnaryFn), a Formula below and its
-// name in MPX_UNARY_OPS (or MPX_PARAM_UNARY_OPS with a hand-written public function), a test.
+// Adding an elementwise unary op: its ops.def row (signature UnaryFn), a Formula below (or in
+// ops/formulas_math.h) and its name in MPX_UNARY_OPS (or MPX_PARAM_UNARY_OPS with a hand-written
+// public function), a test.
 // Plain C++17 so the CUDA kernel files can include it.
 #pragma once
 #include <math.h>
@@ -19,114 +20,22 @@
 
 #include "core/hd.h"
 #include "ops/op_id.h"
+#include "ops/scalar_math.h"
 
 /// Unary ops whose public function is `Tensor name(const Tensor& x)`, generated in ops/elementwise.h.
 #define MPX_UNARY_OPS(X) \
   X(neg) X(abs) X(sign) X(sqrt) X(rsqrt) X(reciprocal) X(exp) X(log) X(sin) X(cos) X(erf) X(tanh) X(sigmoid) \
-  X(relu) X(silu) X(hardswish) X(selu) X(mish) X(hardsigmoid) X(logsigmoid) X(softsign)
+  X(relu) X(silu) X(hardswish) X(selu) X(mish) X(hardsigmoid) X(logsigmoid) X(softsign) \
+  X(floor) X(ceil) X(round) X(trunc) X(frac) X(log1p) X(expm1) X(log2) X(log10) X(exp2) X(tan) X(atan) X(asin) \
+  X(acos) X(sinh) X(cosh) X(asinh) X(acosh) X(atanh) X(erfc) X(erfinv)
 /// Unary ops with parameters (p0, p1); their public functions are written in ops/elementwise.cpp.
 #define MPX_PARAM_UNARY_OPS(X) X(leaky_relu) X(gelu) X(softplus) X(pow_scalar) X(clamp) X(affine) X(elu)
 /// Binary ops: arithmetic (result in the compute dtype), threshold_backward, comparisons and logical ops (bool).
 #define MPX_BINARY_OPS(X) \
   X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(minimum) X(threshold_backward) X(gelu_backward) X(eq) X(ne) X(lt) X(le) X(gt) X(ge) \
-  X(logical_and) X(logical_or) X(logical_xor)
+  X(logical_and) X(logical_or) X(logical_xor) X(atan2) X(hypot) X(logaddexp) X(fmod) X(remainder) X(floor_divide)
 
 namespace mpx::formulas {
-
-// ---- scalar math: the f32 or f64 C function, on the host and the device ----
-#ifdef __CUDA_ARCH__
-MPX_HD inline float exp(float x) { return ::expf(x); }
-#else
-// The host's f32 exp and tanh are written out branch-free, so the CPU loops that call them
-// vectorize (libm's expf/tanhf are scalar calls without -ffast-math; tanhf alone took 20 ns an
-// element in GPT-2's GELU). Both are within 3 ulp of libm over the whole range, keep inf and NaN,
-// and return subnormal results of exp as libm does.
-inline float exp2i_f32(int32_t n) {  // 2^n for n in [-126, 127], exactly
-  const int32_t bits = (n + 127) << 23;
-  float f;
-  __builtin_memcpy(&f, &bits, sizeof f);
-  return f;
-}
-inline float exp(float x) {
-  // Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2, and Cephes's degree-6 polynomial for e^r.
-  const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
-  const float t = xc * 1.44269504088896341f + 12582912.0f;  // round to nearest by the 2^23 + 2^22 trick
-  const float n = t - 12582912.0f;
-  const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  // 2^n in two factors, so results near overflow (inf) and in the subnormal range both come out right.
-  const int32_t ni = static_cast<int32_t>(n);
-  const int32_t n1 = ni / 2;
-  const float y = p * exp2i_f32(n1) * exp2i_f32(ni - n1);
-  return x != x ? x : y;
-}
-#endif
-MPX_HD inline double exp(double x) { return ::exp(x); }
-MPX_HD inline float log(float x) { return ::logf(x); }
-MPX_HD inline double log(double x) { return ::log(x); }
-MPX_HD inline float sqrt(float x) { return ::sqrtf(x); }
-MPX_HD inline double sqrt(double x) { return ::sqrt(x); }
-MPX_HD inline float sin(float x) { return ::sinf(x); }
-MPX_HD inline double sin(double x) { return ::sin(x); }
-MPX_HD inline float cos(float x) { return ::cosf(x); }
-MPX_HD inline double cos(double x) { return ::cos(x); }
-#ifdef __CUDA_ARCH__
-MPX_HD inline float erf(float x) { return ::erff(x); }
-#else
-// Branch-free like exp and tanh above, so the exact GELU and its backward vectorize (libm's erff was 17 ns an
-// element in a Transformer's GELU backward). |x| < 1: x P(x^2); beyond, 1 - e^{Q(|x| - 1)} with Q fitted to
-// log erfc on [1, 4] (erfc(4) is below half an ulp of 1). Within 3 ulp of libm over the whole range.
-inline float erf(float x) {
-  const float a = x < 0.0f ? -x : x, s = x * x;
-  float p = 7.897586735e-05f;
-  p = p * s - 8.024151799e-04f;
-  p = p * s + 5.190028364e-03f;
-  p = p * s - 2.685479350e-02f;
-  p = p * s + 1.128361200e-01f;
-  p = p * s - 3.761262879e-01f;
-  p = p * s + 1.128379166e+00f;
-  const float t = (a < 4.0f ? a : 4.0f) - 1.0f;
-  float q = 1.614061610e-06f;
-  q = q * t - 3.267812970e-05f;
-  q = q * t + 3.188289060e-04f;
-  q = q * t - 2.050620737e-03f;
-  q = q * t + 1.007246125e-02f;
-  q = q * t - 4.157149267e-02f;
-  q = q * t - 8.431064146e-01f;
-  q = q * t - 2.638967445e+00f;
-  q = q * t - 1.849605513e+00f;
-  const float big = 1.0f - exp(q);
-  const float r = a < 1.0f ? x * p : (x < 0.0f ? -big : big);
-  return x != x ? x : r;
-}
-#endif
-MPX_HD inline double erf(double x) { return ::erf(x); }
-#ifdef __CUDA_ARCH__
-MPX_HD inline float tanh(float x) { return ::tanhf(x); }
-#else
-inline float tanh(float x) {
-  const float a = x < 0.0f ? -x : x;
-  // Small |x|: the odd Taylor series to x^11 (relative error below 2e-9 at 0.3); elsewhere
-  // 1 - 2 / (e^2|x| + 1), which rounds to 1 (and stays 1 at inf) for large |x|.
-  const float x2 = x * x;
-  const float small =
-      x * (1.0f + x2 * (-0.333333333f + x2 * (0.133333333f + x2 * (-0.0539682540f + x2 * (0.0218694885f +
-                                                                                       x2 * -0.00886323552f)))));
-  const float big = 1.0f - 2.0f / (exp(2.0f * a) + 1.0f);
-  const float r = a < 0.3f ? small : (x < 0.0f ? -big : big);
-  return x != x ? x : r;
-}
-#endif
-MPX_HD inline double tanh(double x) { return ::tanh(x); }
-MPX_HD inline double log1p(double x) { return ::log1p(x); }
-MPX_HD inline float pow(float x, float y) { return ::powf(x, y); }
-MPX_HD inline double pow(double x, double y) { return ::pow(x, y); }
 
 template <typename A> MPX_HD constexpr bool is_nan(A x) {
   if constexpr (std::is_floating_point<A>::value) return x != x;
@@ -573,6 +482,12 @@ MPX_LOGICAL_FORMULA(logical_and, x && y)
 MPX_LOGICAL_FORMULA(logical_or, x || y)
 MPX_LOGICAL_FORMULA(logical_xor, x != y)
 #undef MPX_LOGICAL_FORMULA
+
+}  // namespace mpx::formulas
+
+#include "ops/formulas_math.h"
+
+namespace mpx::formulas {
 
 /// Whether op is a binary comparison (its result is bool).
 MPX_HD constexpr bool is_compare(OpId op) {

@@ -240,6 +240,9 @@ Tensor& Tensor::div_(const Tensor& o) {
 Tensor& Tensor::clamp_(double lo, double hi) {
   return apply_inplace(*this, "clamp_", {}, true, [&](const Tensor& s) { return mpx::clamp(s, lo, hi); });
 }
+Tensor& Tensor::lerp_(const Tensor& end, double w) {
+  return arith_inplace(*this, "lerp_", {end}, true, [&](const Tensor& s) { return mpx::lerp(s, end, w); });
+}
 Tensor& Tensor::relu_() {
   return apply_inplace(*this, "relu_", {}, true, [&](const Tensor& s) { return mpx::relu(s); });
 }

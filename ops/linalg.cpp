@@ -154,6 +154,30 @@ Tensor mm(const Tensor& a0, const Tensor& b0) {
   return out;
 }
 
+Tensor baddbmm(const Tensor& c0, const Tensor& a0, const Tensor& b0, double beta, double alpha) {
+  auto in = ops::autocast(OpId::baddbmm, {c0, a0, b0});
+  MPX_CHECK(in[1].dim() == 3 && in[2].dim() == 3 && in[1].size(0) == in[2].size(0) && in[1].size(2) == in[2].size(1),
+            "baddbmm: cannot batch-multiply ", ops::describe(in[1]), " by ", ops::describe(in[2]),
+            "; expected [B, n, m] and [B, m, p]");
+  const IntList shape = {in[1].size(0), in[1].size(1), in[2].size(2)};
+  MPX_CHECK(broadcast_shapes(in[0].sizes(), shape, "baddbmm") == shape, "baddbmm: self ", ops::describe(in[0]),
+            " does not broadcast to the product's shape ", shape_str(shape));
+  const Tensor p = alpha == 1.0 ? bmm(in[1], in[2]) : bmm(in[1], in[2]) * alpha;
+  if (beta == 0.0) return p;
+  return (beta == 1.0 ? in[0] : in[0] * beta) + p;
+}
+
+Tensor outer(const Tensor& a, const Tensor& b) {
+  MPX_CHECK(a.defined() && b.defined() && a.dim() == 1 && b.dim() == 1, "outer: expected two 1-d tensors, got ",
+            a.defined() ? ops::describe(a) : "an undefined tensor", " and ", b.defined() ? ops::describe(b) : "an undefined tensor");
+  return a.unsqueeze(1) * b.unsqueeze(0);
+}
+
+Tensor trace(const Tensor& x) {
+  MPX_CHECK(x.defined() && x.dim() == 2, "trace: expected a matrix, got ", x.defined() ? ops::describe(x) : "an undefined tensor");
+  return sum(x.diagonal());
+}
+
 Tensor addmm(const Tensor& c0, const Tensor& a0, const Tensor& b0, double beta, double alpha) {
   auto in = ops::autocast(OpId::addmm, {c0, a0, b0});
   const Tensor &c = in[0], &a = in[1], &b = in[2];

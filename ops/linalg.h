@@ -31,6 +31,13 @@ Tensor dot(const Tensor& a, const Tensor& b);
 /// broadcast. Contracts left to right through bmm (so autocast lowers it as it does bmm); integer operands by
 /// broadcast products. Differentiable.
 Tensor einsum(const std::string& equation, const tensor_list& operands);
+/// beta * self + alpha * bmm(b1, b2), self broadcasting to the product's [B, n, p] (PyTorch's baddbmm; beta 0
+/// ignores self, NaN included). Autocast: lower, as bmm. Differentiable.
+Tensor baddbmm(const Tensor& self, const Tensor& b1, const Tensor& b2, double beta = 1.0, double alpha = 1.0);
+/// The outer product of two 1-d tensors: out[i, j] = a[i] b[j]. Differentiable.
+Tensor outer(const Tensor& a, const Tensor& b);
+/// The sum of a matrix's main diagonal (a 0-d tensor). Differentiable.
+Tensor trace(const Tensor& x);
 
 }  // namespace mpx
 

@@ -8,6 +8,7 @@
 
 #include "ops/elementwise.h"
 #include "ops/index.h"
+#include "ops/logical.h"
 #include "ops/op_utils.h"
 #include "ops/shape.h"
 
@@ -264,12 +265,14 @@ Tensor Tensor::argmax(int64_t dim, bool keepdim) const { return mpx::argmax(*thi
 Tensor Tensor::argmin(int64_t dim, bool keepdim) const { return mpx::argmin(*this, dim, keepdim); }
 Tensor Tensor::var(const IntList& dims, bool unbiased, bool keepdim) const { return mpx::var(*this, dims, unbiased, keepdim); }
 Tensor Tensor::cumsum(int64_t dim) const { return mpx::cumsum(*this, dim); }
+Tensor Tensor::cumprod(int64_t dim) const { return mpx::cumprod(*this, dim); }
+Tensor Tensor::prod() const { return mpx::prod(*this); }
+Tensor Tensor::prod(int64_t dim, bool keepdim) const { return mpx::prod(*this, dim, keepdim); }
 Tensor Tensor::logsumexp(const IntList& dims, bool keepdim) const { return mpx::logsumexp(*this, dims, keepdim); }
 
 namespace {
-// The running sum of x (already in its output dtype) along dim, forward or reversed, as one node whose backward is
-// the other direction's sum of the gradient.
-Tensor scan(const Tensor& x, int64_t dim, bool reverse) {
+// The ScanFn kernel of `op` (cumsum or cumprod) over x along dim, forward or reversed (no autograd).
+Tensor scan_kernel(OpId op, const Tensor& x, int64_t dim, bool reverse) {
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < x.dim(); ++d) {
     if (d < dim) outer *= x.size(d);
@@ -280,21 +283,101 @@ Tensor scan(const Tensor& x, int64_t dim, bool reverse) {
   Tensor out = empty(x.sizes(), x.options());
   if (out.numel() > 0) {
     NoGradGuard ng;
-    dispatch::kernel<OpId::cumsum>(x.device(), x.dtype())(out.view({outer, n, inner}), in.view({outer, n, inner}),
-                                                         reverse);
+    dispatch::kernel<kernels::ScanFn>(op, x.device(), x.dtype())(out.view({outer, n, inner}), in.view({outer, n, inner}),
+                                                                 reverse);
   }
+  return out;
+}
+
+// The running sum of x (already in its output dtype) along dim, forward or reversed, as one node whose backward is
+// the other direction's sum of the gradient.
+Tensor scan(const Tensor& x, int64_t dim, bool reverse) {
+  Tensor out = scan_kernel(OpId::cumsum, x, dim, reverse);
   autograd::record(reverse ? "CumsumReverseBackward" : "CumsumBackward", {x}, {out},
                    [dim, reverse](FunctionNode&, const tensor_list& g) -> tensor_list { return {scan(g[0], dim, !reverse)}; });
   return out;
 }
+
+// x and its integer and bool inputs in i64, after autocast, and dim wrapped.
+Tensor scan_input(OpId op, const Tensor& x0, int64_t& dim) {
+  MPX_CHECK(x0.defined(), op_name(op), ": input is undefined");
+  Tensor x = ops::autocast(op, {x0})[0];
+  dim = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), op == OpId::cumsum ? "cumsum: dim" : "cumprod: dim");
+  return is_floating(x.dtype()) ? x : x.to(kInt64);
+}
+
+// The same gradient as cumprod_backward below, differentiable also where x has zeros (for create_graph), in O(n^2)
+// per lane: grad_k = (the product of x before k) * sum over j >= k of g_j * (the product of x over (k, j]).
+Tensor cumprod_backward_dense(const Tensor& g, const Tensor& x, int64_t dim) {
+  const Tensor xl = x.movedim(dim, -1).unsqueeze(-2), gl = g.movedim(dim, -1).unsqueeze(-2);  // [..., 1, n]
+  const int64_t n = xl.size(-1);
+  const Tensor i = arange(n, TensorOptions(kInt64).device(x.device()));
+  const Tensor col = i.unsqueeze(0), row = i.unsqueeze(1);  // [1, n] over j (or i), [n, 1] over k
+  const Tensor one = ones({}, x.options()), zero = zeros({}, x.options());
+  const Tensor span = cumprod(where(gt(col, row), xl, one), -1);        // [..., k, j]: the product over (k, j]
+  const Tensor tail = sum(where(ge(col, row), gl * span, zero), {-1});  // [..., k]
+  const Tensor head = prod(where(lt(col, row), xl, one), -1);           // [..., k]: the product before k
+  return (head * tail).movedim(-1, dim);
+}
+
+// d/dx of sum(g * cumprod(x)) along dim, in differentiable ops. Before a lane's first zero, the running sums of g y
+// from the end divided by x; at the first zero, the same sums of g times the running product with that zero taken
+// as 1; after it, zero (every product there holds the first zero and the element itself). That is exact but, after
+// a zero, not differentiable in x: a backward that records (create_graph) with zeros in x takes the dense form.
+Tensor cumprod_backward(const Tensor& g, const Tensor& x, const Tensor& y, int64_t dim) {
+  if (GradMode::is_enabled() && x.dim() > 0) {
+    bool has_zero;
+    {
+      NoGradGuard ng;
+      has_zero = any(eq(x, 0.0)).item<bool>();
+    }
+    if (has_zero) return cumprod_backward_dense(g, x, dim);
+  }
+  const Tensor zero = eq(x, 0.0);
+  const Tensor zeros_so_far = cumsum(zero, dim);
+  const Tensor before = eq(zeros_so_far, 0.0), first = logical_and(zero, eq(zeros_so_far, 1.0));
+  const Tensor one = ones({}, x.options());
+  const Tensor plain = scan(g * y, dim, true) / where(before, x, one);
+  const Tensor at_first = scan(g * cumprod(where(first, one, x), dim), dim, true);
+  return where(before, plain, where(first, at_first, zeros({}, x.options())));
+}
 }  // namespace
 
-Tensor cumsum(const Tensor& x0, int64_t dim0) {
-  MPX_CHECK(x0.defined(), "cumsum: input is undefined");
-  Tensor x = ops::autocast(OpId::cumsum, {x0})[0];
-  const int64_t dim = wrap_dim(dim0, std::max<int64_t>(x.dim(), 1), "cumsum: dim");
-  if (!is_floating(x.dtype())) x = x.to(kInt64);
+Tensor cumsum(const Tensor& x0, int64_t dim) {
+  const Tensor x = scan_input(OpId::cumsum, x0, dim);
   return scan(x, dim, false);
+}
+
+Tensor cumprod(const Tensor& x0, int64_t dim) {
+  const Tensor x = scan_input(OpId::cumprod, x0, dim);
+  Tensor y = scan_kernel(OpId::cumprod, x, dim, false);
+  if (auto n = autograd::record("CumprodBackward", {x}, {y}, [dim](FunctionNode& self, const tensor_list& g) -> tensor_list {
+        return {cumprod_backward(g[0], self.saved(0), self.saved(1), dim)};
+      })) {
+    n->save(x);
+    n->save(y, true);
+  }
+  return y;
+}
+
+Tensor prod(const Tensor& x) {
+  MPX_CHECK(x.defined(), "prod: input is undefined");
+  return prod(x.reshape({-1}), 0);
+}
+
+Tensor prod(const Tensor& x, int64_t dim, bool keepdim) {
+  MPX_CHECK(x.defined(), "prod: input is undefined");
+  const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), "prod: dim");
+  if (x.dim() == 0) return cumprod(x, 0);
+  Tensor r;
+  if (x.size(d) == 0) {
+    IntList shape = x.sizes();
+    shape.erase(shape.begin() + d);
+    r = ones(shape, x.options().dtype(is_floating(x.dtype()) ? x.dtype() : kInt64));
+  } else {
+    r = cumprod(x, d).select(d, -1);
+  }
+  return keepdim ? r.unsqueeze(d) : r;
 }
 
 Tensor logsumexp(const Tensor& x0, const IntList& dims, bool keepdim) {

@@ -39,6 +39,14 @@ Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, do
 /// inputs sum in i64; f16/bf16/f32 accumulate in f64 on the CPU and in f32 on CUDA, one rounding per output.
 /// The gradient is the reversed running sum of the output's. Autocast: fp32, as PyTorch.
 Tensor cumsum(const Tensor& x, int64_t dim);
+/// The running product along dim (PyTorch's cumprod), accumulated as cumsum's sums are. Its gradient holds where
+/// x has zeros: PyTorch's formula (the running sums of g y divided by x before a lane's first zero, the product
+/// around the first zero at it, zero after). Autocast: fp32.
+Tensor cumprod(const Tensor& x, int64_t dim);
+/// The product of all elements (0-d) or along dim (PyTorch's prod; the last slice of cumprod, so it keeps cumprod's
+/// gradient with zeros; an empty dim gives 1). Integer and bool inputs multiply in i64. Autocast: fp32.
+Tensor prod(const Tensor& x);
+Tensor prod(const Tensor& x, int64_t dim, bool keepdim = false);
 
 }  // namespace mpx
 

@@ -222,6 +222,73 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   return slice(d, index, index + 1).squeeze(d);
 }
 
+Tensor Tensor::movedim(const IntList& source, const IntList& destination) const {
+  MPX_CHECK(source.size() == destination.size(), "movedim: ", source.size(), " source dims but ", destination.size(),
+            " destinations");
+  const int64_t n = dim();
+  IntList perm(static_cast<size_t>(n), -1);
+  std::vector<bool> moved(static_cast<size_t>(n), false);
+  for (size_t i = 0; i < source.size(); ++i) {
+    const int64_t s = wrap_dim(source[i], n, "movedim source"), d = wrap_dim(destination[i], n, "movedim destination");
+    MPX_CHECK(!moved[static_cast<size_t>(s)] && perm[static_cast<size_t>(d)] < 0, "movedim: dim ", source[i], " or ",
+              destination[i], " appears twice");
+    perm[static_cast<size_t>(d)] = s;
+    moved[static_cast<size_t>(s)] = true;
+  }
+  size_t next = 0;
+  for (int64_t& p : perm) {
+    if (p >= 0) continue;
+    while (moved[next]) ++next;
+    p = static_cast<int64_t>(next++);
+  }
+  return permute(perm);
+}
+
+Tensor Tensor::diagonal(int64_t offset, int64_t d1, int64_t d2) const {
+  MPX_CHECK(defined() && dim() >= 2, "diagonal: needs a tensor of at least 2 dims, got ",
+            defined() ? ops::describe(*this) : "an undefined tensor");
+  d1 = wrap_dim(d1, dim(), "diagonal dim1");
+  d2 = wrap_dim(d2, dim(), "diagonal dim2");
+  MPX_CHECK(d1 != d2, "diagonal: dim1 and dim2 must differ, got ", d1, " twice");
+  IntList s, st;
+  for (int64_t k = 0; k < dim(); ++k)
+    if (k != d1 && k != d2) {
+      s.push_back(size(k));
+      st.push_back(stride(k));
+    }
+  const int64_t len = std::max<int64_t>(0, offset >= 0 ? std::min(size(d1), size(d2) - offset)
+                                                       : std::min(size(d1) + offset, size(d2)));
+  const int64_t start = len == 0 ? 0 : offset >= 0 ? offset * stride(d2) : -offset * stride(d1);
+  s.push_back(len);
+  st.push_back(stride(d1) + stride(d2));
+  Tensor out = make_view(*this, s, st, storage_offset() + start);
+  if (auto n = autograd::record("DiagonalBackward", {*this}, {out}, [offset, d1, d2](FunctionNode& self, const tensor_list& g) -> tensor_list {
+        return {diagonal_backward(g[0], self.shapes[0], offset, d1, d2)};
+      }))
+    n->shapes = {sizes()};
+  return out;
+}
+
+Tensor diagonal_backward(const Tensor& g, const IntList& shape, int64_t offset, int64_t d1, int64_t d2) {
+  Tensor out = zeros(shape, g.options());
+  {
+    NoGradGuard ng;
+    out.diagonal(offset, d1, d2).copy_(g);
+  }
+  autograd::record("DiagonalBackwardBackward", {g}, {out}, [offset, d1, d2](FunctionNode&, const tensor_list& gg) -> tensor_list {
+    return {gg[0].diagonal(offset, d1, d2)};
+  });
+  return out;
+}
+
+Tensor diag(const Tensor& t, int64_t offset) {
+  MPX_CHECK(t.defined() && (t.dim() == 1 || t.dim() == 2), "diag: expected a 1-d or 2-d tensor, got ",
+            t.defined() ? ops::describe(t) : "an undefined tensor");
+  if (t.dim() == 2) return t.diagonal(offset).clone();
+  const int64_t n = t.size(0) + (offset < 0 ? -offset : offset);
+  return diagonal_backward(t, {n, n}, offset, 0, 1);
+}
+
 Tensor slice_backward(const Tensor& g, const IntList& shape, int64_t d, int64_t start, int64_t step) {
   Tensor out = zeros(shape, g.options());
   {
@@ -437,5 +504,10 @@ Tensor repeat_interleave(const Tensor& t, int64_t repeats, std::optional<int64_t
 
 Tensor Tensor::flip(const IntList& dims) const { return mpx::flip(*this, dims); }
 Tensor Tensor::repeat(const IntList& repeats) const { return mpx::repeat(*this, repeats); }
+Tensor Tensor::roll(const IntList& shifts, const IntList& dims) const { return mpx::roll(*this, shifts, dims); }
+tensor_list Tensor::unbind(int64_t dim) const { return mpx::unbind(*this, dim); }
+Tensor Tensor::repeat_interleave(int64_t repeats, std::optional<int64_t> dim) const {
+  return mpx::repeat_interleave(*this, repeats, dim);
+}
 
 }  // namespace mpx

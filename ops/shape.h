@@ -1,4 +1,5 @@
-// Shape ops: views (as Tensor methods), cat/stack, unbind, flip/roll/repeat/repeat_interleave, and sum_to for broadcasting gradients.
+// Shape ops: views (as Tensor methods), cat/stack, unbind, diag, flip/roll/repeat/repeat_interleave, and sum_to for
+// broadcasting gradients.
 #pragma once
 #include <optional>
 
@@ -20,6 +21,12 @@ Tensor sum_to(const Tensor& t, const IntList& shape);
 /// Copies `src` into a zero tensor of `shape` at the region given by a strided view;
 /// the backward of narrow/slice/select. Differentiable in src.
 Tensor slice_backward(const Tensor& src, const IntList& shape, int64_t dim, int64_t start, int64_t step);
+/// src written into the diagonal (offset, d1, d2) of a zero tensor of `shape`: the backward of Tensor::diagonal.
+/// Differentiable in src.
+Tensor diagonal_backward(const Tensor& src, const IntList& shape, int64_t offset, int64_t d1, int64_t d2);
+/// A 1-d tensor as diagonal `offset` of a square matrix, or a matrix's diagonal `offset` as a new 1-d tensor
+/// (PyTorch's diag). Differentiable.
+Tensor diag(const Tensor& t, int64_t offset = 0);
 /// One-hot encoding of i64 class indices (not differentiable).
 Tensor one_hot(const Tensor& indices, int64_t num_classes);
 /// A copy with the order of elements reversed along each of `dims` (PyTorch's flip). Differentiable.

@@ -131,7 +131,13 @@ tensor_list run_formula_kernel(DType round, DType dt, Device dev) {
     }
   } else {
     Tensor b = sample_input({7, 9}, lo, hi, round, dt, dev, 12);
-    Tensor row = sample_input({9}, lo, hi, round, dt, dev, 13).expand({7, 9});  // broadcast (stride 0)
+    Tensor row = sample_input({9}, lo, hi, round, dt, dev, 13);
+    if constexpr (requires { F::kDivides; }) {  // divisors of 0 (small integers) made 1
+      NoGradGuard ng;
+      b = b + eq(b, 0.0).to(dt);
+      row = row + eq(row, 0.0).to(dt);
+    }
+    row = row.expand({7, 9});  // broadcast (stride 0)
     for (const auto& [x, y] : {std::pair{a, b}, std::pair{a, row}}) {
       Tensor out = empty(x.sizes(), TensorOptions(F::kCompare ? kBool : dt).device(dev));
       // alpha (add, sub) is integral for integer tensors, as PyTorch requires.
@@ -216,6 +222,10 @@ inline std::map<std::string, Case> kernel_cases() {
   m["cumsum"] = [](Sample& s) {
     Tensor x = s.leaf({4, 6, 3});
     return with_grads(s, cumsum(x.transpose(0, 1), 1), {x});
+  };
+  m["cumprod"] = [](Sample& s) {
+    Tensor x = s.leaf({4, 6, 3});
+    return with_grads(s, cumprod(x.transpose(0, 1), 1), {x});
   };
   m["max_dim"] = [](Sample& s) { auto [v, i] = max(s.randn({5, 33}), 1); return tensor_list{v, i}; };
   m["min_dim"] = [](Sample& s) { auto [v, i] = min(s.randn({5, 33}), 0); return tensor_list{v, i}; };

@@ -40,7 +40,7 @@ template <typename T> T select_bits(bool take, T a, T b) {
   std::memcpy(&ab, &a, sizeof(T));
   std::memcpy(&bb, &b, sizeof(T));
   ab = static_cast<Bits>((ab & mask) | (bb & static_cast<Bits>(~mask)));
-  std::memcpy(&a, &ab, sizeof(T));
+  std::memcpy(static_cast<void*>(&a), &ab, sizeof(T));  // T may be Half or BFloat16 (trivially copyable)
   return a;
 }
 

@@ -177,9 +177,9 @@ struct ArgReduce {
 
 }  // namespace
 
-// Running sums along the middle dim of [outer, n, inner]: each (outer, inner) lane accumulates in wide_t (f64 for
-// floats), rounded once per output; lanes of a row of `inner` advance together, reading memory in order.
-template <typename T> struct Scan {
+// Running sums (products) along the middle dim of [outer, n, inner]: each (outer, inner) lane accumulates in wide_t
+// (f64 for floats), rounded once per output; lanes of a row of `inner` advance together, reading memory in order.
+template <typename T, bool kProd> struct ScanOf {
   static void run(const Tensor& out, const Tensor& in, bool reverse) {
     const int64_t outer = in.size(0), n = in.size(1), inner = in.size(2);
     const T* x = static_cast<const T*>(in.raw_data());
@@ -187,11 +187,13 @@ template <typename T> struct Scan {
     parallel_for(outer, std::max<int64_t>(1, kGrain / std::max<int64_t>(n * inner, 1)), [&](int64_t b, int64_t e) {
       std::vector<wide_t<T>> acc(static_cast<size_t>(inner));
       for (int64_t o = b; o < e; ++o) {
-        std::fill(acc.begin(), acc.end(), wide_t<T>(0));
+        std::fill(acc.begin(), acc.end(), wide_t<T>(kProd ? 1 : 0));
         for (int64_t s = 0; s < n; ++s) {
           const int64_t j = reverse ? n - 1 - s : s, base = (o * n + j) * inner;
           for (int64_t i = 0; i < inner; ++i) {
-            acc[i] += static_cast<wide_t<T>>(static_cast<acc_t<T>>(x[base + i]));
+            const auto v = static_cast<wide_t<T>>(static_cast<acc_t<T>>(x[base + i]));
+            if constexpr (kProd) acc[i] *= v;
+            else acc[i] += v;
             y[base + i] = static_cast<T>(static_cast<acc_t<T>>(acc[i]));
           }
         }
@@ -200,11 +202,15 @@ template <typename T> struct Scan {
   }
 };
 
+template <typename T> struct Scan : ScanOf<T, false> {};
+template <typename T> struct ScanProd : ScanOf<T, true> {};
+
 MPX_REGISTER_KERNELS(cpu_reduction) {
   using D = DeviceType;
   dispatch::register_types<OpId::sum, Sum, float, double, Half, BFloat16, int64_t>(D::kCPU);
   dispatch::register_types<OpId::var, Var, float, double, Half, BFloat16>(D::kCPU);
   dispatch::register_types<OpId::cumsum, Scan, float, double, Half, BFloat16, int64_t>(D::kCPU);
+  dispatch::register_types<OpId::cumprod, ScanProd, float, double, Half, BFloat16, int64_t>(D::kCPU);
   dispatch::register_types<OpId::max_dim, ArgReduce<true>::K, float, double, Half, BFloat16, int64_t, int32_t, uint8_t>(D::kCPU);
   dispatch::register_types<OpId::min_dim, ArgReduce<false>::K, float, double, Half, BFloat16, int64_t, int32_t, uint8_t>(D::kCPU);
 }

@@ -33,11 +33,13 @@ void sum_kernel(const Tensor& out, const Tensor& in, double param) {
   launch_sum(out.dtype(), out.raw_data(), in.raw_data(), rows, cols, static_cast<int>(param), ptr(ws), s);
 }
 
+template <bool kProd>
 void cumsum_kernel(const Tensor& out, const Tensor& in, bool reverse) {
   if (out.numel() == 0) return;
-  check_dense("cumsum", in);
+  check_dense(kProd ? "cumprod" : "cumsum", in);
   TensorDeviceGuard g(out);
-  launch_cumsum(out.dtype(), out.raw_data(), in.raw_data(), in.size(0), in.size(1), in.size(2), reverse, stream_of(out));
+  launch_cumsum(out.dtype(), out.raw_data(), in.raw_data(), in.size(0), in.size(1), in.size(2), reverse, kProd,
+                stream_of(out));
 }
 
 void var_kernel(const Tensor& out, const Tensor& in, double correction) {
@@ -151,7 +153,10 @@ MPX_REGISTER_KERNELS(cuda_reduction) {
     register_kernel<OpId::cross_entropy_rows_backward>(D::kCUDA, dt, &cross_entropy_backward_kernel);
   }
   register_kernel<OpId::sum>(D::kCUDA, kInt64, &sum_kernel);
-  for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt64}) register_kernel<OpId::cumsum>(D::kCUDA, dt, &cumsum_kernel);
+  for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt64}) {
+    register_kernel<OpId::cumsum>(D::kCUDA, dt, &cumsum_kernel<false>);
+    register_kernel<OpId::cumprod>(D::kCUDA, dt, &cumsum_kernel<true>);
+  }
   for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kInt32, kUInt8}) {
     register_kernel<OpId::max_dim>(D::kCUDA, dt, &arg_reduce_kernel<true>);
     register_kernel<OpId::min_dim>(D::kCUDA, dt, &arg_reduce_kernel<false>);

@@ -21,10 +21,10 @@ void launch_var(DType dt, void* out, const void* in, int64_t rows, int64_t cols,
 /// values[r], indices[r] = the max (min) of row r and its first index; the first NaN wins.
 void launch_arg_reduce(DType dt, bool is_max, void* values, int64_t* indices, const void* in, int64_t rows,
                        int64_t cols, void* ws, cudaStream_t s);
-/// out = the running sum of in along the middle dim of contiguous [outer, n, inner] (from the end with `reverse`);
-/// dt in f32, f64, f16, bf16, i64 (ops/cuda/scan.cu).
+/// out = the running sum (`prod`: product) of in along the middle dim of contiguous [outer, n, inner] (from the end
+/// with `reverse`); dt in f32, f64, f16, bf16, i64 (ops/cuda/scan.cu).
 void launch_cumsum(DType dt, void* out, const void* in, int64_t outer, int64_t n, int64_t inner, bool reverse,
-                   cudaStream_t s);
+                   bool prod, cudaStream_t s);
 /// Softmax / log_softmax over the middle dim of contiguous [outer, n, inner].
 void launch_softmax(DType dt, void* out, const void* in, int64_t outer, int64_t n, int64_t inner, bool log, void* ws,
                     cudaStream_t s);

@@ -202,7 +202,7 @@ TEST_CASE("emulated CUDA cross-entropy rows at GPT-2's vocabulary give the CPU's
     }
 }
 
-TEST_CASE("emulated CUDA cumsum (a thread per lane, a block per long row) gives the CPU's values", "[emulated][reduction]") {
+TEST_CASE("emulated CUDA cumsum and cumprod (a thread per lane, a block per long row) give the CPU's values", "[emulated][reduction]") {
   for (DType dt : {kFloat32, kBFloat16, kFloat64, kInt64}) {
     INFO(dtype_name(dt));
     const Tensor x = dt == kInt64 ? (rnd({3, 1000}, kFloat64, 1) * 10.0).to(kInt64) : rnd({3, 1000}, dt, 1);
@@ -217,6 +217,22 @@ TEST_CASE("emulated CUDA cumsum (a thread per lane, a block per long row) gives 
     // The block scan adds in another order than the CPU's f64 running sum: equal for integers, close for floats.
     if (dt == kInt64) check_same(cpu, cuda, "cumsum");
     else check_close(cpu, cuda, "cumsum", dt == kFloat64 ? 1e-12 : tolerance(dt));
+  }
+  // cumprod on the same kernels: factors near 1 keep long products finite; integers of -1, 1 and 2 (a few 2s).
+  for (DType dt : {kFloat32, kBFloat16, kFloat64, kInt64}) {
+    INFO("cumprod " << dtype_name(dt));
+    const Tensor x = dt == kInt64 ? (rnd({3, 1000}, kFloat64, 2) * 0.6).round().clamp(-1, 2).to(kInt64)
+                                  : (rnd({3, 1000}, kFloat64, 2) * 0.05 + 1.0).to(dt);
+    tensor_list cuda;
+    const tensor_list cpu = both({OpId::cumprod, OpId::cumsum}, [&] {
+      const Tensor leaf = x.detach().set_requires_grad(is_floating(dt));
+      const Tensor rows = cumprod(leaf, 1), cols = cumprod(x.t(), 1);
+      tensor_list r = {rows.detach(), cols};
+      if (is_floating(dt)) r.push_back(autograd::grad({sum(rows * rows.detach())}, {leaf})[0]);
+      return r;
+    }, cuda);
+    if (dt == kInt64) check_same(cpu, cuda, "cumprod");
+    else check_close(cpu, cuda, "cumprod", dt == kFloat64 ? 1e-12 : tolerance(dt));
   }
 }
 

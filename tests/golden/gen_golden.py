@@ -419,6 +419,83 @@ def gen_resize():
 
 
 # --------------------------------------------------------------------------
+# math.safetensors: rounding, logarithmic, trigonometric, hyperbolic and division-like elementwise ops
+# --------------------------------------------------------------------------
+
+def gen_math():
+    torch.manual_seed(4)
+    store, meta = {}, {}
+    # Inputs in f64 on each op's domain, with its edge values (ties, signed zeros, infinities, NaN) appended;
+    # the gradients are taken on the finite interior only.
+    inf, nan = float("inf"), float("nan")
+    unary = {
+        "floor": (-4, 4, [2.5, -2.5, -0.0, inf, -inf, nan]),
+        "ceil": (-4, 4, [2.5, -2.5, -0.0, inf, nan]),
+        "round": (-4, 4, [0.5, 1.5, 2.5, -0.5, -2.5, inf, nan]),
+        "trunc": (-4, 4, [2.7, -2.7, -0.0, inf, nan]),
+        "frac": (-4, 4, [2.75, -2.75, -0.0]),
+        "log1p": (-0.9, 4, [-1.0, -0.0, 1e-20, inf]),
+        "expm1": (-4, 4, [1e-20, -0.0, -inf, 800.0]),
+        "log2": (0.1, 8, [0.0, 1.0, 1024.0, inf]),
+        "log10": (0.1, 8, [0.0, 1.0, 1000.0, inf]),
+        "exp2": (-4, 4, [-inf, 10.0, 2000.0]),
+        "tan": (-1.4, 1.4, [-0.0]),
+        "atan": (-4, 4, [inf, -inf, -0.0]),
+        "asin": (-0.95, 0.95, [1.0, -1.0, 1.5]),
+        "acos": (-0.95, 0.95, [1.0, -1.0, 1.5]),
+        "sinh": (-4, 4, [-0.0, 1000.0]),
+        "cosh": (-4, 4, [1000.0, -inf]),
+        "asinh": (-4, 4, [-0.0, inf]),
+        "acosh": (1.05, 5, [1.0, 0.5, inf]),
+        "atanh": (-0.95, 0.95, [1.0, -1.0, 2.0]),
+        "erfc": (-4, 4, [-inf, inf, 10.0]),
+        "erfinv": (-0.999, 0.999, [0.0, 1.0, -1.0, 1.5, 0.9999999, -1e-10]),
+    }
+    for name, (lo, hi, edges) in unary.items():
+        fn = getattr(torch, name)
+        x = torch.rand(24, dtype=torch.float64) * (hi - lo) + lo
+        xl = x.clone().requires_grad_(True)
+        y = fn(xl)
+        gy = torch.randn_like(y)
+        (y * gy).sum().backward()
+        xe = torch.tensor(edges, dtype=torch.float64)
+        store.update({f"{name}.x": x, f"{name}.y": y.detach(), f"{name}.gy": gy, f"{name}.gx": xl.grad,
+                      f"{name}.edge_x": xe, f"{name}.edge_y": fn(xe),
+                      f"{name}.f32_y": fn(x.float()).double()})
+        meta[name] = json.dumps({"domain": [lo, hi]})
+    a = torch.randn(6, 5, dtype=torch.float64) * 3
+    b = torch.randn(5, dtype=torch.float64) * 2
+    b[2] = -b[2].abs() - 0.5
+    for name in ["atan2", "hypot", "logaddexp", "fmod", "remainder", "floor_divide"]:
+        fn = getattr(torch, name)
+        al, bl = a.clone().requires_grad_(True), b.clone().requires_grad_(True)
+        y = fn(al, bl)
+        gy = torch.randn_like(y)
+        if name != "floor_divide":
+            (y * gy).sum().backward()
+            store.update({f"{name}.ga": al.grad, f"{name}.gb": bl.grad})
+        store.update({f"{name}.a": a, f"{name}.b": b, f"{name}.y": y.detach(), f"{name}.gy": gy})
+    ia = torch.tensor([7, -7, 7, -7, 0, 9, -9, 2**62], dtype=torch.int64)
+    ib = torch.tensor([3, 3, -3, -3, 5, -1, -1, -1], dtype=torch.int64)
+    for name in ["fmod", "remainder", "floor_divide"]:
+        store[f"int_{name}"] = getattr(torch, name)(ia, ib)
+    store["int_a"], store["int_b"] = ia, ib
+    ea = torch.tensor([inf, -inf, inf, -inf, nan, 1.0, 5.5, -5.5, 0.0], dtype=torch.float64)
+    eb = torch.tensor([inf, -inf, -inf, 2.0, 1.0, 0.0, -2.0, 2.0, -1.0], dtype=torch.float64)
+    store["edge_a"], store["edge_b"] = ea, eb
+    for name in ["atan2", "hypot", "logaddexp", "fmod", "remainder", "floor_divide"]:
+        store[f"{name}.edge_y"] = getattr(torch, name)(ea, eb)
+    w = torch.rand(6, 5, dtype=torch.float64)
+    store["lerp.w"] = w
+    store["lerp.y"] = torch.lerp(a, b.expand(6, 5), w)
+    store["lerp.y_scalar"] = torch.lerp(a, b.expand(6, 5), 0.75)
+    p = torch.rand(7, dtype=torch.float64)
+    p[0], p[1] = 0.0, 1.0
+    store["logit.x"], store["logit.y"], store["logit.y_eps"] = p, torch.logit(p), torch.logit(p, eps=1e-3)
+    return store, meta
+
+
+# --------------------------------------------------------------------------
 
 def main():
     generators = {
@@ -429,6 +506,7 @@ def main():
         "optim_more.safetensors": gen_optim_more,
         "loss_more.safetensors": gen_loss_more,
         "resize.safetensors": gen_resize,
+        "math.safetensors": gen_math,
     }
     # Named files only (say, a new one generated with a newer torch, leaving the others as they are).
     if len(sys.argv) > 1:
@@ -449,7 +527,8 @@ def main():
         for k, v in tensors.items():
             r = back[k]
             assert r.dtype == v.dtype and list(r.shape) == list(v.shape), f"{fname}:{k} dtype/shape"
-            assert torch.equal(r, v), f"{fname}:{k} values differ"
+            assert torch.equal(r.view(torch.int64) if r.is_floating_point() else r,
+                               v.view(torch.int64) if v.is_floating_point() else v), f"{fname}:{k} values differ"
         assert back_meta == {k: str(v) for k, v in meta.items()}, f"{fname}: metadata differs"
 
         size = os.path.getsize(path)
