@@ -317,7 +317,7 @@ ScaledLoss scale_loss(const Tensor& loss, const std::vector<OptimizerRef>& optim
   MPX_CHECK(g.initialized, "amp::scale_loss: amp::initialize was not called; call it once before the training loop "
                            "(Options().enabled(false) turns amp off)");
   MPX_CHECK(loss.defined() && loss.is_floating_point(), "amp::scale_loss: expected a floating loss, got ",
-            loss.defined() ? ops::describe(loss) : std::string("an undefined tensor"));
+            ops::describe(loss));
   ScaledLoss r;
   r.loss_ = loss;
   r.options_ = options;

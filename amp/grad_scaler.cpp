@@ -62,7 +62,7 @@ int64_t GradScaler::skipped_steps() const { return static_cast<int64_t>(skipped_
 Tensor GradScaler::scale(const Tensor& loss) {
   if (!is_enabled()) return loss;
   MPX_CHECK(loss.defined() && is_floating(loss.dtype()), "GradScaler::scale: expected a floating loss, got ",
-            loss.defined() ? ops::describe(loss) : std::string("an undefined tensor"));
+            ops::describe(loss));
   // The scale lives where the gradients will be (torch.amp initialises it lazily the same way).
   place(loss.device());
   return mul(loss, scale_);

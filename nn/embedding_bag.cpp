@@ -22,11 +22,11 @@ Tensor embedding_bag(const Tensor& input, const Tensor& weight, const EmbeddingB
   const char* op = "embedding_bag";
   MPX_CHECK(weight.defined() && weight.dim() == 2 && is_floating(weight.dtype()), op,
             ": weight must be a floating [num_embeddings, dim] table, got ",
-            weight.defined() ? ops::describe(weight) : "an undefined tensor");
+            ops::describe(weight));
   MPX_CHECK(input.defined() && (input.dtype() == kInt64 || input.dtype() == kInt32) &&
                 (input.dim() == 1 || input.dim() == 2),
             op, ": input must be i64 or i32 [B, L] or [N] (with offsets), got ",
-            input.defined() ? ops::describe(input) : "an undefined tensor");
+            ops::describe(input));
   const std::string& mode = o.mode();
   MPX_CHECK(mode == "sum" || mode == "mean" || mode == "max", op, ": mode must be \"sum\", \"mean\" or \"max\", got \"",
             mode, "\"");

@@ -179,7 +179,7 @@ Tensor pad(const Tensor& x, const PadFuncOptions& o) {
 Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx,
                  std::optional<double> max_norm, double norm_type) {
   MPX_CHECK(weight.defined() && weight.dim() == 2, "embedding: weight must be [num_embeddings, dim], got ",
-            weight.defined() ? ops::describe(weight) : std::string("undefined"));
+            ops::describe(weight));
   const int64_t n = weight.size(0);
   int64_t pad = -1;
   if (padding_idx) {

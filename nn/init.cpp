@@ -76,7 +76,7 @@ double calculate_gain(Nonlinearity n, double param) {
 
 std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& t) {
   MPX_CHECK(t.defined() && t.dim() >= 2, "nn::init: fan in and fan out cannot be computed for a tensor with fewer "
-            "than 2 dimensions (got ", t.defined() ? ops::describe(t) : std::string("undefined"), ")");
+            "than 2 dimensions (got ", ops::describe(t), ")");
   int64_t receptive = 1;
   for (int64_t d = 2; d < t.dim(); ++d) receptive *= t.size(d);
   return {t.size(1) * receptive, t.size(0) * receptive};

@@ -363,7 +363,7 @@ Tensor EmbeddingImpl::forward(const Tensor& indices) {
 Embedding Embedding::from_pretrained(const Tensor& embeddings, const EmbeddingFromPretrainedOptions& o) {
   MPX_CHECK(embeddings.defined() && embeddings.dim() == 2 && is_floating(embeddings.dtype()),
             "Embedding::from_pretrained: embeddings must be a floating 2-d table [num_embeddings, dim], got ",
-            embeddings.defined() ? ops::describe(embeddings) : "an undefined tensor");
+            ops::describe(embeddings));
   Embedding m(EmbeddingOptions(embeddings.size(0), embeddings.size(1))
                   .padding_idx(o.padding_idx())
                   .max_norm(o.max_norm())

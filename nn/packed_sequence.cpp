@@ -27,13 +27,13 @@ std::vector<int64_t> PackedSequence::batch_size_vector() const {
 
 PackedSequence pack_padded_sequence(const Tensor& input, const Tensor& lengths, bool batch_first, bool enforce_sorted) {
   MPX_CHECK(input.defined() && input.dim() >= 2, "pack_padded_sequence: input must be [T, N, *] ([N, T, *] with ",
-            "batch_first), got ", input.defined() ? ops::describe(input) : "an undefined tensor");
+            "batch_first), got ", ops::describe(input));
   const Tensor x = batch_first ? input.transpose(0, 1) : input;  // [T, N, *]
   const int64_t T = x.size(0), N = x.size(1);
   MPX_CHECK(lengths.defined() && lengths.dim() == 1 && lengths.size(0) == N &&
                 (lengths.dtype() == kInt64 || lengths.dtype() == kInt32),
             "pack_padded_sequence: lengths must be i64 (or i32) [", N, "], one per sequence of input ",
-            ops::describe(input), ", got ", lengths.defined() ? ops::describe(lengths) : "an undefined tensor");
+            ops::describe(input), ", got ", ops::describe(lengths));
   const Tensor lc = lengths.to(Device::cpu(), kInt64).contiguous();
   std::vector<int64_t> len(lc.data_ptr<int64_t>(), lc.data_ptr<int64_t>() + N);
   for (int64_t n = 0; n < N; ++n)
@@ -116,7 +116,7 @@ Tensor pad_sequence(const tensor_list& sequences, bool batch_first, double paddi
   for (size_t i = 0; i < sequences.size(); ++i) {
     const Tensor& s = sequences[i];
     MPX_CHECK(s.defined() && s.dim() >= 1, "pad_sequence: every sequence must be [L, *]; sequence ", i, " is ",
-              s.defined() ? ops::describe(s) : "undefined");
+              ops::describe(s));
     const Tensor& first = sequences[0];
     MPX_CHECK(IntList(s.sizes().begin() + 1, s.sizes().end()) == IntList(first.sizes().begin() + 1, first.sizes().end()) &&
                   s.dtype() == first.dtype() && s.device() == first.device(),
@@ -140,12 +140,12 @@ Tensor pad_sequence(const tensor_list& sequences, bool batch_first, double paddi
 
 tensor_list unpad_sequence(const Tensor& padded, const Tensor& lengths, bool batch_first) {
   MPX_CHECK(padded.defined() && padded.dim() >= 2, "unpad_sequence: padded must be [T, N, *] ([N, T, *] with ",
-            "batch_first), got ", padded.defined() ? ops::describe(padded) : "an undefined tensor");
+            "batch_first), got ", ops::describe(padded));
   const Tensor x = batch_first ? padded : padded.transpose(0, 1);  // [N, T, *]
   MPX_CHECK(lengths.defined() && lengths.dim() == 1 && lengths.size(0) == x.size(0) &&
                 (lengths.dtype() == kInt64 || lengths.dtype() == kInt32),
             "unpad_sequence: lengths must be i64 or i32 with one per sequence (", x.size(0), "), got ",
-            lengths.defined() ? ops::describe(lengths) : "an undefined tensor");
+            ops::describe(lengths));
   const Tensor len = lengths.to(Device::cpu()).to(kInt64).contiguous();
   tensor_list out;
   for (int64_t n = 0; n < x.size(0); ++n) {

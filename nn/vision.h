@@ -72,7 +72,7 @@ namespace detail {
 // A 1-d pool of [N, C, L] (or unbatched [C, L]) input as the 2-d one over [N, C, 1, L].
 template <typename F> Tensor pool1d(const char* op, const Tensor& x, F pool2d) {
   MPX_CHECK(x.defined() && (x.dim() == 2 || x.dim() == 3), op, ": input must be [N, C, L] or [C, L], got ",
-            x.defined() ? ops::describe(x) : std::string("an undefined tensor"));
+            ops::describe(x));
   const Tensor x4 = x.dim() == 3 ? x.unsqueeze(2) : x.unsqueeze(0).unsqueeze(2);
   const Tensor y = pool2d(x4).squeeze(2);
   return x.dim() == 3 ? y : y.squeeze(0);

@@ -30,10 +30,10 @@ void unscale_check_inf_(const tensor_list& grads_in, const tensor_list& grads_ou
             "unscale in place), or none to only check");
   MPX_CHECK(inv_scale.defined() && inv_scale.dtype() == kFloat32 && inv_scale.numel() == 1,
             "unscale_check_inf_: inv_scale must be a one-element f32 tensor, got ",
-            inv_scale.defined() ? ops::describe(inv_scale) : std::string("undefined"));
+            ops::describe(inv_scale));
   MPX_CHECK(found_inf.defined() && found_inf.dtype() == kFloat32 && found_inf.numel() == 1,
             "unscale_check_inf_: found_inf must be a one-element f32 tensor, got ",
-            found_inf.defined() ? ops::describe(found_inf) : std::string("undefined"));
+            ops::describe(found_inf));
   const Device dev = found_inf.device();
   MPX_CHECK(inv_scale.device() == dev, "unscale_check_inf_: inv_scale is on ", inv_scale.device().str(),
             " but found_inf on ", dev.str(), "; call it once per device");
@@ -47,7 +47,7 @@ void unscale_check_inf_(const tensor_list& grads_in, const tensor_list& grads_ou
     if (check_only) {
       MPX_CHECK(g.defined() && is_floating(g.dtype()) && g.device() == dev, "unscale_check_inf_: gradient ", i,
                 " must be a floating tensor on ", dev.str(), ", got ",
-                g.defined() ? ops::describe(g) : std::string("undefined"));
+                ops::describe(g));
       if (g.numel()) in.push_back(layout_kind(g) < 0 ? g.contiguous() : g);
       continue;
     }
@@ -94,7 +94,7 @@ void update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tens
     if (t == &skipped && !t->defined()) continue;
     MPX_CHECK(t->defined() && t->dtype() == kFloat32 && t->numel() == 1 && t->device() == scale.device(),
               "update_scale_: scale, growth_tracker, skipped and found_inf must be one-element f32 tensors on one "
-              "device, got ", t->defined() ? ops::describe(*t) : std::string("undefined"), " beside scale ",
+              "device, got ", ops::describe(*t), " beside scale ",
               ops::describe(scale));
   }
   auto fn = dispatch::kernel<OpId::update_scale>(scale.device(), kFloat32);

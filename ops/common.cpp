@@ -36,7 +36,7 @@ TensorOptions elementwise_options(DType dt, Device dev, const IntList& shape, co
 }
 
 std::string describe(const Tensor& t) {
-  if (!t.defined()) return "undefined";
+  if (!t.defined()) return "an undefined tensor";
   return std::string(dtype_name(t.dtype())) + shape_str(t.sizes()) + " on " + t.device().str();
 }
 

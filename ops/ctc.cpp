@@ -26,7 +26,7 @@ constexpr double kNoPath = -1e30;
 
 std::vector<int64_t> host_ints(const Tensor& t, const char* what) {
   MPX_CHECK(t.defined() && !is_floating(t.dtype()) && t.dim() <= 1, "ctc_loss: ", what,
-            " must be a 0-d or 1-d integer tensor, got ", t.defined() ? ops::describe(t) : std::string("undefined"));
+            " must be a 0-d or 1-d integer tensor, got ", ops::describe(t));
   const Tensor c = t.to(kInt64).contiguous().cpu();
   return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
 }
@@ -114,10 +114,10 @@ Tensor ctc_loss(const Tensor& log_probs0, const Tensor& targets0, const std::vec
   MPX_CHECK(log_probs0.defined() && is_floating(log_probs0.dtype()) &&
                 (log_probs0.dim() == 3 || log_probs0.dim() == 2),
             "ctc_loss: log_probs must be floating [T, N, C] (or [T, C] for one sequence), got ",
-            log_probs0.defined() ? ops::describe(log_probs0) : std::string("undefined"));
+            ops::describe(log_probs0));
   MPX_CHECK(targets0.defined() && (targets0.dtype() == kInt64 || targets0.dtype() == kInt32),
             "ctc_loss: targets must be integer class indices, got ",
-            targets0.defined() ? ops::describe(targets0) : std::string("undefined"));
+            ops::describe(targets0));
   const bool unbatched = log_probs0.dim() == 2;
   Tensor lp = ops::autocast(OpId::ctc_loss, {log_probs0})[0];
   if (lp.dtype() != kFloat64) lp = lp.to(kFloat32);

@@ -169,12 +169,12 @@ Tensor baddbmm(const Tensor& c0, const Tensor& a0, const Tensor& b0, double beta
 
 Tensor outer(const Tensor& a, const Tensor& b) {
   MPX_CHECK(a.defined() && b.defined() && a.dim() == 1 && b.dim() == 1, "outer: expected two 1-d tensors, got ",
-            a.defined() ? ops::describe(a) : "an undefined tensor", " and ", b.defined() ? ops::describe(b) : "an undefined tensor");
+            ops::describe(a), " and ", ops::describe(b));
   return a.unsqueeze(1) * b.unsqueeze(0);
 }
 
 Tensor trace(const Tensor& x) {
-  MPX_CHECK(x.defined() && x.dim() == 2, "trace: expected a matrix, got ", x.defined() ? ops::describe(x) : "an undefined tensor");
+  MPX_CHECK(x.defined() && x.dim() == 2, "trace: expected a matrix, got ", ops::describe(x));
   return sum(x.diagonal());
 }
 

@@ -51,10 +51,10 @@ Tensor hinge_embedding_loss(const Tensor& input, const Tensor& y, double margin,
 Tensor cosine_embedding_loss(const Tensor& x1, const Tensor& x2, const Tensor& y, double margin, Reduction r) {
   MPX_CHECK(x1.defined() && x2.defined() && x1.sizes() == x2.sizes() && (x1.dim() == 1 || x1.dim() == 2),
             "cosine_embedding_loss: x1 and x2 must be [N, D] or [D] of one shape, got ",
-            x1.defined() ? ops::describe(x1) : "undefined", " and ", x2.defined() ? ops::describe(x2) : "undefined");
+            ops::describe(x1), " and ", ops::describe(x2));
   MPX_CHECK(y.defined() && y.dim() == x1.dim() - 1 && (y.dim() == 0 || y.size(0) == x1.size(0)),
             "cosine_embedding_loss: y must hold one label per row of x1 ", ops::describe(x1), ", got ",
-            y.defined() ? ops::describe(y) : "undefined");
+            ops::describe(y));
   const tensor_list in = prepare("cosine_embedding_loss", OpId::cosine_embedding_loss, {x1, x2, y}, {"x1", "x2", "y"});
   constexpr double kEps = 1e-12;  // PyTorch's EPSILON in this loss
   const int64_t d = x1.dim() - 1;
@@ -103,11 +103,11 @@ Tensor multi_margin_loss(const Tensor& input, const Tensor& target, int64_t p, d
                          Reduction r) {
   MPX_CHECK(p == 1 || p == 2, "multi_margin_loss: p must be 1 or 2, got ", p);
   MPX_CHECK(input.defined() && (input.dim() == 1 || input.dim() == 2) && input.numel() > 0,
-            "multi_margin_loss: input must be non-empty [N, C] or [C], got ", input.defined() ? ops::describe(input) : "undefined");
+            "multi_margin_loss: input must be non-empty [N, C] or [C], got ", ops::describe(input));
   MPX_CHECK(target.defined() && target.dtype() == kInt64 && target.dim() == input.dim() - 1 &&
                 (target.dim() == 0 || target.size(0) == input.size(0)),
             "multi_margin_loss: target must hold one i64 class per row of ", ops::describe(input), ", got ",
-            target.defined() ? ops::describe(target) : "undefined");
+            ops::describe(target));
   const int64_t c = input.size(-1);
   MPX_CHECK(all(ge(target, 0.0) & lt(target, static_cast<double>(c))).to(kFloat64).item<double>() != 0.0,
             "multi_margin_loss: a target class is outside [0, ", c, ")");

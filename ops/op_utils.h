@@ -38,7 +38,7 @@ inline Tensor reduce_grad(const Tensor& g, const Tensor& like) { return reduce_g
 /// activations and residual adds without layout round trips.
 TensorOptions elementwise_options(DType dt, Device dev, const IntList& shape, const tensor_list& inputs);
 
-/// Describes a tensor for error messages: "f32[2, 3] on cpu".
+/// Describes a tensor for error messages: "f32[2, 3] on cpu", or "an undefined tensor".
 std::string describe(const Tensor& t);
 
 }  // namespace ops

@@ -397,7 +397,7 @@ Tensor logsumexp(const Tensor& x0, const IntList& dims, bool keepdim) {
 
 Tensor vector_norm(const Tensor& x0, double ord, const IntList& dims, bool keepdim) {
   MPX_CHECK(x0.defined() && is_floating(x0.dtype()), "vector_norm: input must be floating, got ",
-            x0.defined() ? ops::describe(x0) : "an undefined tensor");
+            ops::describe(x0));
   MPX_CHECK(ord >= 1.0, "vector_norm: ord must be at least 1 (or inf), got ", ord);
   const Tensor x = ops::autocast(OpId::vector_norm, {x0})[0];
   if (ord == 2.0) return l2_norm(x, dims, keepdim);
@@ -409,7 +409,7 @@ Tensor vector_norm(const Tensor& x0, double ord, const IntList& dims, bool keepd
 Tensor cosine_similarity(const Tensor& a0, const Tensor& b0, int64_t dim0, double eps) {
   for (const Tensor* t : {&a0, &b0})
     MPX_CHECK(t->defined() && is_floating(t->dtype()), "cosine_similarity: inputs must be floating, got ",
-              t->defined() ? ops::describe(*t) : "an undefined tensor");
+              ops::describe(*t));
   const tensor_list in = ops::autocast(OpId::cosine_similarity, {a0, b0});
   const int64_t nd = std::max<int64_t>(std::max(in[0].dim(), in[1].dim()), 1);
   const int64_t dim = wrap_dim(dim0, nd, "cosine_similarity: dim");

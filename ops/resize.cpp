@@ -105,7 +105,7 @@ Tensor resample_dims(const Tensor& x, const AxisMap& h, const AxisMap& w) {
 Tensor interpolate(const Tensor& x0, const IntList& size, const std::vector<double>& scale_factor, const std::string& mode,
                    std::optional<bool> align_corners) {
   MPX_CHECK(x0.defined() && x0.dim() >= 3 && x0.dim() <= 5, "interpolate: input must be [N, C, W], [N, C, H, W] or "
-            "[N, C, D, H, W], got ", x0.defined() ? ops::describe(x0) : "an undefined tensor");
+            "[N, C, D, H, W], got ", ops::describe(x0));
   MPX_CHECK(is_floating(x0.dtype()), "interpolate: input must be floating, got ", ops::describe(x0));
   const int64_t sd = x0.dim() - 2;
   const bool linear = mode == "linear" || mode == "bilinear" || mode == "trilinear";
@@ -159,7 +159,7 @@ Tensor interpolate(const Tensor& x0, const IntList& size, const std::vector<doub
 Tensor pixel_shuffle(const Tensor& x, int64_t r) {
   MPX_CHECK(r > 0, "pixel_shuffle: upscale_factor must be positive, got ", r);
   MPX_CHECK(x.defined() && x.dim() >= 3 && x.size(-3) % (r * r) == 0, "pixel_shuffle: input must be [..., C r^2, H, W] "
-            "with r = ", r, ", got ", x.defined() ? ops::describe(x) : "an undefined tensor");
+            "with r = ", r, ", got ", ops::describe(x));
   const int64_t c = x.size(-3) / (r * r), h = x.size(-2), w = x.size(-1), lead = x.dim() - 3;
   IntList batch(x.sizes().begin(), x.sizes().begin() + lead);
   IntList s = batch, perm, out = batch;
@@ -173,7 +173,7 @@ Tensor pixel_shuffle(const Tensor& x, int64_t r) {
 Tensor pixel_unshuffle(const Tensor& x, int64_t r) {
   MPX_CHECK(r > 0, "pixel_unshuffle: downscale_factor must be positive, got ", r);
   MPX_CHECK(x.defined() && x.dim() >= 3 && x.size(-2) % r == 0 && x.size(-1) % r == 0, "pixel_unshuffle: input must be "
-            "[..., C, H r, W r] with r = ", r, ", got ", x.defined() ? ops::describe(x) : "an undefined tensor");
+            "[..., C, H r, W r] with r = ", r, ", got ", ops::describe(x));
   const int64_t c = x.size(-3), h = x.size(-2) / r, w = x.size(-1) / r, lead = x.dim() - 3;
   IntList batch(x.sizes().begin(), x.sizes().begin() + lead);
   IntList s = batch, perm, out = batch;

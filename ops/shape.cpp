@@ -246,7 +246,7 @@ Tensor Tensor::movedim(const IntList& source, const IntList& destination) const 
 
 Tensor Tensor::diagonal(int64_t offset, int64_t d1, int64_t d2) const {
   MPX_CHECK(defined() && dim() >= 2, "diagonal: needs a tensor of at least 2 dims, got ",
-            defined() ? ops::describe(*this) : "an undefined tensor");
+            ops::describe(*this));
   d1 = wrap_dim(d1, dim(), "diagonal dim1");
   d2 = wrap_dim(d2, dim(), "diagonal dim2");
   MPX_CHECK(d1 != d2, "diagonal: dim1 and dim2 must differ, got ", d1, " twice");
@@ -283,7 +283,7 @@ Tensor diagonal_backward(const Tensor& g, const IntList& shape, int64_t offset, 
 
 Tensor diag(const Tensor& t, int64_t offset) {
   MPX_CHECK(t.defined() && (t.dim() == 1 || t.dim() == 2), "diag: expected a 1-d or 2-d tensor, got ",
-            t.defined() ? ops::describe(t) : "an undefined tensor");
+            ops::describe(t));
   if (t.dim() == 2) return t.diagonal(offset).clone();
   const int64_t n = t.size(0) + (offset < 0 ? -offset : offset);
   return diagonal_backward(t, {n, n}, offset, 0, 1);
@@ -461,7 +461,7 @@ Tensor repeat(const Tensor& t, const IntList& repeats) {
 
 tensor_list unbind(const Tensor& t, int64_t dim0) {
   MPX_CHECK(t.defined() && t.dim() > 0, "unbind: needs a tensor with at least one dim, got ",
-            t.defined() ? ops::describe(t) : "an undefined tensor");
+            ops::describe(t));
   const int64_t dim = wrap_dim(dim0, t.dim(), "unbind: dim");
   tensor_list r;
   for (int64_t i = 0; i < t.size(dim); ++i) r.push_back(t.select(dim, i));

@@ -169,7 +169,7 @@ void Optimizer::set_master(const Tensor& param, const Tensor& value) {
   MPX_CHECK(master_weights_, name_, ": set_master: master weights are off (set_master_weights(false), apex's O3); "
             "turn them on first");
   MPX_CHECK(value.defined() && value.sizes() == p.sizes() && value.is_floating_point(), name_,
-            ": set_master: the value ", value.defined() ? ops::describe(value) : "undefined",
+            ": set_master: the value ", ops::describe(value),
             " must be floating with the parameter's shape ", shape_str(p.sizes()));
   Tensor m = copy_like(value, p, kFloat32);
   m.set_requires_grad(true);
@@ -424,7 +424,7 @@ void Optimizer::step_group(ParamGroup& group, uint32_t first_id) {
 void Optimizer::set_amp_step_inputs(const Tensor& found_inf, const Tensor& inv_scale) {
   MPX_CHECK(found_inf.defined() && found_inf.dtype() == kFloat32 && found_inf.numel() == 1, name(),
             ": set_amp_step_inputs needs found_inf as a one-element f32 tensor, got ",
-            found_inf.defined() ? ops::describe(found_inf) : std::string("undefined"));
+            ops::describe(found_inf));
   MPX_CHECK(!inv_scale.defined() || (inv_scale.dtype() == kFloat32 && inv_scale.numel() == 1), name(),
             ": set_amp_step_inputs needs inv_scale as a one-element f32 tensor, got ", ops::describe(inv_scale));
   amp_found_inf_ = found_inf;

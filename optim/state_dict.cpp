@@ -168,7 +168,7 @@ void Optimizer::load_state_dict(const OptimizerState& s) {
   if (auto it = s.tensors.find("stochastic_rounding.seed"); it != s.tensors.end()) {
     const Tensor& t = it->second;
     MPX_CHECK(t.defined() && t.dtype() == kInt64 && t.numel() == 1, who,
-              "'stochastic_rounding.seed' must be one i64 value, got ", t.defined() ? ops::describe(t) : "undefined");
+              "'stochastic_rounding.seed' must be one i64 value, got ", ops::describe(t));
     seed = static_cast<uint64_t>(t.cpu().contiguous().data_ptr<int64_t>()[0]);
     used.insert(it->first);
   }
