@@ -107,15 +107,21 @@ Tensor Conv1dImpl::forward(const Tensor& x) {
                        .dilation(options.dilation())
                        .groups(options.groups()));
 }
-void Conv1dImpl::pretty_print(std::ostream& os) const {
-  os << "Conv1d(" << options.in_channels() << ", " << options.out_channels() << ", kernel_size=(" << options.kernel_size()
-     << ",), stride=(" << options.stride() << ",)";
-  if (options.padding() != 0) os << ", padding=(" << options.padding() << ",)";
-  if (options.dilation() != 1) os << ", dilation=(" << options.dilation() << ",)";
-  if (options.groups() != 1) os << ", groups=" << options.groups();
-  if (!options.bias()) os << ", bias=false";
+namespace {
+// Conv1d and ConvTranspose1d as PyTorch prints them; output_padding (the transposed one's) only when set.
+template <typename O>
+void print_conv1d(std::ostream& os, const char* name, const O& o, int64_t output_padding) {
+  os << name << "(" << o.in_channels() << ", " << o.out_channels() << ", kernel_size=(" << o.kernel_size()
+     << ",), stride=(" << o.stride() << ",)";
+  if (o.padding() != 0) os << ", padding=(" << o.padding() << ",)";
+  if (output_padding != 0) os << ", output_padding=(" << output_padding << ",)";
+  if (o.dilation() != 1) os << ", dilation=(" << o.dilation() << ",)";
+  if (o.groups() != 1) os << ", groups=" << o.groups();
+  if (!o.bias()) os << ", bias=false";
   os << ")";
 }
+}  // namespace
+void Conv1dImpl::pretty_print(std::ostream& os) const { print_conv1d(os, "Conv1d", options, 0); }
 
 // ---------------------------------------------------------------- ConvTranspose1d
 
@@ -138,14 +144,7 @@ Tensor ConvTranspose1dImpl::forward(const Tensor& x) {
                                  .dilation(options.dilation()));
 }
 void ConvTranspose1dImpl::pretty_print(std::ostream& os) const {
-  os << "ConvTranspose1d(" << options.in_channels() << ", " << options.out_channels() << ", kernel_size=("
-     << options.kernel_size() << ",), stride=(" << options.stride() << ",)";
-  if (options.padding() != 0) os << ", padding=(" << options.padding() << ",)";
-  if (options.output_padding() != 0) os << ", output_padding=(" << options.output_padding() << ",)";
-  if (options.dilation() != 1) os << ", dilation=(" << options.dilation() << ",)";
-  if (options.groups() != 1) os << ", groups=" << options.groups();
-  if (!options.bias()) os << ", bias=false";
-  os << ")";
+  print_conv1d(os, "ConvTranspose1d", options, options.output_padding());
 }
 
 // ---------------------------------------------------------------- ConvTranspose2d
