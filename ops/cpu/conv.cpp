@@ -88,17 +88,17 @@ void im2col(const S* x, const Geom& g, S* col, int64_t ld) {
           const int64_t ih = oh * g.sh - g.ph + i * g.dh;
           S* r = row + oh * g.Wo;
           if (ih < 0 || ih >= g.H) {
-            std::fill(r, r + g.Wo, S(0));
+            fill_bits(r, g.Wo, S(0));
             continue;
           }
           const S* xr = xc + ih * g.W + iw0;
-          std::fill(r, r + lo, S(0));
+          fill_bits(r, lo, S(0));
           if (g.sw == 1) {
             std::memcpy(r + lo, xr + lo, sizeof(S) * (hi - lo));
           } else {
             for (int64_t ow = lo; ow < hi; ++ow) r[ow] = xr[ow * g.sw];
           }
-          std::fill(r + hi, r + g.Wo, S(0));
+          fill_bits(r + hi, g.Wo - hi, S(0));
         }
       }
     }
@@ -206,7 +206,7 @@ void backward_input(S* gx, const S* gy, const S* w, const S* b, const Geom& g) {
         if (g.pointwise) {
           for (int64_t c = 0; c < g.Cg; ++c) std::memcpy(gxi + c * g.HW, col + c * cols + j * g.P, sizeof(S) * g.P);
         } else {
-          std::fill(gxi, gxi + g.Cg * g.HW, S(0));
+          fill_bits(gxi, g.Cg * g.HW, S(0));
           col2im(col + j * g.P, cols, g, gxi);
         }
       }

@@ -88,7 +88,7 @@ template <typename T> struct CtcLatticeBackward {
     const T* gn = static_cast<const T*>(g.raw_data());
     T* d = static_cast<T*>(grad.raw_data());
     constexpr T kNone = -std::numeric_limits<T>::infinity();
-    std::fill(d, d + grad.numel(), T(0));
+    fill_bits(d, grad.numel(), T(0));
     parallel_for(N, 1, [&](int64_t b, int64_t e) {
       std::vector<T> beta, occupancy(static_cast<size_t>(C));
       for (int64_t n = b; n < e; ++n) {

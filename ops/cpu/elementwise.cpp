@@ -1,6 +1,7 @@
 // CPU kernels for elementwise ops, casts, fills and counter-based random numbers.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/random.h"
 #include "autograd/grad_mode.h"
@@ -183,7 +184,7 @@ template <typename T> struct Fill {
   static void run(const Tensor& out, double v) {
     const T val = convert<T>(v);
     T* o = static_cast<T*>(out.raw_data());
-    parallel_for(out.numel(), kGrain, [&](int64_t b, int64_t e) { std::fill(o + b, o + e, val); });
+    parallel_for(out.numel(), kGrain, [&](int64_t b, int64_t e) { fill_bits(o + b, e - b, val); });
   }
 };
 template <typename T> struct RandUniform {

@@ -83,7 +83,7 @@ template <typename T> struct IndexSelect {
         const int64_t v = idx[r % n];
         T* dst = o + r * a.inner;
         if (v < 0 || v >= V) {  // the op layer checked; this only guards memory
-          std::fill(dst, dst + a.inner, zero<T>());
+          fill_bits(dst, a.inner, zero<T>());
           continue;
         }
         const T* src = x + outer_offset(r / n, sz, in.strides(), dim) + v * sd;
@@ -219,7 +219,7 @@ template <typename T> struct Embedding {
     parallel_for(N, std::max<int64_t>(1, kGrain / std::max<int64_t>(D, 1)), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         const int64_t v = idx[r];
-        if (v < 0 || v >= V) std::fill(o + r * D, o + (r + 1) * D, zero<T>());
+        if (v < 0 || v >= V) fill_bits(o + r * D, D, zero<T>());
         else std::memcpy(static_cast<void*>(o + r * D), static_cast<const void*>(w + v * D), sizeof(T) * D);
       }
     });

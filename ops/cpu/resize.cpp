@@ -126,7 +126,7 @@ struct ResampleBackward {
         int64_t key[2] = {-1, -1}, next_row = 0;
         auto flush = [&](int s) {
           const int64_t k = key[s];
-          std::fill(base + next_row * wi, base + k * wi, T(0));
+          fill_bits(base + next_row * wi, (k - next_row) * wi, T(0));
           const A* src = sums.data() + s * wo;
           T* dst = base + k * wi;
           if (wm.identity()) {
@@ -178,7 +178,7 @@ struct ResampleBackward {
         const int lo = key[0] >= 0 && (key[1] < 0 || key[0] < key[1]) ? 0 : 1;
         for (const int s : {lo, 1 - lo})
           if (key[s] >= 0) flush(s);
-        std::fill(base + next_row * wi, base + hi * wi, T(0));
+        fill_bits(base + next_row * wi, (hi - next_row) * wi, T(0));
       }
     });
   }
