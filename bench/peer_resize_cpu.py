@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""PyTorch peer of bench/bench_resize_cpu: F.interpolate nearest and bilinear, forward and forward + backward."""
+"""PyTorch peer of bench/bench_resize_cpu: F.interpolate nearest and bilinear (or with --pad, F.pad's reflect,
+replicate and circular modes), forward and forward + backward."""
 import argparse, time
 
 import torch
@@ -9,24 +10,27 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--shape", default="16,64,64,64")
 ap.add_argument("--scale", type=float, default=2.0)
 ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
+ap.add_argument("--pad", type=int, default=0)
 ap.add_argument("--reps", type=int, default=11)
 a = ap.parse_args()
 shape = [int(s) for s in a.shape.split(",")]
 torch.manual_seed(0)
 x0 = torch.randn(*shape).to(torch.bfloat16 if a.dtype == "bf16" else torch.float32)
-for mode in ("nearest", "bilinear"):
+for mode in ("reflect", "replicate", "circular", "constant") if a.pad else ("nearest", "bilinear"):
     for backward in (False, True):
         ms = []
         for r in range(a.reps):
             x = x0.detach().requires_grad_(backward)
             t0 = time.perf_counter()
-            y = F.interpolate(x, scale_factor=a.scale, mode=mode)
+            y = F.pad(x, [a.pad] * 4, mode=mode) if a.pad else F.interpolate(x, scale_factor=a.scale, mode=mode)
             if backward:
                 y.backward(torch.ones_like(y))
             ms.append((time.perf_counter() - t0) * 1e3)
             if r == 0:
                 s = (x.grad if backward else y).double().sum().item()
         ms.sort()
-        print(f"torch {torch.__version__} interpolate {mode} {a.dtype} [{a.shape}] x{a.scale:g} "
+        what = f"pad {mode} {a.dtype} [{a.shape}] pad {a.pad}" if a.pad else \
+            f"interpolate {mode} {a.dtype} [{a.shape}] x{a.scale:g}"
+        print(f"torch {torch.__version__} {what} "
               f"{'forward+backward' if backward else 'forward'}: {ms[len(ms) // 2]:.2f} ms (median of {a.reps}, "
               f"min {ms[0]:.2f}), sum {s:.6g}")

@@ -14,6 +14,7 @@
 #include "ops/loss.h"
 #include "ops/norm.h"
 #include "ops/op_utils.h"
+#include "ops/pad.h"
 #include "ops/pooling.h"
 #include "ops/reduction.h"
 #include "ops/shape.h"
@@ -137,43 +138,8 @@ Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, const CosineSimilar
 Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) { return x.flatten(start_dim, end_dim); }
 
 Tensor pad(const Tensor& x, const PadFuncOptions& o) {
-  const IntList& p = o.pad();
-  MPX_CHECK(p.size() % 2 == 0 && static_cast<int64_t>(p.size()) / 2 <= x.dim(), "pad: expected an even number of ",
-            "pad values covering at most ", x.dim(), " dims of ", ops::describe(x), ", got ", p.size());
-  Tensor out = x;
-  Tensor mask;  // 1 where data came from x; only needed for a non-zero fill value
-  const bool fill = o.value() != 0.0;
-  if (fill) mask = ones_like(x);
-  for (size_t i = 0; i < p.size() / 2; ++i) {
-    const int64_t d = x.dim() - 1 - static_cast<int64_t>(i);
-    int64_t left = p[2 * i], right = p[2 * i + 1];
-    // Negative pads crop first, then positive pads grow.
-    const int64_t lc = left < 0 ? -left : 0, rc = right < 0 ? -right : 0;
-    if (lc || rc) {
-      MPX_CHECK(lc + rc < out.size(d), "pad: cropping ", lc + rc, " from dim ", d, " of ", ops::describe(out),
-                " leaves nothing");
-      out = out.narrow(d, lc, out.size(d) - lc - rc);
-      if (fill) mask = mask.narrow(d, lc, mask.size(d) - lc - rc);
-    }
-    left = std::max<int64_t>(left, 0);
-    right = std::max<int64_t>(right, 0);
-    if (left || right) {
-      IntList shape = out.sizes();
-      shape[d] += left + right;
-      out = slice_backward(out, shape, d, left, 1);
-      if (fill) {
-        NoGradGuard ng;
-        mask = slice_backward(mask, shape, d, left, 1);
-      }
-    }
-  }
-  if (!fill) return out;
-  Tensor outside;
-  {
-    NoGradGuard ng;
-    outside = mpx::eq(mask, 0.0);
-  }
-  return mpx::masked_fill(out, outside, o.value());
+  static const char* const names[] = {"constant", "reflect", "replicate", "circular"};
+  return mpx::pad(x, o.pad(), names[static_cast<int>(o.mode())], o.value());
 }
 
 Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx,

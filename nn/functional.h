@@ -112,7 +112,7 @@ Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, const CosineSimilar
 // ---- shape ----
 /// Flattens dims start_dim..end_dim into one (torch.flatten's defaults: all dims).
 Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
-/// Constant padding; negative pads crop.
+/// mpx::pad with options: `F::pad(x, F::PadFuncOptions({1, 1, 2, 2}).mode(F::kReflect))`; negative pads crop.
 Tensor pad(const Tensor& x, const PadFuncOptions& options);
 /// Rows of `weight` [num_embeddings, dim] selected by the i64 or i32 `indices` -> [*indices.shape, dim],
 /// in the weight's dtype (also under autocast). With padding_idx (negative counts from the end)

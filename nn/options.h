@@ -421,9 +421,12 @@ struct CosineSimilarityFuncOptions {
   MPX_ARG(double, eps) = 1e-8;
 };
 
-/// Padding mode of F::pad.
-enum class PadMode { Constant };
+/// F::pad's modes (ops/pad.h says what each does).
+enum class PadMode { Constant, Reflect, Replicate, Circular };
 inline constexpr PadMode kConstant = PadMode::Constant;
+inline constexpr PadMode kReflect = PadMode::Reflect;
+inline constexpr PadMode kReplicate = PadMode::Replicate;
+inline constexpr PadMode kCircular = PadMode::Circular;
 /// pad lists (left, right) pairs starting from the last dimension, as in PyTorch.
 struct PadFuncOptions {
   PadFuncOptions(IntList pad) : pad_(std::move(pad)) {}  // NOLINT

@@ -21,6 +21,7 @@
 #include "ops/norm.h"
 #include "ops/op_id.h"
 #include "ops/optim_kernels.h"
+#include "ops/pad.h"
 #include "ops/pooling.h"
 #include "ops/reduction.h"
 #include "ops/resize.h"

@@ -436,6 +436,8 @@ inline const std::map<std::string, std::string> kCoveredElsewhere = {
     {"ctc_lattice", "test_ctc (against PyTorch's values, the composite recursion and a brute-force sum)"},
     {"ctc_lattice_backward", "test_ctc (against PyTorch's gradients and the composite's)"},
     {"resample", "test_resize (PyTorch's values, an index_select reference, f16/bf16 against f32), test_cuda_emulated"},
+    {"pad", "test_nn_image_layers (PyTorch's values in every mode and dtype, integers), test_cuda_emulated"},
+    {"pad_backward", "test_nn_image_layers (PyTorch's gradients, gradcheck, double backward), test_cuda_emulated"},
     {"resample_backward", "test_resize (PyTorch's gradients, the reference's, gradgradcheck), test_cuda_emulated"},
 };
 

@@ -1,6 +1,6 @@
-// CUDA vs CPU: max, average and adaptive average pooling, forward and backward, in every floating
-// dtype, NCHW and channels-last (layout kept on the device), NaN inputs, odd and empty shapes; and,
-// on any machine, the multiply-and-shift division the kernels index with.
+// CUDA vs CPU: max, average and adaptive average pooling, padding and resampling, forward and backward, in every
+// floating dtype, NCHW and channels-last (layout kept on the device), NaN inputs, odd and empty shapes; and, on any
+// machine, the multiply-and-shift division the kernels index with.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -12,7 +12,9 @@
 #include "core/random.h"
 #include "ops/cuda/fast_divmod.h"
 #include "ops/elementwise.h"
+#include "ops/pad.h"
 #include "ops/pooling.h"
+#include "ops/resize.h"
 #include "test_util.h"
 
 using namespace mpx;
@@ -326,4 +328,38 @@ TEST_CASE("cuda avg pooling double backward matches the CPU", "[cuda][pool]") {
     }
     testing::check_cuda_close(run(xd, gyd, vd), run(x, gy, v), kFloat64, "avg_pool2d double backward");
   }
+}
+
+TEST_CASE("cuda pad (every mode) and interpolate forward and backward match the CPU", "[cuda][pool][pad]") {
+  if (!testing::cuda_ready()) return;
+  struct PadCase {
+    IntList shape, pads;
+    const char* mode;
+  };
+  const std::vector<PadCase> pads = {
+      {{2, 3, 9}, {3, 5}, "reflect"},           {{2, 3, 9, 14}, {2, -1, 6, 1}, "replicate"},
+      {{2, 3, 9, 14}, {-1, 3, 3, 1}, "circular"}, {{1, 2, 5, 6, 7}, {1, 2, 3, 0, 4, 1}, "reflect"},
+      {{2, 3, 5, 6}, {1, 2, -1, 3}, "constant"},
+  };
+  const auto check = [](const std::function<Tensor(const Tensor&)>& f, const IntList& shape, DType dt,
+                        const std::string& what) {
+    INFO(what << " " << dtype_name(dt));
+    Tensor x = randn_dt(shape, dt, 21).set_requires_grad(true);
+    Tensor xg = gpu(x.detach()).set_requires_grad(true);
+    const Tensor y = f(x), yg = f(xg);
+    const Tensor gy = randn_dt(y.sizes(), dt, 22);
+    sum(y * gy).backward();
+    sum(yg * gpu(gy)).backward();
+    testing::check_cuda_close(yg, y, dt, what + " forward");
+    testing::check_cuda_close(xg.grad(), x.grad(), dt, what + " backward");
+  };
+  for (DType dt : kFloats) {
+    for (const PadCase& c : pads)
+      check([&](const Tensor& x) { return pad(x, c.pads, c.mode, 0.5); }, c.shape, dt, std::string("pad ") + c.mode);
+    check([](const Tensor& x) { return interpolate(x, {20, 5}, {}, "bilinear"); }, {2, 3, 9, 14}, dt, "bilinear");
+    check([](const Tensor& x) { return interpolate(x, {4, 31}, {}, "nearest"); }, {2, 3, 9, 14}, dt, "nearest");
+  }
+  // Integer data pads on the device too.
+  const Tensor ints = tensor<int64_t>({1, 2, 3, 4, 5, 6}, {1, 2, 3});
+  CHECK(testing::same_values(pad(gpu(ints), {2, 1}, "reflect").cpu(), pad(ints, {2, 1}, "reflect")));
 }

@@ -22,6 +22,7 @@
 #include "ops/ctc.h"
 #include "ops/rnn.h"
 #include "ops/index.h"
+#include "ops/pad.h"
 #include "ops/logical.h"
 #include "ops/attention.h"
 #include "ops/amp.h"

@@ -1,6 +1,6 @@
 // CUDA kernel files compiled for the host (hostify.cpp, device_runtime.h) and run on CPU fibers in place of the CPU
-// kernels: the backend sweep, the index, loss, norm, RNN-cell, attention, optimizer and resampling families must give
-// the CPU's results.
+// kernels: the backend sweep, the index, loss, norm, RNN-cell, attention, optimizer, resampling and padding families
+// must give the CPU's results.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -21,6 +21,7 @@
 #include "ops/index.h"
 #include "ops/loss.h"
 #include "ops/norm.h"
+#include "ops/pad.h"
 #include "ops/reduction.h"
 #include "ops/resize.h"
 #include "ops/rnn.h"
@@ -585,5 +586,40 @@ TEST_CASE("emulated CUDA resampling (interpolate forward and its gathered adjoin
       // The same sums in the same order; only multiply-add contraction may differ.
       check_close(cpu, cuda, "interpolate", tolerance(dt) / 10);
     }
+  }
+}
+
+TEST_CASE("emulated CUDA pad (the gather and each input's sum over its readers) gives the CPU's values",
+          "[emulated][pad]") {
+  struct Case {
+    IntList shape, pads;
+    const char* mode;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 9}, {3, 5}, "reflect"},           {{2, 3, 9, 14}, {2, -1, 6, 1}, "replicate"},
+      {{2, 3, 9, 14}, {-1, 3, 3, 1}, "circular"}, {{1, 2, 5, 6, 7}, {1, 2, 3, 0, 4, 1}, "reflect"},
+      {{2, 3, 5, 6}, {1, 2, -1, 3}, "constant"}, {{3, 4, 5}, {2, 2, 0, 1, 1, 0}, "constant"},
+  };
+  for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    for (const Case& c : cases) {
+      INFO(dtype_name(dt) << " " << c.mode << " " << shape_str(c.pads));
+      tensor_list cuda;
+      const tensor_list cpu = both({OpId::pad, OpId::pad_backward}, [&] {
+        Tensor x = rnd(c.shape, dt, 13).set_requires_grad(true);
+        const Tensor y = pad(x, c.pads, c.mode, 0.5);
+        sum(y * rnd(y.sizes(), dt, 14)).backward();
+        return tensor_list{y.detach(), x.grad()};
+      }, cuda);
+      check_same(cpu, cuda, std::string("pad ") + c.mode);  // the same sums in the same order
+    }
+  }
+  for (DType dt : {kInt64, kInt32, kUInt8, kBool}) {
+    INFO(dtype_name(dt));
+    tensor_list cuda;
+    const tensor_list cpu = both({OpId::pad}, [&] {
+      return tensor_list{pad(gt(rnd({2, 3, 4}, kFloat32, 15), 0.0).to(dt), {1, 2, 2, 1}, "reflect"),
+                         pad(ones({2, 3}, TensorOptions(dt)), {1, 1}, "constant", 1.0)};
+    }, cuda);
+    check_same(cpu, cuda, "pad of integers");
   }
 }

@@ -496,6 +496,58 @@ def gen_math():
 
 
 # --------------------------------------------------------------------------
+# layers.safetensors: F.pad's modes, instance norm
+# --------------------------------------------------------------------------
+
+def gen_layers():
+    torch.manual_seed(5)
+    store, meta = {}, {}
+    pads = {
+        "reflect_1d": ((2, 3, 6), (2, 3), "reflect"),
+        "reflect_1d_crop": ((2, 3, 6), (-1, 5), "reflect"),
+        "reflect_2d": ((2, 3, 5, 6), (1, 2, 4, 0), "reflect"),
+        "reflect_2d_unbatched": ((3, 5, 6), (3, 3, 2, 2), "reflect"),
+        "reflect_3d": ((1, 2, 3, 4, 5), (1, 1, 2, 0, 0, 2), "reflect"),
+        "replicate_1d": ((2, 3, 4), (5, 2), "replicate"),
+        "replicate_2d": ((2, 2, 3, 4), (2, -1, 6, 1), "replicate"),
+        "replicate_3d": ((1, 2, 3, 4, 5), (1, 2, 3, 0, 1, 4), "replicate"),
+        "circular_1d": ((2, 3, 4), (4, 2), "circular"),
+        "circular_2d": ((2, 2, 3, 4), (-1, 3, 3, 1), "circular"),
+        "circular_3d": ((1, 2, 3, 4, 5), (2, 1, 0, 4, 3, 3), "circular"),
+        "constant_2d": ((2, 3, 4, 5), (1, 2, -1, 3), "constant"),
+    }
+    for name, (shape, pad, mode) in pads.items():
+        x = torch.randn(*shape)
+        xl = x.clone().requires_grad_(True)
+        kw = {"value": 1.5} if mode == "constant" else {}
+        y = F.pad(xl, pad, mode=mode, **kw)
+        gy = torch.randn_like(y)
+        (y * gy).sum().backward()
+        store.update({f"pad_{name}.x": x, f"pad_{name}.y": y.detach(), f"pad_{name}.gy": gy,
+                      f"pad_{name}.gx": xl.grad})
+        meta[f"pad_{name}"] = json.dumps({"pad": pad, "mode": mode, **kw})
+    norms = {"in_1d": (4, 3, 7), "in_2d": (3, 4, 5, 6), "in_3d": (2, 3, 2, 3, 4)}
+    for name, shape in norms.items():
+        c = shape[1]
+        x = torch.randn(*shape) * 2 + 0.5
+        w, b = torch.rand(c) + 0.5, torch.randn(c)
+        rm, rv = torch.randn(c), torch.rand(c) + 0.5
+        xl, wl, bl = (t.clone().requires_grad_(True) for t in (x, w, b))
+        rm1, rv1 = rm.clone(), rv.clone()
+        y = F.instance_norm(xl, rm1, rv1, wl, bl, use_input_stats=True, momentum=0.3, eps=1e-5)
+        gy = torch.randn_like(y)
+        (y * gy).sum().backward()
+        y_eval = F.instance_norm(x, rm, rv, w, b, use_input_stats=False, eps=1e-5)
+        y_plain = F.instance_norm(x)
+        store.update({f"{name}.x": x, f"{name}.weight": w, f"{name}.bias": b, f"{name}.running_mean": rm,
+                      f"{name}.running_var": rv, f"{name}.y": y.detach(), f"{name}.gy": gy, f"{name}.gx": xl.grad,
+                      f"{name}.gweight": wl.grad, f"{name}.gbias": bl.grad, f"{name}.running_mean_after": rm1,
+                      f"{name}.running_var_after": rv1, f"{name}.y_eval": y_eval, f"{name}.y_plain": y_plain})
+        meta[name] = json.dumps({"momentum": 0.3, "eps": 1e-5})
+    return store, meta
+
+
+# --------------------------------------------------------------------------
 
 def main():
     generators = {
@@ -507,6 +559,7 @@ def main():
         "loss_more.safetensors": gen_loss_more,
         "resize.safetensors": gen_resize,
         "math.safetensors": gen_math,
+        "layers.safetensors": gen_layers,
     }
     # Named files only (say, a new one generated with a newer torch, leaving the others as they are).
     if len(sys.argv) > 1:
