@@ -10,3 +10,4 @@
 #include "optim/rmsprop.h"
 #include "optim/scheduler.h"
 #include "optim/sgd.h"
+#include "optim/swa_utils.h"
