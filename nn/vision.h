@@ -1,5 +1,5 @@
-// Resizing and 1-d pooling layers (LibTorch's names): Upsample, PixelShuffle, PixelUnshuffle, MaxPool1d, AvgPool1d,
-// AdaptiveAvgPool1d; their options and F:: forms (F::interpolate, F::pixel_shuffle, F::max_pool1d, ...).
+// Resizing and pooling layers (LibTorch's names): Upsample, PixelShuffle, PixelUnshuffle, MaxPool1d, AvgPool1d,
+// AdaptiveAvgPool1d, AdaptiveMaxPool1d/2d; their options and F:: forms (F::interpolate, F::pixel_shuffle, ...).
 #pragma once
 #include <optional>
 #include <sstream>
@@ -55,7 +55,17 @@ struct AdaptiveAvgPool1dOptions {
   AdaptiveAvgPool1dOptions(int64_t output_size) : output_size_(output_size) {}  // NOLINT
   MPX_ARG(int64_t, output_size);
 };
+struct AdaptiveMaxPool1dOptions {
+  AdaptiveMaxPool1dOptions(int64_t output_size) : output_size_(output_size) {}  // NOLINT
+  MPX_ARG(int64_t, output_size);
+};
+struct AdaptiveMaxPool2dOptions {
+  AdaptiveMaxPool2dOptions(ExpandingArray2 output_size) : output_size_(output_size) {}  // NOLINT
+  MPX_ARG(ExpandingArray2, output_size);
+};
 using MaxPool1dFuncOptions = MaxPool1dOptions;
+using AdaptiveMaxPool1dFuncOptions = AdaptiveMaxPool1dOptions;
+using AdaptiveMaxPool2dFuncOptions = AdaptiveMaxPool2dOptions;
 using AvgPool1dFuncOptions = AvgPool1dOptions;
 using AdaptiveAvgPool1dFuncOptions = AdaptiveAvgPool1dOptions;
 
@@ -93,6 +103,14 @@ inline Tensor adaptive_avg_pool1d(const Tensor& x, const AdaptiveAvgPool1dFuncOp
   return detail::pool1d("adaptive_avg_pool1d", x,
                         [&](const Tensor& x4) { return mpx::adaptive_avg_pool2d(x4, {1, o.output_size()}); });
 }
+inline Tensor adaptive_max_pool1d(const Tensor& x, const AdaptiveMaxPool1dFuncOptions& o) {
+  return detail::pool1d("adaptive_max_pool1d", x,
+                        [&](const Tensor& x4) { return mpx::adaptive_max_pool2d(x4, {1, o.output_size()}); });
+}
+/// Max pooling of [N, C, H, W] (or [C, H, W]) to output_size over PyTorch's adaptive bins.
+inline Tensor adaptive_max_pool2d(const Tensor& x, const AdaptiveMaxPool2dFuncOptions& o) {
+  return mpx::adaptive_max_pool2d(x, {o.output_size()[0], o.output_size()[1]});
+}
 }  // namespace functional
 
 /// A layer whose forward(x) is F::fn(x, options).
@@ -110,6 +128,8 @@ MPX_FUNCTIONAL_LAYER(PixelUnshuffle, PixelUnshuffleOptions, pixel_unshuffle)
 MPX_FUNCTIONAL_LAYER(MaxPool1d, MaxPool1dOptions, max_pool1d)
 MPX_FUNCTIONAL_LAYER(AvgPool1d, AvgPool1dOptions, avg_pool1d)
 MPX_FUNCTIONAL_LAYER(AdaptiveAvgPool1d, AdaptiveAvgPool1dOptions, adaptive_avg_pool1d)
+MPX_FUNCTIONAL_LAYER(AdaptiveMaxPool1d, AdaptiveMaxPool1dOptions, adaptive_max_pool1d)
+MPX_FUNCTIONAL_LAYER(AdaptiveMaxPool2d, AdaptiveMaxPool2dOptions, adaptive_max_pool2d)
 #undef MPX_FUNCTIONAL_LAYER
 
 /// F::interpolate as a layer (LibTorch's Upsample): `Upsample(UpsampleOptions().scale_factor({{2}}).mode("bilinear"))`.

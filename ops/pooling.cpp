@@ -5,7 +5,12 @@
 // max pooling's backward scatters by the saved argmax and is not differentiable again.
 #include "ops/pooling.h"
 
+#include <algorithm>
+#include <vector>
+
+#include "ops/index.h"
 #include "ops/op_utils.h"
+#include "ops/reduction.h"
 
 namespace mpx {
 namespace {
@@ -195,6 +200,39 @@ Tensor adaptive_avg_pool2d(const Tensor& x0, Pair output_size) {
   MPX_CHECK(x.size(2) > 0 && x.size(3) > 0, "adaptive_avg_pool2d: input ", ops::describe(x),
             " has an empty spatial dimension");
   return adaptive_impl(x, {x.size(0), x.size(1), output_size[0], output_size[1]});
+}
+
+Tensor adaptive_max_pool2d(const Tensor& x0, Pair output_size) {
+  MPX_CHECK(x0.defined(), "adaptive_max_pool2d: input is undefined");
+  if (x0.dim() == 3) return adaptive_max_pool2d(x0.unsqueeze(0), output_size).squeeze(0);
+  const Tensor x = ops::autocast(OpId::adaptive_max_pool2d, {x0})[0];
+  check_input("adaptive_max_pool2d", x);
+  const int64_t H = x.size(2), W = x.size(3), Ho = output_size[0], Wo = output_size[1];
+  MPX_CHECK(Ho > 0 && Wo > 0, "adaptive_max_pool2d: output_size must be positive, got ", pair_str(output_size));
+  MPX_CHECK(H > 0 && W > 0, "adaptive_max_pool2d: input ", ops::describe(x), " has an empty spatial dimension");
+  // Equal bins are max_pool2d's windows (global max pooling, and every size that divides evenly).
+  if (H % Ho == 0 && W % Wo == 0) return max_pool2d(x, {H / Ho, W / Wo});
+  // Other sizes: PyTorch's bins [floor(i in / out), ceil((i + 1) in / out)) gathered as taps, each bin padded to the
+  // widest by repeating its last position (a repeated tap changes neither the maximum nor which tap is first), then
+  // the maximum over a bin's taps in (h, w) order: the first maximum (or NaN) takes the gradient, as PyTorch's.
+  const auto taps = [&](int64_t in, int64_t out, int64_t& k) {
+    k = 0;
+    for (int64_t i = 0; i < out; ++i) k = std::max(k, (((i + 1) * in + out - 1) / out) - (i * in) / out);
+    std::vector<int64_t> idx;
+    for (int64_t i = 0; i < out; ++i) {
+      const int64_t b = (i * in) / out, e = ((i + 1) * in + out - 1) / out;
+      for (int64_t t = 0; t < k; ++t) idx.push_back(std::min(b + t, e - 1));
+    }
+    return tensor(idx, {static_cast<int64_t>(idx.size())}).to(x.device());
+  };
+  int64_t kh = 0, kw = 0;
+  const Tensor hi = taps(H, Ho, kh), wi = taps(W, Wo, kw);
+  const int64_t N = x.size(0), C = x.size(1);
+  const Tensor bins = index_select(index_select(x, 2, hi), 3, wi)
+                          .view({N, C, Ho, kh, Wo, kw})
+                          .permute({0, 1, 2, 4, 3, 5})
+                          .reshape({N, C, Ho, Wo, kh * kw});
+  return max(bins, 4).first;
 }
 
 }  // namespace mpx

@@ -1,4 +1,4 @@
-// Pooling ops: max_pool2d, avg_pool2d, adaptive_avg_pool2d.
+// Pooling ops: max_pool2d, avg_pool2d, adaptive_avg_pool2d, adaptive_max_pool2d.
 #pragma once
 #include "ops/conv.h"
 
@@ -12,6 +12,9 @@ Tensor avg_pool2d(const Tensor& x, Pair kernel, Pair stride = {0, 0}, Pair paddi
                   bool count_include_pad = true);
 /// Average pooling to a fixed output size (PyTorch's bin boundaries).
 Tensor adaptive_avg_pool2d(const Tensor& x, Pair output_size);
+/// Max pooling to a fixed output size over PyTorch's bins (the first maximum of a bin, or its first NaN, takes the
+/// gradient); bins of equal size run as max_pool2d, others as a gather of each bin's taps. [N, C, H, W] or [C, H, W].
+Tensor adaptive_max_pool2d(const Tensor& x, Pair output_size);
 
 }  // namespace mpx
 

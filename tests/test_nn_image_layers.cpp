@@ -1,9 +1,10 @@
-// Tests for padding modes and layers (ops/pad.h, nn/padding.h), instance norm (nn/instance_norm.h) and the channel
-// and alpha dropouts (nn/dropout.h): PyTorch 2.15's values and gradients (tests/golden/layers.safetensors),
-// gradchecks, amp, errors.
+// Tests for padding modes and layers (ops/pad.h, nn/padding.h), instance norm (nn/instance_norm.h), the channel and
+// alpha dropouts (nn/dropout.h) and adaptive max pooling: PyTorch 2.15's values and gradients
+// (tests/golden/layers.safetensors), gradchecks, amp, errors.
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -290,4 +291,41 @@ TEST_CASE("alpha dropout keeps zero mean and unit variance of SELU activations",
           return F::alpha_dropout(in[0], F::DropoutFuncOptions().p(0.3));
         },
         {testing::leaf({5, 6})}) == "");
+}
+
+TEST_CASE("adaptive_max_pool2d matches PyTorch: equal and unequal bins, upsampling, ties, gradients", "[pool][golden]") {
+  const TensorDict& g = golden();
+  const std::map<std::string, IntList> sizes = {
+      {"amp_even", {4, 3}}, {"amp_odd", {3, 4}}, {"amp_up", {5, 7}}, {"amp_global", {1, 1}}};
+  for (const auto& [k, size] : sizes) {
+    for (DType dt : {kFloat64, kFloat32, kBFloat16}) {
+      INFO(k << " in " << dtype_name(dt));
+      Tensor x = g.at(k + ".x").to(dt).detach().clone().set_requires_grad(true);
+      const Tensor y = F::adaptive_max_pool2d(x, nn::AdaptiveMaxPool2dOptions({size[0], size[1]}));
+      REQUIRE(y.sizes() == g.at(k + ".y").sizes());
+      CHECK(y.dtype() == dt);
+      CHECK(testing::same_values(y, g.at(k + ".y").to(dt)));
+      sum(y * g.at(k + ".gy").to(dt)).backward();
+      CHECK(testing::max_abs_diff(x.grad(), g.at(k + ".gx")) < (dt == kBFloat16 ? 0.05 : 1e-6));
+    }
+  }
+  // The layers, 1-d and unbatched input.
+  nn::AdaptiveMaxPool2d pool(nn::AdaptiveMaxPool2dOptions({3, 4}));
+  CHECK(testing::same_values(pool(g.at("amp_odd.x")), g.at("amp_odd.y")));
+  CHECK(testing::same_values(pool(g.at("amp_odd.x").select(0, 1)), g.at("amp_odd.y").select(0, 1)));
+  nn::AdaptiveMaxPool1d pool1(4);
+  const Tensor x1 = g.at("amp_odd.x").select(2, 0);  // [2, 3, 10]
+  CHECK(testing::same_values(pool1(x1), mpx::adaptive_max_pool2d(x1.unsqueeze(2), {1, 4}).squeeze(2)));
+  CHECK(pool1(x1).sizes() == IntList{2, 3, 4});
+  // NaN wins its bin, as PyTorch's.
+  Tensor xn = zeros({1, 1, 3, 5});
+  {
+    NoGradGuard ng;
+    xn.select(3, 2).fill_(std::nan(""));
+  }
+  const Tensor yn = mpx::adaptive_max_pool2d(xn, {2, 3});
+  CHECK(std::isnan(yn.to(kFloat64).view({-1})[1].item<double>()));
+  CHECK_THAT(testing::error_of([&] { mpx::adaptive_max_pool2d(zeros({1, 1, 4, 4}), {0, 2}); }),
+             Catch::Contains("output_size must be positive"));
+  CHECK_THAT(testing::error_of([&] { mpx::adaptive_max_pool2d(zeros({4, 4}), {2, 2}); }), Catch::Contains("4-d input"));
 }

@@ -496,7 +496,7 @@ def gen_math():
 
 
 # --------------------------------------------------------------------------
-# layers.safetensors: F.pad's modes, instance norm
+# layers.safetensors: F.pad's modes, instance norm, adaptive max pooling
 # --------------------------------------------------------------------------
 
 def gen_layers():
@@ -544,6 +544,17 @@ def gen_layers():
                       f"{name}.gweight": wl.grad, f"{name}.gbias": bl.grad, f"{name}.running_mean_after": rm1,
                       f"{name}.running_var_after": rv1, f"{name}.y_eval": y_eval, f"{name}.y_plain": y_plain})
         meta[name] = json.dumps({"momentum": 0.3, "eps": 1e-5})
+    pools = {"amp_even": ((2, 3, 8, 6), (4, 3)), "amp_odd": ((2, 3, 7, 10), (3, 4)), "amp_up": ((1, 2, 3, 5), (5, 7)),
+             "amp_global": ((2, 3, 5, 7), (1, 1))}
+    for name, (shape, size) in pools.items():
+        x = torch.randn(*shape)
+        x[0, 0, 0, 0] = x[0, 0, 0, 1] = 10.0  # a tie for the maximum: the first position takes the gradient
+        xl = x.clone().requires_grad_(True)
+        y = F.adaptive_max_pool2d(xl, size)
+        gy = torch.randn_like(y)
+        (y * gy).sum().backward()
+        store.update({f"{name}.x": x, f"{name}.y": y.detach(), f"{name}.gy": gy, f"{name}.gx": xl.grad})
+        meta[name] = json.dumps({"output_size": size})
     return store, meta
 
 
