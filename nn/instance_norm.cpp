@@ -2,7 +2,6 @@
 #include "nn/instance_norm.h"
 
 #include "autograd/grad_mode.h"
-#include "nn/init.h"
 #include "ops/norm.h"
 #include "ops/op_utils.h"
 #include "ops/reduction.h"
@@ -48,38 +47,6 @@ Tensor instance_norm(const Tensor& x, const InstanceNormFuncOptions& o) {
 
 namespace F = functional;
 
-InstanceNormImplBase::InstanceNormImplBase(const InstanceNormOptions& o, int64_t spatial_dims)
-    : options(o), spatial_dims_(spatial_dims) {
-  MPX_CHECK(o.num_features() > 0, "InstanceNorm", spatial_dims, "d: num_features must be positive, got ",
-            o.num_features());
-  if (o.affine()) {
-    weight = register_parameter("weight", empty({o.num_features()}));
-    bias = register_parameter("bias", empty({o.num_features()}));
-  }
-  if (o.track_running_stats()) {
-    running_mean = register_buffer("running_mean", zeros({o.num_features()}));
-    running_var = register_buffer("running_var", ones({o.num_features()}));
-    num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, TensorOptions(kInt64)));
-  }
-  reset_parameters();
-}
-
-void InstanceNormImplBase::reset_running_stats() {
-  if (!options.track_running_stats()) return;
-  init::zeros_(running_mean);
-  init::ones_(running_var);
-  NoGradGuard ng;
-  num_batches_tracked.zero_();
-}
-
-void InstanceNormImplBase::reset_parameters() {
-  reset_running_stats();
-  if (options.affine()) {
-    init::ones_(weight);
-    init::zeros_(bias);
-  }
-}
-
 Tensor InstanceNormImplBase::forward(const Tensor& x) {
   const int64_t d = spatial_dims_;
   MPX_CHECK(x.defined() && (x.dim() == d + 1 || x.dim() == d + 2), name(), ": expected ", d + 2, "-d input [N, C, ",
@@ -101,14 +68,6 @@ Tensor InstanceNormImplBase::forward(const Tensor& x) {
                                             .momentum(options.momentum().value_or(0.0))
                                             .eps(options.eps()));
   return unbatched ? y.squeeze(0) : y;
-}
-
-void InstanceNormImplBase::pretty_print(std::ostream& os) const {
-  os << name() << "(" << options.num_features() << ", eps=" << options.eps() << ", momentum=";
-  if (options.momentum()) os << *options.momentum();
-  else os << "None";
-  os << ", affine=" << (options.affine() ? "true" : "false")
-     << ", track_running_stats=" << (options.track_running_stats() ? "true" : "false") << ")";
 }
 
 }  // namespace mpx::nn

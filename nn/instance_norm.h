@@ -6,6 +6,7 @@
 
 #include "core/arg.h"
 #include "nn/module.h"
+#include "nn/modules.h"
 
 namespace mpx::nn {
 
@@ -41,20 +42,11 @@ Tensor instance_norm(const Tensor& x, const InstanceNormFuncOptions& options = {
 /// The instance norm layers: InstanceNorm1d takes [N, C, L] or unbatched [C, L], 2d [N, C, H, W] or [C, H, W], 3d
 /// [N, C, D, H, W] or [C, D, H, W]. Parameters weight/bias (affine) and buffers running_mean, running_var and
 /// num_batches_tracked (track_running_stats) by PyTorch's names, so state dicts load both ways.
-class InstanceNormImplBase : public Module {
+class InstanceNormImplBase : public NormBase<InstanceNormOptions> {
  public:
-  InstanceNormImplBase(const InstanceNormOptions& options, int64_t spatial_dims);
-  void reset_running_stats();
-  void reset_parameters();
+  InstanceNormImplBase(const InstanceNormOptions& options, int64_t spatial_dims)
+      : NormBase(options, "InstanceNorm"), spatial_dims_(spatial_dims) {}
   Tensor forward(const Tensor& x);
-  void pretty_print(std::ostream& os) const override;
-
-  InstanceNormOptions options;
-  Tensor weight;
-  Tensor bias;
-  Tensor running_mean;
-  Tensor running_var;
-  Tensor num_batches_tracked;
 
  private:
   int64_t spatial_dims_;

@@ -180,33 +180,6 @@ void ConvTranspose2dImpl::pretty_print(std::ostream& os) const {
 
 // ---------------------------------------------------------------- BatchNorm
 
-BatchNormImplBase::BatchNormImplBase(const BatchNormOptions& o) : options(o) {
-  check_positive(o.num_features(), "BatchNorm", "num_features");
-  if (o.affine()) {
-    weight = register_parameter("weight", empty({o.num_features()}));
-    bias = register_parameter("bias", empty({o.num_features()}));
-  }
-  if (o.track_running_stats()) {
-    running_mean = register_buffer("running_mean", zeros({o.num_features()}));
-    running_var = register_buffer("running_var", ones({o.num_features()}));
-    num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, TensorOptions(kInt64)));
-  }
-  reset_parameters();
-}
-void BatchNormImplBase::reset_running_stats() {
-  if (!options.track_running_stats()) return;
-  init::zeros_(running_mean);
-  init::ones_(running_var);
-  NoGradGuard ng;
-  num_batches_tracked.zero_();
-}
-void BatchNormImplBase::reset_parameters() {
-  reset_running_stats();
-  if (options.affine()) {
-    init::ones_(weight);
-    init::zeros_(bias);
-  }
-}
 Tensor BatchNormImplBase::forward(const Tensor& x) { return run(x, Tensor(), false); }
 Tensor BatchNormImplBase::forward_add_relu(const Tensor& x, const Tensor& residual) {
   if (has_forward_hooks()) return F::relu(detail::call_forward_hooked(*this, x) + residual);
@@ -246,13 +219,6 @@ Tensor BatchNormImplBase::run(const Tensor& x, const Tensor& residual, bool relu
                            .training(use_batch_stats)
                            .momentum(factor)
                            .eps(options.eps()));
-}
-void BatchNormImplBase::pretty_print(std::ostream& os) const {
-  os << name() << "(" << options.num_features() << ", eps=" << options.eps() << ", momentum=";
-  if (options.momentum()) os << *options.momentum();
-  else os << "None";
-  os << ", affine=" << bool_str(options.affine())
-     << ", track_running_stats=" << bool_str(options.track_running_stats()) << ")";
 }
 void BatchNorm1dImpl::check_input_dim(const Tensor& x) const {
   MPX_CHECK(x.dim() == 2 || x.dim() == 3, "BatchNorm1d: expected 2D or 3D input ([N, C] or [N, C, L]), got ",

@@ -5,6 +5,7 @@
 #include <ostream>
 #include <string>
 
+#include "autograd/grad_mode.h"
 #include "nn/container.h"
 #include "nn/module.h"
 #include "nn/options.h"
@@ -102,14 +103,60 @@ MPX_MODULE(ConvTranspose2d);
 
 // ---------------------------------------------------------------- normalization
 
-/// Shared by BatchNorm1d/2d: weight (ones), bias (zeros), buffers running_mean (zeros),
-/// running_var (ones), num_batches_tracked (i64 0). Training normalizes with batch
-/// statistics and updates the running ones; eval uses the running statistics.
-class BatchNormImplBase : public Module {
+/// What batch norm and instance norm share (PyTorch's _NormBase): the options, weight (ones) and bias (zeros) with
+/// affine, buffers running_mean (zeros), running_var (ones) and num_batches_tracked (i64 0) with
+/// track_running_stats, under PyTorch's names, and the printout "BatchNorm2d(64, eps=1e-05, momentum=0.1, ...)".
+template <typename Options>
+class NormBase : public Module {
  public:
-  explicit BatchNormImplBase(const BatchNormOptions& options);
-  void reset_running_stats();
-  void reset_parameters();
+  NormBase(const Options& o, const char* what) : options(o) {
+    MPX_CHECK(o.num_features() > 0, what, ": num_features must be positive, got ", o.num_features());
+    if (o.affine()) {
+      weight = register_parameter("weight", empty({o.num_features()}));
+      bias = register_parameter("bias", empty({o.num_features()}));
+    }
+    if (o.track_running_stats()) {
+      running_mean = register_buffer("running_mean", zeros({o.num_features()}));
+      running_var = register_buffer("running_var", ones({o.num_features()}));
+      num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, TensorOptions(kInt64)));
+    }
+    reset_parameters();
+  }
+  void reset_running_stats() {
+    if (!options.track_running_stats()) return;
+    NoGradGuard ng;
+    running_mean.zero_();
+    running_var.fill_(1.0);
+    num_batches_tracked.zero_();
+  }
+  void reset_parameters() {
+    reset_running_stats();
+    if (!options.affine()) return;
+    NoGradGuard ng;
+    weight.fill_(1.0);
+    bias.zero_();
+  }
+  void pretty_print(std::ostream& os) const override {
+    os << name() << "(" << options.num_features() << ", eps=" << options.eps() << ", momentum=";
+    if (options.momentum()) os << *options.momentum();
+    else os << "None";
+    os << ", affine=" << (options.affine() ? "true" : "false")
+       << ", track_running_stats=" << (options.track_running_stats() ? "true" : "false") << ")";
+  }
+
+  Options options;
+  Tensor weight;
+  Tensor bias;
+  Tensor running_mean;
+  Tensor running_var;
+  Tensor num_batches_tracked;
+};
+
+/// Shared by BatchNorm1d/2d. Training normalizes with batch statistics and updates the running ones; eval uses the
+/// running statistics.
+class BatchNormImplBase : public NormBase<BatchNormOptions> {
+ public:
+  explicit BatchNormImplBase(const BatchNormOptions& options) : NormBase(options, "BatchNorm") {}
   Tensor forward(const Tensor& x);
   /// relu(forward(x) + residual) as one fused op (batch_norm_add_relu): the end of a ResNet
   /// block, one pass over memory instead of three. With forward hooks registered it runs
@@ -119,14 +166,7 @@ class BatchNormImplBase : public Module {
   /// blocks and stems. Hooks as forward_add_relu.
   Tensor forward_relu(const Tensor& x);
   bool is_batchnorm() const override { return true; }
-  void pretty_print(std::ostream& os) const override;
 
-  BatchNormOptions options;
-  Tensor weight;
-  Tensor bias;
-  Tensor running_mean;
-  Tensor running_var;
-  Tensor num_batches_tracked;
   /// Training-mode statistics over more than this process's batch: set by
   /// nn::convert_sync_batchnorm and nn::SyncBatchNorm (cross-rank mean/variance). Called with
   /// the input and the running-average factor; it updates the running statistics itself.

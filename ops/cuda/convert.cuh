@@ -42,4 +42,15 @@ void float_switch(DType dt, F&& f) {
   }
 }
 
+/// Calls f(W{}) with the unsigned word of `size` bytes (1, 2, 4 or 8): data-movement kernels copy elements as words.
+template <typename F> void by_size(int size, F&& f) {
+  switch (size) {
+    case 1: f(uint8_t{}); break;
+    case 2: f(uint16_t{}); break;
+    case 4: f(uint32_t{}); break;
+    case 8: f(uint64_t{}); break;
+    default: break;
+  }
+}
+
 }  // namespace mpx::cuda

@@ -25,16 +25,6 @@ constexpr int kThreads = 256;
 __device__ __forceinline__ int64_t grid_start() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
 __device__ __forceinline__ int64_t grid_step() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
-// Data-movement kernels copy elements as unsigned words of the element's size.
-template <typename F> void by_size(int size, F&& f) {
-  switch (size) {
-    case 1: f(uint8_t{}); break;
-    case 2: f(uint16_t{}); break;
-    case 4: f(uint32_t{}); break;
-    case 8: f(uint64_t{}); break;
-    default: break;
-  }
-}
 // Arithmetic kernels: the device type of a numeric dtype (the .cpp registers numeric dtypes only).
 template <typename F> void num_switch(DType dt, F&& f) {
   switch (dt) {

@@ -47,18 +47,11 @@ __global__ void pad_backward_kernel(PadGeom g, T* gx, const T* gy, int64_t n) {
 void launch_pad(int elem_size, const PadGeom& g, void* out, const void* x, uint64_t value_bits, cudaStream_t s) {
   const int64_t n = g.outer * g.d_out * g.h_out * g.w_out;
   if (n == 0) return;
-  const auto go = [&](auto word) {
+  by_size(elem_size, [&](auto word) {
     using W = decltype(word);
     pad_kernel<W><<<blocks_for(n, kThreads), kThreads, 0, s>>>(g, static_cast<W*>(out), static_cast<const W*>(x),
                                                                static_cast<W>(value_bits), n);
-  };
-  switch (elem_size) {
-    case 1: go(uint8_t{}); break;
-    case 2: go(uint16_t{}); break;
-    case 4: go(uint32_t{}); break;
-    case 8: go(uint64_t{}); break;
-    default: break;
-  }
+  });
   MPX_CUDA_LAUNCH_CHECK("pad");
 }
 
