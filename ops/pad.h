@@ -14,7 +14,8 @@ namespace mpx {
 /// - "circular": wraps around (2 3 | 1 2 3 | 1 2); each pad at most the dim's size (after cropping).
 /// The three non-constant modes pad the last 1, 2 or 3 dims of batched or unbatched input, as PyTorch's layers:
 /// 2 values for 2-d/3-d input, 4 for 3-d/4-d, 6 for 4-d/5-d. Keeps the dtype (no autocast cast); differentiable
-/// (the gradient sums every output position that read an input element).
+/// (the gradient sums every output position that read an input element). Channels-last input gives channels-last
+/// output.
 Tensor pad(const Tensor& x, const IntList& pad, const std::string& mode = "constant", double value = 0.0);
 
 }  // namespace mpx

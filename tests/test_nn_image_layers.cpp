@@ -85,6 +85,18 @@ TEST_CASE("pad passes gradcheck, and its backward differentiates to pad again", 
     const Tensor ggy = autograd::grad({sum(gx * v)}, {gy})[0];
     CHECK(testing::max_abs_diff(ggy, pad(v, {2, -1, 3, 1}, mode)) < 1e-12);
   }
+  // Channels-last input pads in place and stays channels-last, with the same values and gradients.
+  for (const char* mode : {"reflect", "constant"}) {
+    Tensor a = randn({2, 5, 6, 7}).set_requires_grad(true);
+    Tensor b = a.detach().contiguous(MemoryFormat::ChannelsLast).set_requires_grad(true);
+    const Tensor ya = pad(a, {2, 1, -1, 3}, mode, 0.5), yb = pad(b, {2, 1, -1, 3}, mode, 0.5);
+    CHECK(yb.is_contiguous(MemoryFormat::ChannelsLast));
+    CHECK(testing::same_values(ya, yb));
+    const Tensor gy = randn(ya.sizes());
+    sum(ya * gy).backward();
+    sum(yb * gy).backward();
+    CHECK(testing::same_values(a.grad(), b.grad()));
+  }
   // Integers and bool pad too (no gradient).
   CHECK(testing::same_values(pad(tensor<int64_t>({1, 2, 3}, {1, 3}), {2, 1}, "reflect"),
                              tensor<int64_t>({3, 2, 1, 2, 3, 2}, {1, 6})));
