@@ -138,8 +138,7 @@ Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, const CosineSimilar
 Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) { return x.flatten(start_dim, end_dim); }
 
 Tensor pad(const Tensor& x, const PadFuncOptions& o) {
-  static const char* const names[] = {"constant", "reflect", "replicate", "circular"};
-  return mpx::pad(x, o.pad(), names[static_cast<int>(o.mode())], o.value());
+  return mpx::pad(x, o.pad(), pad_mode_name(o.mode()), o.value());
 }
 
 Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx,

@@ -9,6 +9,7 @@
 #include "ops/elementwise.h"
 #include "ops/norm.h"
 #include "ops/op_utils.h"
+#include "ops/pad.h"
 
 namespace mpx::nn {
 
@@ -70,11 +71,13 @@ Conv2dImpl::Conv2dImpl(const Conv2dOptions& o) : options(o) {
 }
 void Conv2dImpl::reset_parameters() { reset_weight_and_bias(weight, bias); }
 Tensor Conv2dImpl::forward(const Tensor& x) {
-  return F::conv2d(x, weight,
+  const bool zeros = options.padding_mode() == kZeros;
+  const ExpandingArray2 p = options.padding();
+  return F::conv2d(zeros ? x : mpx::pad(x, {p[1], p[1], p[0], p[0]}, pad_mode_name(options.padding_mode())), weight,
                    F::Conv2dFuncOptions()
                        .bias(bias)
                        .stride(options.stride())
-                       .padding(options.padding())
+                       .padding(zeros ? p : ExpandingArray2(0))
                        .dilation(options.dilation())
                        .groups(options.groups()));
 }
@@ -85,6 +88,7 @@ void Conv2dImpl::pretty_print(std::ostream& os) const {
   if (options.dilation() != ExpandingArray2(1)) os << ", dilation=" << options.dilation();
   if (options.groups() != 1) os << ", groups=" << options.groups();
   if (!options.bias()) os << ", bias=false";
+  if (options.padding_mode() != kZeros) os << ", padding_mode=" << pad_mode_name(options.padding_mode());
   os << ")";
 }
 
@@ -99,11 +103,13 @@ Conv1dImpl::Conv1dImpl(const Conv1dOptions& o) : options(o) {
 }
 void Conv1dImpl::reset_parameters() { reset_weight_and_bias(weight, bias); }
 Tensor Conv1dImpl::forward(const Tensor& x) {
-  return F::conv1d(x, weight,
+  const bool zeros = options.padding_mode() == kZeros;
+  const int64_t p = options.padding();
+  return F::conv1d(zeros ? x : mpx::pad(x, {p, p}, pad_mode_name(options.padding_mode())), weight,
                    F::Conv1dFuncOptions()
                        .bias(bias)
                        .stride(options.stride())
-                       .padding(options.padding())
+                       .padding(zeros ? p : 0)
                        .dilation(options.dilation())
                        .groups(options.groups()));
 }
@@ -118,6 +124,8 @@ void print_conv1d(std::ostream& os, const char* name, const O& o, int64_t output
   if (o.dilation() != 1) os << ", dilation=(" << o.dilation() << ",)";
   if (o.groups() != 1) os << ", groups=" << o.groups();
   if (!o.bias()) os << ", bias=false";
+  if constexpr (requires { o.padding_mode(); })
+    if (o.padding_mode() != kZeros) os << ", padding_mode=" << pad_mode_name(o.padding_mode());
   os << ")";
 }
 }  // namespace

@@ -13,6 +13,19 @@
 
 namespace mpx::nn {
 
+/// F::pad's modes (ops/pad.h says what each does), also Conv1d/Conv2d's padding_mode (kZeros is kConstant there).
+enum class PadMode { Constant, Reflect, Replicate, Circular };
+inline constexpr PadMode kConstant = PadMode::Constant;
+inline constexpr PadMode kZeros = PadMode::Constant;
+inline constexpr PadMode kReflect = PadMode::Reflect;
+inline constexpr PadMode kReplicate = PadMode::Replicate;
+inline constexpr PadMode kCircular = PadMode::Circular;
+/// The mode's name as mpx::pad takes it ("constant", "reflect", ...).
+inline const char* pad_mode_name(PadMode m) {
+  static const char* const names[] = {"constant", "reflect", "replicate", "circular"};
+  return names[static_cast<int>(m)];
+}
+
 /// A 2-element size: accepts one integer (used for both) or a pair `{h, w}`.
 struct ExpandingArray2 {
   std::array<int64_t, 2> v{0, 0};
@@ -64,6 +77,9 @@ struct Conv2dOptions {
   MPX_ARG(ExpandingArray2, dilation) = 1;
   MPX_ARG(int64_t, groups) = 1;
   MPX_ARG(bool, bias) = true;
+  /// How `padding` fills: zeros (kZeros), or the input reflected, replicated or wrapped (kReflect, kReplicate,
+  /// kCircular: mpx::pad before an unpadded convolution), as PyTorch's padding_mode.
+  MPX_ARG(PadMode, padding_mode) = kZeros;
 };
 
 struct Conv1dOptions {
@@ -77,6 +93,8 @@ struct Conv1dOptions {
   MPX_ARG(int64_t, dilation) = 1;
   MPX_ARG(int64_t, groups) = 1;
   MPX_ARG(bool, bias) = true;
+  /// As Conv2dOptions::padding_mode.
+  MPX_ARG(PadMode, padding_mode) = kZeros;
 };
 
 struct ConvTranspose1dOptions {
@@ -421,12 +439,11 @@ struct CosineSimilarityFuncOptions {
   MPX_ARG(double, eps) = 1e-8;
 };
 
-/// F::pad's modes (ops/pad.h says what each does).
-enum class PadMode { Constant, Reflect, Replicate, Circular };
-inline constexpr PadMode kConstant = PadMode::Constant;
-inline constexpr PadMode kReflect = PadMode::Reflect;
-inline constexpr PadMode kReplicate = PadMode::Replicate;
-inline constexpr PadMode kCircular = PadMode::Circular;
+using nn::PadMode;
+using nn::kConstant;
+using nn::kReflect;
+using nn::kReplicate;
+using nn::kCircular;
 /// pad lists (left, right) pairs starting from the last dimension, as in PyTorch.
 struct PadFuncOptions {
   PadFuncOptions(IntList pad) : pad_(std::move(pad)) {}  // NOLINT

@@ -144,6 +144,25 @@ TEST_CASE("padding layers: PyTorch's names, options, reprs and results", "[pad][
   for (const Tensor& p : net->parameters()) CHECK(p.grad().defined());
 }
 
+TEST_CASE("Conv1d and Conv2d padding_mode pads before an unpadded convolution, as PyTorch's", "[pad][nn]") {
+  manual_seed(6);
+  nn::Conv2d conv(nn::Conv2dOptions(3, 4, 3).padding({1, 2}).padding_mode(nn::kReflect));
+  CHECK(printed(*conv) == "Conv2d(3, 4, kernel_size=[3, 3], stride=[1, 1], padding=[1, 2], padding_mode=reflect)");
+  Tensor x = randn({2, 3, 6, 7}).set_requires_grad(true);
+  const Tensor y = conv(x);
+  CHECK(y.sizes() == IntList{2, 4, 6, 9});
+  const Tensor want = F::conv2d(pad(x, {2, 2, 1, 1}, "reflect"), conv->weight, F::Conv2dFuncOptions().bias(conv->bias));
+  CHECK(testing::max_abs_diff(y, want) < 1e-6);
+  nn::Conv1d c1(nn::Conv1dOptions(3, 2, 3).padding(2).padding_mode(nn::kCircular));
+  const Tensor x1 = randn({2, 3, 8});
+  CHECK(testing::max_abs_diff(c1(x1), F::conv1d(pad(x1, {2, 2}, "circular"), c1->weight,
+                                                F::Conv1dFuncOptions().bias(c1->bias))) < 1e-6);
+  CHECK_THAT(printed(*c1), Catch::EndsWith("padding_mode=circular)"));
+  // The default stays zero padding inside the convolution.
+  nn::Conv2d z(nn::Conv2dOptions(3, 4, 3).padding(1));
+  CHECK_THAT(printed(*z), !Catch::Contains("padding_mode"));
+}
+
 TEST_CASE("pad refuses what PyTorch refuses, with the reason", "[pad][errors]") {
   const Tensor x = zeros({2, 3, 4});
   using testing::error_of;
