@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "autograd/grad_mode.h"
 #include "ops/activation.h"
 #include "ops/conv.h"
 #include "ops/ctc.h"

@@ -186,7 +186,7 @@ Tensor pad(const Tensor& x, const IntList& p, const std::string& mode_name, doub
   // A channels-last [N, C, H, W] is a contiguous [N, H, W, C]: its H and W maps with C kept padded in place, so the
   // output stays channels-last (no layout round trip around a convolution's input).
   if (x.dim() == 4 && dims <= 2 && !x.is_contiguous() && x.is_contiguous(MemoryFormat::ChannelsLast)) {
-    const AxisMap nhwc[3] = {maps[1], maps[2], identity_map(x.size(1), x.device())};
+    const AxisMap nhwc[3] = {maps[1], maps[2], maps[0]};  // maps[0] is C's identity
     return pad_pass(x.permute({0, 2, 3, 1}), nhwc, value, false).permute({0, 3, 1, 2});
   }
   return pad_pass(x.reshape({outer, maps[0].in, maps[1].in, maps[2].in}), maps, value, false).view(shape);

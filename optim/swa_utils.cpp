@@ -10,11 +10,10 @@
 
 namespace mpx::optim {
 
-std::vector<std::pair<std::string, Tensor>> AveragedModel::entries(const nn::Module& m, bool buffers) const {
+std::vector<std::pair<std::string, Tensor>> AveragedModel::entries(const nn::Module& m) {
   std::vector<std::pair<std::string, Tensor>> r;
   for (const auto& p : m.named_parameters()) r.emplace_back(p.key(), p.value());
-  if (buffers)
-    for (const auto& b : m.named_buffers()) r.emplace_back(b.key(), b.value());
+  for (const auto& b : m.named_buffers()) r.emplace_back(b.key(), b.value());
   return r;
 }
 
@@ -27,7 +26,7 @@ AveragedModel::AveragedModel(std::shared_ptr<nn::Module> average, const nn::Modu
     MPX_CHECK(*options_.ema_decay() >= 0.0 && *options_.ema_decay() <= 1.0,
               "AveragedModel: ema_decay must lie in [0, 1], got ", *options_.ema_decay());
   // The average starts as the model (PyTorch deep-copies it); buffers too, whatever use_buffers says.
-  const auto mine = entries(*average_, true), theirs = entries(model, true);
+  const auto mine = entries(*average_), theirs = entries(model);
   MPX_CHECK(mine.size() == theirs.size(), "AveragedModel: the average has ", mine.size(), " parameters and buffers, ",
             "the model ", theirs.size(), "; build the average with the model's architecture and options");
   NoGradGuard ng;
@@ -42,11 +41,12 @@ AveragedModel::AveragedModel(std::shared_ptr<nn::Module> average, const nn::Modu
 }
 
 void AveragedModel::update_parameters(const nn::Module& model) {
-  const bool buffers = options_.use_buffers();
-  const auto mine = entries(*average_, buffers), theirs = entries(model, buffers);
+  // Parameters first, then buffers: the first `averaged` entries are folded in, the rest (buffers without
+  // use_buffers) copied.
+  const auto mine = entries(*average_), theirs = entries(model);
   MPX_CHECK(mine.size() == theirs.size(), "AveragedModel::update_parameters: the model has ", theirs.size(),
-            buffers ? " parameters and buffers" : " parameters", ", the average ", mine.size(),
-            "; pass the model the average was built from");
+            " parameters and buffers, the average ", mine.size(), "; pass the model the average was built from");
+  const size_t averaged = options_.use_buffers() ? mine.size() : average_->parameters().size();
   NoGradGuard ng;
   for (size_t i = 0; i < mine.size(); ++i) {
     Tensor a = mine[i].second;
@@ -55,7 +55,7 @@ void AveragedModel::update_parameters(const nn::Module& model) {
               ops::describe(a), " in the average but ", ops::describe(m0), " in the model");
     // The model's values in the average's dtype and device: an f32 average of f16 weights averages in f32.
     const Tensor m = m0.detach().to(a.device()).to(a.dtype());
-    if (n_averaged_ == 0) {
+    if (i >= averaged || n_averaged_ == 0) {
       a.copy_(m);
     } else if (options_.avg_fn()) {
       a.copy_(options_.avg_fn()(a, m, n_averaged_));
@@ -65,11 +65,6 @@ void AveragedModel::update_parameters(const nn::Module& model) {
       if (is_floating(a.dtype())) a.lerp_(m, w);
       else a.copy_(a.to(kFloat64) + (m.to(kFloat64) - a.to(kFloat64)) * w);
     }
-  }
-  if (!buffers) {
-    const auto mb = entries(*average_, true), tb = entries(model, true);
-    for (size_t i = mine.size(); i < mb.size() && i < tb.size(); ++i)
-      Tensor(mb[i].second).copy_(tb[i].second.detach());
   }
   ++n_averaged_;
 }

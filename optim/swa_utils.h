@@ -53,7 +53,8 @@ class AveragedModel {
   void load_state_dict(const nn::StateDict& state);
 
  private:
-  std::vector<std::pair<std::string, Tensor>> entries(const nn::Module& m, bool buffers) const;
+  /// m's parameters, then its buffers, by name.
+  static std::vector<std::pair<std::string, Tensor>> entries(const nn::Module& m);
 
   std::shared_ptr<nn::Module> average_;
   AveragedModelOptions options_;
