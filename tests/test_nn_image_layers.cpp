@@ -340,6 +340,12 @@ TEST_CASE("adaptive_max_pool2d matches PyTorch: equal and unequal bins, upsampli
       CHECK(testing::max_abs_diff(x.grad(), g.at(k + ".gx")) < (dt == kBFloat16 ? 0.05 : 1e-6));
     }
   }
+  // Finite differences agree for equal and unequal bins (random values: no ties).
+  for (const IntList& size : {IntList{3, 4}, IntList{2, 2}}) {
+    INFO("gradcheck to " << shape_str(size));
+    const auto f = [&](const tensor_list& in) { return mpx::adaptive_max_pool2d(in[0], {size[0], size[1]}); };
+    CHECK(testing::gradcheck(f, {testing::leaf({2, 2, 6, 8})}) == "");
+  }
   // The layers, 1-d and unbatched input.
   nn::AdaptiveMaxPool2d pool(nn::AdaptiveMaxPool2dOptions({3, 4}));
   CHECK(testing::same_values(pool(g.at("amp_odd.x")), g.at("amp_odd.y")));
