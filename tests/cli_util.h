@@ -14,11 +14,8 @@
 
 #include "core/serialize.h"
 #include "data/datasets.h"
+#include "tests/paths.h"
 #include "tests/skip.h"
-
-#ifndef MPX_CLI_PATH
-#error "tests/CMakeLists.txt defines MPX_CLI_PATH (the built mpx binary) for this test"
-#endif
 
 namespace mpx::testing {
 
@@ -43,7 +40,7 @@ inline CliRun run_shell(const std::string& cmd) {
 /// Runs `mpx <args>` through the shell (plain progress lines) and captures output and exit code.
 /// `prefix` goes before the command (e.g. "cd DIR &&", "timeout -s TERM 3").
 inline CliRun run_mpx(const std::string& args, const std::string& redirect = "2>&1", const std::string& prefix = "") {
-  return run_shell(prefix + " env MPX_PROGRESS=plain '" + MPX_CLI_PATH + "' " + args + " " + redirect);
+  return run_shell(prefix + " env MPX_PROGRESS=plain '" + mpx::testing::cli_path() + "' " + args + " " + redirect);
 }
 
 /// Only stderr (stdout discarded): what a user sees when something is wrong.

@@ -165,7 +165,7 @@ TEST_CASE("MultiheadAttention with add_bias_kv and add_zero_attn gives torch.nn.
           "[nn][attention]") {
   // tests/golden/make_transformer_reference.py: kdim 6, vdim 5, batch_first, both extra keys, both masks.
   const TensorDict file =
-      load_tensors(std::string(MPX_TEST_DATA) + "/golden/transformer/mha_bias_kv_zero_attn.safetensors");
+      load_tensors(mpx::testing::test_data_dir() + "/golden/transformer/mha_bias_kv_zero_attn.safetensors");
   const std::map<std::string, Tensor> weights = testing::model_weights(file);
   nn::MultiheadAttention m(
       nn::MultiheadAttentionOptions(8, 2).add_bias_kv(true).add_zero_attn(true).kdim(6).vdim(5).batch_first(true));
@@ -319,7 +319,7 @@ TEST_CASE("nn::Transformer loads torch.nn.Transformer's state dict and gives its
   for (const std::string name : {"post_norm_relu", "pre_norm_gelu"}) {
     INFO(name);
     // tests/golden/make_transformer_reference.py: PyTorch's weights under its names, and under "ref." its run.
-    const TensorDict file = load_tensors(std::string(MPX_TEST_DATA) + "/golden/transformer/" + name + ".safetensors");
+    const TensorDict file = load_tensors(mpx::testing::test_data_dir() + "/golden/transformer/" + name + ".safetensors");
     const std::map<std::string, Tensor> weights = testing::model_weights(file);
     const bool pre = name == "pre_norm_gelu";
     nn::Transformer model(nn::TransformerOptions(16, 2).num_encoder_layers(2).num_decoder_layers(2).dim_feedforward(32)

@@ -41,7 +41,7 @@ CliRun shell(const std::string& cmd) { return mpx::testing::run_shell(cmd + " 2>
 #ifdef MPX_MPIRUN
 // `mpirun -np N mpx <args>`.
 CliRun mpirun(int n, const std::string& args) {
-  return shell(kLaunch + " -np " + std::to_string(n) + " '" + MPX_CLI_PATH + "' " + args);
+  return shell(kLaunch + " -np " + std::to_string(n) + " '" + mpx::testing::cli_path() + "' " + args);
 }
 #endif
 
@@ -213,7 +213,7 @@ TEST_CASE("mpx train data-parallel errors: flags that differ between ranks, a ra
   if (!have_mpi() || !have_fashion()) return;
 #ifdef MPX_MPIRUN
   const fs::path out = tmp("errors");
-  const std::string base = "'" + std::string(MPX_CLI_PATH) + "' train --limit-train 640 --epochs 1 --out " + q(out);
+  const std::string base = "'" + mpx::testing::cli_path() + "' train --limit-train 640 --epochs 1 --out " + q(out);
   // MPMD: rank 1 gets another learning rate.
   const CliRun differ = shell(kLaunch + " -np 1 " + base + " --lr 0.1 : -np 1 " + base + " --lr 0.2");
   INFO(differ.out);
@@ -235,7 +235,7 @@ TEST_CASE("mpirun -np 2 mpx train: a rank that stops answering ends the run with
   // Rank 1 freezes (SIGSTOP) two seconds in, in the middle of its set-up or training; rank 0's
   // next collective then fails after MPX_DISTRIBUTED_TIMEOUT=3 s and mpirun ends the job.
   const std::string rank1_freezes = "sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (sleep 2; kill -STOP $$) & fi; "
-                                    "exec \"$0\" \"$@\"' '" + std::string(MPX_CLI_PATH) + "'";
+                                    "exec \"$0\" \"$@\"' '" + mpx::testing::cli_path() + "'";
   const CliRun r = shell(launch(3) + " -np 2 " + rank1_freezes + " train " + kSmall +
                          " --limit-train 12800 --batch-size 64 --out " + q(out));
   INFO(r.out);
@@ -249,7 +249,7 @@ TEST_CASE("mpx train --nproc-per-node 2 re-launches itself under mpirun, and say
   if (!have_mpi() || !have_fashion()) return;
 #ifdef MPX_MPIRUN
   const fs::path out = tmp("nproc");
-  const std::string cli = "'" + std::string(MPX_CLI_PATH) + "'";
+  const std::string cli = "'" + mpx::testing::cli_path() + "'";
   const CliRun r = shell("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MPX_DISTRIBUTED_TIMEOUT=60 "
                          "MPX_PROGRESS=plain PATH='" + fs::path(MPX_MPIRUN).parent_path().string() + ":/usr/bin:/bin' " +
                          cli + " train --nproc-per-node 2 --limit-train 1280 --batch-size 64 --prof 3 --out " + q(out));

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "data/data.h"
+#include "tests/paths.h"
 #include "tests/skip.h"
 
 #if __has_include(<stb/stb_image_write.h>)
@@ -559,7 +560,7 @@ TEST_CASE("images: other formats are refused by content, huge declared sizes bef
 // chunk making it allocate 2 GB, a JPEG declaring a huge image): each is a clean mpx::Error or a
 // bounded decode, never a crash (the fuzz targets run them under ASan and UBSan).
 TEST_CASE("images: the fuzzers' findings decode cleanly or fail with a clear error", "[data]") {
-  const fs::path dir = fs::path(MPX_TEST_DATA) / ".." / "fuzz" / "corpus" / "image";
+  const fs::path dir = fs::path(mpx::testing::test_data_dir()) / ".." / "fuzz" / "corpus" / "image";
   int n = 0;
   for (const auto& e : fs::directory_iterator(dir)) {
     if (e.path().filename().string().rfind("regress-", 0) != 0) continue;

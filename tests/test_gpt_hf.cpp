@@ -15,6 +15,7 @@
 #include "models/gpt.h"
 #include "models/gpt_hf.h"
 #include "models/lstm_lm.h"
+#include "tests/paths.h"
 
 using namespace mpx;
 using models::GPTConfig;
@@ -235,7 +236,7 @@ TEST_CASE("gpt_hf: load_hf_gpt2 refuses what does not fit, naming it", "[gpt_hf]
 }
 
 TEST_CASE("gpt_hf: logits equal transformers' on its own tiny GPT-2", "[gpt_hf]") {
-  const std::string dir = std::string(MPX_TEST_DATA) + "/golden/gpt2_tiny/";
+  const std::string dir = mpx::testing::test_data_dir() + "/golden/gpt2_tiny/";
   const TensorDict hf = load_tensors(dir + "model.safetensors");
   const TensorDict ref = load_tensors(dir + "reference.safetensors");
   const GPTConfig c = models::hf_gpt2_config(hf, 4);  // config.json's n_head

@@ -8,6 +8,7 @@
 #include "data/data.h"
 #include "ops/elementwise.h"
 #include "test_jpeg_util.h"
+#include "tests/paths.h"
 
 #include <stb/stb_image.h>
 
@@ -16,6 +17,11 @@ using namespace mpx::data;
 using mpx_test::TempDir;
 
 namespace {
+// The fuzzers' image corpus in the source tree.
+std::filesystem::path image_corpus() {
+  return std::filesystem::path(mpx::testing::test_data_dir()) / ".." / "fuzz" / "corpus" / "image";
+}
+
 struct Diff {
   double mean = 0;
   int max = 0;
@@ -215,7 +221,7 @@ TEST_CASE("jpeg: truncated, corrupt and oversized files fail the region decode a
 // The image fuzz corpus (the fuzzers' findings included) through the pipeline's decode: each
 // file gives an output or an mpx::Error naming it, whatever crop and DCT scale it draws.
 TEST_CASE("jpeg: the fuzz corpus through ImagePipeline fails cleanly or decodes", "[data][jpeg]") {
-  const std::filesystem::path dir = std::filesystem::path(MPX_TEST_DATA) / ".." / "fuzz" / "corpus" / "image";
+  const std::filesystem::path dir = image_corpus();
   const auto train = ImagePipeline::train(32), eval = ImagePipeline::eval(40, 32).dtype(kUInt8);
   int n = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
@@ -239,7 +245,7 @@ TEST_CASE("jpeg: the fuzz corpus through ImagePipeline fails cleanly or decodes"
 // Greyscale JPEGs (expanded to RGB by libjpeg), PNG and BMP (decoded whole by read_image) give
 // the pipeline the same pixels as read_image does.
 TEST_CASE("jpeg: grey JPEG, PNG and BMP through the pipeline equal the transform of read_image", "[data][jpeg]") {
-  const std::filesystem::path dir = std::filesystem::path(MPX_TEST_DATA) / ".." / "fuzz" / "corpus" / "image";
+  const std::filesystem::path dir = image_corpus();
   for (const char* name : {"gray4x4.jpg", "gray4x4.png", "rgb8x6.jpg", "rgb8x6.bmp"}) {
     const std::string p = (dir / name).string();
     INFO(p);
@@ -274,7 +280,6 @@ TEST_CASE("images: a truncated uncompressed BMP is refused from its header, a wh
   bytes[30] = bytes[31] = bytes[32] = bytes[33] = 0xff;
   mpx_test::write_bytes(cut, bytes);
   CHECK_THROWS_WITH(read_image(cut), Catch::Contains("corrupt or truncated BMP"));
-  const std::string found = (std::filesystem::path(MPX_TEST_DATA) / ".." / "fuzz" / "corpus" / "image" /
-                             "regress-bmp-truncated.bmp").string();
+  const std::string found = (image_corpus() / "regress-bmp-truncated.bmp").string();
   CHECK_THROWS_WITH(read_image(found), Catch::Contains("declares 2048 x 1536 pixels"));
 }

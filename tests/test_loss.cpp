@@ -32,7 +32,7 @@ namespace {
 
 // Minimal safetensors reader for the golden files (F64 / I64 tensors only).
 Tensor golden(const std::string& name) {
-  const std::string path = std::string(MPX_TEST_DATA) + "/golden/loss.safetensors";
+  const std::string path = mpx::testing::test_data_dir() + "/golden/loss.safetensors";
   std::ifstream f(path, std::ios::binary);
   REQUIRE(f.good());
   std::stringstream ss;

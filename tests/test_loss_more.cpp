@@ -18,7 +18,7 @@ namespace F = mpx::nn::functional;
 namespace {
 
 const TensorDict& golden() {
-  static const TensorDict g = load_tensors(std::string(MPX_TEST_DATA) + "/golden/loss_more.safetensors");
+  static const TensorDict g = load_tensors(mpx::testing::test_data_dir() + "/golden/loss_more.safetensors");
   return g;
 }
 

@@ -20,7 +20,7 @@ using namespace mpx;
 namespace {
 
 const TensorDict& golden() {
-  static const TensorDict g = load_tensors(std::string(MPX_TEST_DATA) + "/golden/math.safetensors");
+  static const TensorDict g = load_tensors(mpx::testing::test_data_dir() + "/golden/math.safetensors");
   return g;
 }
 

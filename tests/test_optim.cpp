@@ -12,6 +12,7 @@
 #include "ops/elementwise.h"
 #include "ops/reduction.h"
 #include "optim/optim.h"
+#include "tests/paths.h"
 
 using namespace mpx;
 using namespace mpx::optim;
@@ -20,13 +21,13 @@ namespace fs = std::filesystem;
 namespace {
 
 const TensorDict& golden() {
-  static const TensorDict g = load_tensors(std::string(MPX_TEST_DATA) + "/golden/optim.safetensors");
+  static const TensorDict g = load_tensors(mpx::testing::test_data_dir() + "/golden/optim.safetensors");
   return g;
 }
 const Metadata& golden_meta() {
   static const Metadata m = [] {
     Metadata meta;
-    load_tensors(std::string(MPX_TEST_DATA) + "/golden/optim.safetensors", &meta);
+    load_tensors(mpx::testing::test_data_dir() + "/golden/optim.safetensors", &meta);
     return meta;
   }();
   return m;

@@ -16,6 +16,7 @@
 #include "ops/loss.h"
 #include "ops/reduction.h"
 #include "optim/optim.h"
+#include "tests/paths.h"
 
 using namespace mpx;
 using namespace mpx::optim;
@@ -59,7 +60,7 @@ std::vector<std::pair<Tensor, Tensor>> grads(int n, uint64_t seed, double scale 
 
 TEST_CASE("RMSprop and Adagrad match PyTorch's three-step golden values", "[optim][golden]") {
   Metadata meta;
-  const TensorDict g = load_tensors(std::string(MPX_TEST_DATA) + "/golden/optim_more.safetensors", &meta);
+  const TensorDict g = load_tensors(mpx::testing::test_data_dir() + "/golden/optim_more.safetensors", &meta);
   CHECK_THAT(meta.at("rmsprop_momentum"), Catch::Contains("\"momentum\": 0.9") && Catch::Contains("\"centered\": true"));
   CHECK_THAT(meta.at("adagrad"), Catch::Contains("\"lr_decay\": 0.01") &&
                                      Catch::Contains("\"initial_accumulator_value\": 0.1"));

@@ -22,7 +22,7 @@ namespace F = mpx::nn::functional;
 namespace {
 
 const TensorDict& golden() {
-  static const TensorDict g = load_tensors(std::string(MPX_TEST_DATA) + "/golden/resize.safetensors");
+  static const TensorDict g = load_tensors(mpx::testing::test_data_dir() + "/golden/resize.safetensors");
   return g;
 }
 

@@ -41,7 +41,7 @@ TEST_CASE("LSTM proj_size loads torch.nn.LSTM's state dict and gives its outputs
   for (const std::string name : {"uni", "bi_batch_first"}) {
     INFO(name);
     // tests/golden/make_lstm_proj_reference.py: the weights under PyTorch's names, and under "ref." its f64 run.
-    const TensorDict file = load_tensors(std::string(MPX_TEST_DATA) + "/golden/lstm_proj/" + name + ".safetensors");
+    const TensorDict file = load_tensors(mpx::testing::test_data_dir() + "/golden/lstm_proj/" + name + ".safetensors");
     const std::map<std::string, Tensor> weights = testing::model_weights(file);
     const bool bi = name == "bi_batch_first";
     nn::LSTM m(nn::LSTMOptions(4, 6).num_layers(2).proj_size(3).bidirectional(bi).batch_first(bi));

@@ -15,6 +15,7 @@
 #include "core/serialize.h"
 #include "ops/elementwise.h"
 #include "ops/shape.h"
+#include "tests/paths.h"
 
 using namespace mpx;
 namespace fs = std::filesystem;
@@ -165,7 +166,7 @@ TEST_CASE("safetensors metadata and names with special characters round trip", "
 }
 
 TEST_CASE("safetensors reads the PyTorch-written golden files", "[serialize][golden]") {
-  const std::string dir = std::string(MPX_TEST_DATA) + "/golden/";
+  const std::string dir = mpx::testing::test_data_dir() + "/golden/";
   struct Expect { const char* file; size_t tensors; };
   for (Expect e : {Expect{"conv.safetensors", 32}, Expect{"loss.safetensors", 16}, Expect{"norm_pool.safetensors", 32},
                    Expect{"optim.safetensors", 32}}) {

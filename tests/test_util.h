@@ -2,6 +2,7 @@
 #pragma once
 #include <catch2/catch.hpp>
 
+#include "tests/paths.h"
 #include "tests/skip.h"
 
 #include <algorithm>
@@ -40,7 +41,7 @@ template <typename F> int64_t kernel_calls(const std::string& op, F&& f) {
 inline Tensor golden_tensor(const std::string& file, const std::string& name) {
   static std::map<std::string, TensorDict> files;
   auto f = files.find(file);
-  if (f == files.end()) f = files.emplace(file, load_tensors(std::string(MPX_TEST_DATA) + "/golden/" + file)).first;
+  if (f == files.end()) f = files.emplace(file, load_tensors(mpx::testing::test_data_dir() + "/golden/" + file)).first;
   auto it = f->second.find(name);
   INFO("golden tensor " << name << " in " << file);
   REQUIRE(it != f->second.end());
