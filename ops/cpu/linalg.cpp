@@ -1,5 +1,5 @@
-// CPU GEMM, batched GEMM and linear's epilogue GEMM: oneDNN's matmul for f32 (and bf16 where the CPU runs
-// it natively), Eigen otherwise: f32/f64 directly on the strided operands, f16/bf16 through f32 copies.
+// CPU GEMM, batched GEMM and linear's epilogue GEMM: oneDNN's matmul for f32 (and bf16 where the CPU runs it
+// natively), f16 (and other bf16) on oneDNN's f32 kernels over f32 copies; Eigen for f64 and without oneDNN.
 #include <Eigen/Core>
 
 #include <algorithm>
@@ -161,6 +161,43 @@ bool few_rows_gemm(const Tensor& out, const Tensor& a, const Tensor& b, double a
   return true;
 }
 
+// f16 products, and bf16 ones where oneDNN has no native bf16 kernels: f32 copies of the operands, each widened in
+// the order it lies in memory and in parallel (converting element by element across strides took longer than the
+// product itself: 36 ms against 2 ms for a [2, 2048] x [2048, 1000] layer), multiplied with f32 accumulation and
+// rounded once into out. 2-d or batched 3-d operands; a broadcast batch (stride 0) is widened once.
+Tensor widened(const Tensor& t) {
+  if (t.dim() == 3 && t.stride(0) == 0) return widened(t.select(0, 0)).unsqueeze(0).expand(t.sizes());
+  const bool transposed = t.stride(-1) != 1 && t.stride(-2) == 1;
+  return transposed ? t.transpose(-1, -2).to(kFloat32).transpose(-1, -2) : t.to(kFloat32);
+}
+// out = alpha * a b + beta * out (+ bias, then act) on oneDNN's f32 kernels over widened copies; false where
+// oneDNN is absent or declines (the caller computes it another way, out untouched).
+bool widened_matmul(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta,
+                    const Tensor& bias = {}, Act act = Act::kNone) {
+#ifdef MPX_WITH_ONEDNN
+  using onednn::Activation;
+  const Activation f32_act = act == Act::kRelu       ? Activation::kRelu
+                             : act == Act::kGeluTanh ? Activation::kGeluTanh
+                             : act == Act::kGeluErf  ? Activation::kGeluErf
+                                                     : Activation::kNone;
+  const Tensor of = beta != 0.0 ? out.to(kFloat32).contiguous() : empty(out.sizes(), TensorOptions(kFloat32));
+  if (!onednn::matmul(of, widened(a), widened(b), alpha, beta, bias.defined() ? bias.to(kFloat32) : Tensor(), f32_act))
+    return false;
+  Tensor(out).copy_(of);
+  return true;
+#else
+  return false;
+#endif
+}
+// Whether T's products run on oneDNN's own kernels for T (else widened_matmul).
+template <typename T> bool onednn_native() {
+#ifdef MPX_WITH_ONEDNN
+  if constexpr (std::is_same_v<T, float>) return true;
+  if constexpr (std::is_same_v<T, BFloat16>) return onednn::matmul_bf16_native();
+#endif
+  return false;
+}
+
 template <typename T> struct Gemm {
   static void run(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
     if (out.numel() == 0) return;
@@ -182,15 +219,9 @@ template <typename T> struct Gemm {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       gemm_native<T>(static_cast<T*>(out.raw_data()), static_cast<const T*>(a.raw_data()), static_cast<const T*>(b.raw_data()),
                      out, a, b, alpha, beta);
-    } else {
-      // f16/bf16: multiply f32 copies with f32 accumulation and round back once. The copy kernel
-      // widens each operand in the order it lies in memory (a transposed weight stays transposed),
-      // vectorized and in parallel: converting element by element across strides took longer than
-      // the product itself (36 ms against 2 ms for a [2, 2048] x [2048, 1000] layer).
-      auto widen = [](const Tensor& t) {
-        return t.stride(0) == 1 && t.stride(1) != 1 ? t.t().to(kFloat32).t() : t.to(kFloat32);
-      };
-      const Tensor af = widen(a), bf = widen(b);
+    } else if (!widened_matmul(out, a, b, alpha, beta)) {
+      // Without oneDNN: Eigen on the same f32 copies.
+      const Tensor af = widened(a), bf = widened(b);
       const Tensor of = beta != 0.0 ? out.to(kFloat32) : empty(out.sizes(), TensorOptions(kFloat32));
       gemm_native<float>(static_cast<float*>(of.raw_data()), static_cast<const float*>(af.raw_data()),
                          static_cast<const float*>(bf.raw_data()), of, af, bf, alpha, beta);
@@ -219,6 +250,10 @@ template <typename T> struct Bmm {
       if (out.numel() > 0 && a.size(2) > 0 && onednn::matmul(out, a, b, alpha, beta)) return;
     }
 #endif
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      // One product over the whole batch's f32 copies, not a copy and a product per batch element.
+      if (out.numel() > 0 && a.size(2) > 0 && widened_matmul(out, a, b, alpha, beta)) return;
+    }
     for (int64_t i = 0; i < out.size(0); ++i) Gemm<T>::run(out.select(0, i), a.select(0, i), b.select(0, i), alpha, beta);
   }
 };
@@ -260,9 +295,15 @@ template <typename T> struct GemmEpilogueKernel {
                       : epilogue == GemmEpilogue::kBiasGeluTanh ? Act::kGeluTanh
                       : epilogue == GemmEpilogue::kBiasGeluErf  ? Act::kGeluErf
                                                                 : Act::kNone;
-      if (epilogue != GemmEpilogue::kBiasGrad && out.numel() > 0 && a.size(1) > 0 &&
-          few_rows_gemm<T>(out, a, b, 1.0, 0.0, bias, act))
+      if (out.numel() == 0 || a.size(1) == 0) return false;
+      if (epilogue != GemmEpilogue::kBiasGrad && few_rows_gemm<T>(out, a, b, 1.0, 0.0, bias, act)) return true;
+      if (!onednn_native<T>()) {
+        // The same epilogue on f32 copies, each output rounded once after its bias and activation.
+        if (epilogue != GemmEpilogue::kBiasGrad) return widened_matmul(out, a, b, 1.0, 0.0, bias, act);
+        if (!bias.is_contiguous() || bias.dtype() != out.dtype() || !widened_matmul(out, a, b, 1.0, 0.0)) return false;
+        row_sums<T>(bias, a);
         return true;
+      }
     }
 #ifdef MPX_WITH_ONEDNN
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) {
@@ -300,7 +341,7 @@ namespace mpx {
 
 std::string cpu_matmul_backend() {
 #ifdef MPX_WITH_ONEDNN
-  return cpu::onednn::version() + ", bf16 " + (cpu::onednn::matmul_bf16_native() ? "native" : "on Eigen with f32 copies");
+  return cpu::onednn::version() + ", bf16 " + (cpu::onednn::matmul_bf16_native() ? "native" : "on f32 copies");
 #else
   return "Eigen (built without oneDNN)";
 #endif
