@@ -347,6 +347,34 @@ TEST_CASE("copies into channels-last: the layout conversion and same-layout cast
   }
 }
 
+TEST_CASE("contiguous copies of transposed views match an element walk, tile edges and casts included", "[core][copy]") {
+  manual_seed(11);
+  // Each view's source has its unit stride on a dim other than the last (the tiled transpose path).
+  struct Case { IntList shape; IntList perm; };
+  for (const Case& c : {Case{{70, 37}, {1, 0}}, Case{{3, 40, 5}, {0, 2, 1}}, Case{{33, 2, 65}, {2, 1, 0}},
+                        Case{{2, 3, 4, 31}, {0, 3, 1, 2}}, Case{{1, 1}, {1, 0}}}) {
+    const Tensor x = randn(c.shape);
+    const Tensor v = x.permute(c.perm);
+    INFO(shape_str(v.sizes()) << " strides " << shape_str(v.strides()));
+    const float* src = x.data_ptr<float>();
+    for (DType dt : {kFloat32, kBFloat16, kFloat64}) {
+      const Tensor got = v.to(dt).contiguous().to(kFloat64);
+      const double* g = got.data_ptr<double>();
+      bool same = true;
+      for (int64_t i = 0; i < v.numel(); ++i) {
+        int64_t rem = i, off = 0;
+        for (int64_t d = v.dim() - 1; d >= 0; --d) {
+          off += (rem % v.size(d)) * v.stride(d);
+          rem /= v.size(d);
+        }
+        const double want = dt == kBFloat16 ? static_cast<double>(static_cast<float>(BFloat16(src[off]))) : src[off];
+        same = same && g[i] == want;
+      }
+      CHECK(same);
+    }
+  }
+}
+
 TEST_CASE("copy_ between overlapping views of one tensor reads before it writes", "[core][copy]") {
   // Large enough that the copy runs on several threads in chunks.
   const int64_t n = 100003;

@@ -124,6 +124,53 @@ bool copy_by_rows(const Tensor& out, const Tensor& src) {
   return true;
 }
 
+// A contiguous destination whose source has its unit stride on another dim than the last (a transposed matrix, a
+// channels-last tensor made row-major): those two dims walked in 32 x 32 tiles. Element by element, a [2048, 512] f32 transpose read a new cache line for every element
+// (4.6 ms at one thread on a Zen 3 core, PyTorch 0.8 ms). Returns false for other layouts.
+template <typename D, typename S>
+bool copy_transposed(const Tensor& out, const Tensor& src) {
+  const int64_t nd = out.dim();
+  if (nd < 2 || out.numel() == 0 || !out.is_contiguous() || out.sizes() != src.sizes() || src.stride(nd - 1) == 1)
+    return false;
+  int64_t d = nd - 2;  // the dim the source walks with unit stride
+  while (d >= 0 && !(src.stride(d) == 1 && src.size(d) > 1)) --d;
+  if (d < 0) return false;
+  constexpr int64_t T = 32;
+  const int64_t A = out.size(d), B = out.size(nd - 1), oa = out.stride(d), sb = src.stride(nd - 1);
+  const int64_t tiles = (A + T - 1) / T, outer = out.numel() / (A * B);
+  D* o = static_cast<D*>(out.raw_data());
+  const S* s = static_cast<const S*>(src.raw_data());
+  parallel_for(outer * tiles, std::max<int64_t>(1, kGrain / (T * B)), [&](int64_t wb, int64_t we) {
+    for (int64_t w = wb; w < we; ++w) {
+      const int64_t a0 = (w % tiles) * T, a1 = std::min(A, a0 + T);
+      int64_t rem = w / tiles, oo = 0, so = 0;  // the other dims' offsets
+      for (int64_t k = nd - 2; k >= 0; --k) {
+        if (k == d) continue;
+        const int64_t idx = rem % out.size(k);
+        rem /= out.size(k);
+        oo += idx * out.stride(k);
+        so += idx * src.stride(k);
+      }
+      // Each tile goes through a local buffer: its source lines read whole, then its destination lines written
+      // whole. Walking the tile in place, rows a power-of-two bytes apart (2 KiB for [2048, 512]) share a few L1
+      // sets and evicted each other mid-tile.
+      D buf[T][T];
+      for (int64_t b0 = 0; b0 < B; b0 += T) {
+        const int64_t b1 = std::min(B, b0 + T);
+        for (int64_t j = b0; j < b1; ++j) {
+          const S* srow = s + so + j * sb;
+          for (int64_t a = a0; a < a1; ++a) buf[j - b0][a - a0] = convert<D>(srow[a]);
+        }
+        for (int64_t a = a0; a < a1; ++a) {
+          D* orow = o + oo + a * oa;
+          for (int64_t j = b0; j < b1; ++j) orow[j] = buf[j - b0][a - a0];
+        }
+      }
+    }
+  });
+  return true;
+}
+
 template <typename D> struct Copy {
   static void run(const Tensor& out0, const Tensor& src0) {
     // Size-1 dims dropped first: they carry no elements but can leave a row path with rows of
@@ -137,6 +184,7 @@ template <typename D> struct Copy {
     }
     visit_dtype(src.dtype(), [&]<typename S>() {
       if (out.is_contiguous()) {
+        if (copy_transposed<D, S>(out, src)) return;
         elementwise<D, S>(out, [](S v) { return convert<D>(v); }, src);
         return;
       }
