@@ -24,60 +24,68 @@ S* mut(const Tensor& t) { return t.defined() ? static_cast<S*>(t.raw_data()) : n
 // A channel's sums in double, in 8 lanes: lane j adds the values at i = j (mod 8) of each row's
 // whole blocks of 8, in order, lane 0 the row's tail after them, and total() adds the lanes in a
 // fixed tree: fixed subsets in a fixed order, so results never depend on threads. Written with
-// vectors of 8 doubles, since GCC left the same sums in scalar form (the widening to double,
-// two sums at once) unvectorized.
-typedef double Lanes8 __attribute__((vector_size(64)));
+// vectors of doubles, since GCC left the same sums in scalar form (the widening to double, two
+// sums at once) unvectorized; two vectors of 4 rather than one of 8, which AVX2 builds kept on
+// the stack and moved a lane at a time (instance norm's forward 4x slower than on AVX-512).
+typedef double Lanes4 __attribute__((vector_size(32)));
 struct LaneSums {
-  Lanes8 v = {};
-  double total() const { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
+  Lanes4 lo = {}, hi = {};  // lanes 0-3 and 4-7
+  double total() const { return ((lo[0] + lo[1]) + (lo[2] + lo[3])) + ((hi[0] + hi[1]) + (hi[2] + hi[3])); }
 };
-// Eight values from p (f32 or f64) as doubles; by reference, since 64-byte vectors have no
-// register ABI on AVX2 builds.
-template <typename A> void load8(Lanes8& v, const A* p) {
+// Eight values from p (f32 or f64) as doubles, lanes 0-3 and 4-7.
+template <typename A> void load8(Lanes4& lo, Lanes4& hi, const A* p) {
   if constexpr (std::is_same_v<A, double>) {
-    std::memcpy(&v, p, sizeof v);
+    std::memcpy(&lo, p, sizeof lo);
+    std::memcpy(&hi, p + 4, sizeof hi);
   } else {
-    typedef float F8 __attribute__((vector_size(32)));
-    F8 f;
-    std::memcpy(&f, p, sizeof f);
-    v = __builtin_convertvector(f, Lanes8);
+    typedef float F4 __attribute__((vector_size(16)));
+    F4 f0, f1;
+    std::memcpy(&f0, p, sizeof f0);
+    std::memcpy(&f1, p + 4, sizeof f1);
+    lo = __builtin_convertvector(f0, Lanes4);
+    hi = __builtin_convertvector(f1, Lanes4);
   }
 }
 // s += r[i] over a row of n values.
 template <typename A> void add_row(LaneSums& s, const A* r, int64_t n) {
   int64_t i = 0;
-  for (Lanes8 v; i + 8 <= n; i += 8) {
-    load8(v, r + i);
-    s.v += v;
+  for (Lanes4 lo, hi; i + 8 <= n; i += 8) {
+    load8(lo, hi, r + i);
+    s.lo += lo;
+    s.hi += hi;
   }
-  for (; i < n; ++i) s.v[0] += static_cast<double>(r[i]);
+  for (; i < n; ++i) s.lo[0] += static_cast<double>(r[i]);
 }
 // s += (r[i] - m)^2.
 template <typename A> void add_sq_row(LaneSums& s, const A* r, int64_t n, double m) {
   int64_t i = 0;
-  for (Lanes8 v; i + 8 <= n; i += 8) {
-    load8(v, r + i);
-    v -= m;
-    s.v += v * v;
+  for (Lanes4 lo, hi; i + 8 <= n; i += 8) {
+    load8(lo, hi, r + i);
+    lo -= m;
+    hi -= m;
+    s.lo += lo * lo;
+    s.hi += hi * hi;
   }
   for (; i < n; ++i) {
     const double d = static_cast<double>(r[i]) - m;
-    s.v[0] += d * d;
+    s.lo[0] += d * d;
   }
 }
 // sg += g[i], sgx += g[i] * (x[i] - m).
 template <typename A> void add_grad_row(LaneSums& sg, LaneSums& sgx, const A* g, const A* x, int64_t n, double m) {
   int64_t i = 0;
-  for (Lanes8 gv, xv; i + 8 <= n; i += 8) {
-    load8(gv, g + i);
-    load8(xv, x + i);
-    sg.v += gv;
-    sgx.v += gv * (xv - m);
+  for (Lanes4 glo, ghi, xlo, xhi; i + 8 <= n; i += 8) {
+    load8(glo, ghi, g + i);
+    load8(xlo, xhi, x + i);
+    sg.lo += glo;
+    sg.hi += ghi;
+    sgx.lo += glo * (xlo - m);
+    sgx.hi += ghi * (xhi - m);
   }
   for (; i < n; ++i) {
     const double gv = static_cast<double>(g[i]);
-    sg.v[0] += gv;
-    sgx.v[0] += gv * (static_cast<double>(x[i]) - m);
+    sg.lo[0] += gv;
+    sgx.lo[0] += gv * (static_cast<double>(x[i]) - m);
   }
 }
 
