@@ -38,8 +38,8 @@ Tensor ref_bmm(const Tensor& a, const Tensor& b) {
   return a.dim() == 2 ? r.squeeze(0) : r;
 }
 
-// f32 sums of k products near 1 land within ~k ulp; bf16 adds one rounding of the result (2^-8).
-double tol(DType dt) { return dt == kBFloat16 ? 1e-2 : 2e-5; }
+// f32 sums of k products near 1 land within ~k ulp; bf16 and f16 add one rounding of the result (2^-8, 2^-11).
+double tol(DType dt) { return dt == kBFloat16 ? 1e-2 : dt == kFloat16 ? 2e-3 : 2e-5; }
 
 Tensor rnd(const IntList& shape, DType dt) { return randn(shape).to(dt); }
 
@@ -48,7 +48,7 @@ Tensor rnd(const IntList& shape, DType dt) { return randn(shape).to(dt); }
 TEST_CASE("CPU mm matches f64 for row-major, transposed and sliced operands", "[linalg]") {
   INFO("CPU matrix products: " << cpu_matmul_backend());
   manual_seed(1);
-  for (DType dt : {kFloat32, kBFloat16}) {
+  for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
     INFO(dtype_name(dt));
     const Tensor a = rnd({37, 53}, dt), b = rnd({53, 29}, dt);
     CHECK(testing::close(mm(a, b), ref_bmm(a, b), tol(dt), 0.0, 1.0));
@@ -67,7 +67,7 @@ TEST_CASE("CPU addmm keeps alpha and beta, and bmm broadcasts a batch of one", "
   const Tensor c = randn({6, 5}), a = randn({6, 9}), b = randn({9, 5});
   const Tensor want = c.to(kFloat64) * 0.5 + ref_bmm(a, b) * 2.0;
   CHECK(testing::close(addmm(c, a, b, 0.5, 2.0), want, 2e-5, 0.0, 1.0));
-  for (DType dt : {kFloat32, kBFloat16}) {
+  for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
     const Tensor x = rnd({3, 7, 11}, dt), y = rnd({1, 11, 4}, dt).expand({3, 11, 4});
     CHECK(testing::close(bmm(x, y), ref_bmm(x, y), tol(dt), 0.0, 1.0));
     const Tensor xt = rnd({3, 11, 7}, dt).transpose(1, 2);  // q @ k^T-style transposed batch operand
@@ -82,7 +82,7 @@ TEST_CASE("CPU addmm keeps alpha and beta, and bmm broadcasts a batch of one", "
 
 TEST_CASE("CPU linear with bias and linear_relu match f64, forward and gradients", "[linalg]") {
   manual_seed(3);
-  for (DType dt : {kFloat32, kBFloat16}) {
+  for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
     INFO(dtype_name(dt));
     const Tensor x = rnd({4, 6, 24}, dt).set_requires_grad(true), w = rnd({10, 24}, dt).set_requires_grad(true);
     const Tensor b = rnd({10}, dt).set_requires_grad(true);
