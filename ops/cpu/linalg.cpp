@@ -170,24 +170,32 @@ Tensor widened(const Tensor& t) {
   const bool transposed = t.stride(-1) != 1 && t.stride(-2) == 1;
   return transposed ? t.transpose(-1, -2).to(kFloat32).transpose(-1, -2) : t.to(kFloat32);
 }
-// out = alpha * a b + beta * out (+ bias, then act) on oneDNN's f32 kernels over widened copies; false where
-// oneDNN is absent or declines (the caller computes it another way, out untouched).
+// out = alpha * a b + beta * out (+ bias, then act) over widened copies: oneDNN's f32 kernels, or Eigen's for a
+// plain 2-d product. False (out untouched) where neither runs the case; the caller then computes it unfused.
 bool widened_matmul(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta,
                     const Tensor& bias = {}, Act act = Act::kNone) {
+  const bool eigen_ok = a.dim() == 2 && !bias.defined() && act == Act::kNone;
+#ifndef MPX_WITH_ONEDNN
+  if (!eigen_ok) return false;
+#endif
+  const Tensor af = widened(a), bf = widened(b);
+  const Tensor of = beta != 0.0 ? out.to(kFloat32).contiguous() : empty(out.sizes(), TensorOptions(kFloat32));
+  bool done = false;
 #ifdef MPX_WITH_ONEDNN
   using onednn::Activation;
   const Activation f32_act = act == Act::kRelu       ? Activation::kRelu
                              : act == Act::kGeluTanh ? Activation::kGeluTanh
                              : act == Act::kGeluErf  ? Activation::kGeluErf
                                                      : Activation::kNone;
-  const Tensor of = beta != 0.0 ? out.to(kFloat32).contiguous() : empty(out.sizes(), TensorOptions(kFloat32));
-  if (!onednn::matmul(of, widened(a), widened(b), alpha, beta, bias.defined() ? bias.to(kFloat32) : Tensor(), f32_act))
-    return false;
-  Tensor(out).copy_(of);
-  return true;
-#else
-  return false;
+  done = onednn::matmul(of, af, bf, alpha, beta, bias.defined() ? bias.to(kFloat32) : Tensor(), f32_act);
 #endif
+  if (!done && eigen_ok) {
+    gemm_native<float>(static_cast<float*>(of.raw_data()), static_cast<const float*>(af.raw_data()),
+                       static_cast<const float*>(bf.raw_data()), of, af, bf, alpha, beta);
+    done = true;
+  }
+  if (done) Tensor(out).copy_(of);
+  return done;
 }
 // Whether T's products run on oneDNN's own kernels for T (else widened_matmul).
 template <typename T> bool onednn_native() {
@@ -219,13 +227,8 @@ template <typename T> struct Gemm {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       gemm_native<T>(static_cast<T*>(out.raw_data()), static_cast<const T*>(a.raw_data()), static_cast<const T*>(b.raw_data()),
                      out, a, b, alpha, beta);
-    } else if (!widened_matmul(out, a, b, alpha, beta)) {
-      // Without oneDNN: Eigen on the same f32 copies.
-      const Tensor af = widened(a), bf = widened(b);
-      const Tensor of = beta != 0.0 ? out.to(kFloat32) : empty(out.sizes(), TensorOptions(kFloat32));
-      gemm_native<float>(static_cast<float*>(of.raw_data()), static_cast<const float*>(af.raw_data()),
-                         static_cast<const float*>(bf.raw_data()), of, af, bf, alpha, beta);
-      Tensor(out).copy_(of);
+    } else {
+      widened_matmul(out, a, b, alpha, beta);  // 2-d: always runs (oneDNN or Eigen)
     }
   }
 };
