@@ -2,12 +2,16 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <vector>
+
+#include <omp.h>
 
 #include "autograd/engine.h"
 #include "core/random.h"
 #include "ops/backends.h"
+#include "ops/cpu/gemm_panels.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "ops/linalg.h"
@@ -201,6 +205,60 @@ TEST_CASE("CPU mm_packed: one plan packs the right operand for many products of 
       CHECK_FALSE(k(out, a, rnd({64, 256}, dt), 1.0, plan));
       CHECK(max(abs(out.to(kFloat32))).item<double>() == 0.0);
     }
+  }
+}
+
+TEST_CASE("CPU f32 panel products (AVX2): row blocks, panel and chunk edges, strides, beta, threads", "[linalg]") {
+  // Called directly, so every x86 machine checks the kernel, not only those where mm_packed prefers it.
+  manual_seed(29);
+  NoGradGuard ng;
+  struct Case {
+    int64_t m, k, n;
+  };
+  // Rows in blocks of 1-6, columns ending inside a 16-column panel, k inside and across a 512-row chunk.
+  for (const Case c : {Case{16, 512, 2048}, Case{1, 5, 7}, Case{4, 513, 300}, Case{13, 1100, 33}, Case{7, 64, 16},
+                       Case{64, 40, 17}, Case{17, 1, 1}}) {
+    INFO("m " << c.m << " k " << c.k << " n " << c.n);
+    const Tensor w = randn({c.n, c.k});
+    // b as a weight's transpose (a recurrent layer's w_hh^T), row-major, and a column slice of a wider matrix.
+    for (const Tensor& b : {w.t(), randn({c.k, c.n}), randn({c.k, c.n + 5}).narrow(1, 3, c.n)}) {
+      std::shared_ptr<void> plan;
+      for (const Tensor& a : {randn({c.m, c.k}), randn({c.k, c.m}).t(), randn({c.m + 2, c.k + 3}).narrow(0, 1, c.m).narrow(1, 1, c.k)}) {
+        for (double beta : {0.0, 1.0, 0.5}) {
+          INFO("a strides " << shape_str(a.strides()) << ", b strides " << shape_str(b.strides()) << ", beta " << beta);
+          const Tensor c0 = randn({c.m, c.n});
+          // beta 0: out's old values are never read, NaN included.
+          Tensor out = beta == 0.0 ? full({c.m, c.n}, std::nan("")) : c0.clone();
+          if (!cpu::panels::matmul_packed(out, a, b, beta, plan)) {
+            testing::skip_test("the panel kernels are built for AVX2/FMA only");
+            return;
+          }
+          const Tensor ref = mm(a.to(kFloat64), b.to(kFloat64)) + beta * c0.to(kFloat64);
+          CHECK(testing::close(out, ref, 2e-5, 0.0, 1.0));
+        }
+      }
+    }
+  }
+  // The same bits on one and on three threads: each output is one thread's, summed in one order.
+  const Tensor a = randn({16, 700}), b = randn({700, 900});
+  const int saved = omp_get_max_threads();
+  Tensor one = empty({16, 900}), three = empty({16, 900});
+  std::shared_ptr<void> plan;
+  omp_set_num_threads(1);
+  const bool ran = cpu::panels::matmul_packed(one, a, b, 0.0, plan);
+  omp_set_num_threads(3);
+  cpu::panels::matmul_packed(three, a, b, 0.0, plan);
+  omp_set_num_threads(saved);
+  if (ran) CHECK(std::memcmp(one.raw_data(), three.raw_data(), sizeof(float) * 16 * 900) == 0);
+  // Not the plan's operand, another dtype, an empty product: declined, nothing written.
+  if (ran) {
+    Tensor out = zeros({16, 900});
+    CHECK_FALSE(cpu::panels::matmul_packed(out, a, b.clone(), 0.0, plan));
+    std::shared_ptr<void> fresh;
+    CHECK_FALSE(cpu::panels::matmul_packed(out, a.to(kFloat64), b.to(kFloat64), 0.0, fresh));
+    CHECK_FALSE(cpu::panels::matmul_packed(out.narrow(1, 0, 0), a, b.narrow(1, 0, 0), 0.0, fresh));
+    CHECK(fresh == nullptr);
+    CHECK(max(abs(out)).item<double>() == 0.0);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "ops/cpu/gemm_panels.h"
 #include "ops/cpu/loops.h"
 #include "ops/dispatch.h"
 #include "ops/formulas.h"
@@ -233,10 +234,12 @@ template <typename T> struct Gemm {
   }
 };
 
-// The right operand packed once for many products (a recurrent layer's steps): oneDNN's, f32 and bf16; false
-// elsewhere (the caller runs Gemm).
+// The right operand packed once for many products (a recurrent layer's steps): f32 on our AVX2 panels where they
+// beat oneDNN (gemm_panels.h), else oneDNN's, f32 and bf16; false elsewhere (the caller runs Gemm).
 template <typename T> struct GemmPacked {
   static bool run(const Tensor& out, const Tensor& a, const Tensor& b, double beta, std::shared_ptr<void>& plan) {
+    if constexpr (std::is_same_v<T, float>)
+      if (panels::preferred()) return panels::matmul_packed(out, a, b, beta, plan);
 #ifdef MPX_WITH_ONEDNN
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) return onednn::matmul_packed(out, a, b, beta, plan);
 #endif
