@@ -217,7 +217,7 @@ TEST_CASE("CPU f32 panel products (AVX2): row blocks, panel and chunk edges, str
   };
   // Rows in blocks of 1-6, columns ending inside a 16-column panel, k inside and across a 512-row chunk.
   for (const Case c : {Case{16, 512, 2048}, Case{1, 5, 7}, Case{4, 513, 300}, Case{13, 1100, 33}, Case{7, 64, 16},
-                       Case{64, 40, 17}, Case{17, 1, 1}}) {
+                       Case{64, 40, 17}, Case{17, 1, 1}, Case{1, 600, 40}}) {
     INFO("m " << c.m << " k " << c.k << " n " << c.n);
     const Tensor w = randn({c.n, c.k});
     // b as a weight's transpose (a recurrent layer's w_hh^T), row-major, and a column slice of a wider matrix.

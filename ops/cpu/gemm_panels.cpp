@@ -62,7 +62,25 @@ void block(int64_t kc, const float* a, int64_t lda, const float* pb, float* c, i
   __m256 lo[MR], hi[MR];
 #pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) lo[i] = hi[i] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < kc; ++k, pb += kNr) {
+  int64_t k = 0;
+  if constexpr (MR == 1) {
+    // One row has two accumulator chains, each an FMA's latency per step: four steps of k at a time on chains of
+    // their own (a batch of one, generating), added at the end.
+    __m256 lo1 = _mm256_setzero_ps(), hi1 = lo1, lo2 = lo1, hi2 = lo1, lo3 = lo1, hi3 = lo1;
+    for (; k + 4 <= kc; k += 4, pb += 4 * kNr) {
+      lo[0] = _mm256_fmadd_ps(_mm256_broadcast_ss(a + k), _mm256_load_ps(pb), lo[0]);
+      hi[0] = _mm256_fmadd_ps(_mm256_broadcast_ss(a + k), _mm256_load_ps(pb + 8), hi[0]);
+      lo1 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + k + 1), _mm256_load_ps(pb + 16), lo1);
+      hi1 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + k + 1), _mm256_load_ps(pb + 24), hi1);
+      lo2 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + k + 2), _mm256_load_ps(pb + 32), lo2);
+      hi2 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + k + 2), _mm256_load_ps(pb + 40), hi2);
+      lo3 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + k + 3), _mm256_load_ps(pb + 48), lo3);
+      hi3 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + k + 3), _mm256_load_ps(pb + 56), hi3);
+    }
+    lo[0] = _mm256_add_ps(_mm256_add_ps(lo[0], lo1), _mm256_add_ps(lo2, lo3));
+    hi[0] = _mm256_add_ps(_mm256_add_ps(hi[0], hi1), _mm256_add_ps(hi2, hi3));
+  }
+  for (; k < kc; ++k, pb += kNr) {
     const __m256 b0 = _mm256_load_ps(pb), b1 = _mm256_load_ps(pb + 8);
 #pragma GCC unroll 6
     for (int i = 0; i < MR; ++i) {
