@@ -182,7 +182,7 @@ TEST_CASE("CPU mm_packed: one plan packs the right operand for many products of 
   // A recurrent layer's use: h [16, 64] against w_hh^T (a transposed [256, 64] weight), adding to out; a packed
   // sequence's later steps have fewer rows.
   manual_seed(23);
-  for (DType dt : {kFloat32, kBFloat16}) {
+  for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
     INFO(dtype_name(dt));
     NoGradGuard ng;
     const Tensor w = rnd({256, 64}, dt), b = w.t();
@@ -193,7 +193,8 @@ TEST_CASE("CPU mm_packed: one plan packs the right operand for many products of 
       const Tensor a = rnd({rows, 64}, dt), c = rnd({rows, 256}, dt);
       Tensor out = c.clone();
       if (!k(out, a, b, 1.0, plan)) {
-        testing::skip_test("mm_packed declines here (no oneDNN, or no native bf16): rnn_layer runs mm instead");
+        // bf16/f16 with neither native oneDNN kernels nor the AVX2 panels: rnn_layer runs mm instead.
+        if (dt == kFloat32) testing::skip_test("mm_packed declines f32 here (no oneDNN and no AVX2 panels)");
         break;
       }
       CHECK(plan != nullptr);
@@ -208,7 +209,7 @@ TEST_CASE("CPU mm_packed: one plan packs the right operand for many products of 
   }
 }
 
-TEST_CASE("CPU f32 panel products (AVX2): row blocks, panel and chunk edges, strides, beta, threads", "[linalg]") {
+TEST_CASE("CPU panel products (AVX2): row blocks, panel and chunk edges, strides, beta, bf16/f16 rounding, threads", "[linalg]") {
   // Called directly, so every x86 machine checks the kernel, not only those where mm_packed prefers it.
   manual_seed(29);
   NoGradGuard ng;
@@ -237,6 +238,21 @@ TEST_CASE("CPU f32 panel products (AVX2): row blocks, panel and chunk edges, str
           CHECK(testing::close(out, ref, 2e-5, 0.0, 1.0));
         }
       }
+    }
+  }
+  // bf16 and f16: b widened into the plan, a and out widened per call, f32 sums rounded once: the f32 product of the
+  // widened operands, rounded, bit for bit.
+  for (DType dt : {kBFloat16, kFloat16}) {
+    INFO(dtype_name(dt));
+    const Tensor a = randn({16, 600}).to(dt), b = randn({300, 600}).to(dt).t(), c0 = randn({16, 300}).to(dt);
+    for (double beta : {0.0, 1.0}) {
+      std::shared_ptr<void> plan, plan32;
+      Tensor out = c0.clone(), ref = c0.to(kFloat32);
+      if (!cpu::panels::matmul_packed(out, a, b, beta, plan)) break;
+      REQUIRE(cpu::panels::matmul_packed(ref, a.to(kFloat32), b.to(kFloat32), beta, plan32));
+      CHECK(testing::same_values(out, ref.to(dt)));
+      // A plan packed from bf16 is not an f16 plan, nor the f32 one.
+      CHECK_FALSE(cpu::panels::matmul_packed(out, a.to(kFloat32), b, beta, plan));
     }
   }
   // The same bits on one and on three threads: each output is one thread's, summed in one order.

@@ -1,5 +1,5 @@
-// f32 products of a few rows against a right operand packed once into 16-column panels: a recurrent layer's steps
-// on AVX2/FMA CPUs, where oneDNN 2.6's packed product is latency-bound on so few rows.
+// Products of a few rows against a right operand packed once into 16-column f32 panels (a recurrent layer's steps) on
+// AVX2/FMA CPUs, where oneDNN 2.6's packed product is latency-bound on so few rows and has no bf16 kernels.
 #include "ops/cpu/gemm_panels.h"
 
 #include <algorithm>
@@ -25,11 +25,14 @@ constexpr int64_t kNr = 16, kMr = 6, kKc = 512;
 // c*kKc*panels*16 + s*kc*16.
 struct Plan {
   const void* b = nullptr;
+  DType dtype = kFloat32;
   int64_t k = 0, n = 0, s0 = 0, s1 = 0, panels = 0;
   std::vector<float> store;
   float* data = nullptr;  // store's first 32-byte aligned float
 };
 
+// b's elements widened to f32 (a bf16/f16 weight once per plan, instead of once per step).
+template <typename T>
 void pack(Plan& p, const Tensor& b) {
   p.b = b.raw_data();
   p.k = b.size(0);
@@ -39,7 +42,7 @@ void pack(Plan& p, const Tensor& b) {
   p.panels = (p.n + kNr - 1) / kNr;
   p.store.assign(static_cast<size_t>(p.k * p.panels * kNr + 8), 0.0f);
   p.data = p.store.data() + (8 - (reinterpret_cast<uintptr_t>(p.store.data()) / sizeof(float)) % 8) % 8;
-  const float* src = b.data_ptr<float>();
+  const T* src = b.data_ptr<T>();
   parallel_for(p.panels, std::max<int64_t>(1, kGrain / (p.k * kNr)), [&](int64_t sb, int64_t se) {
     for (int64_t c0 = 0; c0 < p.k; c0 += kKc) {
       const int64_t kc = std::min(kKc, p.k - c0);
@@ -47,7 +50,7 @@ void pack(Plan& p, const Tensor& b) {
         float* d = p.data + c0 * p.panels * kNr + s * kc * kNr;
         const int64_t j0 = s * kNr, w = std::min(kNr, p.n - j0);
         for (int64_t kk = 0; kk < kc; ++kk, d += kNr)
-          for (int64_t j = 0; j < w; ++j) d[j] = src[(c0 + kk) * p.s0 + (j0 + j) * p.s1];
+          for (int64_t j = 0; j < w; ++j) d[j] = static_cast<float>(src[(c0 + kk) * p.s0 + (j0 + j) * p.s1]);
       }
     }
   });
@@ -137,23 +140,30 @@ bool preferred() {
 }
 
 bool matmul_packed(const Tensor& out, const Tensor& a, const Tensor& b, double beta, std::shared_ptr<void>& plan) {
-  if (a.dtype() != kFloat32 || b.dtype() != kFloat32 || out.dtype() != kFloat32 || a.dim() != 2 || b.dim() != 2 ||
-      !out.is_contiguous())
+  const DType dt = a.dtype();
+  if ((dt != kFloat32 && dt != kBFloat16 && dt != kFloat16) || b.dtype() != dt || out.dtype() != dt || a.dim() != 2 ||
+      b.dim() != 2 || !out.is_contiguous())
     return false;
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   if (m == 0 || k == 0 || n == 0 || b.size(0) != k || out.size(0) != m || out.size(1) != n) return false;
   if (!plan) {
     auto p = std::make_shared<Plan>();
-    pack(*p, b);
+    p->dtype = dt;
+    if (dt == kFloat32) pack<float>(*p, b);
+    else if (dt == kBFloat16) pack<BFloat16>(*p, b);
+    else pack<Half>(*p, b);
     plan = p;
   }
   const Plan& p = *static_cast<const Plan*>(plan.get());
-  if (p.b != b.raw_data() || p.k != k || p.n != n || p.s0 != b.stride(0) || p.s1 != b.stride(1)) return false;
-  // The kernel walks a's rows along k: a view with another unit stride is copied row-major first.
-  const Tensor ar = a.stride(1) == 1 ? a : a.contiguous();
+  if (p.b != b.raw_data() || p.dtype != dt || p.k != k || p.n != n || p.s0 != b.stride(0) || p.s1 != b.stride(1))
+    return false;
+  // The kernel walks a's rows along k: a view with another unit stride is copied row-major first. bf16/f16 run on
+  // f32 copies of a and out, and each output is rounded once (the GPU's contract: f32 sums).
+  const Tensor ar = dt != kFloat32 ? a.to(kFloat32).contiguous() : a.stride(1) == 1 ? a : a.contiguous();
+  const Tensor o32 = dt == kFloat32 ? out : beta != 0.0 ? out.to(kFloat32).contiguous() : empty({m, n});
   const float* pa = ar.data_ptr<float>();
   const int64_t lda = ar.stride(0);
-  float* pc = out.data_ptr<float>();
+  float* pc = o32.data_ptr<float>();
   // Rows in blocks of at most 6, as even as they come (16 rows: 6, 5, 5), so no block runs far below the
   // 12-accumulator kernel's rate.
   const int64_t blocks = (m + kMr - 1) / kMr, base = m / blocks, extra = m % blocks;
@@ -177,6 +187,7 @@ bool matmul_packed(const Tensor& out, const Tensor& a, const Tensor& b, double b
       }
     }
   });
+  if (dt != kFloat32) Tensor(out).copy_(o32);
   return true;
 }
 #else

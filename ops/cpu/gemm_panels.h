@@ -1,4 +1,4 @@
-// Internal: f32 products of a few rows against a right operand packed once into 16-column panels (AVX2/FMA).
+// Internal: products of a few rows against a right operand packed once into 16-column f32 panels (AVX2/FMA).
 #pragma once
 #include <memory>
 
@@ -9,8 +9,9 @@ namespace mpx::cpu::panels {
 /// CPU without AVX-512, where oneDNN 2.6's packed f32 product of [16, 512] x [512, 2048] runs at ~42 GFLOP/s on a
 /// Zen 3 core and these panels at ~90.
 bool preferred();
-/// kernels::GemmPackedFn's contract for f32: out = a @ b + beta * out, b packed into `plan` on the first call (any
-/// strides), a 2-d with any strides, out contiguous. Returns false, having written nothing, for another dtype, an
-/// empty product, or a b that is not the plan's; and always where the build lacks AVX2/FMA.
+/// kernels::GemmPackedFn's contract for f32, bf16 and f16: out = a @ b + beta * out, b packed into `plan` (widened
+/// to f32) on the first call (any strides), a 2-d with any strides, out contiguous; f32 sums, each output rounded once.
+/// Returns false, having written nothing, for another dtype, an empty product, or a b that is not the plan's; and
+/// always where the build lacks AVX2/FMA.
 bool matmul_packed(const Tensor& out, const Tensor& a, const Tensor& b, double beta, std::shared_ptr<void>& plan);
 }  // namespace mpx::cpu::panels

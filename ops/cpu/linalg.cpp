@@ -234,11 +234,12 @@ template <typename T> struct Gemm {
   }
 };
 
-// The right operand packed once for many products (a recurrent layer's steps): f32 on our AVX2 panels where they
-// beat oneDNN (gemm_panels.h), else oneDNN's, f32 and bf16; false elsewhere (the caller runs Gemm).
+// The right operand packed once for many products (a recurrent layer's steps): on our AVX2 panels where they beat
+// oneDNN (gemm_panels.h: f32, bf16 and f16 on f32 panels), else oneDNN's, f32 and native bf16; false elsewhere (the
+// caller runs Gemm).
 template <typename T> struct GemmPacked {
   static bool run(const Tensor& out, const Tensor& a, const Tensor& b, double beta, std::shared_ptr<void>& plan) {
-    if constexpr (std::is_same_v<T, float>)
+    if constexpr (!std::is_same_v<T, double>)
       if (panels::preferred()) return panels::matmul_packed(out, a, b, beta, plan);
 #ifdef MPX_WITH_ONEDNN
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) return onednn::matmul_packed(out, a, b, beta, plan);
