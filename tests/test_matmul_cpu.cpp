@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <utility>
+#include <tuple>
 #include <vector>
 
 #include <omp.h>
@@ -275,6 +277,66 @@ TEST_CASE("CPU panel products (AVX2): row blocks, panel and chunk edges, strides
     CHECK_FALSE(cpu::panels::matmul_packed(out.narrow(1, 0, 0), a, b.narrow(1, 0, 0), 0.0, fresh));
     CHECK(fresh == nullptr);
     CHECK(max(abs(out)).item<double>() == 0.0);
+  }
+}
+
+TEST_CASE("CPU panel GEMM (AVX2): macro blocks, chunks of k, strides, alpha and beta, threads", "[linalg]") {
+  manual_seed(31);
+  NoGradGuard ng;
+  struct Case {
+    int64_t m, k, n;
+  };
+  // Macro blocks of a few rows and of many (300 rows on 1-3 threads), k across 256-row chunks, ragged panels.
+  for (const Case c : {Case{300, 700, 300}, Case{1, 1, 1}, Case{7, 256, 16}, Case{130, 257, 17}, Case{13, 5, 33}}) {
+    INFO("m " << c.m << " k " << c.k << " n " << c.n);
+    // a as a weight gradient reads it (g^T), row-major, a slice; b row-major and transposed.
+    for (const Tensor& a : {randn({c.k, c.m}).t(), randn({c.m, c.k}),
+                            randn({c.m + 1, c.k + 2}).narrow(0, 1, c.m).narrow(1, 2, c.k)}) {
+      for (const Tensor& b : {randn({c.k, c.n}), randn({c.n, c.k}).t()}) {
+        for (const auto& [alpha, beta] : {std::pair{1.0, 0.0}, std::pair{0.5, 1.0}, std::pair{1.0, -2.0}}) {
+          INFO("a strides " << shape_str(a.strides()) << ", b strides " << shape_str(b.strides()) << ", alpha "
+                            << alpha << ", beta " << beta);
+          const Tensor c0 = randn({c.m, c.n});
+          Tensor out = beta == 0.0 ? full({c.m, c.n}, std::nan("")) : c0.clone();
+          if (!cpu::panels::matmul(out, a, b, alpha, beta)) {
+            testing::skip_test("the panel kernels are built for AVX2/FMA only");
+            return;
+          }
+          const Tensor ref = alpha * mm(a.to(kFloat64), b.to(kFloat64)) + beta * c0.to(kFloat64);
+          CHECK(testing::close(out, ref, 2e-5, 0.0, 1.0));
+        }
+      }
+    }
+  }
+  // The same bits on one and on three threads.
+  const Tensor a = randn({900, 250}).t(), b = randn({900, 400});
+  const int saved = omp_get_max_threads();
+  Tensor one = empty({250, 400}), three = empty({250, 400});
+  omp_set_num_threads(1);
+  const bool ran = cpu::panels::matmul(one, a, b, 1.0, 0.0);
+  omp_set_num_threads(3);
+  cpu::panels::matmul(three, a, b, 1.0, 0.0);
+  omp_set_num_threads(saved);
+  if (ran) CHECK(std::memcmp(one.raw_data(), three.raw_data(), sizeof(float) * 250 * 400) == 0);
+  Tensor out = zeros({4, 4});
+  CHECK_FALSE(cpu::panels::matmul(out, randn({4, 3}).to(kFloat64), randn({3, 4}).to(kFloat64), 1.0, 0.0));
+  CHECK_FALSE(cpu::panels::matmul(out.narrow(1, 0, 0), randn({4, 3}), randn({3, 0}), 1.0, 0.0));
+  CHECK(max(abs(out)).item<double>() == 0.0);
+}
+
+TEST_CASE("CPU weight gradients in the shapes routed to the panels (g^T x) match f64, as mm and through linear",
+          "[linalg]") {
+  // 1,030 rows against 200 columns and 200 rows against 600 columns: both regions where AVX2 builds leave oneDNN.
+  manual_seed(37);
+  for (const auto& [rows, in, out] : {std::tuple{int64_t{40}, int64_t{200}, int64_t{1030}},
+                                      std::tuple{int64_t{70}, int64_t{600}, int64_t{200}}}) {
+    INFO(rows << " rows, linear " << in << " -> " << out);
+    const Tensor g = randn({rows, out}), x = randn({rows, in});
+    CHECK(testing::close(mm(g.t(), x), mm(g.t().to(kFloat64), x.to(kFloat64)), tol(kFloat32), 0.0, 1.0));
+    Tensor w = randn({out, in}).set_requires_grad(true);
+    const Tensor y = linear(x, w, Tensor());
+    y.backward(g);
+    CHECK(testing::close(w.grad(), mm(g.t().to(kFloat64), x.to(kFloat64)), tol(kFloat32), 0.0, 1.0));
   }
 }
 

@@ -1,5 +1,6 @@
-// Products of a few rows against a right operand packed once into 16-column f32 panels (a recurrent layer's steps) on
-// AVX2/FMA CPUs, where oneDNN 2.6's packed product is latency-bound on so few rows and has no bf16 kernels.
+// Matrix products on 16-column f32 panels for AVX2/FMA CPUs, where oneDNN 2.6 falls short: a few rows against a right
+// operand packed once (a recurrent layer's steps; oneDNN's packed product is latency-bound there and has no bf16
+// kernels), and the weight gradients g^T x that its GEMM runs at half speed.
 #include "ops/cpu/gemm_panels.h"
 
 #include <algorithm>
@@ -18,11 +19,41 @@ namespace mpx::cpu::panels {
 #ifdef MPX_PANELS
 namespace {
 // A 16-column panel is two ymm registers wide; a block of up to 6 rows keeps 12 accumulators, the two panel loads and a
-// broadcast in the 16 registers. K runs in chunks of 512 so a panel's chunk (32 KiB) is read from L1 by every block.
+// broadcast in the 16 registers. mm_packed runs k in chunks of 512 rows, so a panel's chunk (32 KiB) is read from L1 by
+// every block of a's rows in place.
 constexpr int64_t kNr = 16, kMr = 6, kKc = 512;
 
-// b [k, n] in panels: chunk c (rows c*kKc .. +kc) of panel s holds kc rows of 16 floats, zero past column n, at
-// c*kKc*panels*16 + s*kc*16.
+// m rows in blocks of at most 6, as even as they come (16 rows: 6, 5, 5), so no block runs far below the
+// 12-accumulator kernel's rate.
+struct RowBlocks {
+  int64_t count, base, extra;
+  explicit RowBlocks(int64_t m) : count((m + kMr - 1) / kMr), base(m / count), extra(m % count) {}
+  int64_t rows(int64_t blk) const { return base + (blk < extra ? 1 : 0); }
+};
+
+float* aligned(std::vector<float>& v, size_t floats) {
+  if (v.size() < floats + 8) v.resize(floats + 8);
+  return v.data() + (8 - (reinterpret_cast<uintptr_t>(v.data()) / sizeof(float)) % 8) % 8;
+}
+
+// Rows [k0, k0 + kc) of b [k, n] (strides s0, s1, any element type) for panels [sb, se), widened to f32, into dst:
+// panel s at dst + s * kc * 16, kc rows of 16 floats, zero past column n.
+template <typename T>
+void pack_panels(const T* b, int64_t s0, int64_t s1, int64_t n, int64_t k0, int64_t kc, int64_t sb, int64_t se,
+                 float* dst) {
+  for (int64_t s = sb; s < se; ++s) {
+    float* d = dst + s * kc * kNr;
+    const int64_t j0 = s * kNr, w = std::min(kNr, n - j0);
+    for (int64_t kk = 0; kk < kc; ++kk, d += kNr) {
+      const T* row = b + (k0 + kk) * s0 + j0 * s1;
+      int64_t j = 0;
+      for (; j < w; ++j) d[j] = static_cast<float>(row[j * s1]);
+      for (; j < kNr; ++j) d[j] = 0.0f;
+    }
+  }
+}
+
+// b packed once for mm_packed, in chunks of kKc rows: chunk c of panel s at c * kKc * panels * 16 + s * kc * 16.
 struct Plan {
   const void* b = nullptr;
   DType dtype = kFloat32;
@@ -40,27 +71,20 @@ void pack(Plan& p, const Tensor& b) {
   p.s0 = b.stride(0);
   p.s1 = b.stride(1);
   p.panels = (p.n + kNr - 1) / kNr;
-  p.store.assign(static_cast<size_t>(p.k * p.panels * kNr + 8), 0.0f);
-  p.data = p.store.data() + (8 - (reinterpret_cast<uintptr_t>(p.store.data()) / sizeof(float)) % 8) % 8;
+  p.data = aligned(p.store, static_cast<size_t>(p.k * p.panels * kNr));
   const T* src = b.data_ptr<T>();
   parallel_for(p.panels, std::max<int64_t>(1, kGrain / (p.k * kNr)), [&](int64_t sb, int64_t se) {
-    for (int64_t c0 = 0; c0 < p.k; c0 += kKc) {
-      const int64_t kc = std::min(kKc, p.k - c0);
-      for (int64_t s = sb; s < se; ++s) {
-        float* d = p.data + c0 * p.panels * kNr + s * kc * kNr;
-        const int64_t j0 = s * kNr, w = std::min(kNr, p.n - j0);
-        for (int64_t kk = 0; kk < kc; ++kk, d += kNr)
-          for (int64_t j = 0; j < w; ++j) d[j] = static_cast<float>(src[(c0 + kk) * p.s0 + (j0 + j) * p.s1]);
-      }
-    }
+    for (int64_t c0 = 0; c0 < p.k; c0 += kKc)
+      pack_panels(src, p.s0, p.s1, p.n, c0, std::min(kKc, p.k - c0), sb, se, p.data + c0 * p.panels * kNr);
   });
 }
 
-// c[MR, 16] (= or +=) a[MR, kc] @ panel chunk[kc, 16]: a's rows lda apart, unit stride along k. The first chunk writes
-// acc + beta * c (c not read when beta is 0); later chunks add. `w` < 16 masks the panel's columns past n.
+// c[MR, 16] (= or +=) alpha * a[MR, kc] @ panel chunk[kc, 16], a's element (i, k) at a[i * ra + k * ka] (its rows in
+// place: ka = 1; a packed block: ra = 1, ka = MR). The first chunk of k writes that + beta * c (c not read when beta is
+// 0); later chunks add. `w` < 16 masks the panel's columns past n.
 template <int MR, bool kFull>
-void block(int64_t kc, const float* a, int64_t lda, const float* pb, float* c, int64_t ldc, bool first, float beta,
-           int64_t w) {
+void block(int64_t kc, const float* a, int64_t ra, int64_t ka, const float* pb, float* c, int64_t ldc, bool first,
+           float alpha, float beta, int64_t w) {
   // Every loop over the rows unrolled: a loop left rolled keeps the accumulators in memory.
   __m256 lo[MR], hi[MR];
 #pragma GCC unroll 6
@@ -70,24 +94,24 @@ void block(int64_t kc, const float* a, int64_t lda, const float* pb, float* c, i
     // One row has two accumulator chains, each an FMA's latency per step: four steps of k at a time on chains of
     // their own (a batch of one, generating), added at the end.
     __m256 lo1 = _mm256_setzero_ps(), hi1 = lo1, lo2 = lo1, hi2 = lo1, lo3 = lo1, hi3 = lo1;
-    for (; k + 4 <= kc; k += 4, pb += 4 * kNr) {
-      lo[0] = _mm256_fmadd_ps(_mm256_broadcast_ss(a + k), _mm256_load_ps(pb), lo[0]);
-      hi[0] = _mm256_fmadd_ps(_mm256_broadcast_ss(a + k), _mm256_load_ps(pb + 8), hi[0]);
-      lo1 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + k + 1), _mm256_load_ps(pb + 16), lo1);
-      hi1 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + k + 1), _mm256_load_ps(pb + 24), hi1);
-      lo2 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + k + 2), _mm256_load_ps(pb + 32), lo2);
-      hi2 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + k + 2), _mm256_load_ps(pb + 40), hi2);
-      lo3 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + k + 3), _mm256_load_ps(pb + 48), lo3);
-      hi3 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + k + 3), _mm256_load_ps(pb + 56), hi3);
+    for (; k + 4 <= kc; k += 4, pb += 4 * kNr, a += 4 * ka) {
+      lo[0] = _mm256_fmadd_ps(_mm256_broadcast_ss(a), _mm256_load_ps(pb), lo[0]);
+      hi[0] = _mm256_fmadd_ps(_mm256_broadcast_ss(a), _mm256_load_ps(pb + 8), hi[0]);
+      lo1 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + ka), _mm256_load_ps(pb + 16), lo1);
+      hi1 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + ka), _mm256_load_ps(pb + 24), hi1);
+      lo2 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 2 * ka), _mm256_load_ps(pb + 32), lo2);
+      hi2 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 2 * ka), _mm256_load_ps(pb + 40), hi2);
+      lo3 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 3 * ka), _mm256_load_ps(pb + 48), lo3);
+      hi3 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 3 * ka), _mm256_load_ps(pb + 56), hi3);
     }
     lo[0] = _mm256_add_ps(_mm256_add_ps(lo[0], lo1), _mm256_add_ps(lo2, lo3));
     hi[0] = _mm256_add_ps(_mm256_add_ps(hi[0], hi1), _mm256_add_ps(hi2, hi3));
   }
-  for (; k < kc; ++k, pb += kNr) {
+  for (; k < kc; ++k, pb += kNr, a += ka) {
     const __m256 b0 = _mm256_load_ps(pb), b1 = _mm256_load_ps(pb + 8);
 #pragma GCC unroll 6
     for (int i = 0; i < MR; ++i) {
-      const __m256 x = _mm256_broadcast_ss(a + i * lda + k);
+      const __m256 x = _mm256_broadcast_ss(a + i * ra);
       lo[i] = _mm256_fmadd_ps(x, b0, lo[i]);
       hi[i] = _mm256_fmadd_ps(x, b1, hi[i]);
     }
@@ -95,12 +119,13 @@ void block(int64_t kc, const float* a, int64_t lda, const float* pb, float* c, i
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(w)), lane);
   const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(w) - 8), lane);
-  const __m256 vbeta = _mm256_set1_ps(beta);
+  const bool read = !first || beta != 0.0f;
+  const __m256 f = _mm256_set1_ps(first ? beta : 1.0f), va = _mm256_set1_ps(alpha);
 #pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) {
     float* p = c + i * ldc;
-    const bool read = !first || beta != 0.0f;
-    const __m256 f = first ? vbeta : _mm256_set1_ps(1.0f);
+    lo[i] = _mm256_mul_ps(va, lo[i]);
+    hi[i] = _mm256_mul_ps(va, hi[i]);
     if constexpr (kFull) {
       if (read) {
         lo[i] = _mm256_fmadd_ps(f, _mm256_loadu_ps(p), lo[i]);
@@ -119,18 +144,24 @@ void block(int64_t kc, const float* a, int64_t lda, const float* pb, float* c, i
   }
 }
 
-template <bool kFull>
-void block_rows(int64_t mr, int64_t kc, const float* a, int64_t lda, const float* pb, float* c, int64_t ldc, bool first,
-                float beta, int64_t w) {
+// One block of mr rows against one panel (w of its 16 columns in use).
+void block_rows(int64_t mr, int64_t kc, const float* a, int64_t ra, int64_t ka, const float* pb, float* c, int64_t ldc,
+                bool first, float alpha, float beta, int64_t w) {
+#define MPX_PANEL_ROWS(R)                                                                  \
+  case R:                                                                                  \
+    if (w == kNr) return block<R, true>(kc, a, ra, ka, pb, c, ldc, first, alpha, beta, w); \
+    return block<R, false>(kc, a, ra, ka, pb, c, ldc, first, alpha, beta, w);
   switch (mr) {
-    case 6: return block<6, kFull>(kc, a, lda, pb, c, ldc, first, beta, w);
-    case 5: return block<5, kFull>(kc, a, lda, pb, c, ldc, first, beta, w);
-    case 4: return block<4, kFull>(kc, a, lda, pb, c, ldc, first, beta, w);
-    case 3: return block<3, kFull>(kc, a, lda, pb, c, ldc, first, beta, w);
-    case 2: return block<2, kFull>(kc, a, lda, pb, c, ldc, first, beta, w);
-    default: return block<1, kFull>(kc, a, lda, pb, c, ldc, first, beta, w);
+    MPX_PANEL_ROWS(6)
+    MPX_PANEL_ROWS(5)
+    MPX_PANEL_ROWS(4)
+    MPX_PANEL_ROWS(3)
+    MPX_PANEL_ROWS(2)
+    default: MPX_PANEL_ROWS(1)
   }
+#undef MPX_PANEL_ROWS
 }
+
 }  // namespace
 
 bool preferred() {
@@ -164,9 +195,7 @@ bool matmul_packed(const Tensor& out, const Tensor& a, const Tensor& b, double b
   const float* pa = ar.data_ptr<float>();
   const int64_t lda = ar.stride(0);
   float* pc = o32.data_ptr<float>();
-  // Rows in blocks of at most 6, as even as they come (16 rows: 6, 5, 5), so no block runs far below the
-  // 12-accumulator kernel's rate.
-  const int64_t blocks = (m + kMr - 1) / kMr, base = m / blocks, extra = m % blocks;
+  const RowBlocks rb(m);
   const auto fb = static_cast<float>(beta);
   const int64_t threads = omp_get_max_threads();
   const int64_t grain = 2 * m * k * n < (1 << 20) ? p.panels : std::max<int64_t>(1, (p.panels + threads - 1) / threads);
@@ -176,22 +205,72 @@ bool matmul_packed(const Tensor& out, const Tensor& a, const Tensor& b, double b
       for (int64_t s = sb; s < se; ++s) {
         const float* panel = p.data + c0 * p.panels * kNr + s * kc * kNr;
         const int64_t j0 = s * kNr, w = std::min(kNr, n - j0);
-        for (int64_t blk = 0, r0 = 0; blk < blocks; ++blk) {
-          const int64_t mr = base + (blk < extra ? 1 : 0);
-          const float* ablk = pa + r0 * lda + c0;
-          float* cblk = pc + r0 * n + j0;
-          if (w == kNr) block_rows<true>(mr, kc, ablk, lda, panel, cblk, n, c0 == 0, fb, w);
-          else block_rows<false>(mr, kc, ablk, lda, panel, cblk, n, c0 == 0, fb, w);
-          r0 += mr;
-        }
+        for (int64_t blk = 0, r0 = 0; blk < rb.count; r0 += rb.rows(blk), ++blk)
+          block_rows(rb.rows(blk), kc, pa + r0 * lda + c0, lda, 1, panel, pc + r0 * n + j0, n, c0 == 0, 1.0f, fb, w);
       }
     }
   });
   if (dt != kFloat32) Tensor(out).copy_(o32);
   return true;
 }
+
+bool matmul(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
+  if (a.dtype() != kFloat32 || b.dtype() != kFloat32 || out.dtype() != kFloat32 || a.dim() != 2 || b.dim() != 2 ||
+      !out.is_contiguous())
+    return false;
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  if (m == 0 || k == 0 || n == 0 || b.size(0) != k || out.size(0) != m || out.size(1) != n) return false;
+  // BLIS's loop order. Per chunk of 256 rows of k: b's chunk packed into panels, shared by the team (a panel's chunk,
+  // 16 KiB, is read from L1 by every row block of a macro block); per macro block of a's rows (at most 120), its
+  // chunk packed as 6-row tuples (120 KiB, read from L2), so a transposed a is read in runs along its unit stride.
+  constexpr int64_t kChunk = 256, kMacro = 120;
+  const int64_t panels = (n + kNr - 1) / kNr;
+  const int64_t threads = m * k * n < (int64_t{1} << 19) ? 1 : omp_get_max_threads();
+  // Macro blocks of a multiple of 6 rows, about even, as many as a multiple of the threads where the rows allow.
+  int64_t macros = std::max<int64_t>((m + kMacro - 1) / kMacro, threads);
+  macros = (macros + threads - 1) / threads * threads;
+  const int64_t mc = ((m + macros - 1) / macros + kMr - 1) / kMr * kMr;
+  macros = (m + mc - 1) / mc;
+  static thread_local std::vector<float> bstore;  // the calling thread's; its team reads it
+  float* bp = aligned(bstore, static_cast<size_t>(kChunk * panels * kNr));
+  const float *pa = a.data_ptr<float>(), *pb = b.data_ptr<float>();
+  const int64_t as0 = a.stride(0), as1 = a.stride(1), bs0 = b.stride(0), bs1 = b.stride(1);
+  float* pc = out.data_ptr<float>();
+  const auto fa = static_cast<float>(alpha), fb = static_cast<float>(beta);
+#pragma omp parallel num_threads(static_cast<int>(threads))
+  {
+    static thread_local std::vector<float> astore;
+    float* ap = aligned(astore, static_cast<size_t>(mc * kChunk));
+    for (int64_t c0 = 0; c0 < k; c0 += kChunk) {
+      const int64_t kc = std::min(kChunk, k - c0);
+      // Each loop ends at a barrier: every panel is packed before any is read, and read before the next chunk's.
+#pragma omp for schedule(static)
+      for (int64_t s = 0; s < panels; ++s) pack_panels(pb, bs0, bs1, n, c0, kc, s, s + 1, bp);
+#pragma omp for schedule(static)
+      for (int64_t mb = 0; mb < macros; ++mb) {
+        const int64_t i0 = mb * mc;
+        const RowBlocks rb(std::min(mc, m - i0));
+        float* d = ap;
+        for (int64_t blk = 0, r0 = 0; blk < rb.count; r0 += rb.rows(blk), ++blk)
+          for (int64_t kk = 0; kk < kc; ++kk)
+            for (int64_t i = 0; i < rb.rows(blk); ++i) *d++ = pa[(i0 + r0 + i) * as0 + (c0 + kk) * as1];
+        for (int64_t s = 0; s < panels; ++s) {
+          const float* ablk = ap;
+          for (int64_t blk = 0, r0 = 0; blk < rb.count; r0 += rb.rows(blk), ++blk) {
+            const int64_t mr = rb.rows(blk);
+            block_rows(mr, kc, ablk, 1, mr, bp + s * kc * kNr, pc + (i0 + r0) * n + s * kNr, n, c0 == 0, fa, fb,
+                       std::min(kNr, n - s * kNr));
+            ablk += mr * kc;
+          }
+        }
+      }
+    }
+  }
+  return true;
+}
 #else
 bool preferred() { return false; }
 bool matmul_packed(const Tensor&, const Tensor&, const Tensor&, double, std::shared_ptr<void>&) { return false; }
+bool matmul(const Tensor&, const Tensor&, const Tensor&, double, double) { return false; }
 #endif
 }  // namespace mpx::cpu::panels

@@ -207,6 +207,17 @@ template <typename T> bool onednn_native() {
   return false;
 }
 
+// Whether an f32 a @ b with a read transposed (a weight gradient g^T x, a's unit stride along its rows) runs on the
+// AVX2 panels rather than oneDNN 2.6's GEMM: in the two regions of shapes where that GEMM ran at about half its own
+// rate on a Zen 3 core, for k from 1,024 to 4,096 — 1,024+ rows against 64-320 columns (37-40 GFLOP/s at one thread,
+// 72-86 at two; the panels 63-87 and 100-161) and at most 256 rows against 512+ columns (45-66 and 83-133; the panels
+// 58-88 and 138-157). Elsewhere the two are level or oneDNN is ahead (bench/RESULTS.md).
+bool weight_gradient_on_panels(const Tensor& a, const Tensor& b) {
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  if (a.stride(0) != 1 || m < 2 || m * k * n < (int64_t{1} << 22) || !panels::preferred()) return false;
+  return (m >= 1024 && n >= 64 && n <= 320) || (m <= 256 && n >= 512);
+}
+
 template <typename T> struct Gemm {
   static void run(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
     if (out.numel() == 0) return;
@@ -219,6 +230,9 @@ template <typename T> struct Gemm {
     }
     if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
       if (few_rows_gemm<T>(out, a, b, alpha, beta)) return;
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      if (weight_gradient_on_panels(a, b) && panels::matmul(out, a, b, alpha, beta)) return;
     }
 #ifdef MPX_WITH_ONEDNN
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) {
