@@ -333,10 +333,14 @@ TEST_CASE("CPU weight gradients in the shapes routed to the panels (g^T x) match
     INFO(rows << " rows, linear " << in << " -> " << out);
     const Tensor g = randn({rows, out}), x = randn({rows, in});
     CHECK(testing::close(mm(g.t(), x), mm(g.t().to(kFloat64), x.to(kFloat64)), tol(kFloat32), 0.0, 1.0));
-    Tensor w = randn({out, in}).set_requires_grad(true);
-    const Tensor y = linear(x, w, Tensor());
-    y.backward(g);
-    CHECK(testing::close(w.grad(), mm(g.t().to(kFloat64), x.to(kFloat64)), tol(kFloat32), 0.0, 1.0));
+    // Without a bias (mm) and with one (the weight and bias gradients from one fused call).
+    for (bool with_bias : {false, true}) {
+      Tensor w = randn({out, in}).set_requires_grad(true), b = randn({out}).set_requires_grad(with_bias);
+      const Tensor y = linear(x, w, with_bias ? b : Tensor());
+      y.backward(g);
+      CHECK(testing::close(w.grad(), mm(g.t().to(kFloat64), x.to(kFloat64)), tol(kFloat32), 0.0, 1.0));
+      if (with_bias) CHECK(testing::close(b.grad(), sum(g.to(kFloat64), {0}), tol(kFloat32), 0.0, 1.0));
+    }
   }
 }
 

@@ -326,6 +326,13 @@ template <typename T> struct GemmEpilogueKernel {
         return true;
       }
     }
+    if constexpr (std::is_same_v<T, float>) {
+      if (epilogue == GemmEpilogue::kBiasGrad && out.numel() > 0 && a.size(1) > 0 && bias.is_contiguous() &&
+          bias.dtype() == out.dtype() && weight_gradient_on_panels(a, b) && panels::matmul(out, a, b, 1.0, 0.0)) {
+        row_sums<T>(bias, a);
+        return true;
+      }
+    }
 #ifdef MPX_WITH_ONEDNN
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) {
       if (out.numel() == 0 || a.size(1) == 0) return false;
