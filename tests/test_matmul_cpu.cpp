@@ -304,6 +304,15 @@ TEST_CASE("CPU panel GEMM (AVX2): macro blocks, chunks of k, strides, alpha and 
           }
           const Tensor ref = alpha * mm(a.to(kFloat64), b.to(kFloat64)) + beta * c0.to(kFloat64);
           CHECK(testing::close(out, ref, 2e-5, 0.0, 1.0));
+          // bf16/f16: the f32 product of the widened operands, rounded once.
+          for (DType dt : {kBFloat16, kFloat16}) {
+            INFO(dtype_name(dt));
+            const Tensor al = a.to(dt), bl = b.to(dt), cl = c0.to(dt);
+            Tensor lo = cl.clone(), wide = cl.to(kFloat32);
+            REQUIRE(cpu::panels::matmul(lo, al, bl, alpha, beta));
+            REQUIRE(cpu::panels::matmul(wide, al.to(kFloat32), bl.to(kFloat32), alpha, beta));
+            CHECK(testing::same_values(lo, wide.to(dt)));
+          }
         }
       }
     }
@@ -332,7 +341,11 @@ TEST_CASE("CPU weight gradients in the shapes routed to the panels (g^T x) match
                                       std::tuple{int64_t{70}, int64_t{600}, int64_t{200}}}) {
     INFO(rows << " rows, linear " << in << " -> " << out);
     const Tensor g = randn({rows, out}), x = randn({rows, in});
-    CHECK(testing::close(mm(g.t(), x), mm(g.t().to(kFloat64), x.to(kFloat64)), tol(kFloat32), 0.0, 1.0));
+    for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
+      INFO(dtype_name(dt));
+      const Tensor gl = g.to(dt), xl = x.to(dt);
+      CHECK(testing::close(mm(gl.t(), xl), mm(gl.t().to(kFloat64), xl.to(kFloat64)), tol(dt), 0.0, 1.0));
+    }
     // Without a bias (mm) and with one (the weight and bias gradients from one fused call).
     for (bool with_bias : {false, true}) {
       Tensor w = randn({out, in}).set_requires_grad(true), b = randn({out}).set_requires_grad(with_bias);

@@ -214,12 +214,11 @@ bool matmul_packed(const Tensor& out, const Tensor& a, const Tensor& b, double b
   return true;
 }
 
-bool matmul(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
-  if (a.dtype() != kFloat32 || b.dtype() != kFloat32 || out.dtype() != kFloat32 || a.dim() != 2 || b.dim() != 2 ||
-      !out.is_contiguous())
-    return false;
+namespace {
+// matmul's body for a and b of element type T (widened to f32 as they are packed) into f32 c [m, n].
+template <typename T>
+void panel_gemm(const Tensor& a, const Tensor& b, float* pc, float alpha, float beta) {
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  if (m == 0 || k == 0 || n == 0 || b.size(0) != k || out.size(0) != m || out.size(1) != n) return false;
   // BLIS's loop order. Per chunk of 256 rows of k: b's chunk packed into panels, shared by the team (a panel's chunk,
   // 16 KiB, is read from L1 by every row block of a macro block); per macro block of a's rows (at most 120), its
   // chunk packed as 6-row tuples (120 KiB, read from L2), so a transposed a is read in runs along its unit stride.
@@ -233,10 +232,8 @@ bool matmul(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, d
   macros = (m + mc - 1) / mc;
   static thread_local std::vector<float> bstore;  // the calling thread's; its team reads it
   float* bp = aligned(bstore, static_cast<size_t>(kChunk * panels * kNr));
-  const float *pa = a.data_ptr<float>(), *pb = b.data_ptr<float>();
+  const T *pa = a.data_ptr<T>(), *pb = b.data_ptr<T>();
   const int64_t as0 = a.stride(0), as1 = a.stride(1), bs0 = b.stride(0), bs1 = b.stride(1);
-  float* pc = out.data_ptr<float>();
-  const auto fa = static_cast<float>(alpha), fb = static_cast<float>(beta);
 #pragma omp parallel num_threads(static_cast<int>(threads))
   {
     static thread_local std::vector<float> astore;
@@ -253,12 +250,13 @@ bool matmul(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, d
         float* d = ap;
         for (int64_t blk = 0, r0 = 0; blk < rb.count; r0 += rb.rows(blk), ++blk)
           for (int64_t kk = 0; kk < kc; ++kk)
-            for (int64_t i = 0; i < rb.rows(blk); ++i) *d++ = pa[(i0 + r0 + i) * as0 + (c0 + kk) * as1];
+            for (int64_t i = 0; i < rb.rows(blk); ++i)
+              *d++ = static_cast<float>(pa[(i0 + r0 + i) * as0 + (c0 + kk) * as1]);
         for (int64_t s = 0; s < panels; ++s) {
           const float* ablk = ap;
           for (int64_t blk = 0, r0 = 0; blk < rb.count; r0 += rb.rows(blk), ++blk) {
             const int64_t mr = rb.rows(blk);
-            block_rows(mr, kc, ablk, 1, mr, bp + s * kc * kNr, pc + (i0 + r0) * n + s * kNr, n, c0 == 0, fa, fb,
+            block_rows(mr, kc, ablk, 1, mr, bp + s * kc * kNr, pc + (i0 + r0) * n + s * kNr, n, c0 == 0, alpha, beta,
                        std::min(kNr, n - s * kNr));
             ablk += mr * kc;
           }
@@ -266,6 +264,23 @@ bool matmul(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, d
       }
     }
   }
+}
+}  // namespace
+
+bool matmul(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
+  const DType dt = a.dtype();
+  if ((dt != kFloat32 && dt != kBFloat16 && dt != kFloat16) || b.dtype() != dt || out.dtype() != dt || a.dim() != 2 ||
+      b.dim() != 2 || !out.is_contiguous())
+    return false;
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  if (m == 0 || k == 0 || n == 0 || b.size(0) != k || out.size(0) != m || out.size(1) != n) return false;
+  // bf16/f16: f32 sums into an f32 copy of out, each output rounded once.
+  const Tensor o32 = dt == kFloat32 ? out : beta != 0.0 ? out.to(kFloat32).contiguous() : empty({m, n});
+  const auto fa = static_cast<float>(alpha), fb = static_cast<float>(beta);
+  if (dt == kFloat32) panel_gemm<float>(a, b, o32.data_ptr<float>(), fa, fb);
+  else if (dt == kBFloat16) panel_gemm<BFloat16>(a, b, o32.data_ptr<float>(), fa, fb);
+  else panel_gemm<Half>(a, b, o32.data_ptr<float>(), fa, fb);
+  if (dt != kFloat32) Tensor(out).copy_(o32);
   return true;
 }
 #else

@@ -14,8 +14,8 @@ bool preferred();
 /// Returns false, having written nothing, for another dtype, an empty product, or a b that is not the plan's; and
 /// always where the build lacks AVX2/FMA.
 bool matmul_packed(const Tensor& out, const Tensor& a, const Tensor& b, double beta, std::shared_ptr<void>& plan);
-/// out = alpha * a @ b + beta * out for f32 2-d a, b with any strides, out contiguous (kernels::GemmFn's contract),
-/// both operands packed per call. Returns false, having written nothing, for another dtype or an empty product; and
-/// always where the build lacks AVX2/FMA.
+/// out = alpha * a @ b + beta * out for f32, bf16 or f16 2-d a, b with any strides, out contiguous (kernels::GemmFn's
+/// contract: f32 sums, each output rounded once), both operands packed (and widened) per call. Returns false, having
+/// written nothing, for another dtype or an empty product; and always where the build lacks AVX2/FMA.
 bool matmul(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta);
 }  // namespace mpx::cpu::panels

@@ -207,8 +207,8 @@ template <typename T> bool onednn_native() {
   return false;
 }
 
-// Whether an f32 a @ b with a read transposed (a weight gradient g^T x, a's unit stride along its rows) runs on the
-// AVX2 panels rather than oneDNN 2.6's GEMM: in the two regions of shapes where that GEMM ran at about half its own
+// Whether a @ b with a read transposed (a weight gradient g^T x, a's unit stride along its rows) runs on the AVX2
+// panels rather than oneDNN 2.6's f32 GEMM (bf16/f16 without native kernels: over widened copies): in the two regions of shapes where that GEMM ran at about half its own
 // rate on a Zen 3 core, for k from 1,024 to 4,096 — 1,024+ rows against 64-320 columns (37-40 GFLOP/s at one thread,
 // 72-86 at two; the panels 63-87 and 100-161) and at most 256 rows against 512+ columns (45-66 and 83-133; the panels
 // 58-88 and 138-157). Elsewhere the two are level or oneDNN is ahead (bench/RESULTS.md).
@@ -231,7 +231,7 @@ template <typename T> struct Gemm {
     if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
       if (few_rows_gemm<T>(out, a, b, alpha, beta)) return;
     }
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (!std::is_same_v<T, double>) {
       if (weight_gradient_on_panels(a, b) && panels::matmul(out, a, b, alpha, beta)) return;
     }
 #ifdef MPX_WITH_ONEDNN
@@ -311,6 +311,13 @@ template <typename T> struct GemmEpilogueKernel {
   static bool run(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
                   kernels::GemmEpilogue epilogue) {
     using kernels::GemmEpilogue;
+    if constexpr (!std::is_same_v<T, double>) {
+      if (epilogue == GemmEpilogue::kBiasGrad && out.numel() > 0 && a.size(1) > 0 && bias.is_contiguous() &&
+          bias.dtype() == out.dtype() && weight_gradient_on_panels(a, b) && panels::matmul(out, a, b, 1.0, 0.0)) {
+        row_sums<T>(bias, a);
+        return true;
+      }
+    }
     if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
       const Act act = epilogue == GemmEpilogue::kBiasRelu       ? Act::kRelu
                       : epilogue == GemmEpilogue::kBiasGeluTanh ? Act::kGeluTanh
@@ -322,13 +329,6 @@ template <typename T> struct GemmEpilogueKernel {
         // The same epilogue on f32 copies, each output rounded once after its bias and activation.
         if (epilogue != GemmEpilogue::kBiasGrad) return widened_matmul(out, a, b, 1.0, 0.0, bias, act);
         if (!bias.is_contiguous() || bias.dtype() != out.dtype() || !widened_matmul(out, a, b, 1.0, 0.0)) return false;
-        row_sums<T>(bias, a);
-        return true;
-      }
-    }
-    if constexpr (std::is_same_v<T, float>) {
-      if (epilogue == GemmEpilogue::kBiasGrad && out.numel() > 0 && a.size(1) > 0 && bias.is_contiguous() &&
-          bias.dtype() == out.dtype() && weight_gradient_on_panels(a, b) && panels::matmul(out, a, b, 1.0, 0.0)) {
         row_sums<T>(bias, a);
         return true;
       }
