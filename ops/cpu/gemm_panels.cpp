@@ -31,6 +31,23 @@ struct RowBlocks {
   int64_t rows(int64_t blk) const { return base + (blk < extra ? 1 : 0); }
 };
 
+// out = a @ b with a [m, k], b [k, n] and out [m, n] of one of f32, bf16 and f16, out contiguous, nothing empty.
+bool supported(const Tensor& out, const Tensor& a, const Tensor& b) {
+  const DType dt = a.dtype();
+  if ((dt != kFloat32 && dt != kBFloat16 && dt != kFloat16) || b.dtype() != dt || out.dtype() != dt || a.dim() != 2 ||
+      b.dim() != 2 || !out.is_contiguous())
+    return false;
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  return m > 0 && k > 0 && n > 0 && b.size(0) == k && out.size(0) == m && out.size(1) == n;
+}
+
+// Where the f32 sums go: out itself, or for bf16/f16 an f32 copy (holding out's values when beta reads them), which
+// the caller rounds into out once.
+Tensor f32_out(const Tensor& out, double beta) {
+  if (out.dtype() == kFloat32) return out;
+  return beta != 0.0 ? out.to(kFloat32).contiguous() : empty(out.sizes());
+}
+
 float* aligned(std::vector<float>& v, size_t floats) {
   if (v.size() < floats + 8) v.resize(floats + 8);
   return v.data() + (8 - (reinterpret_cast<uintptr_t>(v.data()) / sizeof(float)) % 8) % 8;
@@ -171,12 +188,9 @@ bool preferred() {
 }
 
 bool matmul_packed(const Tensor& out, const Tensor& a, const Tensor& b, double beta, std::shared_ptr<void>& plan) {
+  if (!supported(out, a, b)) return false;
   const DType dt = a.dtype();
-  if ((dt != kFloat32 && dt != kBFloat16 && dt != kFloat16) || b.dtype() != dt || out.dtype() != dt || a.dim() != 2 ||
-      b.dim() != 2 || !out.is_contiguous())
-    return false;
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  if (m == 0 || k == 0 || n == 0 || b.size(0) != k || out.size(0) != m || out.size(1) != n) return false;
   if (!plan) {
     auto p = std::make_shared<Plan>();
     p->dtype = dt;
@@ -191,7 +205,7 @@ bool matmul_packed(const Tensor& out, const Tensor& a, const Tensor& b, double b
   // The kernel walks a's rows along k: a view with another unit stride is copied row-major first. bf16/f16 run on
   // f32 copies of a and out, and each output is rounded once (the GPU's contract: f32 sums).
   const Tensor ar = dt != kFloat32 ? a.to(kFloat32).contiguous() : a.stride(1) == 1 ? a : a.contiguous();
-  const Tensor o32 = dt == kFloat32 ? out : beta != 0.0 ? out.to(kFloat32).contiguous() : empty({m, n});
+  const Tensor o32 = f32_out(out, beta);
   const float* pa = ar.data_ptr<float>();
   const int64_t lda = ar.stride(0);
   float* pc = o32.data_ptr<float>();
@@ -268,14 +282,9 @@ void panel_gemm(const Tensor& a, const Tensor& b, float* pc, float alpha, float 
 }  // namespace
 
 bool matmul(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
+  if (!supported(out, a, b)) return false;
   const DType dt = a.dtype();
-  if ((dt != kFloat32 && dt != kBFloat16 && dt != kFloat16) || b.dtype() != dt || out.dtype() != dt || a.dim() != 2 ||
-      b.dim() != 2 || !out.is_contiguous())
-    return false;
-  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  if (m == 0 || k == 0 || n == 0 || b.size(0) != k || out.size(0) != m || out.size(1) != n) return false;
-  // bf16/f16: f32 sums into an f32 copy of out, each output rounded once.
-  const Tensor o32 = dt == kFloat32 ? out : beta != 0.0 ? out.to(kFloat32).contiguous() : empty({m, n});
+  const Tensor o32 = f32_out(out, beta);
   const auto fa = static_cast<float>(alpha), fb = static_cast<float>(beta);
   if (dt == kFloat32) panel_gemm<float>(a, b, o32.data_ptr<float>(), fa, fb);
   else if (dt == kBFloat16) panel_gemm<BFloat16>(a, b, o32.data_ptr<float>(), fa, fb);

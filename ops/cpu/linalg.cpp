@@ -207,15 +207,15 @@ template <typename T> bool onednn_native() {
   return false;
 }
 
-// Whether a @ b with a read transposed (a weight gradient g^T x, a's unit stride along its rows) runs on the AVX2
-// panels rather than oneDNN 2.6's f32 GEMM (bf16/f16 without native kernels: over widened copies): in the two regions of shapes where that GEMM ran at about half its own
-// rate on a Zen 3 core, for k from 1,024 to 4,096 — 1,024+ rows against 64-320 columns (37-40 GFLOP/s at one thread,
-// 72-86 at two; the panels 63-87 and 100-161) and at most 256 rows against 512+ columns (45-66 and 83-133; the panels
-// 58-88 and 138-157). Elsewhere the two are level or oneDNN is ahead (bench/RESULTS.md).
+// Whether a @ b with a read transposed (a weight gradient g^T x: a's unit stride along its rows) runs on the AVX2
+// panels rather than oneDNN 2.6's f32 GEMM (bf16/f16 without native kernels: over widened copies): 1,024 rows or more
+// against 64-320 columns, where that GEMM ran at about half its own rate on a Zen 3 core for k from 1,024 to 4,096
+// (37-40 GFLOP/s at one thread, 72-86 at two; the panels 63-87 and 100-161). Elsewhere the two are level, or oneDNN
+// is ahead, or the panels' gain in isolation did not show in a model's step (bench/RESULTS.md).
 bool weight_gradient_on_panels(const Tensor& a, const Tensor& b) {
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  if (a.stride(0) != 1 || m < 2 || m * k * n < (int64_t{1} << 22) || !panels::preferred()) return false;
-  return (m >= 1024 && n >= 64 && n <= 320) || (m <= 256 && n >= 512);
+  return a.stride(0) == 1 && m >= 1024 && n >= 64 && n <= 320 && m * k * n >= (int64_t{1} << 22) &&
+         panels::preferred();
 }
 
 template <typename T> struct Gemm {
