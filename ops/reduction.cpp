@@ -149,6 +149,15 @@ Tensor var(const Tensor& x0, const IntList& dims, bool unbiased, bool keepdim) {
   return out;
 }
 Tensor std(const Tensor& x, const IntList& dims, bool unbiased, bool keepdim) { return sqrt(var(x, dims, unbiased, keepdim)); }
+std::pair<Tensor, Tensor> var_mean(const Tensor& x0, const IntList& dims, bool unbiased, bool keepdim) {
+  // One autocast decision for both, so the pair comes out in one dtype.
+  const Tensor x = ops::autocast(OpId::var, {x0})[0];
+  return {var(x, dims, unbiased, keepdim), mean(x, dims, keepdim)};
+}
+std::pair<Tensor, Tensor> std_mean(const Tensor& x, const IntList& dims, bool unbiased, bool keepdim) {
+  auto [v, m] = var_mean(x, dims, unbiased, keepdim);
+  return {sqrt(v), m};
+}
 
 std::pair<Tensor, Tensor> arg_reduce(OpId op, const Tensor& x, int64_t dim0, bool keepdim) {
   MPX_CHECK(x.numel() > 0, op_name(op), ": cannot reduce an empty tensor ", ops::describe(x));

@@ -1,5 +1,7 @@
-// Reductions over dimensions: sum, mean, max/min (values and indices), argmax, var, norm, logsumexp; the running sum cumsum.
+// Reductions over dimensions: sum, mean, max/min (values and indices), argmax, var (and var_mean), norm, logsumexp; the running sum cumsum.
 #pragma once
+#include <utility>
+
 #include "core/tensor.h"
 
 namespace mpx {
@@ -24,6 +26,10 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
 /// Variance over dims with Bessel's correction when `unbiased`.
 Tensor var(const Tensor& x, const IntList& dims, bool unbiased = true, bool keepdim = false);
 Tensor std(const Tensor& x, const IntList& dims, bool unbiased = true, bool keepdim = false);
+/// (var, mean) and (std, mean) over dims, PyTorch's var_mean/std_mean: both in one dtype (f32 under autocast, as
+/// var), each differentiable.
+std::pair<Tensor, Tensor> var_mean(const Tensor& x, const IntList& dims, bool unbiased = true, bool keepdim = false);
+std::pair<Tensor, Tensor> std_mean(const Tensor& x, const IntList& dims, bool unbiased = true, bool keepdim = false);
 /// Euclidean (p = 2) norm of all elements: one pass summing squares (f16/bf16 in f32), no x * x temporary.
 Tensor norm(const Tensor& x);
 /// log(sum(exp(x))) over dims (empty: all), as max + log(sum(exp(x - max))) so large values do not overflow; a slice

@@ -147,6 +147,39 @@ TEST_CASE("cumsum equals f64 running sums along every dim, integers in i64, and 
   CHECK(cumsum(x64.to(kBFloat16), 0).dtype() == kFloat32);
 }
 
+TEST_CASE("var_mean and std_mean: var, std and mean over dims, keepdim, unbiased or not, gradients, one dtype under "
+          "autocast", "[reduction]") {
+  manual_seed(6);
+  const Tensor x = randn({4, 5, 6}, TensorOptions(kFloat64));
+  for (bool unbiased : {true, false})
+    for (bool keepdim : {false, true})
+      for (const IntList& dims : {IntList{1}, IntList{0, 2}, IntList{}}) {
+        INFO("unbiased " << unbiased << " keepdim " << keepdim << " dims " << shape_str(dims));
+        const auto [v, m] = var_mean(x, dims, unbiased, keepdim);
+        const auto [s, m2] = std_mean(x, dims, unbiased, keepdim);
+        CHECK(testing::max_abs_diff(v, var(x, dims, unbiased, keepdim)) < 1e-14);
+        CHECK(testing::max_abs_diff(s, sqrt(var(x, dims, unbiased, keepdim))) < 1e-14);
+        CHECK(testing::max_abs_diff(m, mean(x, dims, keepdim)) < 1e-14);
+        CHECK(testing::same_values(m, m2));
+      }
+  CHECK(testing::gradcheck(
+            [](const tensor_list& t) {
+              auto [v, m] = var_mean(t[0], {1});
+              return v + m * m;
+            },
+            {testing::leaf({3, 5})}) == "");
+  CHECK(testing::gradcheck(
+            [](const tensor_list& t) {
+              auto [s, m] = std_mean(t[0], {0}, false);
+              return s * m;
+            },
+            {testing::leaf({4, 3})}) == "");
+  amp::AutocastGuard ac(kBFloat16);
+  const auto [v, m] = var_mean(x.to(kBFloat16), {1});
+  CHECK(v.dtype() == kFloat32);
+  CHECK(m.dtype() == kFloat32);
+}
+
 TEST_CASE("logsumexp: no overflow, -inf and +inf slices as PyTorch, several dims, its gradient is softmax",
           "[reduction]") {
   manual_seed(4);
