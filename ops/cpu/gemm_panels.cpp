@@ -4,7 +4,6 @@
 #include "ops/cpu/gemm_panels.h"
 
 #include <algorithm>
-#include <vector>
 
 #include <omp.h>
 
@@ -48,11 +47,6 @@ Tensor f32_out(const Tensor& out, double beta) {
   return beta != 0.0 ? out.to(kFloat32).contiguous() : empty(out.sizes());
 }
 
-float* aligned(std::vector<float>& v, size_t floats) {
-  if (v.size() < floats + 8) v.resize(floats + 8);
-  return v.data() + (8 - (reinterpret_cast<uintptr_t>(v.data()) / sizeof(float)) % 8) % 8;
-}
-
 // Rows [k0, k0 + kc) of b [k, n] (strides s0, s1, any element type) for panels [sb, se), widened to f32, into dst:
 // panel s at dst + s * kc * 16, kc rows of 16 floats, zero past column n.
 template <typename T>
@@ -75,8 +69,8 @@ struct Plan {
   const void* b = nullptr;
   DType dtype = kFloat32;
   int64_t k = 0, n = 0, s0 = 0, s1 = 0, panels = 0;
-  std::vector<float> store;
-  float* data = nullptr;  // store's first 32-byte aligned float
+  Tensor store;          // f32, from the CPU allocator (64-byte aligned, as the panel loads need)
+  float* data = nullptr;  // store's first float
 };
 
 // b's elements widened to f32 (a bf16/f16 weight once per plan, instead of once per step).
@@ -88,7 +82,8 @@ void pack(Plan& p, const Tensor& b) {
   p.s0 = b.stride(0);
   p.s1 = b.stride(1);
   p.panels = (p.n + kNr - 1) / kNr;
-  p.data = aligned(p.store, static_cast<size_t>(p.k * p.panels * kNr));
+  p.store = empty({p.k * p.panels * kNr});
+  p.data = p.store.data_ptr<float>();
   const T* src = b.data_ptr<T>();
   parallel_for(p.panels, std::max<int64_t>(1, kGrain / (p.k * kNr)), [&](int64_t sb, int64_t se) {
     for (int64_t c0 = 0; c0 < p.k; c0 += kKc)
@@ -244,14 +239,15 @@ void panel_gemm(const Tensor& a, const Tensor& b, float* pc, float alpha, float 
   macros = (macros + threads - 1) / threads * threads;
   const int64_t mc = ((m + macros - 1) / macros + kMr - 1) / kMr * kMr;
   macros = (m + mc - 1) / mc;
-  static thread_local std::vector<float> bstore;  // the calling thread's; its team reads it
-  float* bp = aligned(bstore, static_cast<size_t>(kChunk * panels * kNr));
+  // Scratch from the CPU allocator (aligned, kept in the heap between calls): b's packed chunk, shared by the team,
+  // and a macro block's packed rows for each thread.
+  const Tensor scratch = empty({kChunk * panels * kNr + threads * mc * kChunk});
+  float* bp = scratch.data_ptr<float>();
   const T *pa = a.data_ptr<T>(), *pb = b.data_ptr<T>();
   const int64_t as0 = a.stride(0), as1 = a.stride(1), bs0 = b.stride(0), bs1 = b.stride(1);
 #pragma omp parallel num_threads(static_cast<int>(threads))
   {
-    static thread_local std::vector<float> astore;
-    float* ap = aligned(astore, static_cast<size_t>(mc * kChunk));
+    float* ap = bp + kChunk * panels * kNr + omp_get_thread_num() * mc * kChunk;
     for (int64_t c0 = 0; c0 < k; c0 += kChunk) {
       const int64_t kc = std::min(kChunk, k - c0);
       // Each loop ends at a barrier: every panel is packed before any is read, and read before the next chunk's.
