@@ -51,10 +51,14 @@ class Context {
   void mark_non_differentiable(const tensor_list& ts) { non_diff_ = ts; }
   /// Free-form values for the backward.
   std::map<std::string, IValue> saved_data;
+  /// Whether the i-th tensor input required grad when forward ran: a backward may skip the
+  /// gradients nobody asked for (return an undefined Tensor in their place).
+  bool needs_input_grad(size_t i) const { return i < needs_input_grad_.size() && needs_input_grad_[i]; }
 
   // Internal: filled by Function<T>::apply.
   tensor_list to_save_;
   tensor_list non_diff_;
+  std::vector<bool> needs_input_grad_;
   std::vector<SavedTensor> saved_;
   std::weak_ptr<Node> node_;
   bool released_ = false;
@@ -134,6 +138,7 @@ struct Function {
     auto node = std::make_shared<detail::CppNode<T>>();
     node->name_ = "CustomFunction";
     const bool record = any_requires_grad(inputs);
+    for (const Tensor& t : inputs) node->ctx.needs_input_grad_.push_back(record && t.defined() && t.requires_grad());
     using R = decltype(T::forward(node->ctx, std::forward<Args>(args)...));
     R out;
     {
@@ -148,5 +153,9 @@ struct Function {
     else return outs;
   }
 };
+
+/// LibTorch's names of the custom op's context and tensor lists.
+using AutogradContext = Context;
+using variable_list = tensor_list;
 
 }  // namespace mpx::autograd

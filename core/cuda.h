@@ -23,6 +23,10 @@ void reset_peak_memory_stats(int device = -1);
 /// Returns the pool's cached, unused memory to the driver.
 void empty_cache(int device = -1);
 
+/// LibTorch's spellings of mpx::cuda_is_available() and mpx::cuda_device_count().
+inline bool is_available() { return cuda_is_available(); }
+inline int64_t device_count() { return cuda_device_count(); }
+
 /// The device new CUDA work goes to when a tensor does not say.
 int current_device();
 void set_device(int device);

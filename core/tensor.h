@@ -1,5 +1,6 @@
 // Tensor: the strided, reference-counted n-d array handle every layer of mpx works with.
 #pragma once
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -20,6 +21,12 @@ namespace mpx {
 
 /// Shapes, strides and dimension lists.
 using IntList = std::vector<int64_t>;
+
+/// A single dim or size written as a plain integer where LibTorch takes an IntArrayRef
+/// (`x.sum(1)`, `x.view(-1)`). Braced lists (`{1}`, `{}`) cannot deduce it, so they keep
+/// meaning an IntList.
+template <typename I>
+concept DimIndex = std::integral<I> && !std::same_as<I, bool>;
 
 /// How a 4-d tensor's elements are laid out. ChannelsLast is NHWC with logical NCHW sizes.
 enum class MemoryFormat : uint8_t { Contiguous, ChannelsLast, Preserve };
@@ -45,16 +52,21 @@ template <> struct dtype_of<bool> { static constexpr DType value = kBool; };
 template <typename T> inline constexpr DType dtype_v = dtype_of<T>::value;
 
 /// Options for factories: dtype, device, requires_grad, memory format (chained setters).
+/// A dtype left unset is the factory's default: f32 for most, the values' type for `tensor`,
+/// i64 for `randint`/`randperm` and for `arange` over integers (LibTorch's inference).
 struct TensorOptions {
   DType dtype_ = kFloat32;
+  bool has_dtype_ = false;
   Device device_ = Device::cpu();
   bool requires_grad_ = false;
   MemoryFormat memory_format_ = MemoryFormat::Contiguous;
   bool pinned_memory_ = false;
   TensorOptions() = default;
-  TensorOptions(DType t) : dtype_(t) {}      // NOLINT: lets `zeros({2}, kFloat16)` read naturally
-  TensorOptions(Device d) : device_(d) {}    // NOLINT
-  TensorOptions& dtype(DType t) { dtype_ = t; return *this; }
+  TensorOptions(DType t) : dtype_(t), has_dtype_(true) {}  // NOLINT: lets `zeros({2}, kFloat16)` read naturally
+  TensorOptions(Device d) : device_(d) {}                  // NOLINT
+  TensorOptions& dtype(DType t) { dtype_ = t; has_dtype_ = true; return *this; }
+  /// The dtype set, or `fallback` when none was.
+  DType dtype_or(DType fallback) const { return has_dtype_ ? dtype_ : fallback; }
   TensorOptions& device(Device d) { device_ = d; return *this; }
   TensorOptions& requires_grad(bool r = true) { requires_grad_ = r; return *this; }
   TensorOptions& memory_format(MemoryFormat m) { memory_format_ = m; return *this; }
@@ -120,9 +132,15 @@ class Tensor {
               ">(): tensor holds ", dtype_name(dtype()));
     return static_cast<T*>(raw_data());
   }
-  /// The single element of a one-element tensor, converted to T (copies from the device).
-  template <typename T> T item() const { return static_cast<T>(item_double()); }
+  /// The single element of a one-element tensor, converted to T (copies from the device);
+  /// integers read from an integer tensor are exact beyond 2^53.
+  template <typename T> T item() const {
+    if constexpr (DimIndex<T>) return static_cast<T>(item_int64());
+    else return static_cast<T>(item_double());
+  }
   double item_double() const;
+  /// The single element as i64: exact for integer and bool tensors, truncated toward zero for floating ones.
+  int64_t item_int64() const;
 
   // ---- conversions ----
   Tensor to(DType t, bool copy = false) const;
@@ -182,6 +200,8 @@ class Tensor {
   // ---- views (share storage) ----
   Tensor view(const IntList& shape) const;
   Tensor reshape(const IntList& shape) const;
+  template <DimIndex I> Tensor view(I size) const { return view(IntList{static_cast<int64_t>(size)}); }
+  template <DimIndex I> Tensor reshape(I size) const { return reshape(IntList{static_cast<int64_t>(size)}); }
   Tensor permute(const IntList& dims) const;
   Tensor transpose(int64_t d0, int64_t d1) const;
   Tensor swapaxes(int64_t d0, int64_t d1) const { return transpose(d0, d1); }
@@ -232,6 +252,8 @@ class Tensor {
   Tensor sum(const IntList& dims, bool keepdim = false) const;
   Tensor mean() const;
   Tensor mean(const IntList& dims, bool keepdim = false) const;
+  template <DimIndex I> Tensor sum(I dim, bool keepdim = false) const { return sum(IntList{static_cast<int64_t>(dim)}, keepdim); }
+  template <DimIndex I> Tensor mean(I dim, bool keepdim = false) const { return mean(IntList{static_cast<int64_t>(dim)}, keepdim); }
   Tensor max() const;
   /// Max along dim: (values, indices).
   std::pair<Tensor, Tensor> max(int64_t dim, bool keepdim = false) const;
@@ -239,12 +261,21 @@ class Tensor {
   std::pair<Tensor, Tensor> min(int64_t dim, bool keepdim = false) const;
   Tensor argmax(int64_t dim, bool keepdim = false) const;
   Tensor argmin(int64_t dim, bool keepdim = false) const;
+  /// The index of the largest (smallest) element in the flattened tensor, 0-dim i64 (LibTorch's argmax()).
+  Tensor argmax() const { return reshape(IntList{-1}).argmax(0); }
+  Tensor argmin() const { return reshape(IntList{-1}).argmin(0); }
   Tensor var(const IntList& dims, bool unbiased = true, bool keepdim = false) const;
+  template <DimIndex I> Tensor var(I dim, bool unbiased = true, bool keepdim = false) const {
+    return var(IntList{static_cast<int64_t>(dim)}, unbiased, keepdim);
+  }
   Tensor cumsum(int64_t dim) const;
   Tensor cumprod(int64_t dim) const;
   Tensor prod() const;
   Tensor prod(int64_t dim, bool keepdim = false) const;
   Tensor logsumexp(const IntList& dims, bool keepdim = false) const;
+  template <DimIndex I> Tensor logsumexp(I dim, bool keepdim = false) const {
+    return logsumexp(IntList{static_cast<int64_t>(dim)}, keepdim);
+  }
   /// Masks (ops/logical.h).
   Tensor any() const;
   Tensor any(int64_t dim, bool keepdim = false) const;
@@ -259,6 +290,7 @@ class Tensor {
   Tensor nonzero() const;
   Tensor masked_select(const Tensor& mask) const;
   Tensor flip(const IntList& dims) const;
+  template <DimIndex I> Tensor flip(I dim) const { return flip(IntList{static_cast<int64_t>(dim)}); }
   Tensor repeat(const IntList& repeats) const;
   Tensor matmul(const Tensor& other) const;
   Tensor mm(const Tensor& other) const;
@@ -326,10 +358,22 @@ Tensor full(const IntList& shape, double value, const TensorOptions& opts = {});
 Tensor rand(const IntList& shape, const TensorOptions& opts = {});
 /// Standard normal.
 Tensor randn(const IntList& shape, const TensorOptions& opts = {});
-/// Integers uniform in [low, high); dtype defaults to i64 when opts leave it at f32.
-Tensor randint(int64_t low, int64_t high, const IntList& shape, const TensorOptions& opts = TensorOptions(kInt64));
-Tensor arange(double end, const TensorOptions& opts = TensorOptions(kInt64));
-Tensor arange(double start, double end, double step = 1.0, const TensorOptions& opts = TensorOptions(kInt64));
+/// Integers uniform in [low, high); i64 unless opts set a dtype.
+Tensor randint(int64_t low, int64_t high, const IntList& shape, const TensorOptions& opts = {});
+/// start, start + step, ... below end. Unless opts set a dtype, i64 when start, end and step are all integers
+/// (C++ integer types) and f32 when any is floating, as LibTorch infers it: `arange(0, 1, 0.1)` is ten f32 values.
+Tensor arange_impl(double start, double end, double step, bool integral, const TensorOptions& opts);
+template <typename E>
+  requires std::is_arithmetic_v<E>
+Tensor arange(E end, const TensorOptions& opts = {}) {
+  return arange_impl(0.0, static_cast<double>(end), 1.0, std::is_integral_v<E>, opts);
+}
+template <typename S, typename E, typename P = int64_t>
+  requires std::is_arithmetic_v<S> && std::is_arithmetic_v<E> && std::is_arithmetic_v<P>
+Tensor arange(S start, E end, P step = 1, const TensorOptions& opts = {}) {
+  return arange_impl(static_cast<double>(start), static_cast<double>(end), static_cast<double>(step),
+                     std::is_integral_v<S> && std::is_integral_v<E> && std::is_integral_v<P>, opts);
+}
 /// `steps` values from start to end inclusive, evenly spaced (PyTorch's linspace: the first half counted from
 /// start, the second from end, so both ends are exact); f32 unless opts say otherwise.
 Tensor linspace(double start, double end, int64_t steps, const TensorOptions& opts = {});
@@ -338,12 +382,12 @@ Tensor logspace(double start, double end, int64_t steps, double base = 10.0, con
 /// The n x m identity (m = n when not given).
 Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, const TensorOptions& opts = {});
 /// A random permutation of 0 .. n - 1 (i64 unless opts say otherwise), drawn from the default generator.
-Tensor randperm(int64_t n, const TensorOptions& opts = TensorOptions(kInt64));
+Tensor randperm(int64_t n, const TensorOptions& opts = {});
 /// A 0-dim tensor holding one value.
 Tensor scalar_tensor(double value, const TensorOptions& opts = {});
-/// Copies `values` into a new tensor of the given shape (1-d when shape is empty).
+/// Copies `values` into a new tensor of the given shape (1-d when shape is empty), in T's dtype unless opts set one.
 template <typename T>
-Tensor tensor(const std::vector<T>& values, const IntList& shape = {}, TensorOptions opts = TensorOptions(dtype_v<T>));
+Tensor tensor(const std::vector<T>& values, const IntList& shape = {}, TensorOptions opts = {});
 /// Factories shaped like t, on its device, in its dtype unless given, and in its layout when it
 /// is channels-last (PyTorch's preserve_format; other tensors give row-major results).
 Tensor zeros_like(const Tensor& t, std::optional<DType> dtype = std::nullopt);

@@ -1,11 +1,13 @@
 // DataLoader: batches a Dataset in a seed- and epoch-determined order, optionally on worker
 // threads with a bounded prefetch queue; batches always come out in order.
 #pragma once
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "data/dataset.h"
@@ -90,6 +92,12 @@ class DataLoader {
   DataLoader(const Dataset& dataset, DataLoaderOptions options);
   /// Shares ownership of `dataset`.
   DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options);
+  /// Takes a temporary dataset by value (`DataLoader(FashionMNIST(root), o)`), as LibTorch's
+  /// make_data_loader does, instead of borrowing one that dies at the end of the statement.
+  template <typename D>
+    requires(std::derived_from<D, Dataset> && !std::is_lvalue_reference_v<D>)
+  DataLoader(D&& dataset, DataLoaderOptions options)
+      : DataLoader(std::shared_ptr<const Dataset>(std::make_shared<const D>(std::move(dataset))), std::move(options)) {}
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;

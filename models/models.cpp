@@ -49,7 +49,18 @@ const std::vector<std::pair<std::string, Factory>>& registry() {
       {"dcgan_discriminator", [](const ModelOptions& o) { return nn::AnyModule(DCGANDiscriminator(o.dcgan())); }},
       {"small_cnn", [](const ModelOptions& o) { return nn::AnyModule(SmallCnn(o.in_channels(), o.num_classes())); }},
   };
-  return r;
+  static const std::vector<std::pair<std::string, Factory>> all = [] {
+    auto v = r;
+    for (const std::string& p : GPTConfig::presets())
+      v.emplace_back(p, [p](const ModelOptions& o) { return nn::AnyModule(GPT(GPTConfig::preset(p, o.vocab_size()))); });
+    v.emplace_back("lstm-lm", [](const ModelOptions& o) {
+      LSTMLMConfig c;
+      if (o.vocab_size() > 0) c.vocab_size = o.vocab_size();
+      return nn::AnyModule(LSTMLM(c));
+    });
+    return v;
+  }();
+  return all;
 }
 }  // namespace
 
@@ -60,6 +71,13 @@ const std::vector<std::string>& model_names() {
     return n;
   }();
   return names;
+}
+
+bool is_language_model(const std::string& name) {
+  std::string key = name;
+  std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::tolower(c); });
+  const auto presets = GPTConfig::presets();
+  return key == "lstm-lm" || std::find(presets.begin(), presets.end(), key) != presets.end();
 }
 
 nn::AnyModule create(const std::string& name, const ModelOptions& options) {

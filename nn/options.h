@@ -134,6 +134,10 @@ struct BatchNormOptions {
   MPX_ARG(bool, affine) = true;
   MPX_ARG(bool, track_running_stats) = true;
 };
+/// LibTorch's per-rank names of the same options.
+using BatchNorm1dOptions = BatchNormOptions;
+using BatchNorm2dOptions = BatchNormOptions;
+using BatchNorm3dOptions = BatchNormOptions;
 
 struct LayerNormOptions {
   LayerNormOptions(IntList normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}  // NOLINT

@@ -152,15 +152,16 @@ Tensor rand(const IntList& shape, const TensorOptions& o) { return random_fill(O
 Tensor randn(const IntList& shape, const TensorOptions& o) { return random_fill(OpId::rand_normal, shape, o, 0.0, 1.0); }
 Tensor randint(int64_t low, int64_t high, const IntList& shape, const TensorOptions& o) {
   MPX_CHECK(high > low, "randint: high (", high, ") must be greater than low (", low, ")");
-  return random_fill(OpId::rand_uniform, shape, o, static_cast<double>(low), static_cast<double>(high));
+  return random_fill(OpId::rand_uniform, shape, TensorOptions(o).dtype(o.dtype_or(kInt64)), static_cast<double>(low),
+                     static_cast<double>(high));
 }
-Tensor arange(double end, const TensorOptions& o) { return arange(0.0, end, 1.0, o); }
-Tensor arange(double start, double end, double step, const TensorOptions& o) {
+Tensor arange_impl(double start, double end, double step, bool integral, const TensorOptions& o) {
   MPX_CHECK(step != 0.0, op_name(OpId::arange), ": step must be non-zero");
   const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
   std::vector<double> v(n);
   for (int64_t i = 0; i < n; ++i) v[i] = start + step * static_cast<double>(i);
-  return tensor(v, {n}, TensorOptions(o).dtype(kFloat64).device(Device::cpu())).to(o.device_, o.dtype_);
+  return tensor(v, {n}, TensorOptions(o).dtype(kFloat64).device(Device::cpu()))
+      .to(o.device_, o.dtype_or(integral ? kInt64 : kFloat32));
 }
 Tensor linspace(double start, double end, int64_t steps, const TensorOptions& o) {
   MPX_CHECK(steps >= 0, op_name(OpId::linspace), ": steps must be non-negative, got ", steps);
@@ -192,7 +193,7 @@ Tensor randperm(int64_t n, const TensorOptions& o) {
   NoGradGuard ng;
   // The order of n uniform f64 keys, drawn on the CPU from the default generator (53-bit keys: ties are rare,
   // and a stable sort breaks them by position).
-  return argsort(rand({n}, TensorOptions(kFloat64)), 0, false, true).to(o.device_, o.dtype_);
+  return argsort(rand({n}, TensorOptions(kFloat64)), 0, false, true).to(o.device_, o.dtype_or(kInt64));
 }
 namespace {
 // PyTorch's preserve_format: the *_like of a channels-last tensor is channels-last (so a
@@ -223,7 +224,7 @@ Tensor tensor(const std::vector<T>& values, const IntList& shape, TensorOptions 
       std::memcpy(src.raw_data(), values.data(), values.size() * sizeof(T));
     }
   }
-  Tensor r = src.to(o.device_, o.dtype_);
+  Tensor r = src.to(o.device_, o.dtype_or(dtype_v<T>));
   if (rg) r.set_requires_grad(true);
   return r;
 }

@@ -54,6 +54,26 @@ Tensor cumprod(const Tensor& x, int64_t dim);
 Tensor prod(const Tensor& x);
 Tensor prod(const Tensor& x, int64_t dim, bool keepdim = false);
 
+/// One dim as a plain integer (`sum(x, 1)`), as LibTorch's IntArrayRef takes it.
+template <DimIndex I> Tensor sum(const Tensor& x, I dim, bool keepdim = false) { return x.sum(dim, keepdim); }
+template <DimIndex I> Tensor mean(const Tensor& x, I dim, bool keepdim = false) { return x.mean(dim, keepdim); }
+template <DimIndex I> Tensor amax(const Tensor& x, I dim, bool keepdim = false) {
+  return amax(x, IntList{static_cast<int64_t>(dim)}, keepdim);
+}
+template <DimIndex I> Tensor amin(const Tensor& x, I dim, bool keepdim = false) {
+  return amin(x, IntList{static_cast<int64_t>(dim)}, keepdim);
+}
+template <DimIndex I> Tensor var(const Tensor& x, I dim, bool unbiased = true, bool keepdim = false) {
+  return x.var(dim, unbiased, keepdim);
+}
+template <DimIndex I> Tensor std(const Tensor& x, I dim, bool unbiased = true, bool keepdim = false) {
+  return std(x, IntList{static_cast<int64_t>(dim)}, unbiased, keepdim);
+}
+template <DimIndex I> Tensor logsumexp(const Tensor& x, I dim, bool keepdim = false) { return x.logsumexp(dim, keepdim); }
+/// The flat index of the largest (smallest) element, 0-dim i64.
+inline Tensor argmax(const Tensor& x) { return x.argmax(); }
+inline Tensor argmin(const Tensor& x) { return x.argmin(); }
+
 }  // namespace mpx
 
 namespace mpx::kernels {

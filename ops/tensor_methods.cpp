@@ -59,7 +59,7 @@ Tensor Tensor::to(Device d, DType t) const {
   if (d == device() && t == dtype()) return *this;
   return copy_to(*this, t, d, MemoryFormat::Preserve);
 }
-Tensor Tensor::to(const TensorOptions& o) const { return to(o.device_, o.dtype_); }
+Tensor Tensor::to(const TensorOptions& o) const { return to(o.device_, o.dtype_or(dtype())); }
 Tensor Tensor::to(MemoryFormat fmt) const { return contiguous(fmt); }
 Tensor Tensor::contiguous(MemoryFormat fmt) const {
   if (is_contiguous(fmt)) return *this;
@@ -71,6 +71,12 @@ double Tensor::item_double() const {
   MPX_CHECK(defined() && numel() == 1, "item(): expected a tensor with one element, got ", ops::describe(*this));
   Tensor c = device().is_cpu() ? *this : to(Device::cpu());
   return cpu_scalar_as_double(c);
+}
+int64_t Tensor::item_int64() const {
+  MPX_CHECK(defined() && numel() == 1, "item(): expected a tensor with one element, got ", ops::describe(*this));
+  if (is_floating(dtype())) return static_cast<int64_t>(item_double());
+  const Tensor c = to(Device::cpu(), kInt64);
+  return *static_cast<const int64_t*>(c.raw_data());
 }
 
 // ---- autograd-facing methods ----

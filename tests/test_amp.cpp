@@ -273,7 +273,7 @@ TEST_CASE("amp casts holder-call inputs and outputs: containers, user types, int
   Probe probe;
   optim::SGD opt(probe->parameters(), optim::SGDOptions(0.1));
   amp::initialize(probe, opt, amp::Options().opt_level("O2").verbosity(0));
-  Tensor ids = arange(3.0);
+  Tensor ids = arange(3);
   auto [y, ids_out] = probe(ones({2}), std::vector<Tensor>{ones({1}), ones({1}, TensorOptions(kFloat64))},
                             std::map<std::string, Tensor>{{"a", ones({1})}}, std::tuple<Tensor, int>{ones({1}), 3},
                             Batch{ones({1}), ids}, ids, 2.5);

@@ -296,7 +296,8 @@ TEST_CASE("factories", "[core]") {
   CHECK(zeros({2, 3}).sizes() == IntList{2, 3});
   CHECK(sum(ones({2, 3}, kFloat16)).item<float>() == 6.0f);
   CHECK(full({2}, 7.0, kInt32)[1].item<int>() == 7);
-  CHECK(arange(5.0).dtype() == kInt64);
+  CHECK(arange(5).dtype() == kInt64);
+  CHECK(arange(5.0).dtype() == kFloat32);  // LibTorch's inference (test_libtorch_idioms has the rest)
   CHECK(arange(0.0, 1.0, 0.25, kFloat32).numel() == 4);
   CHECK(scalar_tensor(3.0).dim() == 0);
   CHECK(scalar_tensor(3.0).numel() == 1);
@@ -378,13 +379,13 @@ TEST_CASE("contiguous copies of transposed views match an element walk, tile edg
 TEST_CASE("copy_ between overlapping views of one tensor reads before it writes", "[core][copy]") {
   // Large enough that the copy runs on several threads in chunks.
   const int64_t n = 100003;
-  Tensor x = arange(0, static_cast<double>(n));
-  const Tensor expect = arange(1, static_cast<double>(n));
+  Tensor x = arange(n);
+  const Tensor expect = arange(int64_t{1}, n);
   x.narrow(0, 0, n - 1).copy_(x.narrow(0, 1, n - 1));  // shift left by one
   CHECK(equal(x.narrow(0, 0, n - 1), expect));
-  Tensor y = arange(0, static_cast<double>(n));
+  Tensor y = arange(n);
   y.narrow(0, 1, n - 1).copy_(y.narrow(0, 0, n - 1));  // shift right by one
-  CHECK(equal(y.narrow(0, 1, n - 1), arange(0, static_cast<double>(n - 1))));
+  CHECK(equal(y.narrow(0, 1, n - 1), arange(n - 1)));
   Tensor a = randn({400, 400});
   const Tensor at = a.t().contiguous();
   a.copy_(a.t());  // transpose in place

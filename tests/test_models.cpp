@@ -289,7 +289,9 @@ TEST_CASE("models::create builds by name and lists the known names on an unknown
                   {2, 1, 28, 28}) == IntList{2, 10});
   auto g = models::create("dcgan_generator", models::ModelOptions().in_channels(1).image_size(28));
   CHECK(out_shape(g, {2, 100}) == IntList{2, 1, 28, 28});
-  CHECK(models::model_names().size() == 18);
+  CHECK(models::model_names().size() == 18 + models::GPTConfig::presets().size() + 1);
+  CHECK(models::is_language_model("GPT2"));
+  CHECK(!models::is_language_model("resnet50"));
   CHECK_THROWS_WITH(models::create("resnet19"),
                     Contains("unknown model 'resnet19'") && Contains("resnet50") && Contains("vgg16_bn") &&
                         Contains("alexnet") && Contains("dcgan_discriminator"));

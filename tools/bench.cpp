@@ -86,7 +86,9 @@ std::vector<std::string> split_list(const std::string& flag, const std::string& 
 }
 
 void check_items(const std::string& flag, const std::vector<std::string>& items, const std::vector<std::string>& known) {
-  for (const auto& it : items) {
+  for (auto it0 = items.begin(); it0 != items.end(); ++it0) {
+    const std::string& it = *it0;
+    if (std::find(items.begin(), it0, it) != it0) throw UsageError(flag + ": '" + it + "' is listed twice");
     if (std::find(known.begin(), known.end(), it) != known.end()) continue;
     const std::string near = closest(it, known);
     std::string all;
@@ -130,7 +132,7 @@ std::vector<Variant> variants(const std::vector<std::string>& levels, const std:
 
 std::vector<std::string> classifier_names() {
   std::vector<std::string> known = models::model_names();
-  known.erase(std::remove_if(known.begin(), known.end(), [](const std::string& n) { return n.rfind("dcgan", 0) == 0; }),
+  known.erase(std::remove_if(known.begin(), known.end(), [](const std::string& n) { return n.rfind("dcgan", 0) == 0 || models::is_language_model(n); }),
               known.end());
   return known;
 }
@@ -149,7 +151,7 @@ int run_bench(int argc, char** argv) {
   if (!args.parse(argc, argv)) return 0;
   bench::g_cmdline = "mpx bench";
   for (int i = 0; i < argc; ++i) bench::g_cmdline += std::string(" ") + argv[i];
-  if (args.given("--threads")) mpx::set_num_threads(static_cast<int>(args.integer("--threads", 1)));
+  if (args.given("--threads")) mpx::set_num_threads(static_cast<int>(args.integer("--threads", 1, kMaxThreads)));
   const bool accuracy = args.on("--accuracy");
   if (!accuracy) {
     for (const char* f : {"--epochs", "--gpt-steps", "--dataset", "--data", "--lr", "--limit-train", "--limit-test"})
