@@ -20,9 +20,11 @@ void manual_seed(uint64_t seed);
 
 namespace random {
 
-/// 64-bit mix of (key, counter, stream); a stateless hash in the spirit of Philox.
+/// 64-bit mix of (key, counter, stream); a stateless hash in the spirit of Philox. The constant
+/// keeps (0, 0, 0) from being a fixed point: without it seed 0's first uniform draw was exactly 0.
 MPX_RANDOM_HD inline uint64_t hash(uint64_t key, uint64_t counter, uint64_t stream) {
-  uint64_t z = key * 0x9E3779B97F4A7C15ull + counter * 0xD1B54A32D192ED03ull + stream * 0x8CB92BA72F3D8DD7ull;
+  uint64_t z = key * 0x9E3779B97F4A7C15ull + counter * 0xD1B54A32D192ED03ull + stream * 0x8CB92BA72F3D8DD7ull +
+               0x243F6A8885A308D3ull;
   z ^= z >> 30; z *= 0xBF58476D1CE4E5B9ull;
   z ^= z >> 27; z *= 0x94D049BB133111EBull;
   z ^= z >> 31;

@@ -11,6 +11,7 @@
 #include "core/random.h"
 #include "core/threads.h"
 #include "ops/elementwise.h"
+#include "ops/index.h"
 #include "ops/reduction.h"
 #include "ops/shape.h"
 
@@ -254,6 +255,20 @@ TEST_CASE("seeded RNG is reproducible across runs and thread counts", "[core][rn
   CHECK(ri.dtype() == kInt64);
   CHECK(min(ri).item<int64_t>() == 3);
   CHECK(max(ri).item<int64_t>() == 6);
+}
+
+TEST_CASE("seed 0 has no fixed point: its first draws are as random as any other seed's", "[core][rng]") {
+  // The hash once mapped (seed 0, position 0) to 0, so seed 0's first uniform was exactly 0 and
+  // its first multinomial draw always took the first category, whatever its probability.
+  CHECK(random::uniform(0, 0, 0) > 0.0);
+  manual_seed(0);
+  CHECK(rand({1}).item<double>() > 0.0);
+  int first = 0;
+  for (uint64_t seed = 0; seed < 64; ++seed) {
+    manual_seed(seed);
+    first += multinomial(tensor<float>({1e-4f, 1.0f}), 1).item<int64_t>() == 0;
+  }
+  CHECK(first == 0);
 }
 
 TEST_CASE("sums are identical on one and two threads", "[core][rng]") {
