@@ -8,6 +8,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "autograd/grad_mode.h"
@@ -23,7 +24,15 @@ class EpochRun {
       : ds_(ds), batches_(std::move(batches)), seed_(seed), epoch_(epoch), capacity_(static_cast<size_t>(capacity)),
         pin_(pin), collate_fn_(std::move(collate_fn)), t0_(Clock::now()), last_(t0_) {
     stats_.epoch = epoch;
-    for (int64_t w = 0; w < workers; ++w) threads_.emplace_back([this] { worker_loop(); });
+    try {
+      for (int64_t w = 0; w < workers; ++w) threads_.emplace_back([this] { worker_loop(); });
+    } catch (const std::system_error& e) {
+      // The destructor does not run for a constructor that throws: join the started workers here.
+      const size_t started = threads_.size();
+      stop();
+      MPX_ERROR("DataLoader: the system refused worker thread ", started + 1, " of ", workers, " (", e.what(),
+                "); use fewer workers");
+    }
   }
   ~EpochRun() { stop(); }
 

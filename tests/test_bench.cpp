@@ -210,6 +210,7 @@ TEST_CASE("mpx bench: bad flags give one line and exit code 2, --cuda-graph on t
       {"bench --dtype f8", "f8"},
       {"bench --batch 0", "--batch"},
       {"bench --models ,resnet18", "--models"},
+      {"bench --opt-levels O0,O1,O0", "'O0' is listed twice"},
       {"bench --epochs 2", "--accuracy"},
       {"bench --accuracy --steps 2", "speed mode"},
       {"bench --cuda-graph --device cpu", "--device cuda"},

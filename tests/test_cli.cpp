@@ -158,6 +158,13 @@ TEST_CASE("mpx: wrong flags and missing data and bad checkpoints give one line a
   CHECK(r.rc == 2);
   CHECK(r.out.find("--batch-size expects an integer") != std::string::npos);
 
+  r = mpx_err("train -j 100000");  // beyond what the OS gives a process: refused before any thread starts
+  CHECK(r.rc == 2);
+  CHECK(r.out.find("--workers must be at most 1024") != std::string::npos);
+  r = mpx_err("train --threads 100000");
+  CHECK(r.rc == 2);
+  CHECK(r.out.find("--threads must be at most 4096") != std::string::npos);
+
   r = mpx_err("trian");
   CHECK(r.rc == 2);
   CHECK(r.out.find("did you mean train?") != std::string::npos);
@@ -178,6 +185,31 @@ TEST_CASE("mpx: wrong flags and missing data and bad checkpoints give one line a
   CHECK(lines(r.out) == 1);
   CHECK(r.out.find("unreadable") != std::string::npos);
   CHECK(r.out.find("bad.safetensors") != std::string::npos);
+
+  // IDX images of another size than 28 x 28 are named as such, not found out by the first linear layer.
+  {
+    auto idx = [&](const std::string& name, std::vector<uint32_t> dims) {
+      std::ofstream f(dir / name, std::ios::binary);
+      const char magic[4] = {0, 0, 0x08, static_cast<char>(dims.size())};
+      f.write(magic, 4);
+      int64_t n = 1;
+      for (uint32_t d : dims) {
+        const char be[4] = {static_cast<char>(d >> 24), static_cast<char>(d >> 16), static_cast<char>(d >> 8),
+                            static_cast<char>(d)};
+        f.write(be, 4);
+        n *= d;
+      }
+      f << std::string(static_cast<size_t>(n), '\0');
+    };
+    fs::create_directories(dir / "fm32");
+    idx("fm32/train-images-idx3-ubyte", {4, 32, 32});
+    idx("fm32/train-labels-idx1-ubyte", {4});
+    idx("fm32/t10k-images-idx3-ubyte", {4, 28, 28});
+    idx("fm32/t10k-labels-idx1-ubyte", {4});
+    r = mpx_err("train --epochs 1 -b 2 --data '" + (dir / "fm32").string() + "'");
+    CHECK(r.rc == 1);
+    CHECK(r.out.find("holds 32 x 32 images; fashion-mnist is 28 x 28") != std::string::npos);
+  }
 
   r = mpx_err("train --resume '" + (dir / "missing.safetensors").string() + "'");
   CHECK(r.rc == 1);

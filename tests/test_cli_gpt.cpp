@@ -279,6 +279,11 @@ TEST_CASE("mpx gpt: bad flags and data are clear errors", "[cli][gpt]") {
       {"--opt-level O2 --stochastic-rounding", 2, "add --master-weights false"},
       {"--opt-level O1 --stochastic-rounding", 2, "use --opt-level O3, or O2 with --master-weights false"},
       {"--opt-level O3 --low-precision-state", 2, "add --stochastic-rounding"},
+      {"--text --steps 2", 2, "--text needs a value (FILE), got the flag --steps"},
+      {"--threads 100000", 2, "--threads must be at most 4096"},
+      {"--context 99999999999999999999", 2, "--context must be at most"},
+      {"--min-lr 1 --lr 0.001", 2, "--min-lr (the cosine's floor) must not exceed --lr"},
+      {"--beta2 1", 2, "--beta2 must be below 1"},
   };
   CliRun r;
   for (const Case& c : cases) {
@@ -304,4 +309,68 @@ TEST_CASE("mpx gpt: bad flags and data are clear errors", "[cli][gpt]") {
   r = err("--text " + q(dir / "short.txt"));
   CHECK(r.rc == 1);
   CHECK(has(r.out, "use a shorter context or more tokens"));
+}
+
+TEST_CASE("mpx gpt keeps what a run did when it goes wrong: no diverged checkpoint, trained steps saved on a data "
+          "error, --export-hf checked before training, generation without the training text",
+          "[cli][gpt]") {
+  const fs::path dir = tmp("keeps");
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "the quick brown fox jumps over the lazy dog. ";
+  std::ofstream(dir / "t.txt") << text;
+  const std::string base = "gpt --text " + q(dir / "t.txt") + " --context 32 -b 4 --eval-iters 1 --opt-level O0 ";
+  const fs::path ck = dir / "run" / "checkpoint.safetensors";
+  REQUIRE(run_mpx(base + "--steps 4 --eval-interval 2 --out " + q(dir / "run")).rc == 0);
+  auto all_finite = [](const fs::path& p) {
+    for (const auto& [name, t] : mpx::load_tensors(p.string()))
+      if (t.is_floating_point() && !t.all_finite()) return false;
+    return true;
+  };
+  REQUIRE(all_finite(ck));
+  // Too few held-out tokens for one batch: said at the start, not silently skipped.
+  const CliRun few = run_mpx(base + "--steps 1 --val-fraction 0.001 --out " + q(dir / "few"), "2>&1");
+  CHECK(few.rc == 0);
+  CHECK(has(few.out, "no validation loss will be reported"));
+  // A learning rate that blows the weights up: the run stops without writing the diverged model over the checkpoint.
+  const CliRun up = mpx::testing::mpx_err("gpt --resume " + q(ck) + " --steps 40 --lr 1e4 --print-freq 1000 --eval-interval 2");
+  CHECK(up.rc == 1);
+  CHECK(has(up.out, "training diverged"));
+  CHECK(has(up.out, "the last checkpoint is"));
+  CHECK(all_finite(ck));
+
+  // Generation reads the vocabulary from the checkpoint, not from the (moved) training text; a temperature so small
+  // that logits / T overflow is greedy decoding.
+  fs::rename(dir / "t.txt", dir / "moved.txt");
+  const std::string gen = "gpt --resume " + q(ck) + " --generate 'the ' --sample 12";
+  const CliRun greedy = run_mpx(gen + " --temperature 0", "2>/dev/null"), tiny = run_mpx(gen + " --temperature 1e-45", "2>/dev/null");
+  CHECK(greedy.rc == 0);
+  CHECK(tiny.rc == 0);
+  CHECK(tiny.out == greedy.out);
+  fs::rename(dir / "moved.txt", dir / "t.txt");
+
+  // --export-hf is refused before any step: the wrong model, a folder, the run's own checkpoint.
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--arch lstm-lm --export-hf " + q(dir / "m.safetensors"), "--arch lstm-lm is not a GPT-2 model"},
+           {"--export-hf " + q(dir), "is a folder"},
+           {"--export-hf " + q(dir / "e" / "checkpoint.safetensors"), "is the run's own checkpoint.safetensors"},
+           {"--export-hf " + q(dir / "none" / "m.safetensors"), "does not exist"}}) {
+    INFO(args);
+    const CliRun r = run_mpx(base + "--steps 2 --out " + q(dir / "e") + " " + args, "2>&1");
+    CHECK(r.rc == 2);
+    CHECK(has(r.out, says));
+    CHECK(!has(r.out, "step 1/2"));
+  }
+
+  // A validation shard with a token id beyond GPT-2's vocabulary: the error names it, and the step trained is saved.
+  std::vector<uint16_t> good(2048), bad(256, 60000);
+  for (size_t i = 0; i < good.size(); ++i) good[i] = static_cast<uint16_t>((i * 7919) % 300);
+  write_shard(dir / "train.bin", good);
+  write_shard(dir / "val.bin", bad);
+  const CliRun v = mpx::testing::mpx_err("gpt --tokens " + q(dir / "train.bin") + " --val-tokens " + q(dir / "val.bin") +
+                                         " --context 16 -b 2 --steps 2 --eval-interval 1 --eval-iters 1 --opt-level O0 "
+                                         "--out " + q(dir / "v"));
+  CHECK(v.rc == 1);
+  CHECK(has(v.out, "60000"));
+  CHECK(has(v.out, "the model after step 1 is saved in"));
+  CHECK(fs::exists(dir / "v" / "checkpoint.safetensors"));
 }

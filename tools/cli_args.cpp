@@ -122,6 +122,12 @@ bool Args::parse(int argc, char** argv) {
       values_[key] = *inline_value;
     } else {
       if (i + 1 >= argc) throw UsageError(command_ + ": flag " + a + " needs a value (" + s->metavar + ")");
+      // `--text --steps 2`: the value forgotten, the next flag would be swallowed as it.
+      const std::string next = argv[i + 1], next_name = next.substr(0, next.find('='));
+      for (const auto& sp : specs_)
+        if (next.size() > 1 && next[0] == '-' && std::find(sp.names.begin(), sp.names.end(), next_name) != sp.names.end())
+          throw UsageError(command_ + ": flag " + a + " needs a value (" + s->metavar + "), got the flag " + next_name +
+                           " (write " + a + "=" + next + " if that really is the value)");
       values_[key] = argv[++i];
     }
   }
@@ -136,19 +142,23 @@ std::string Args::str(const std::string& name) const {
   return it != values_.end() ? it->second : s.def;
 }
 
-int64_t Args::integer(const std::string& name, int64_t min) const {
+int64_t Args::integer(const std::string& name, int64_t min, int64_t max) const {
   const std::string v = str(name);
   int64_t out = 0;
   size_t used = 0;
+  bool too_large = false;
   try {
     out = std::stoll(v, &used);
+  } catch (const std::out_of_range&) {
+    too_large = true;
   } catch (const std::exception&) {
     used = 0;
   }
-  if (v.empty() || used != v.size())
-    throw UsageError(command_ + ": " + key_of(spec(name)) + " expects an integer, got '" + v + "'");
-  if (out < min)
-    throw UsageError(command_ + ": " + key_of(spec(name)) + " must be at least " + std::to_string(min) + ", got " + v);
+  const std::string flag = command_ + ": " + key_of(spec(name));
+  if (too_large || (!v.empty() && used == v.size() && out > max))
+    throw UsageError(flag + " must be at most " + std::to_string(max) + ", got " + v);
+  if (v.empty() || used != v.size()) throw UsageError(flag + " expects an integer, got '" + v + "'");
+  if (out < min) throw UsageError(flag + " must be at least " + std::to_string(min) + ", got " + v);
   return out;
 }
 

@@ -40,8 +40,8 @@ class Args {
   bool given(const std::string& name) const;
   /// The value given, or the declared default.
   std::string str(const std::string& name) const;
-  /// The value as an integer; throws UsageError if it is not one or is below `min`.
-  int64_t integer(const std::string& name, int64_t min = INT64_MIN) const;
+  /// The value as an integer; throws UsageError if it is not one or is outside [min, max].
+  int64_t integer(const std::string& name, int64_t min = INT64_MIN, int64_t max = INT64_MAX) const;
   /// The value as a finite number; throws UsageError if it is not one or is below `min`.
   double number(const std::string& name, double min = -1e308) const;
   /// A switch's state (or a value flag read as true/false/1/0/yes/no).

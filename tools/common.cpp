@@ -21,6 +21,12 @@ namespace mpx::cli {
 
 namespace fs = std::filesystem;
 
+double beta_flag(const Args& args, const std::string& name) {
+  const double b = args.number(name, 0.0);
+  if (b >= 1.0) throw UsageError(name + " must be below 1 (Adam's moments would never forget), got " + args.str(name));
+  return b;
+}
+
 Device parse_device(const std::string& spec) {
   Device d;
   try {
@@ -189,6 +195,11 @@ DataSplits open_data(const std::string& name, const std::string& root_in, DataPu
     T::Transform t = T::PILToTensor();
     auto tr = fashion ? std::make_shared<data::FashionMNIST>(s.root, true, t) : std::make_shared<data::MNIST>(s.root, true, t);
     auto te = fashion ? std::make_shared<data::FashionMNIST>(s.root, false, t) : std::make_shared<data::MNIST>(s.root, false, t);
+    // The models are built for 28 x 28; other IDX images would fail deep inside the first layer that cares.
+    for (const auto& [split, images] : {std::pair<const char*, Tensor>{"train", tr->images()}, {"t10k", te->images()}})
+      MPX_CHECK(images.size(-1) == 28 && images.size(-2) == 28, name, ": the ", split, "-images file in ", s.root,
+                " holds ", images.size(-2), " x ", images.size(-1), " images; ", name,
+                " is 28 x 28 (use --dataset imagefolder for images of other sizes)");
     s.classes = tr->classes();
     s.train_labels = labels_of(tr->targets());
     s.test_labels = labels_of(te->targets());
@@ -224,6 +235,9 @@ DataSplits open_data(const std::string& name, const std::string& root_in, DataPu
     const data::ImagePipeline train_p = gen ? test_p : data::ImagePipeline::train(image_size).dtype(kUInt8);
     const std::string train_dir = split ? (r / "train").string() : s.root;
     const std::string val_dir = split && fs::is_directory(r / "val", ec) ? (r / "val").string() : train_dir;
+    if (!gen && val_dir == train_dir)
+      std::fprintf(stderr, "mpx: warning: imagefolder: %s has train/ but no val/ folder: the test figures are measured on "
+                   "the training images (add DIR/val/<class>/... for a held-out score)\n", s.root.c_str());
     auto opts = data::ImageFolderOptions().verify(!synthetic).skip_corrupt(skip_bad);
     if (gpu_decode) opts.gpu_decode(*gpu_decode);
     std::shared_ptr<data::ImageFolder> tr, te;
@@ -315,7 +329,7 @@ std::string class_summary(const DataSplits& d, int64_t limit_train, int64_t limi
 void check_classifier_arch(const std::string& command, const std::string& arch) {
   std::vector<std::string> classifiers;
   for (const auto& n : models::model_names())
-    if (n.rfind("dcgan", 0) != 0) classifiers.push_back(n);
+    if (n.rfind("dcgan", 0) != 0 && !models::is_language_model(n)) classifiers.push_back(n);
   std::string lower = arch;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
   if (std::find(classifiers.begin(), classifiers.end(), lower) != classifiers.end()) return;
@@ -430,7 +444,7 @@ bool parse_resumable(Args& args, int argc, char** argv, const std::string& comma
       std::fprintf(stderr,
                    "mpx %s: warning: %s %s differs from the checkpoint's %s; the continuation will not match an "
                    "uninterrupted run\n",
-                   command.c_str(), f.c_str(), args.str(f).c_str(), it->second.c_str());
+                   command.c_str(), f.c_str(), args.str(f).c_str(), it->second.empty() ? "(none)" : it->second.c_str());
     }
   }
   return true;

@@ -16,6 +16,14 @@
 
 namespace mpx::cli {
 
+/// The largest --threads (OpenMP's pool; a checkpoint's recorded count is held to it too) and
+/// --workers (loader threads) the commands accept: beyond them the OS refuses the threads.
+inline constexpr int64_t kMaxThreads = 4096;
+inline constexpr int64_t kMaxWorkers = 1024;
+
+/// An Adam beta flag (--beta1, --beta2): a number in [0, 1), else a UsageError.
+double beta_flag(const Args& args, const std::string& name);
+
 /// `--device` text ("cpu", "cuda", "cuda:1") to a Device; throws UsageError on a malformed
 /// spec and mpx::Error when CUDA is asked for but the build or the machine has none.
 Device parse_device(const std::string& spec);

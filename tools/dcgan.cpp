@@ -94,9 +94,9 @@ int run_dcgan(int argc, char** argv) {
   const std::string resume = args.str("--resume");
   const std::string dataset = args.choice("--dataset", {"fashion-mnist", "mnist", "cifar10", "imagefolder", "synthetic"});
   const int64_t batch = args.integer("--batch-size", 1), workers =
-      args.str("--workers").empty() ? (dataset == "imagefolder" ? 4 : 0) : args.integer("--workers", 0);
+      args.str("--workers").empty() ? (dataset == "imagefolder" ? 4 : 0) : args.integer("--workers", 0, kMaxWorkers);
   const int64_t epochs = args.integer("--epochs", 1);
-  const double lr = args.number("--lr", 0.0), beta1 = args.number("--beta1", 0.0);
+  const double lr = args.number("--lr", 0.0), beta1 = beta_flag(args, "--beta1");
   const int64_t nz = args.integer("--nz", 1), ngf = args.integer("--ngf", 1), ndf = args.integer("--ndf", 1);
   const int64_t print_freq = args.integer("--print-freq", 1), prof = prof_steps(args, "dcgan");
   const uint64_t seed = static_cast<uint64_t>(args.integer("--seed", 0));
@@ -116,9 +116,9 @@ int run_dcgan(int argc, char** argv) {
   // Rank 0 alone writes; the others only need the path for messages.
   const std::string ck_path = rk.leader() ? claim_out(out, files, run_id, resume, args.on("--overwrite"))
                                           : (fs::path(out) / "checkpoint.safetensors").string();
-  if (args.given("--threads")) mpx::set_num_threads(static_cast<int>(args.integer("--threads", 1)));
+  if (args.given("--threads")) mpx::set_num_threads(static_cast<int>(args.integer("--threads", 1, kMaxThreads)));
   else if (deterministic && !meta_str(ck_meta, "threads").empty())
-    mpx::set_num_threads(static_cast<int>(meta_int(ck_meta, "threads", resume, 1, 4096)));  // see train.cpp
+    mpx::set_num_threads(static_cast<int>(meta_int(ck_meta, "threads", resume, 1, kMaxThreads)));  // see train.cpp
   else if (rk.distributed()) mpx::set_num_threads(default_threads(workers, rk.local_world));
   if (deterministic) {
     cuda::cudnn_deterministic(true);

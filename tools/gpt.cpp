@@ -163,6 +163,11 @@ int run_gpt(int argc, char** argv) {
   TensorDict ck;
   if (!parse_resumable(args, argc, argv, "gpt", kRunFlags, kFreeFlags, ck_meta, ck)) return 0;
   const std::string resume = args.str("--resume");
+  for (const auto& [given, stored] : {std::pair<std::string, std::string>{"--tokens", "--text"}, {"--text", "--tokens"}})
+    if (args.given(given) && !meta_str(ck_meta, "flag." + stored).empty())
+      throw UsageError("--resume " + resume + " trained on " + stored + " " + meta_str(ck_meta, "flag." + stored) + "; " +
+                       given + " would change the data and its vocabulary under the model: resume without it, or start "
+                       "a new run");
   const int64_t batch = args.integer("--batch-size", 1), accum = args.integer("--grad-accum", 1);
   const int64_t steps = args.integer("--steps", 1), context_flag = args.integer("--context", 0);
   const double lr = args.number("--lr", 0.0);
@@ -171,6 +176,7 @@ int run_gpt(int argc, char** argv) {
   const double wd = args.number("--weight-decay", 0.0), clip = args.number("--clip-grad", 0.0);
   const double dropout = args.number("--dropout", 0.0), val_fraction = args.number("--val-fraction", 0.0);
   if (dropout >= 1) throw UsageError("--dropout must be below 1, got " + args.str("--dropout"));
+  if (min_lr > lr) throw UsageError("--min-lr (the cosine's floor) must not exceed --lr, got " + args.str("--min-lr") + " > " + args.str("--lr"));
   if (val_fraction >= 1) throw UsageError("--val-fraction must be below 1, got " + args.str("--val-fraction"));
   const int64_t eval_interval = args.integer("--eval-interval", 1), eval_iters = args.integer("--eval-iters", 0);
   const int64_t n_sample = args.integer("--sample", 0), top_k = args.integer("--top-k", 0);
@@ -189,9 +195,9 @@ int run_gpt(int argc, char** argv) {
     throw UsageError("mpx gpt: --nproc-per-node starts mpirun itself; under mpirun drop it");
   amp::Options amp_opts = amp_options(args, 1);
 
-  if (args.given("--threads")) mpx::set_num_threads(static_cast<int>(args.integer("--threads", 1)));
+  if (args.given("--threads")) mpx::set_num_threads(static_cast<int>(args.integer("--threads", 1, kMaxThreads)));
   else if (deterministic && !meta_str(ck_meta, "threads").empty())
-    mpx::set_num_threads(static_cast<int>(meta_int(ck_meta, "threads", resume, 1, 4096)));
+    mpx::set_num_threads(static_cast<int>(meta_int(ck_meta, "threads", resume, 1, kMaxThreads)));
   else if (rk.distributed()) mpx::set_num_threads(default_threads(0, rk.local_world));
   if (deterministic) {
     cuda::cudnn_deterministic(true);
@@ -217,6 +223,11 @@ int run_gpt(int argc, char** argv) {
   if (ids_only) {
     d.vocab_size = models::hf_gpt2_config(hf).vocab_size;
     d.source = "no data (GPT-2 ids)";
+  } else if (generating && !stored.empty()) {  // the checkpoint's own vocabulary: the training text is not needed
+    d.chars = true;
+    d.vocab = data::CharVocab::from_chars(stored);
+    d.vocab_size = d.vocab.size();
+    d.source = "the vocabulary of " + resume;
   } else {
     d = open_token_data(args.str("--text"), args.str("--tokens"), args.str("--val-tokens"), val_fraction, stored);
   }
@@ -238,6 +249,8 @@ int run_gpt(int argc, char** argv) {
     hf.clear();  // the model holds the weights now
   }
   lm.net.ptr()->to(device);
+  const std::string export_hf = args.str("--export-hf");
+  if (!export_hf.empty() && !generating) check_export_path(export_hf, lm, arch, out);
 
   if (generating) {  // inference only: no output folder, no optimizer
     if (!resume.empty()) get_module(*lm.net.ptr(), "model", ck, resume);
@@ -255,13 +268,27 @@ int run_gpt(int argc, char** argv) {
             rk.distributed() ? " per rank" : "", "; lower --batch-size or --context, or give more text");
   std::optional<MicroBatches> val_batches;
   if (d.val && d.val->size() > context) val_batches.emplace(d.val, context, batch, rk, seed, /*shuffle=*/false);
+  const bool validating = val_batches && eval_iters > 0 && val_batches->per_epoch() > 0;
+  if (rk.leader() && eval_iters > 0 && d.val && !validating)
+    std::fprintf(stderr, "mpx gpt: warning: the %lld validation tokens make %lld windows of %lld tokens, fewer than one "
+                 "batch of %lld%s: no validation loss will be reported; raise --val-fraction, give longer --val-tokens "
+                 "or lower --batch-size\n",
+                 static_cast<long long>(d.val->size()), static_cast<long long>(val_batches ? val_batches->windows() : 0),
+                 static_cast<long long>(context + 1), static_cast<long long>(batch), rk.distributed() ? " per rank" : "");
 
-  const auto adamw = optim::AdamWOptions(lr).betas(optim::Betas(args.number("--beta1", 0.0), args.number("--beta2", 0.0)))
+  const auto adamw = optim::AdamWOptions(lr).betas(optim::Betas(beta_flag(args, "--beta1"), beta_flag(args, "--beta2")))
                          .eps(args.number("--eps", 0.0)).weight_decay(wd);
   optim::AdamW opt(decay_groups(*lm.net.ptr(), adamw), adamw);
   amp::reset();
   amp_opts.verbosity(0);
   amp::initialize(lm.net, opt, amp_opts);
+  if (rk.leader() && amp::properties().opt_level != "O0" && amp_opts.dtype_ == kFloat16 &&
+      !amp::properties().master_weights && !args.on("--stochastic-rounding") && args.number("--eps", 0.0) < 1e-4)
+    std::fprintf(stderr, "mpx gpt: warning: without master weights AdamW keeps its moments in f16 (as PyTorch does for f16 "
+                 "parameters): a second moment below f16's smallest 6e-8 is zero (gradients under about 1e-3), and with "
+                 "--eps %s such a step is lr * gradient / eps, which wrecks the model in a step or two; use --dtype bf16, "
+                 "O1/O2 with master weights, or --eps 1e-4\n",
+                 args.str("--eps").c_str());
 
   const std::string run_id = meta_str(ck_meta, "run.id").empty() ? new_run_id() : meta_str(ck_meta, "run.id");
   const RunFiles files{"gpt", {"checkpoint.safetensors", "metrics.csv", "metrics.jsonl", "eval.csv", "eval.jsonl", "loss.svg"}, {}};
@@ -324,26 +351,24 @@ int run_gpt(int argc, char** argv) {
     // f32 whatever the logits' dtype (as PyTorch's autocast runs it), without an f32 copy of them.
     return F::cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
   };
-  // Mean validation loss over the first --eval-iters batches of every rank's shard (NaN without validation data).
-  auto evaluate = [&]() -> double {
-    if (!val_batches || eval_iters == 0) return NAN;
-    nn::Module& m = *lm.net.ptr();
-    m.eval();
-    double sum = 0, n = 0;
-    {
-      NoGradGuard ng;
-      const int64_t k = std::min(eval_iters, val_batches->per_epoch());
-      for (int64_t i = 0; i < k; ++i) {
-        data::Batch b = val_batches->get(i);
-        sum += cross_entropy(lm.net(b.data.to(device)), b.target.to(device)).item<double>();
-        n += 1;
-      }
-    }
-    m.train();
-    const std::vector<double> v = sum_over_ranks({sum, n});
-    return v[1] > 0 ? v[0] / v[1] : NAN;
+  auto last_checkpoint = [&]() -> std::string {
+    return fs::exists(ck_path) ? "; the last checkpoint is " + ck_path : "";
   };
+  // Stops the run before a diverged model can replace the last good checkpoint.
+  auto diverged = [&](int64_t step_done, const std::string& what) {
+    // A loss scale guards the backward only: a non-finite loss comes from the forward pass.
+    const bool f16 = amp::properties().opt_level != "O0" && low == kFloat16;
+    MPX_ERROR("training diverged: ", what, " at step ", step_done, "; ",
+              f16 ? "the f16 forward pass overflowed (f16 ends at 65504): use --dtype bf16, or lower --lr (now " : "lower --lr (now ",
+              lr, ") or raise --warmup", last_checkpoint());
+  };
+  auto check_finite_model = [&](int64_t step_done) {
+    for (const Tensor& p : lm.net.ptr()->parameters())
+      if (!p.all_finite()) diverged(step_done, "the weights hold inf or NaN");
+  };
+  // Every rank checks (their weights are equal), so all stop together.
   auto save_checkpoint = [&](int64_t step_done) {
+    check_finite_model(step_done);
     if (!rk.leader()) return;
     TensorDict t;
     Metadata m;
@@ -362,22 +387,57 @@ int run_gpt(int argc, char** argv) {
     if (d.chars) m["vocab.chars"] = hex(d.vocab.chars);
     save_checkpoint_file(t, m, ck_path);
   };
+  // A batch, or on a data error (a bad token id, an unreadable shard) the error with the progress saved.
+  auto fetch = [&](MicroBatches& from, int64_t micro, const char* what, int64_t step_now) {
+    try {
+      return from.get(micro);
+    } catch (const Error& e) {
+      const bool saved = step_now > start && rk.leader();
+      if (saved) save_checkpoint(step_now);
+      MPX_ERROR(e.what(), " (reading the ", what, " data at step ", step_now, saved ? "; the model after step " : "",
+                saved ? std::to_string(step_now) + " is saved in " + ck_path + ": fix the data, then continue with --resume " + ck_path : "",
+                ")");
+    }
+  };
   auto write_chart = [&] {
     if (!rk.leader()) return;
     write_svg((fs::path(out) / "loss.svg").string(), "mpx gpt: " + arch + ", " + amp::properties().opt_level,
               {Panel{"loss", "step", "cross-entropy (nats per token)",
                      {Series{"train", log.column("step", "loss")}, Series{"validation", eval_log.column("step", "val_loss")}}}});
   };
-  auto eval_and_sample = [&](int64_t step_done) {
-    const double vl = evaluate();
-    if (rk.leader()) {
-      if (std::isfinite(vl)) {
-        eval_log.append({{"step", static_cast<double>(step_done)},
-                         {"tokens", static_cast<double>(step_done * tokens_per_step)},
-                         {"val_loss", vl},
-                         {"val_ppl", std::exp(vl)}});
-        std::printf("step %lld: validation loss %.4f, perplexity %.2f\n", static_cast<long long>(step_done), vl, std::exp(vl));
+  // Mean validation loss over the first --eval-iters batches of every rank's shard (NaN without validation data).
+  auto evaluate = [&](int64_t eval_step) -> double {
+    if (!validating) return NAN;
+    nn::Module& m = *lm.net.ptr();
+    m.eval();
+    double sum = 0, n = 0;
+    {
+      NoGradGuard ng;
+      const int64_t k = std::min(eval_iters, val_batches->per_epoch());
+      for (int64_t i = 0; i < k; ++i) {
+        data::Batch b = fetch(*val_batches, i, "validation", eval_step);
+        sum += cross_entropy(lm.net(b.data.to(device)), b.target.to(device)).item<double>();
+        n += 1;
       }
+    }
+    m.train();
+    const std::vector<double> v = sum_over_ranks({sum, n});
+    return v[1] > 0 ? v[0] / v[1] : NAN;
+  };
+  // Evaluates, checkpoints (only a model that is still finite), then samples: a failed sample keeps the checkpoint.
+  auto eval_checkpoint_sample = [&](int64_t step_done) {
+    const double vl = evaluate(step_done);
+    if (validating && !std::isfinite(vl))
+      diverged(step_done, std::string("the validation loss is ") + (std::isnan(vl) ? "nan" : "inf"));
+    if (rk.leader() && std::isfinite(vl)) {
+      eval_log.append({{"step", static_cast<double>(step_done)},
+                       {"tokens", static_cast<double>(step_done * tokens_per_step)},
+                       {"val_loss", vl},
+                       {"val_ppl", std::exp(vl)}});
+      std::printf("step %lld: validation loss %.4f, perplexity %.2f\n", static_cast<long long>(step_done), vl, std::exp(vl));
+    }
+    save_checkpoint(step_done);
+    if (rk.leader()) {
       if (n_sample > 0) {
         Sampling at_step = sampling;
         at_step.seed = seed + static_cast<uint64_t>(step_done);
@@ -397,9 +457,6 @@ int run_gpt(int argc, char** argv) {
   int64_t loss_n = 0;
   double last_val = NAN, grad_norm = 0;
   int64_t skipped_at_window = amp::skipped_steps(opt), window_first_step = start;
-  auto last_checkpoint = [&]() -> std::string {
-    return fs::exists(ck_path) ? "; the last checkpoint is " + ck_path : "";
-  };
   for (int64_t step = start; step < steps; ++step) {
     if ((prof >= 0 && iterations >= prof) || (rk.distributed() ? any_rank(interrupted()) : interrupted())) {
       save_checkpoint(step);
@@ -415,8 +472,14 @@ int run_gpt(int argc, char** argv) {
     const double step_lr = gpt_lr_at(step, lr, min_lr, warmup, steps);
     for (auto& g : opt.param_groups()) g.set_lr(step_lr);
     opt.zero_grad();
+    bool cut = false;
     for (int64_t a = 0; a < accum; ++a) {
-      data::Batch b = train_batches.get(step * accum + a);
+      // A long accumulation stops at a signal too (one process: ranks must agree on when to stop).
+      if (!rk.distributed() && interrupted()) {
+        cut = true;
+        break;
+      }
+      data::Batch b = fetch(train_batches, step * accum + a, "training", step);
       Tensor x = b.data.to(device, true), y = b.target.to(device, true);
       const bool last = a == accum - 1;
       // DDP reduces once per optimizer step: the micro-steps before the last keep their gradients local.
@@ -428,6 +491,11 @@ int run_gpt(int argc, char** argv) {
           .backward();
       loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
       ++loss_n;
+    }
+    if (cut) {  // back to the loop's head, which saves the state before this step and exits
+      opt.zero_grad();
+      --step;
+      continue;
     }
     if (clip > 0) grad_norm = nn::utils::clip_grad_norm_(amp::master_params(opt), clip);
     opt.step();
@@ -461,13 +529,7 @@ int run_gpt(int argc, char** argv) {
                     {"skipped", static_cast<double>(amp::skipped_steps(opt))},
                     {"grad_norm", grad_norm}});
       }
-      if (!std::isfinite(mean_loss)) {
-        // A loss scale guards the backward only: a non-finite loss comes from the forward pass.
-        const bool f16 = amp::properties().opt_level != "O0" && low == kFloat16;
-        MPX_ERROR("training diverged: the loss is ", std::isnan(mean_loss) ? std::fabs(mean_loss) : mean_loss, " at step ", done, "; ",
-                  f16 ? "the f16 forward pass overflowed (f16 ends at 65504): use --dtype bf16, or lower --lr (now " : "lower --lr (now ",
-                  lr, ") or raise --warmup", last_checkpoint());
-      }
+      if (!std::isfinite(mean_loss)) diverged(done, std::string("the loss is ") + (std::isnan(mean_loss) ? "nan" : "inf"));
       const int64_t skipped_now = amp::skipped_steps(opt);
       if (skipped_now - skipped_at_window == done - window_first_step) {
         // Every step of the window overflowed: with a static scale that is the scale's doing.
@@ -487,16 +549,14 @@ int run_gpt(int argc, char** argv) {
       window_start = std::chrono::steady_clock::now();
     }
     if (done % eval_interval == 0 || done == steps) {
-      last_val = eval_and_sample(done);
-      save_checkpoint(done);
+      last_val = eval_checkpoint_sample(done);
       write_chart();
       window_start = std::chrono::steady_clock::now();  // evaluation is not training time
     }
   }
-  if (rk.leader() && !args.str("--export-hf").empty()) {
-    if (!lm.gpt) throw UsageError("--export-hf writes GPT-2 weights; --arch " + arch + " is not a GPT-2 model");
-    save_tensors(models::hf_gpt2_state(*lm.gpt), args.str("--export-hf"), {{"format", "pt"}});
-    std::printf("wrote %s (Hugging Face GPT-2 layout)\n", args.str("--export-hf").c_str());
+  if (rk.leader() && !export_hf.empty()) {
+    save_tensors(models::hf_gpt2_state(*lm.gpt), export_hf, {{"format", "pt"}});
+    std::printf("wrote %s (Hugging Face GPT-2 layout)\n", export_hf.c_str());
   }
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   if (rk.leader()) {

@@ -2,14 +2,20 @@
 #include "tools/gpt_parts.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "tools/cli_args.h"
+#include "tools/common.h"
 
 namespace mpx::cli {
 
@@ -221,13 +227,14 @@ std::vector<int64_t> generate(const LanguageModel& lm, std::vector<int64_t> ids,
   {
     NoGradGuard ng;
     NextLogits next_logits(lm, device);
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = 0; i < n && !interrupted(); ++i) {  // a signal ends a long generation with what it has
       Tensor logits = next_logits(ids);
       int64_t next = 0;
       if (how.temperature <= 0) {
         next = std::get<1>(topk(logits, 1)).item<int64_t>();
       } else {
-        logits = logits / how.temperature;
+        // The largest logit first: a tiny temperature then sends the rest to -inf instead of every logit to +-inf.
+        logits = (logits - std::get<0>(topk(logits, 1))) / how.temperature;
         if (how.top_k > 0 && how.top_k < logits.size(0)) {
           const double kth = std::get<0>(topk(logits, how.top_k)).select(0, how.top_k - 1).item<double>();
           logits = masked_fill(logits, logits < kth, -INFINITY);
@@ -285,6 +292,26 @@ double device_peak_flops(Device device, DType dtype) {
   if (name.find("H200") != std::string::npos) return 989e12;
   if (name.find("A100") != std::string::npos) return 312e12;
   return 0;
+}
+
+void check_export_path(const std::string& path, const LanguageModel& lm, const std::string& arch, const std::string& out) {
+  if (!lm.gpt) throw UsageError("--export-hf writes GPT-2 weights; --arch " + arch + " is not a GPT-2 model");
+  const fs::path p(path);
+  std::error_code ec;
+  if (fs::is_directory(p, ec)) throw UsageError("--export-hf " + path + " is a folder; give a file, e.g. " + (p / "model.safetensors").string());
+  const fs::path target = fs::weakly_canonical(p, ec);
+  for (const char* own : {"checkpoint.safetensors", "metrics.csv", "metrics.jsonl", "eval.csv", "eval.jsonl", "loss.svg"})
+    if (!ec && target == fs::weakly_canonical(fs::path(out) / own, ec))
+      throw UsageError("--export-hf " + path + " is the run's own " + own + "; choose another file");
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  if (fs::weakly_canonical(dir, ec) == fs::weakly_canonical(out, ec)) return;  // the run creates --out
+  if (!fs::is_directory(dir, ec)) throw UsageError("--export-hf " + path + ": the folder " + dir.string() + " does not exist");
+  // The export writes a temporary file beside the target: make sure the folder takes one now.
+  const fs::path probe = dir / (".mpx-export-check-" + std::to_string(::getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) throw UsageError("--export-hf " + path + ": cannot create files in " + dir.string() + " (" + std::strerror(errno) + ")");
+  ::close(fd);
+  fs::remove(probe, ec);
 }
 
 }  // namespace mpx::cli

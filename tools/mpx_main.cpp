@@ -72,9 +72,11 @@ int main(int argc, char** argv) {
                  near.empty() ? "" : (" (did you mean " + near + "?)").c_str());
     return 2;
   } catch (const mpx::cli::UsageError& e) {
+    std::fflush(stdout);  // what the run printed comes before its error, also when both go to one file
     std::fprintf(stderr, "%s%s\n", rank_tag().c_str(), one_line(usage_line(cmd, e.what())).c_str());
     return mpx::cli::end_failed_rank(2);
   } catch (const std::filesystem::filesystem_error& e) {
+    std::fflush(stdout);
     // The library names most paths itself; this is the net under whatever a folder walk still throws.
     std::string path = e.path1().string();
     const bool denied = e.code() == std::errc::permission_denied;
@@ -82,9 +84,11 @@ int main(int argc, char** argv) {
                  e.code().message().c_str(), denied ? "; check its permissions and those of the folders above it" : "");
     return mpx::cli::end_failed_rank(1);
   } catch (const std::exception& e) {
+    std::fflush(stdout);
     std::fprintf(stderr, "%smpx: error: %s\n", rank_tag().c_str(), one_line(e.what()).c_str());
     return mpx::cli::end_failed_rank(1);
   } catch (...) {
+    std::fflush(stdout);
     std::fprintf(stderr, "%smpx: error: unknown failure\n", rank_tag().c_str());
     return mpx::cli::end_failed_rank(1);
   }

@@ -144,7 +144,7 @@ bool TrainRun::parse(int argc, char** argv) {
 
   dataset_ = args_.choice("--dataset", {"fashion-mnist", "mnist", "cifar10", "imagefolder", "synthetic"});
   batch_ = args_.integer("--batch-size", 1);
-  workers_ = args_.str("--workers").empty() ? (dataset_ == "imagefolder" ? 4 : 0) : args_.integer("--workers", 0);
+  workers_ = args_.str("--workers").empty() ? (dataset_ == "imagefolder" ? 4 : 0) : args_.integer("--workers", 0, kMaxWorkers);
   epochs_ = args_.integer("--epochs", 1);
   base_lr_flag_ = args_.number("--lr", 0.0);
   momentum_ = args_.number("--momentum", 0.0);
@@ -188,11 +188,11 @@ bool TrainRun::parse(int argc, char** argv) {
   else ck_path_ = (fs::path(out_) / "checkpoint.safetensors").string();
 
   if (args_.given("--threads")) {
-    mpx::set_num_threads(static_cast<int>(args_.integer("--threads", 1)));
+    mpx::set_num_threads(static_cast<int>(args_.integer("--threads", 1, kMaxThreads)));
   } else if (deterministic_ && !meta_str(ck_meta_, "threads").empty()) {
     // Some CPU kernels (oneDNN convolutions, GEMM blocking) split their reductions by thread
     // count, so a bit-identical continuation needs the thread count the checkpoint was made with.
-    mpx::set_num_threads(static_cast<int>(meta_int(ck_meta_, "threads", resume_, 1, 4096)));
+    mpx::set_num_threads(static_cast<int>(meta_int(ck_meta_, "threads", resume_, 1, kMaxThreads)));
   }
   // Without an explicit count the default fits a shared machine: this rank's share of the cores
   // less loader workers, and (one rank) the tuner drops to fewer threads while another process

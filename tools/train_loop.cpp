@@ -143,9 +143,13 @@ std::optional<int> TrainRun::train_epoch(int64_t epoch) {
   auto data_failed = [&](const std::exception& e) {
     bar.finish();
     if (!ranks_.distributed()) save_position(st, st.step, st.prior_seconds + bar.seconds());
+    // Memory is not a file's fault: the batch the flags ask for is too large.
+    const bool oom = std::string(e.what()).find("out of memory") != std::string::npos;
     MPX_ERROR("reading the training data failed in epoch ", epoch + 1, " after step ", st.step, ": ", e.what(),
-              ranks_.distributed() ? "; fix or remove the file" : "; that step is checkpointed: fix or remove the file",
-              skip_bad_ ? "" : " (or pass --skip-bad-images)", " and continue with mpx train --resume ", ck_path_);
+              oom ? "; lower --batch-size or --image-size (or --workers, each holding batches)"
+                  : ranks_.distributed() ? "; fix or remove the file" : "; that step is checkpointed: fix or remove the file",
+              oom || skip_bad_ ? "" : " (or pass --skip-bad-images)", oom ? "" : " and continue with mpx train --resume ",
+              oom ? "" : ck_path_);
   };
   if (st.first < steps_per_epoch_) {
     const EpochBatches ep(*train_loader_, d_, epoch, st.first, device_, layout_);
