@@ -89,15 +89,15 @@ std::string read_text_file(const std::string& path) {
   std::string text;
   char buf[1 << 16];
   size_t got;
-  // A bound for what is not a regular file (a pipe, /dev/stdin, a device such as /dev/zero that never ends):
-  // text files this large belong in token shards, which are memory-mapped instead of read.
+  // A bound on what is read: a pipe or a device (/dev/zero) may never end, and a text this large belongs in token
+  // shards, which are memory-mapped instead.
   constexpr size_t kMaxText = size_t{2} << 30;
   while ((got = std::fread(buf, 1, sizeof buf, f)) > 0) {
     if (text.size() + got > kMaxText) {
       std::fclose(f);
-      MPX_ERROR("open_text: ", path, " holds more than ", kMaxText >> 30, " GiB", fs::is_regular_file(st) ? "" : " (it is not a regular file)",
-                "; a text this large belongs in token shards: tokenize it (docs/data.md) and read them with open_token_shards "
-                "(mpx gpt --tokens)");
+      MPX_ERROR("open_text: ", path, " holds more than ", kMaxText >> 30, " GiB",
+                fs::is_regular_file(st) ? "" : " (it is not a regular file)", "; a text this large belongs in token "
+                "shards: tokenize it (docs/data.md) and read them with open_token_shards (mpx gpt --tokens)");
     }
     text.append(buf, got);
   }

@@ -155,6 +155,7 @@ int64_t Args::integer(const std::string& name, int64_t min, int64_t max) const {
     used = 0;
   }
   const std::string flag = command_ + ": " + key_of(spec(name));
+  if (too_large && v[0] == '-') throw UsageError(flag + " must be at least " + std::to_string(min) + ", got " + v);
   if (too_large || (!v.empty() && used == v.size() && out > max))
     throw UsageError(flag + " must be at most " + std::to_string(max) + ", got " + v);
   if (v.empty() || used != v.size()) throw UsageError(flag + " expects an integer, got '" + v + "'");

@@ -176,7 +176,8 @@ int run_gpt(int argc, char** argv) {
   const double wd = args.number("--weight-decay", 0.0), clip = args.number("--clip-grad", 0.0);
   const double dropout = args.number("--dropout", 0.0), val_fraction = args.number("--val-fraction", 0.0);
   if (dropout >= 1) throw UsageError("--dropout must be below 1, got " + args.str("--dropout"));
-  if (min_lr > lr) throw UsageError("--min-lr (the cosine's floor) must not exceed --lr, got " + args.str("--min-lr") + " > " + args.str("--lr"));
+  if (min_lr > lr)
+    throw UsageError("--min-lr (the cosine's floor) must not exceed --lr, got " + args.str("--min-lr") + " > " + args.str("--lr"));
   if (val_fraction >= 1) throw UsageError("--val-fraction must be below 1, got " + args.str("--val-fraction"));
   const int64_t eval_interval = args.integer("--eval-interval", 1), eval_iters = args.integer("--eval-iters", 0);
   const int64_t n_sample = args.integer("--sample", 0), top_k = args.integer("--top-k", 0);
@@ -291,7 +292,7 @@ int run_gpt(int argc, char** argv) {
                  args.str("--eps").c_str());
 
   const std::string run_id = meta_str(ck_meta, "run.id").empty() ? new_run_id() : meta_str(ck_meta, "run.id");
-  const RunFiles files{"gpt", {"checkpoint.safetensors", "metrics.csv", "metrics.jsonl", "eval.csv", "eval.jsonl", "loss.svg"}, {}};
+  const RunFiles files{"gpt", kGptRunFiles, {}};
   std::string canonical;
   for (const auto& f : kRunFlags) canonical += f + "=" + args.str(f) + " ";
   for (const char* f : {"--prof", "--resume"}) canonical += std::string(f) + "=" + args.str(f) + " ";
@@ -362,6 +363,7 @@ int run_gpt(int argc, char** argv) {
               f16 ? "the f16 forward pass overflowed (f16 ends at 65504): use --dtype bf16, or lower --lr (now " : "lower --lr (now ",
               lr, ") or raise --warmup", last_checkpoint());
   };
+  auto nan_or_inf = [](double v) { return std::string(std::isnan(v) ? "nan" : "inf"); };
   auto check_finite_model = [&](int64_t step_done) {
     for (const Tensor& p : lm.net.ptr()->parameters())
       if (!p.all_finite()) diverged(step_done, "the weights hold inf or NaN");
@@ -428,7 +430,7 @@ int run_gpt(int argc, char** argv) {
   auto eval_checkpoint_sample = [&](int64_t step_done) {
     const double vl = evaluate(step_done);
     if (validating && !std::isfinite(vl))
-      diverged(step_done, std::string("the validation loss is ") + (std::isnan(vl) ? "nan" : "inf"));
+      diverged(step_done, "the validation loss is " + nan_or_inf(vl));
     if (rk.leader() && std::isfinite(vl)) {
       eval_log.append({{"step", static_cast<double>(step_done)},
                        {"tokens", static_cast<double>(step_done * tokens_per_step)},
@@ -529,7 +531,7 @@ int run_gpt(int argc, char** argv) {
                     {"skipped", static_cast<double>(amp::skipped_steps(opt))},
                     {"grad_norm", grad_norm}});
       }
-      if (!std::isfinite(mean_loss)) diverged(done, std::string("the loss is ") + (std::isnan(mean_loss) ? "nan" : "inf"));
+      if (!std::isfinite(mean_loss)) diverged(done, "the loss is " + nan_or_inf(mean_loss));
       const int64_t skipped_now = amp::skipped_steps(opt);
       if (skipped_now - skipped_at_window == done - window_first_step) {
         // Every step of the window overflowed: with a static scale that is the scale's doing.

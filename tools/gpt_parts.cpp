@@ -300,7 +300,7 @@ void check_export_path(const std::string& path, const LanguageModel& lm, const s
   std::error_code ec;
   if (fs::is_directory(p, ec)) throw UsageError("--export-hf " + path + " is a folder; give a file, e.g. " + (p / "model.safetensors").string());
   const fs::path target = fs::weakly_canonical(p, ec);
-  for (const char* own : {"checkpoint.safetensors", "metrics.csv", "metrics.jsonl", "eval.csv", "eval.jsonl", "loss.svg"})
+  for (const std::string& own : kGptRunFiles)
     if (!ec && target == fs::weakly_canonical(fs::path(out) / own, ec))
       throw UsageError("--export-hf " + path + " is the run's own " + own + "; choose another file");
   const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();

@@ -119,6 +119,10 @@ std::vector<int64_t> prompt_ids(const TokenData& d, const std::string& prompt);
 /// The dense bf16/f16 Tensor Core peak of the device in FLOP/s when known (H100, H200, A100), else 0.
 double device_peak_flops(Device device, DType dtype);
 
+/// The files a run of mpx gpt writes into --out.
+inline const std::vector<std::string> kGptRunFiles = {"checkpoint.safetensors", "metrics.csv", "metrics.jsonl",
+                                                      "eval.csv",               "eval.jsonl",  "loss.svg"};
+
 /// --export-hf's target, checked before training: a GPT-2 model, a file (not a folder) in a folder that takes new
 /// files, and not one of the run's own files in `out`. Throws UsageError naming what is wrong.
 void check_export_path(const std::string& path, const LanguageModel& lm, const std::string& arch, const std::string& out);
