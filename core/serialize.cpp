@@ -38,13 +38,38 @@ const char* st_code(DType t) {
   }
   return "?";
 }
-bool st_dtype(const std::string& code, DType* out) {
-  static const std::pair<const char*, DType> kCodes[] = {
-      {"F32", kFloat32}, {"F16", kFloat16}, {"BF16", kBFloat16}, {"F64", kFloat64},
-      {"I64", kInt64},   {"I32", kInt32},   {"U8", kUInt8},      {"BOOL", kBool}};
-  for (const auto& [c, t] : kCodes)
-    if (code == c) { *out = t; return true; }
-  return false;
+// A file dtype: the mpx dtype it loads as and its width in the file. The codes mpx has no dtype for (PyTorch's int8,
+// int16, uint16, uint32, uint64 and float8 tensors) are widened on load to a dtype that holds every value exactly.
+struct FileDType {
+  const char* code;
+  DType dtype;
+  int width;
+  bool widened;
+};
+constexpr FileDType kFileDTypes[] = {
+    {"F32", kFloat32, 4, false}, {"F16", kFloat16, 2, false},   {"BF16", kBFloat16, 2, false}, {"F64", kFloat64, 8, false},
+    {"I64", kInt64, 8, false},   {"I32", kInt32, 4, false},     {"U8", kUInt8, 1, false},      {"BOOL", kBool, 1, false},
+    {"I8", kInt32, 1, true},     {"I16", kInt32, 2, true},      {"U16", kInt32, 2, true},      {"U32", kInt64, 4, true},
+    {"U64", kInt64, 8, true},    {"F8_E4M3", kFloat32, 1, true}, {"F8_E5M2", kFloat32, 1, true}};
+const FileDType* st_dtype(const std::string& code) {
+  for (const FileDType& f : kFileDTypes)
+    if (code == f.code) return &f;
+  return nullptr;
+}
+
+// float8 bytes as float: E4M3 (PyTorch's float8_e4m3fn: bias 7, no infinities, S.1111.111 is NaN) and E5M2 (the
+// top byte of an IEEE half).
+float f8_e4m3(uint8_t b) {
+  const int e = (b >> 3) & 0xF, m = b & 7;
+  const float mag = e == 15 && m == 7 ? NAN : e == 0 ? std::ldexp(static_cast<float>(m), -9)
+                                                     : std::ldexp(1.0f + static_cast<float>(m) / 8.0f, e - 7);
+  return b & 0x80 ? -mag : mag;
+}
+float f8_e5m2(uint8_t b) {
+  Half h;
+  const uint16_t bits = static_cast<uint16_t>(b) << 8;
+  std::memcpy(&h, &bits, 2);
+  return static_cast<float>(h);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -53,6 +78,7 @@ bool st_dtype(const std::string& code, DType* out) {
 struct Entry {
   std::string name;
   DType dtype;
+  const FileDType* file;  // how the data are stored
   IntList shape;
   uint64_t begin, end;
 };
@@ -98,8 +124,13 @@ std::vector<Entry> parse_header(const char* hdr, size_t n, uint64_t buffer_size,
     Entry e;
     e.name = name;
     if (dt->kind != json::Value::String) bad(file, who + ": \"dtype\" is not a string");
-    if (!st_dtype(dt->text, &e.dtype))
-      bad(file, who + ": unknown or unsupported dtype '" + dt->text + "'; mpx reads F32, F16, BF16, F64, I64, I32, U8 and BOOL");
+    e.file = st_dtype(dt->text);
+    if (!e.file) {
+      std::string known;
+      for (const FileDType& f : kFileDTypes) known += (known.empty() ? "" : ", ") + std::string(f.code);
+      bad(file, who + ": unknown or unsupported dtype '" + dt->text + "'; mpx reads " + known);
+    }
+    e.dtype = e.file->dtype;
     if (shape->kind != json::Value::Array) bad(file, who + ": \"shape\" is not an array");
     // Even with a zero dim, the strides (products of the other dims) must fit in int64.
     uint64_t count = 1;
@@ -112,7 +143,7 @@ std::vector<Entry> parse_header(const char* hdr, size_t n, uint64_t buffer_size,
       else if (!overflow && __builtin_mul_overflow(count, v, &count)) overflow = true;
     }
     uint64_t nbytes = 0;
-    if (overflow || __builtin_mul_overflow(count, static_cast<uint64_t>(element_size(e.dtype)), &nbytes) ||
+    if (overflow || __builtin_mul_overflow(count, static_cast<uint64_t>(e.file->width), &nbytes) ||
         nbytes > static_cast<uint64_t>(INT64_MAX))
       bad(file, who + ": shape " + shape_str(e.shape) + " is too large");
     if (has_zero) nbytes = 0;
@@ -160,12 +191,44 @@ void swap_bytes_inplace(void* p, size_t nbytes, size_t width) {
   for (size_t i = 0; i + width <= nbytes; i += width) std::reverse(b + i, b + i + width);
 }
 
+// The little-endian values of a widened entry into t (i32, i64 or f32).
+void widen(const Entry& e, const std::vector<unsigned char>& raw, const Tensor& t) {
+  const size_t w = static_cast<size_t>(e.file->width), n = raw.size() / w;
+  const std::string code = e.file->code;
+  auto le = [&](size_t i) {
+    uint64_t v = 0;
+    for (size_t k = w; k-- > 0;) v = (v << 8) | raw[i * w + k];
+    return v;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t v = le(i);
+    if (code == "F8_E4M3") t.data_ptr<float>()[i] = f8_e4m3(static_cast<uint8_t>(v));
+    else if (code == "F8_E5M2") t.data_ptr<float>()[i] = f8_e5m2(static_cast<uint8_t>(v));
+    else if (code == "I8") t.data_ptr<int32_t>()[i] = static_cast<int8_t>(v);
+    else if (code == "I16") t.data_ptr<int32_t>()[i] = static_cast<int16_t>(v);
+    else if (code == "U16") t.data_ptr<int32_t>()[i] = static_cast<int32_t>(v);
+    else if (code == "U32") t.data_ptr<int64_t>()[i] = static_cast<int64_t>(v);
+    else {  // U64
+      MPX_CHECK(v <= static_cast<uint64_t>(INT64_MAX), "safetensors: tensor '", e.name, "' (U64) holds ", v,
+                " at element ", i, ", beyond i64, the widest integer mpx has");
+      t.data_ptr<int64_t>()[i] = static_cast<int64_t>(v);
+    }
+  }
+}
+
 /// Reads the data of validated entries with `read(offset_in_buffer, dst, n)`.
 TensorDict materialize(const std::vector<Entry>& entries, const std::function<void(uint64_t, void*, size_t)>& read) {
   TensorDict out;
   for (const auto& e : entries) {
     Tensor t = empty(e.shape, TensorOptions().dtype(e.dtype));
     const size_t nbytes = static_cast<size_t>(e.end - e.begin);
+    if (e.file->widened) {
+      std::vector<unsigned char> raw(nbytes);
+      if (nbytes) read(e.begin, raw.data(), nbytes);
+      widen(e, raw, t);
+      out.emplace(e.name, std::move(t));
+      continue;
+    }
     if (nbytes) read(e.begin, t.raw_data(), nbytes);
     if constexpr (std::endian::native == std::endian::big) swap_bytes_inplace(t.raw_data(), nbytes, element_size(e.dtype));
     if (e.dtype == kBool) {

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "ops/elementwise.h"
 #include "ops/shape.h"
 #include "tests/paths.h"
+#include "tests/test_util.h"
 
 using namespace mpx;
 namespace fs = std::filesystem;
@@ -215,7 +217,8 @@ TEST_CASE("safetensors rejects malformed input with a message naming the problem
       {blob(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}},)", 8), "invalid JSON"},
       {blob(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8],}})", 8), "invalid JSON"},
       {blob("[1,2]", 0), "not an object"},
-      {blob(R"({"x":{"dtype":"I16","shape":[2],"data_offsets":[0,4]}})", 4), "unknown or unsupported dtype 'I16'"},
+      {blob(R"({"x":{"dtype":"C64","shape":[2],"data_offsets":[0,16]}})", 16), "unknown or unsupported dtype 'C64'"},
+      {blob(R"({"x":{"dtype":"I16","shape":[2],"data_offsets":[0,8]}})", 8), "I16 [2] needs 4"},
       {blob(R"({"x":{"dtype":3,"shape":[2],"data_offsets":[0,4]}})", 4), "\"dtype\" is not a string"},
       {blob(R"({"x":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8), "non-negative integer"},
       {blob(R"({"x":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", 8), "non-negative integer"},
@@ -263,6 +266,40 @@ TEST_CASE("safetensors rejects malformed input with a message naming the problem
   CHECK_THROWS_WITH(load_tensors(p.string()), Catch::Contains("too short"));
   CHECK_THROWS_WITH(load_tensors((test_dir() / "missing.safetensors").string()), Catch::Contains("cannot open"));
   CHECK_THROWS_WITH(load_tensors(test_dir().string()), Catch::Contains("not a regular file"));
+}
+
+TEST_CASE("safetensors widens the dtypes PyTorch writes and mpx lacks: int8/16, uint16/32/64, float8", "[serialize]") {
+  // One tensor per code, its little-endian bytes after the header.
+  auto one = [](const std::string& code, int64_t n, const std::vector<unsigned char>& bytes) {
+    std::string b = blob("{\"x\":{\"dtype\":\"" + code + "\",\"shape\":[" + std::to_string(n) + "],\"data_offsets\":[0," +
+                             std::to_string(bytes.size()) + "]}}",
+                         0);
+    return deserialize_tensors(b + std::string(bytes.begin(), bytes.end())).at("x");
+  };
+  const Tensor i8 = one("I8", 3, {0x80, 0xff, 0x7f});
+  CHECK(i8.dtype() == kInt32);
+  CHECK(testing::same_values(i8, tensor<int32_t>({-128, -1, 127})));
+  CHECK(testing::same_values(one("I16", 2, {0x00, 0x80, 0x34, 0x12}), tensor<int32_t>({-32768, 0x1234})));
+  CHECK(testing::same_values(one("U16", 2, {0xff, 0xff, 0x01, 0x00}), tensor<int32_t>({65535, 1})));
+  const Tensor u32 = one("U32", 1, {0xff, 0xff, 0xff, 0xff});
+  CHECK(u32.dtype() == kInt64);
+  CHECK(u32.item<int64_t>() == 4294967295);
+  CHECK(one("U64", 1, {1, 0, 0, 0, 0, 0, 0, 0x40}).item<int64_t>() == (int64_t{1} << 62) + 1);
+  CHECK_THROWS_WITH(one("U64", 1, {0, 0, 0, 0, 0, 0, 0, 0x80}), Catch::Contains("beyond i64"));
+  // float8: 0x38 = 1.0, 0x7e = 448 (the largest), 0x01 = 2^-9 (the smallest subnormal), 0xc0 = -2, 0x7f NaN (E4M3fn);
+  // E5M2 is the top byte of a half: 0x3c = 1.0, 0x7c = inf, 0x01 = 2^-16.
+  const Tensor e4 = one("F8_E4M3", 5, {0x38, 0x7e, 0x01, 0xc0, 0x7f});
+  CHECK(e4.dtype() == kFloat32);
+  const float* p = e4.data_ptr<float>();
+  CHECK(p[0] == 1.0f);
+  CHECK(p[1] == 448.0f);
+  CHECK(p[2] == std::ldexp(1.0f, -9));
+  CHECK(p[3] == -2.0f);
+  CHECK(std::isnan(p[4]));
+  const Tensor e5 = one("F8_E5M2", 3, {0x3c, 0x7c, 0x01});
+  CHECK(e5.data_ptr<float>()[0] == 1.0f);
+  CHECK(std::isinf(e5.data_ptr<float>()[1]));
+  CHECK(e5.data_ptr<float>()[2] == std::ldexp(1.0f, -16));
 }
 
 TEST_CASE("safetensors survives random corruption without crashing", "[serialize][fuzz]") {
