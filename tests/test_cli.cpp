@@ -164,6 +164,9 @@ TEST_CASE("mpx: wrong flags and missing data and bad checkpoints give one line a
   r = mpx_err("train --threads 100000");
   CHECK(r.rc == 2);
   CHECK(r.out.find("--threads must be at most 4096") != std::string::npos);
+  r = mpx_err("dcgan --nz 1000000000");  // a 256 GB layer before
+  CHECK(r.rc == 2);
+  CHECK(r.out.find("--nz must be at most 65536") != std::string::npos);
 
   r = mpx_err("trian");
   CHECK(r.rc == 2);

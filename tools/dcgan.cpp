@@ -97,7 +97,8 @@ int run_dcgan(int argc, char** argv) {
       args.str("--workers").empty() ? (dataset == "imagefolder" ? 4 : 0) : args.integer("--workers", 0, kMaxWorkers);
   const int64_t epochs = args.integer("--epochs", 1);
   const double lr = args.number("--lr", 0.0), beta1 = beta_flag(args, "--beta1");
-  const int64_t nz = args.integer("--nz", 1), ngf = args.integer("--ngf", 1), ndf = args.integer("--ndf", 1);
+  // Bounds far above DCGAN's 100/64/64 that keep the layers' weights allocatable (--nz 1e9 was a 256 GB request).
+  const int64_t nz = args.integer("--nz", 1, 1 << 16), ngf = args.integer("--ngf", 1, 4096), ndf = args.integer("--ndf", 1, 4096);
   const int64_t print_freq = args.integer("--print-freq", 1), prof = prof_steps(args, "dcgan");
   const uint64_t seed = static_cast<uint64_t>(args.integer("--seed", 0));
   const int64_t limit_train = args.integer("--limit-train", 0);

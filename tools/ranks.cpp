@@ -133,7 +133,7 @@ void relaunch_under_mpirun(const std::string& command, int argc, char** argv) {
   char* end = nullptr;
   const long n = std::strtol(n_text.c_str(), &end, 10);
   if (n_text.empty() || *end != 0 || n < 1 || n > 4096)
-    throw UsageError("mpx " + command + ": --nproc-per-node expects a number of processes (1 or more), got '" +
+    throw UsageError("mpx " + command + ": --nproc-per-node expects a number of processes from 1 to 4096, got '" +
                      n_text + "'");
   if (under_launcher())
     throw UsageError("mpx " + command + ": --nproc-per-node starts mpirun itself, but this process is already one "
