@@ -309,6 +309,11 @@ TEST_CASE("mpx gpt: bad flags and data are clear errors", "[cli][gpt]") {
   r = err("--text " + q(dir / "short.txt"));
   CHECK(r.rc == 1);
   CHECK(has(r.out, "use a shorter context or more tokens"));
+  // Out of memory names the flags that size memory, not only the bytes (1.2 GB of address space: GPT-2's 124 M
+  // parameters and their AdamW state do not fit).
+  r = run_mpx("gpt --arch gpt2 --steps 1 --out " + q(dir / "oom"), "2>&1 1>/dev/null", "ulimit -v 1200000 &&");
+  CHECK(r.rc == 1);
+  if (has(r.out, "out of memory")) CHECK(has(r.out, "lower --batch-size or --context"));
 }
 
 TEST_CASE("mpx gpt keeps what a run did when it goes wrong: no diverged checkpoint, trained steps saved on a data "

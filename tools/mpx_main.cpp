@@ -38,6 +38,18 @@ std::string one_line(std::string s) {
   return s;
 }
 
+// An allocator's out-of-memory names bytes, not the flags that asked for them: the command's flags that size memory.
+std::string with_memory_hint(const std::string& cmd, std::string msg) {
+  if (msg.find("out of memory") == std::string::npos || msg.find("; lower --") != std::string::npos) return msg;
+  if (cmd == "gpt")
+    return msg + "; lower --batch-size or --context (--grad-accum keeps the tokens per step), add "
+                 "--checkpoint-activations, or choose a smaller --arch";
+  if (cmd == "train") return msg + "; lower --batch-size or --image-size, or choose a smaller --arch";
+  if (cmd == "dcgan") return msg + "; lower --batch-size, --image-size, --ngf or --ndf";
+  if (cmd == "bench") return msg + "; lower --batch or --image-size, or bench fewer --models at once";
+  return msg;
+}
+
 // With several ranks every one may fail, each for its own reason: the line says which it was.
 std::string rank_tag() {
   const mpx::cli::Ranks& r = mpx::cli::ranks();
@@ -85,7 +97,7 @@ int main(int argc, char** argv) {
     return mpx::cli::end_failed_rank(1);
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "%smpx: error: %s\n", rank_tag().c_str(), one_line(e.what()).c_str());
+    std::fprintf(stderr, "%smpx: error: %s\n", rank_tag().c_str(), one_line(with_memory_hint(cmd, e.what())).c_str());
     return mpx::cli::end_failed_rank(1);
   } catch (...) {
     std::fflush(stdout);
