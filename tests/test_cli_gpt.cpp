@@ -284,6 +284,7 @@ TEST_CASE("mpx gpt: bad flags and data are clear errors", "[cli][gpt]") {
       {"--context 99999999999999999999", 2, "--context must be at most"},
       {"--min-lr 1 --lr 0.001", 2, "--min-lr (the cosine's floor) must not exceed --lr"},
       {"--beta2 1", 2, "--beta2 must be below 1"},
+      {"--opt-level O0 --dtype f16 --context 4096", 2, "--dtype f16 has no effect at --opt-level O0"},
   };
   CliRun r;
   for (const Case& c : cases) {

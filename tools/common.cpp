@@ -68,6 +68,9 @@ amp::Options amp_options(const Args& args, int num_losses) {
   amp::Options o;
   o.opt_level(args.choice("--opt-level", {"O0", "O1", "O2", "O3"}));
   o.dtype(args.choice("--dtype", {"f16", "bf16"}) == "bf16" ? kBFloat16 : kFloat16);
+  if (args.given("--dtype") && args.str("--opt-level") == "O0" && ranks().leader())
+    std::fprintf(stderr, "%s: warning: --dtype %s has no effect at --opt-level O0, which runs in f32; choose O1-O3 to "
+                 "use it\n", args.command().c_str(), args.str("--dtype").c_str());
   // str() rather than given(): a resumed run adopts the checkpoint's overrides as defaults.
   if (!args.str("--keep-batchnorm-fp32").empty()) o.keep_batchnorm_fp32(args.on("--keep-batchnorm-fp32"));
   if (!args.str("--loss-scale").empty()) {
