@@ -191,29 +191,29 @@ void swap_bytes_inplace(void* p, size_t nbytes, size_t width) {
   for (size_t i = 0; i + width <= nbytes; i += width) std::reverse(b + i, b + i + width);
 }
 
-// The little-endian values of a widened entry into t (i32, i64 or f32).
+// The little-endian values of a widened entry into t (i32, i64 or f32), one conversion chosen per entry.
 void widen(const Entry& e, const std::vector<unsigned char>& raw, const Tensor& t) {
   const size_t w = static_cast<size_t>(e.file->width), n = raw.size() / w;
-  const std::string code = e.file->code;
-  auto le = [&](size_t i) {
-    uint64_t v = 0;
-    for (size_t k = w; k-- > 0;) v = (v << 8) | raw[i * w + k];
-    return v;
+  auto each = [&]<typename D>(D* out, auto convert) {
+    for (size_t i = 0; i < n; ++i) {
+      uint64_t v = 0;
+      for (size_t k = w; k-- > 0;) v = (v << 8) | raw[i * w + k];
+      out[i] = convert(v, i);
+    }
   };
-  for (size_t i = 0; i < n; ++i) {
-    const uint64_t v = le(i);
-    if (code == "F8_E4M3") t.data_ptr<float>()[i] = f8_e4m3(static_cast<uint8_t>(v));
-    else if (code == "F8_E5M2") t.data_ptr<float>()[i] = f8_e5m2(static_cast<uint8_t>(v));
-    else if (code == "I8") t.data_ptr<int32_t>()[i] = static_cast<int8_t>(v);
-    else if (code == "I16") t.data_ptr<int32_t>()[i] = static_cast<int16_t>(v);
-    else if (code == "U16") t.data_ptr<int32_t>()[i] = static_cast<int32_t>(v);
-    else if (code == "U32") t.data_ptr<int64_t>()[i] = static_cast<int64_t>(v);
-    else {  // U64
+  const std::string code = e.file->code;
+  if (code == "F8_E4M3") each(t.data_ptr<float>(), [](uint64_t v, size_t) { return f8_e4m3(static_cast<uint8_t>(v)); });
+  else if (code == "F8_E5M2") each(t.data_ptr<float>(), [](uint64_t v, size_t) { return f8_e5m2(static_cast<uint8_t>(v)); });
+  else if (code == "I8") each(t.data_ptr<int32_t>(), [](uint64_t v, size_t) { return int32_t{static_cast<int8_t>(v)}; });
+  else if (code == "I16") each(t.data_ptr<int32_t>(), [](uint64_t v, size_t) { return int32_t{static_cast<int16_t>(v)}; });
+  else if (code == "U16") each(t.data_ptr<int32_t>(), [](uint64_t v, size_t) { return static_cast<int32_t>(v); });
+  else if (code == "U32") each(t.data_ptr<int64_t>(), [](uint64_t v, size_t) { return static_cast<int64_t>(v); });
+  else  // U64
+    each(t.data_ptr<int64_t>(), [&](uint64_t v, size_t i) {
       MPX_CHECK(v <= static_cast<uint64_t>(INT64_MAX), "safetensors: tensor '", e.name, "' (U64) holds ", v,
                 " at element ", i, ", beyond i64, the widest integer mpx has");
-      t.data_ptr<int64_t>()[i] = static_cast<int64_t>(v);
-    }
-  }
+      return static_cast<int64_t>(v);
+    });
 }
 
 /// Reads the data of validated entries with `read(offset_in_buffer, dst, n)`.

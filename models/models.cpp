@@ -26,6 +26,12 @@ DCGANOptions ModelOptions::dcgan() const {
 }
 
 namespace {
+// Names are case-insensitive.
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
 using Factory = std::function<nn::AnyModule(const ModelOptions&)>;
 
 const std::vector<std::pair<std::string, Factory>>& registry() {
@@ -74,15 +80,13 @@ const std::vector<std::string>& model_names() {
 }
 
 bool is_language_model(const std::string& name) {
-  std::string key = name;
-  std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::string key = lower(name);
   const auto presets = GPTConfig::presets();
   return key == "lstm-lm" || std::find(presets.begin(), presets.end(), key) != presets.end();
 }
 
 nn::AnyModule create(const std::string& name, const ModelOptions& options) {
-  std::string key = name;
-  std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::string key = lower(name);
   for (const auto& [n, factory] : registry()) {
     if (n == key) return factory(options);
   }

@@ -75,8 +75,11 @@ double Tensor::item_double() const {
 int64_t Tensor::item_int64() const {
   MPX_CHECK(defined() && numel() == 1, "item(): expected a tensor with one element, got ", ops::describe(*this));
   if (is_floating(dtype())) return static_cast<int64_t>(item_double());
-  const Tensor c = to(Device::cpu(), kInt64);
-  return *static_cast<const int64_t*>(c.raw_data());
+  const Tensor c = device().is_cpu() ? *this : to(Device::cpu());
+  return cpu::visit_dtype(c.dtype(), [&]<typename T>() -> int64_t {
+    if constexpr (std::is_integral_v<T>) return static_cast<int64_t>(*static_cast<const T*>(c.raw_data()));
+    else return 0;  // floating dtypes went through item_double above
+  });
 }
 
 // ---- autograd-facing methods ----

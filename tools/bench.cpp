@@ -130,13 +130,6 @@ std::vector<Variant> variants(const std::vector<std::string>& levels, const std:
 }
 
 
-std::vector<std::string> classifier_names() {
-  std::vector<std::string> known = models::model_names();
-  known.erase(std::remove_if(known.begin(), known.end(), [](const std::string& n) { return n.rfind("dcgan", 0) == 0 || models::is_language_model(n); }),
-              known.end());
-  return known;
-}
-
 int64_t count_params(const nn::Module& m) {
   int64_t n = 0;
   for (const auto& p : m.parameters()) n += p.numel();

@@ -38,7 +38,6 @@ std::vector<std::string> split_list(const std::string& flag, const std::string& 
 /// Every item must be one of `known`; a typo gets a suggestion.
 void check_items(const std::string& flag, const std::vector<std::string>& items, const std::vector<std::string>& known);
 /// The models a flag may name: every architecture, less the DCGAN halves (speed mode adds "dcgan").
-std::vector<std::string> classifier_names();
 int64_t count_params(const nn::Module& m);
 /// The command line as given, for the output files' provenance.
 const std::string& command_line();

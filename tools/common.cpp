@@ -329,10 +329,15 @@ std::string class_summary(const DataSplits& d, int64_t limit_train, int64_t limi
   return s;
 }
 
-void check_classifier_arch(const std::string& command, const std::string& arch) {
+std::vector<std::string> classifier_names() {
   std::vector<std::string> classifiers;
   for (const auto& n : models::model_names())
     if (n.rfind("dcgan", 0) != 0 && !models::is_language_model(n)) classifiers.push_back(n);
+  return classifiers;
+}
+
+void check_classifier_arch(const std::string& command, const std::string& arch) {
+  const std::vector<std::string> classifiers = classifier_names();
   std::string lower = arch;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
   if (std::find(classifiers.begin(), classifiers.end(), lower) != classifiers.end()) return;

@@ -81,6 +81,8 @@ std::string detect_dataset(const std::string& dir);
 /// classes when there are many), e.g. "10 classes: T-shirt/top 6000/1000, ...".
 std::string class_summary(const DataSplits& d, int64_t limit_train, int64_t limit_test);
 
+/// The classifiers among models::model_names() (not DCGAN's networks, not the language models).
+std::vector<std::string> classifier_names();
 /// Throws UsageError unless `arch` names a classifier of models::create (dcgan's networks and
 /// unknown names are refused, with the closest name as a suggestion).
 void check_classifier_arch(const std::string& command, const std::string& arch);

@@ -284,7 +284,7 @@ int run_gpt(int argc, char** argv) {
   amp_opts.verbosity(0);
   amp::initialize(lm.net, opt, amp_opts);
   if (rk.leader() && amp::properties().opt_level != "O0" && amp_opts.dtype_ == kFloat16 &&
-      !amp::properties().master_weights && !args.on("--stochastic-rounding") && args.number("--eps", 0.0) < 1e-4)
+      !amp::properties().master_weights && !args.on("--stochastic-rounding") && adamw.eps() < 1e-4)
     std::fprintf(stderr, "mpx gpt: warning: without master weights AdamW keeps its moments in f16 (as PyTorch does for f16 "
                  "parameters): a second moment below f16's smallest 6e-8 is zero (gradients under about 1e-3), and with "
                  "--eps %s such a step is lr * gradient / eps, which wrecks the model in a step or two; use --dtype bf16, "

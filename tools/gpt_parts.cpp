@@ -234,7 +234,7 @@ std::vector<int64_t> generate(const LanguageModel& lm, std::vector<int64_t> ids,
         next = std::get<1>(topk(logits, 1)).item<int64_t>();
       } else {
         // The largest logit first: a tiny temperature then sends the rest to -inf instead of every logit to +-inf.
-        logits = (logits - std::get<0>(topk(logits, 1))) / how.temperature;
+        logits = (logits - logits.max()) / how.temperature;
         if (how.top_k > 0 && how.top_k < logits.size(0)) {
           const double kth = std::get<0>(topk(logits, how.top_k)).select(0, how.top_k - 1).item<double>();
           logits = masked_fill(logits, logits < kth, -INFINITY);
