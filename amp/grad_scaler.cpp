@@ -134,6 +134,12 @@ StepResult GradScaler::step(optim::Optimizer& optimizer) {
               "GradScaler::step: already called for this optimizer since the last update(); call update() "
               "once per iteration, after the steps");
   }
+  bool any_grad = false;
+  for (const auto& group : optimizer.param_groups())
+    for (const Tensor& p : group.params()) any_grad |= p.grad().defined();
+  // torch.amp refuses this too ("No inf checks were recorded"): a step with nothing to check has lost its backward.
+  MPX_CHECK(any_grad, "GradScaler::step: no parameter of this optimizer has a gradient, so there is nothing to check "
+                      "for inf/NaN; run scaler.scale(loss).backward() first");
   PerOptimizer& st = per_opt_[&optimizer];
   Tensor inv;  // defined when the step kernels unscale as they read
   if (st.stage == Stage::kReady) {

@@ -154,7 +154,15 @@ void manual_seed(uint64_t seed) { random::default_generator().seed(seed); }
 
 // ---- shapes ----
 int64_t numel_of(const IntList& shape) {
-  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+  int64_t n = 1;
+  bool overflow = false;
+  for (int64_t s : shape) {
+    if (s == 0) return 0;
+    overflow |= __builtin_mul_overflow(n, s, &n);
+  }
+  if (overflow) [[unlikely]]
+    MPX_ERROR("shape ", shape_str(shape), " has more elements than an int64 counts (2^63); no tensor can hold it");
+  return n;
 }
 std::string shape_str(const IntList& s) {
   std::string r = "[";
@@ -199,11 +207,16 @@ IntList broadcast_shapes(const IntList& a, const IntList& b, const char* op) {
 }
 
 // ---- tensor metadata ----
-int64_t Tensor::size(int64_t d) const { return impl_->sizes[wrap_dim(d, dim())]; }
-int64_t Tensor::stride(int64_t d) const { return impl_->strides[wrap_dim(d, dim())]; }
-int64_t Tensor::numel() const { return numel_of(impl_->sizes); }
+void Tensor::undefined_error(const char* call) {
+  MPX_ERROR(call, "() called on an undefined Tensor (default-constructed, or a gradient that was never computed); "
+            "check defined() first");
+}
+int64_t Tensor::size(int64_t d) const { return sizes()[wrap_dim(d, dim())]; }
+int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim())]; }
+int64_t Tensor::numel() const { return numel_of(self("numel").sizes); }
 void* Tensor::raw_data() const {
-  return static_cast<char*>(impl_->storage->data.get()) + impl_->offset * static_cast<int64_t>(element_size());
+  const TensorImpl& t = self("raw_data");
+  return static_cast<char*>(t.storage->data.get()) + t.offset * static_cast<int64_t>(element_size());
 }
 bool Tensor::is_contiguous(MemoryFormat fmt) const {
   if (fmt == MemoryFormat::Preserve) return true;
@@ -220,11 +233,24 @@ MemoryFormat Tensor::suggest_memory_format() const {
 
 Tensor empty_strided(const IntList& shape, const IntList& strides, const TensorOptions& o) {
   for (auto s : shape) MPX_CHECK(s >= 0, "empty: negative size in shape ", shape_str(shape));
+  MPX_CHECK(strides.size() == shape.size(), "empty_strided: ", strides.size(), " strides for the ", shape.size(),
+            " dims of ", shape_str(shape));
+  for (auto s : strides)
+    MPX_CHECK(s >= 0, "empty_strided: strides must be non-negative, got ", shape_str(strides));
+  // The storage spans 1 + sum((size - 1) * stride) elements; every step is checked, so a shape or stride near 2^63
+  // is refused rather than wrapped into a small buffer that the tensor's elements would run past.
+  int64_t span = numel_of(shape) == 0 ? 0 : 1, nbytes = 0;
+  bool overflow = false;
+  for (size_t i = 0; span > 0 && i < shape.size(); ++i) {
+    int64_t reach = 0;
+    overflow |= __builtin_mul_overflow(shape[i] - 1, strides[i], &reach);
+    overflow |= __builtin_add_overflow(span, reach, &span);
+  }
+  overflow |= __builtin_mul_overflow(span, static_cast<int64_t>(mpx::element_size(o.dtype_)), &nbytes);
+  MPX_CHECK(!overflow, "empty: shape ", shape_str(shape), " with strides ", shape_str(strides),
+            " needs more than 2^63 bytes; no tensor can hold it");
   auto st = std::make_shared<StorageImpl>();
-  int64_t span = 1;
-  for (size_t i = 0; i < shape.size(); ++i) span += (shape[i] - 1) * strides[i];
-  if (numel_of(shape) == 0) span = 0;
-  st->nbytes = static_cast<size_t>(span) * mpx::element_size(o.dtype_);
+  st->nbytes = static_cast<size_t>(nbytes);
   st->device = o.device_;
   if (o.pinned_memory_) {
     MPX_CHECK(o.device_.is_cpu(), "empty: pinned_memory is for CPU tensors (page-locked host memory), but the "

@@ -22,6 +22,10 @@ namespace mpx {
 /// Shapes, strides and dimension lists.
 using IntList = std::vector<int64_t>;
 
+namespace indexing {
+class TensorIndex;  // core/indexing.h
+}
+
 /// A single dim or size written as a plain integer where LibTorch takes an IntArrayRef
 /// (`x.sum(1)`, `x.view(-1)`). Braced lists (`{1}`, `{}`) cannot deduce it, so they keep
 /// meaning an IntList.
@@ -104,18 +108,18 @@ class Tensor {
   bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
 
   // ---- metadata ----
-  const IntList& sizes() const { return impl_->sizes; }
-  const IntList& strides() const { return impl_->strides; }
+  const IntList& sizes() const { return self("sizes").sizes; }
+  const IntList& strides() const { return self("strides").strides; }
   /// Size of one dimension; negative dims count from the end.
   int64_t size(int64_t dim) const;
   int64_t stride(int64_t dim) const;
-  int64_t dim() const { return static_cast<int64_t>(impl_->sizes.size()); }
+  int64_t dim() const { return static_cast<int64_t>(self("dim").sizes.size()); }
   int64_t numel() const;
-  DType dtype() const { return impl_->dtype; }
-  DType scalar_type() const { return impl_->dtype; }
-  Device device() const { return impl_->storage->device; }
+  DType dtype() const { return self("dtype").dtype; }
+  DType scalar_type() const { return self("scalar_type").dtype; }
+  Device device() const { return self("device").storage->device; }
   TensorOptions options() const { return TensorOptions().dtype(dtype()).device(device()); }
-  int64_t storage_offset() const { return impl_->offset; }
+  int64_t storage_offset() const { return self("storage_offset").offset; }
   size_t element_size() const { return mpx::element_size(dtype()); }
   bool is_floating_point() const { return is_floating(dtype()); }
   bool is_cuda() const { return device().is_cuda(); }
@@ -194,8 +198,8 @@ class Tensor {
   /// Removes a hook registered on this tensor by its id; false when there is none.
   bool remove_hook(uint64_t id) const;
   /// Bumped by every in-place write; autograd compares it with the value seen at save time.
-  uint64_t version() const { return impl_->storage->version.load(); }
-  void bump_version() const { impl_->storage->version.fetch_add(1); }
+  uint64_t version() const { return self("version").storage->version.load(); }
+  void bump_version() const { self("bump_version").storage->version.fetch_add(1); }
 
   // ---- views (share storage) ----
   Tensor view(const IntList& shape) const;
@@ -221,6 +225,14 @@ class Tensor {
   Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
   Tensor select(int64_t dim, int64_t index) const;
   Tensor operator[](int64_t index) const { return select(0, index); }
+  /// LibTorch's x.index({Slice(), 0, "...", None, idx, mask}) for Python's x[:, 0, ..., None, idx, mask]
+  /// (core/indexing.h): integers, slices, None and Ellipsis give a view; integer index tensors and boolean masks
+  /// gather (advanced indexing, with PyTorch's result shapes). Differentiable.
+  Tensor index(const std::vector<indexing::TensorIndex>& indices) const;
+  /// x[indices] = value in place, value broadcast to the indexed shape (PyTorch's index_put_); with index tensors,
+  /// an element indexed twice gets one of its values.
+  Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, const Tensor& value);
+  Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, double value);
   Tensor expand(const IntList& shape) const;
   Tensor expand_as(const Tensor& other) const { return expand(other.sizes()); }
   Tensor view_as(const Tensor& other) const { return view(other.sizes()); }
@@ -342,6 +354,13 @@ class Tensor {
   std::string str() const;
 
  private:
+  // The impl behind a metadata call; an undefined tensor (default-constructed, or a gradient never computed) is a
+  // clear error naming the call rather than a null dereference.
+  TensorImpl& self(const char* call) const {
+    if (impl_ == nullptr) [[unlikely]] undefined_error(call);
+    return *impl_;
+  }
+  [[noreturn]] static void undefined_error(const char* call);
   std::shared_ptr<TensorImpl> impl_;
 };
 

@@ -43,15 +43,27 @@ Tensor causal_mask(int64_t L, int64_t S, DType dt, Device dev) {
   return where(gt(j, i), full({}, -kInf, o), zeros({}, o));
 }
 
-Tensor activation(const std::string& name, const Tensor& x) {
-  if (name == "relu") return mpx::relu(x);
-  return mpx::gelu(x);
+Tensor activation(const TransformerActivation& a, const Tensor& x) { return a(x); }
+
+void check_activation(const char* module, const TransformerActivation& a) {
+  MPX_CHECK(a.fn != nullptr, module, ": the activation function is empty");
 }
 
-void check_activation(const char* module, const std::string& a) {
-  MPX_CHECK(a == "relu" || a == "gelu", module, ": activation must be \"relu\" or \"gelu\", got \"", a, "\"");
+std::function<Tensor(const Tensor&)> named_activation(const std::string& name) {
+  if (name == "relu") return [](const Tensor& x) { return mpx::relu(x); };
+  if (name == "gelu") return [](const Tensor& x) { return mpx::gelu(x); };
+  MPX_ERROR("Transformer layer: activation must be \"relu\" or \"gelu\" (or kReLU, kGELU, or a function of a tensor), "
+            "got \"", name, "\"");
 }
 }  // namespace
+
+TransformerActivation::TransformerActivation(const char* n) : TransformerActivation(std::string(n)) {}
+TransformerActivation::TransformerActivation(const std::string& n) : name(n), fn(named_activation(n)) {}
+TransformerActivation::TransformerActivation(init::Nonlinearity n) {
+  MPX_CHECK(n == init::kReLU || n == init::kGELU, "Transformer layer: the activation must be kReLU or kGELU, or a "
+            "function of a tensor");
+  *this = TransformerActivation(n == init::kReLU ? "relu" : "gelu");
+}
 
 // ---------------------------------------------------------------- MultiheadAttention
 

@@ -1,12 +1,15 @@
 // Attention modules with PyTorch's parameter names: MultiheadAttention, TransformerEncoderLayer / DecoderLayer, TransformerEncoder.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 #include "core/arg.h"
 #include "core/tensor.h"
 #include "nn/container.h"
+#include "nn/init.h"
 #include "nn/module.h"
 #include "nn/modules.h"
 
@@ -67,6 +70,27 @@ class MultiheadAttentionImpl : public Module {
 };
 MPX_MODULE(MultiheadAttention);
 
+/// LibTorch's activation constants for Transformer layers (`.activation(mpx::nn::kGELU)`); the same values
+/// nn::init takes.
+using init::kGELU;
+using init::kReLU;
+
+/// A Transformer layer's feed-forward activation, as LibTorch's activation_t: kReLU or kGELU, their names
+/// "relu" or "gelu", or any function of a tensor (a lambda, F::silu, ...).
+struct TransformerActivation {
+  TransformerActivation(const char* name);         // NOLINT: "relu" or "gelu"
+  TransformerActivation(const std::string& name);  // NOLINT
+  TransformerActivation(init::Nonlinearity n);     // NOLINT: kReLU or kGELU
+  template <typename F>
+    requires(std::is_invocable_r_v<Tensor, const F&, const Tensor&> && !std::is_convertible_v<F, std::string>)
+  TransformerActivation(F fn) : name("custom"), fn(std::move(fn)) {}  // NOLINT
+  Tensor operator()(const Tensor& x) const { return fn(x); }
+
+  /// "relu", "gelu" or "custom".
+  std::string name;
+  std::function<Tensor(const Tensor&)> fn;
+};
+
 /// Options of TransformerEncoderLayer / TransformerDecoderLayer (PyTorch's defaults).
 struct TransformerLayerOptions {
   TransformerLayerOptions(int64_t d_model, int64_t nhead) : d_model_(d_model), nhead_(nhead) {}
@@ -74,8 +98,7 @@ struct TransformerLayerOptions {
   MPX_ARG(int64_t, nhead);
   MPX_ARG(int64_t, dim_feedforward) = 2048;
   MPX_ARG(double, dropout) = 0.1;
-  /// "relu" or "gelu".
-  MPX_ARG(std::string, activation) = "relu";
+  MPX_ARG(TransformerActivation, activation) = kReLU;
   MPX_ARG(double, layer_norm_eps) = 1e-5;
   MPX_ARG(bool, batch_first) = false;
   /// Pre-norm (x + f(norm(x))) instead of post-norm (norm(x + f(x))).
@@ -197,8 +220,7 @@ struct TransformerOptions {
   MPX_ARG(int64_t, num_decoder_layers) = 6;
   MPX_ARG(int64_t, dim_feedforward) = 2048;
   MPX_ARG(double, dropout) = 0.1;
-  /// "relu" or "gelu".
-  MPX_ARG(std::string, activation) = "relu";
+  MPX_ARG(TransformerActivation, activation) = kReLU;
   MPX_ARG(double, layer_norm_eps) = 1e-5;
   MPX_ARG(bool, batch_first) = false;
   MPX_ARG(bool, norm_first) = false;
@@ -232,3 +254,9 @@ class TransformerImpl : public Module {
 MPX_MODULE(Transformer);
 
 }  // namespace mpx::nn
+
+namespace mpx {
+/// LibTorch spells these torch::kReLU and torch::kGELU.
+using nn::kGELU;
+using nn::kReLU;
+}  // namespace mpx

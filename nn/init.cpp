@@ -70,6 +70,9 @@ double calculate_gain(Nonlinearity n, double param) {
     case Nonlinearity::ReLU: return std::sqrt(2.0);
     case Nonlinearity::LeakyReLU: return std::sqrt(2.0 / (1.0 + param * param));
     case Nonlinearity::SELU: return 3.0 / 4.0;
+    case Nonlinearity::GELU:
+      MPX_ERROR("nn::init::calculate_gain: GELU has no recommended gain (PyTorch has none either); pass kReLU's, or "
+                "a gain of your own to the init");
   }
   return 1.0;
 }

@@ -9,7 +9,7 @@ namespace mpx::nn::init {
 
 /// The nonlinearity a layer feeds, for calculate_gain.
 enum class Nonlinearity { Linear, Conv1D, Conv2D, Conv3D, ConvTranspose1D, ConvTranspose2D, ConvTranspose3D,
-                          Sigmoid, Tanh, ReLU, LeakyReLU, SELU };
+                          Sigmoid, Tanh, ReLU, LeakyReLU, SELU, GELU };
 /// Whether kaiming init preserves the variance of activations (fan_in) or of gradients (fan_out).
 enum class FanMode { FanIn, FanOut };
 
@@ -25,6 +25,8 @@ inline constexpr Nonlinearity kTanh = Nonlinearity::Tanh;
 inline constexpr Nonlinearity kReLU = Nonlinearity::ReLU;
 inline constexpr Nonlinearity kLeakyReLU = Nonlinearity::LeakyReLU;
 inline constexpr Nonlinearity kSELU = Nonlinearity::SELU;
+/// No gain of its own (calculate_gain refuses it, as PyTorch's); a Transformer layer's activation.
+inline constexpr Nonlinearity kGELU = Nonlinearity::GELU;
 inline constexpr FanMode kFanIn = FanMode::FanIn;
 inline constexpr FanMode kFanOut = FanMode::FanOut;
 

@@ -86,6 +86,15 @@ Tensor& Module::register_parameter(std::string name, Tensor tensor, bool require
   return params_.insert(name, std::move(tensor));
 }
 
+Tensor& Module::replace_parameter(const std::string& name, const Tensor& tensor) {
+  Tensor* slot = params_.find(name);
+  MPX_CHECK(slot != nullptr, "Module::replace_parameter: ", this->name(), " has no parameter '", name,
+            "' (register_parameter adds one)");
+  MPX_CHECK(tensor.defined() && tensor.is_leaf(), "Module::replace_parameter: '", name, "' needs a defined leaf "
+            "tensor (another module's parameter, or a tensor made without history), got ", ops::describe(tensor));
+  return *slot = tensor;
+}
+
 Tensor& Module::register_buffer(std::string name, Tensor tensor, bool persistent) {
   check_name(name, "buffer");
   MPX_CHECK(!params_.contains(name) && !children_.contains(name), "Module::register_buffer: '", name,

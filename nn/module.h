@@ -63,6 +63,10 @@ class Module : public std::enable_shared_from_this<Module> {
   /// requires_grad. An undefined tensor registers an absent parameter (e.g. bias=false) that
   /// enumeration skips. Returns the stored handle.
   Tensor& register_parameter(std::string name, Tensor tensor, bool requires_grad = true);
+  /// Puts another tensor under a registered parameter's name, in its place, and returns it. Ties weights as
+  /// PyTorch's `decoder.weight = embedding.weight` does: `decoder->weight = decoder->replace_parameter("weight",
+  /// embedding->weight)` (assigning the member alone would leave the old tensor registered, trained and saved).
+  Tensor& replace_parameter(const std::string& name, const Tensor& tensor);
   /// Registers a buffer: state that is saved and moved by to() but is not trained. A buffer
   /// that is not `persistent` (PyTorch's persistent=False: a causal mask, a cached table) is
   /// moved and enumerated as any other but left out of state_dict(), so load_state_dict

@@ -64,6 +64,8 @@ void LinearImpl::pretty_print(std::ostream& os) const {
 
 Conv2dImpl::Conv2dImpl(const Conv2dOptions& o) : options(o) {
   check_channels("Conv2d", o.in_channels(), o.out_channels(), o.groups());
+  check_positive(o.kernel_size()[0], "Conv2d", "kernel_size[0]");
+  check_positive(o.kernel_size()[1], "Conv2d", "kernel_size[1]");
   weight = register_parameter(
       "weight", empty({o.out_channels(), o.in_channels() / o.groups(), o.kernel_size()[0], o.kernel_size()[1]}));
   if (o.bias()) bias = register_parameter("bias", empty({o.out_channels()}));
@@ -159,6 +161,8 @@ void ConvTranspose1dImpl::pretty_print(std::ostream& os) const {
 
 ConvTranspose2dImpl::ConvTranspose2dImpl(const ConvTranspose2dOptions& o) : options(o) {
   check_channels("ConvTranspose2d", o.in_channels(), o.out_channels(), o.groups());
+  check_positive(o.kernel_size()[0], "ConvTranspose2d", "kernel_size[0]");
+  check_positive(o.kernel_size()[1], "ConvTranspose2d", "kernel_size[1]");
   weight = register_parameter(
       "weight", empty({o.in_channels(), o.out_channels() / o.groups(), o.kernel_size()[0], o.kernel_size()[1]}));
   if (o.bias()) bias = register_parameter("bias", empty({o.out_channels()}));

@@ -39,7 +39,9 @@ PackedSequence pack_padded_sequence(const Tensor& input, const Tensor& lengths, 
   for (int64_t n = 0; n < N; ++n)
     MPX_CHECK(len[static_cast<size_t>(n)] >= 1 && len[static_cast<size_t>(n)] <= T, "pack_padded_sequence: ",
               "sequence ", n, " has length ", len[static_cast<size_t>(n)], "; lengths must be in [1, ", T,
-              "] (the input's ", batch_first ? "dim 1" : "dim 0", "); drop empty sequences first");
+              "] (the input's ", batch_first ? "dim 1" : "dim 0", "); ",
+              len[static_cast<size_t>(n)] < 1 ? "drop empty sequences first"
+                                               : "a length cannot pass the padded input's time steps");
   std::vector<int64_t> order(static_cast<size_t>(N));
   std::iota(order.begin(), order.end(), 0);
   Tensor sorted = x, sorted_idx, unsorted_idx;

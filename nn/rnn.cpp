@@ -98,18 +98,27 @@ LSTMImpl::LSTMImpl(const LSTMOptions& o) : options(o) {
   flat_weights_ = register_rnn(*this, "LSTM", o, 4, o.proj_size());
   reset_parameters();
 }
+namespace {
+// (h0, c0) given together: one without the other would start that state from zeros unnoticed.
+std::tuple<Tensor, Tensor> lstm_state(const char* module, const std::optional<std::tuple<Tensor, Tensor>>& hx) {
+  if (!hx) return {};
+  const auto& [h, c] = *hx;
+  MPX_CHECK(h.defined() == c.defined(), module, ": hx holds ", h.defined() ? "h0 but no c0" : "c0 but no h0",
+            "; give both, or leave hx out for zero states");
+  return *hx;
+}
+}  // namespace
+
 void LSTMImpl::reset_parameters() { init_uniform(flat_weights_, options.hidden_size()); }
 std::tuple<Tensor, std::tuple<Tensor, Tensor>> LSTMImpl::forward(const Tensor& input,
                                                                  std::optional<std::tuple<Tensor, Tensor>> hx) {
-  Tensor h0, c0;
-  if (hx) std::tie(h0, c0) = *hx;
+  const auto [h0, c0] = lstm_state("LSTM", hx);
   auto [out, hn, cn] = mpx::lstm(input, h0, c0, flat_weights_, lstm_args(options, is_training()));
   return {out, {hn, cn}};
 }
 std::tuple<utils::rnn::PackedSequence, std::tuple<Tensor, Tensor>> LSTMImpl::forward_with_packed_input(
     const utils::rnn::PackedSequence& input, std::optional<std::tuple<Tensor, Tensor>> hx) {
-  Tensor h0, c0;
-  if (hx) std::tie(h0, c0) = *hx;
+  const auto [h0, c0] = lstm_state("LSTM", hx);
   const tensor_list r = run_packed(RnnMode::kLstm, input, {h0, c0}, flat_weights_, lstm_args(options, is_training()));
   return {input.with_data(r[0]), {r[1], r[2]}};
 }
@@ -202,8 +211,7 @@ void LSTMCellImpl::reset_parameters() {
   init_uniform({weight_ih, weight_hh, bias_ih, bias_hh}, options.hidden_size());
 }
 std::tuple<Tensor, Tensor> LSTMCellImpl::forward(const Tensor& input, std::optional<std::tuple<Tensor, Tensor>> hx) {
-  Tensor h, c;
-  if (hx) std::tie(h, c) = *hx;
+  auto [h, c] = lstm_state("LSTMCell", hx);
   if (!h.defined()) h = zero_state(input, options.hidden_size());
   if (!c.defined()) c = zero_state(input, options.hidden_size());
   auto [h1, c1] = mpx::lstm_cell(input, h, c, weight_ih, weight_hh, bias_ih, bias_hh);

@@ -73,6 +73,8 @@ Prepared prepare(const char* op, const Tensor& q0, const Tensor& k0, const Tenso
   MPX_CHECK(!(is_causal && mask0.defined()), op, ": attn_mask and is_causal = true cannot be combined (as in PyTorch); "
             "fold the causal mask into attn_mask or drop one of them");
   p.cdt = q.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  MPX_CHECK(!scale || std::isfinite(*scale), op, ": scale must be a finite number, got ", scale ? *scale : 0.0,
+            "; leave it unset for 1/sqrt(head dim)");
   p.scale = scale ? *scale : (p.E > 0 ? 1.0 / std::sqrt(static_cast<double>(p.E)) : 1.0);
   p.dropout_p = dropout_p;
   p.causal = is_causal;

@@ -148,7 +148,11 @@ Tensor random_fill(OpId op, const IntList& shape, const TensorOptions& o, double
   return t;
 }
 }  // namespace
-Tensor rand(const IntList& shape, const TensorOptions& o) { return random_fill(OpId::rand_uniform, shape, o, 0.0, 1.0); }
+Tensor rand(const IntList& shape, const TensorOptions& o) {
+  MPX_CHECK(is_floating(o.dtype_), "rand: draws floating-point values, but the options ask for ", dtype_name(o.dtype_),
+            "; use randint for integers");
+  return random_fill(OpId::rand_uniform, shape, o, 0.0, 1.0);
+}
 Tensor randn(const IntList& shape, const TensorOptions& o) { return random_fill(OpId::rand_normal, shape, o, 0.0, 1.0); }
 Tensor randint(int64_t low, int64_t high, const IntList& shape, const TensorOptions& o) {
   MPX_CHECK(high > low, "randint: high (", high, ") must be greater than low (", low, ")");
@@ -157,20 +161,31 @@ Tensor randint(int64_t low, int64_t high, const IntList& shape, const TensorOpti
 }
 Tensor arange_impl(double start, double end, double step, bool integral, const TensorOptions& o) {
   MPX_CHECK(step != 0.0, op_name(OpId::arange), ": step must be non-zero");
-  const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
-  std::vector<double> v(n);
+  MPX_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step), op_name(OpId::arange),
+            ": unsupported range ", start, " -> ", end, " with step ", step, "; start, end and step must be finite");
+  const double count = std::ceil((end - start) / step);
+  // 2^53: beyond it consecutive values are no longer distinct doubles (and no memory holds the tensor anyway).
+  MPX_CHECK(count < 9007199254740992.0, op_name(OpId::arange), ": ", start, " -> ", end, " with step ", step,
+            " has ", count, " elements, too many for one tensor");
+  const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(count));
+  Tensor t = empty({n}, TensorOptions(kFloat64));
+  double* v = t.data_ptr<double>();
   for (int64_t i = 0; i < n; ++i) v[i] = start + step * static_cast<double>(i);
-  return tensor(v, {n}, TensorOptions(o).dtype(kFloat64).device(Device::cpu()))
-      .to(o.device_, o.dtype_or(integral ? kInt64 : kFloat32));
+  Tensor r = t.to(o.device_, o.dtype_or(integral ? kInt64 : kFloat32));
+  if (o.requires_grad_) r.set_requires_grad(true);
+  return r;
 }
 Tensor linspace(double start, double end, int64_t steps, const TensorOptions& o) {
   MPX_CHECK(steps >= 0, op_name(OpId::linspace), ": steps must be non-negative, got ", steps);
-  std::vector<double> v(static_cast<size_t>(steps));
+  Tensor t = empty({steps}, TensorOptions(kFloat64));  // a size no memory holds is the allocator's clear error
+  double* v = t.data_ptr<double>();
   const double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
   for (int64_t i = 0; i < steps; ++i)
-    v[static_cast<size_t>(i)] = i < steps / 2 || steps == 1 ? start + step * static_cast<double>(i)
-                                              : end - step * static_cast<double>(steps - 1 - i);
-  return tensor(v, {steps}, TensorOptions(o).dtype(kFloat64).device(Device::cpu())).to(o.device_, o.dtype_);
+    v[i] = i < steps / 2 || steps == 1 ? start + step * static_cast<double>(i)
+                                       : end - step * static_cast<double>(steps - 1 - i);
+  Tensor r = t.to(o.device_, o.dtype_);
+  if (o.requires_grad_) r.set_requires_grad(true);
+  return r;
 }
 Tensor logspace(double start, double end, int64_t steps, double base, const TensorOptions& o) {
   NoGradGuard ng;

@@ -51,6 +51,7 @@ void check_tensors(const char* op, const Tensor& x, const Tensor& w, const Tenso
   MPX_CHECK(x.defined() && w.defined(), op, ": input and weight must be defined");
   MPX_CHECK(x.dim() == 4, op, ": expected a 4-d input [N, C, H, W] (or 3-d [C, H, W]), got ", ops::describe(x));
   MPX_CHECK(w.dim() == 4, op, ": expected a 4-d weight, got ", ops::describe(w));
+  MPX_CHECK(w.size(2) > 0 && w.size(3) > 0, op, ": the kernel size must be positive, got weight ", ops::describe(w));
   MPX_CHECK(is_floating(x.dtype()), op, ": input must be floating point, got ", ops::describe(x));
   MPX_CHECK(x.dtype() == w.dtype(), op, ": input ", ops::describe(x), " and weight ", ops::describe(w),
             " must have the same dtype; cast one with .to(dtype) or run under autocast");

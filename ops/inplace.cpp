@@ -259,12 +259,18 @@ bool random_fill_inplace(Tensor& t, OpId op, double a, double b) {
 }
 }  // namespace
 Tensor& Tensor::normal_(double mean, double std) {
+  MPX_CHECK(std::isfinite(mean) && std::isfinite(std) && std >= 0.0, "normal_: needs a finite mean and a finite std >= 0, "
+            "got mean ", mean, " and std ", std);
   if (recording(*this)) return overwrite_recorded(*this, "normal_", Tensor(), randn(sizes(), options()) * std + mean);
   NoGradGuard ng;
   if (random_fill_inplace(*this, OpId::rand_normal, mean, std)) return *this;
   return write_into(*this, randn(sizes(), options()) * std + mean, "normal_");
 }
 Tensor& Tensor::uniform_(double from, double to) {
+  MPX_CHECK(defined() && is_floating(dtype()), "uniform_: fills floating-point tensors, got ", ops::describe(*this),
+            "; for integers use randint");
+  MPX_CHECK(std::isfinite(from) && std::isfinite(to) && from <= to, "uniform_: needs a finite range [from, to) with "
+            "from <= to, got from ", from, " and to ", to);
   if (recording(*this)) return overwrite_recorded(*this, "uniform_", Tensor(), rand(sizes(), options()) * (to - from) + from);
   NoGradGuard ng;
   if (random_fill_inplace(*this, OpId::rand_uniform, from, to)) return *this;

@@ -152,6 +152,8 @@ ClassTarget check_class_target(const char* op, const Tensor& input, const Tensor
       if (d != 1) ct.shape.push_back(input.size(d));
     ct.inner = ct.N * ct.C == 0 ? 0 : input.numel() / (ct.N * ct.C);
   }
+  MPX_CHECK(ct.C > 0, op, ": input ", ops::describe(input), " has no classes (its class dim ", input.dim() == 1 ? 0 : 1,
+            " is 0); it needs one score per class");
   MPX_CHECK(target.sizes() == ct.shape, op, ": target ", ops::describe(target), " does not match input ",
             ops::describe(input), "; expected target of shape ", shape_str(ct.shape),
             " (the input's shape without the class dim 1)");

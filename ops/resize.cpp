@@ -131,7 +131,10 @@ Tensor interpolate(const Tensor& x0, const IntList& size, const std::vector<doub
     } else {
       f = scale_factor[n == 1 ? 0 : static_cast<size_t>(k)];
       MPX_CHECK(*f > 0 && std::isfinite(*f), "interpolate: scale factors must be positive, got ", *f);
-      out = static_cast<int64_t>(std::floor(static_cast<double>(in) * *f));
+      const double o = std::floor(static_cast<double>(in) * *f);
+      MPX_CHECK(o < 4611686018427387904.0, "interpolate: scale factor ", *f, " takes spatial dim ", k, " from ", in,
+                " to ", o, " elements, more than any tensor holds");
+      out = static_cast<int64_t>(o);
     }
     MPX_CHECK(out > 0 && in > 0, "interpolate: spatial dim ", k, " would go from ", in, " to ", out,
               "; both must be positive");

@@ -36,6 +36,14 @@ Tensor reshape_view(const Tensor& x, const IntList& shape, const IntList& stride
   return out;
 }
 
+// dim wrapped for an op that picks positions along it, which a 0-dim tensor has none of (PyTorch refuses these too).
+int64_t positional_dim(const char* op, const Tensor& t, int64_t d) {
+  MPX_CHECK(t.defined(), op, ": the tensor is undefined");
+  MPX_CHECK(t.dim() > 0, op, ": cannot be applied to a 0-dim tensor (", ops::describe(t),
+            "); give it a dimension first, e.g. t.reshape({1})");
+  return wrap_dim(d, t.dim());
+}
+
 IntList infer_shape(const IntList& shape, int64_t numel, const char* op) {
   IntList r = shape;
   int64_t known = 1, infer = -1;
@@ -113,7 +121,7 @@ Tensor Tensor::flatten(int64_t start, int64_t end) const {
   return reshape(s);
 }
 Tensor Tensor::unflatten(int64_t d, const IntList& sz) const {
-  d = wrap_dim(d, dim());
+  d = positional_dim("unflatten", *this, d);
   IntList s(sizes().begin(), sizes().begin() + d);
   s.insert(s.end(), sz.begin(), sz.end());
   s.insert(s.end(), sizes().begin() + d + 1, sizes().end());
@@ -163,6 +171,7 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
   if (dim() < 2 && d0 == 0 && d1 == 1 && dim() <= 1) return *this;
   d0 = wrap_dim(d0, dim());
   d1 = wrap_dim(d1, dim());
+  if (dim() == 0) return *this;  // dims 0 and -1 name the scalar itself, as in PyTorch
   IntList p(dim());
   for (int64_t i = 0; i < dim(); ++i) p[i] = i;
   std::swap(p[d0], p[d1]);
@@ -190,7 +199,7 @@ Tensor Tensor::expand(const IntList& shape) const {
   return out;
 }
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
-  d = wrap_dim(d, dim());
+  d = positional_dim("slice", *this, d);
   MPX_CHECK(step > 0, "slice: step must be positive, got ", step);
   const int64_t n = size(d);
   if (start < 0) start += n;
@@ -208,14 +217,14 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   return out;
 }
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
-  d = wrap_dim(d, dim());
+  d = positional_dim("narrow", *this, d);
   if (start < 0) start += size(d);
   MPX_CHECK(start >= 0 && length >= 0 && start + length <= size(d), "narrow: range [", start, ", ", start + length,
             ") is out of bounds for dim ", d, " of ", ops::describe(*this));
   return slice(d, start, start + length);
 }
 Tensor Tensor::select(int64_t d, int64_t index) const {
-  d = wrap_dim(d, dim());
+  d = positional_dim("select", *this, d);
   const int64_t n = size(d);
   MPX_CHECK(index >= -n && index < n, "select: index ", index, " is out of range for dim ", d, " of ", ops::describe(*this));
   if (index < 0) index += n;
@@ -230,11 +239,13 @@ Tensor Tensor::movedim(const IntList& source, const IntList& destination) const 
   std::vector<bool> moved(static_cast<size_t>(n), false);
   for (size_t i = 0; i < source.size(); ++i) {
     const int64_t s = wrap_dim(source[i], n, "movedim source"), d = wrap_dim(destination[i], n, "movedim destination");
+    if (n == 0) continue;  // a 0-dim tensor: dims 0 and -1 name the scalar itself, as in PyTorch
     MPX_CHECK(!moved[static_cast<size_t>(s)] && perm[static_cast<size_t>(d)] < 0, "movedim: dim ", source[i], " or ",
               destination[i], " appears twice");
     perm[static_cast<size_t>(d)] = s;
     moved[static_cast<size_t>(s)] = true;
   }
+  if (n == 0) return *this;
   size_t next = 0;
   for (int64_t& p : perm) {
     if (p >= 0) continue;
@@ -320,6 +331,9 @@ Tensor cat(const tensor_list& ts0, int64_t dim) {
   const DType dt = ops::result_type(ts);
   const Device dev = ops::common_device("cat", ts);
   const Tensor& ref = ts[0];
+  for (size_t i = 0; i < ts.size(); ++i)
+    MPX_CHECK(ts[i].dim() > 0, "cat: tensor ", i, " is 0-dim (", ops::describe(ts[i]),
+              ") and cannot be concatenated; stack() the scalars instead, or reshape them to [1]");
   dim = wrap_dim(dim, ref.dim());
   IntList shape = ref.sizes();
   shape[dim] = 0;
@@ -395,7 +409,7 @@ Tensor side_by_side(const tensor_list& g, int64_t dim, const IntList& sizes) {
 
 tensor_list split(const Tensor& t, int64_t size, int64_t dim) {
   MPX_CHECK(size > 0, "split: size must be positive");
-  dim = wrap_dim(dim, t.dim());
+  dim = positional_dim("split", t, dim);
   tensor_list r;
   {
     // One backward node for all the pieces (PyTorch's split_backward): their gradients are
@@ -412,11 +426,22 @@ tensor_list split(const Tensor& t, int64_t size, int64_t dim) {
 }
 tensor_list chunk(const Tensor& t, int64_t chunks, int64_t dim) {
   MPX_CHECK(chunks > 0, "chunk: chunks must be positive");
-  const int64_t n = t.size(dim);
+  const int64_t n = t.size(positional_dim("chunk", t, dim));
   return split(t, std::max<int64_t>(1, (n + chunks - 1) / chunks), dim);
 }
 Tensor one_hot(const Tensor& idx, int64_t num_classes) {
-  MPX_CHECK(idx.dtype() == kInt64, "one_hot: indices must be i64, got ", ops::describe(idx));
+  MPX_CHECK(idx.defined() && idx.dtype() == kInt64, "one_hot: indices must be i64, got ", ops::describe(idx));
+  MPX_CHECK(num_classes >= 0 || num_classes == -1, "one_hot: num_classes must be positive, or -1 to take the largest "
+            "index + 1, got ", num_classes);
+  if (idx.numel() > 0) {
+    const int64_t lo = idx.min().item<int64_t>(), hi = idx.max().item<int64_t>();
+    MPX_CHECK(lo >= 0, "one_hot: class values must be non-negative, got ", lo);
+    if (num_classes == -1) num_classes = hi + 1;
+    MPX_CHECK(hi < num_classes, "one_hot: class value ", hi, " is not below num_classes (", num_classes,
+              "); raise num_classes or pass -1 to take it from the indices");
+  } else {
+    MPX_CHECK(num_classes != -1, "one_hot: cannot infer the number of classes from an empty tensor; pass num_classes");
+  }
   IntList shape = idx.sizes();
   shape.push_back(1);
   IntList ar(shape.size(), 1);

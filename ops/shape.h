@@ -27,8 +27,9 @@ Tensor diagonal_backward(const Tensor& src, const IntList& shape, int64_t offset
 /// A 1-d tensor as diagonal `offset` of a square matrix, or a matrix's diagonal `offset` as a new 1-d tensor
 /// (PyTorch's diag). Differentiable.
 Tensor diag(const Tensor& t, int64_t offset = 0);
-/// One-hot encoding of i64 class indices (not differentiable).
-Tensor one_hot(const Tensor& indices, int64_t num_classes);
+/// One-hot encoding of i64 class indices in [0, num_classes) as i64 (not differentiable); num_classes -1 takes the
+/// largest index + 1, as PyTorch.
+Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
 /// A copy with the order of elements reversed along each of `dims` (PyTorch's flip). Differentiable.
 Tensor flip(const Tensor& t, const IntList& dims);
 /// The tensor tiled `repeats[d]` times along each dim (PyTorch's Tensor.repeat): repeats may be longer than t's

@@ -100,7 +100,12 @@ Tensor Tensor::grad() const {
   return m ? m->grad : Tensor();
 }
 Tensor& Tensor::mutable_grad() const { return autograd::meta(*this).grad; }
-void Tensor::set_grad(const Tensor& g) const { autograd::meta(*this).grad = g; }
+void Tensor::set_grad(const Tensor& g) const {
+  MPX_CHECK(defined(), "set_grad: the tensor is undefined");
+  MPX_CHECK(!g.defined() || (g.sizes() == sizes() && g.device() == device()), "set_grad: the gradient ",
+            ops::describe(g), " must have the shape and device of its tensor ", ops::describe(*this));
+  autograd::meta(*this).grad = g;
+}
 bool Tensor::is_leaf() const {
   auto* m = autograd::meta_if(*this);
   return !m || !m->grad_fn;

@@ -242,6 +242,31 @@ TEST_CASE("TransformerEncoderLayer: post-norm and pre-norm equal their definitio
                     Catch::Contains("activation"));
 }
 
+TEST_CASE("Transformer layers take LibTorch's activation forms: kReLU, kGELU and a function", "[nn][attention]") {
+  const Tensor x = randn({5, 2, 8});
+  auto run = [&](const nn::TransformerActivation& a) {
+    manual_seed(3);
+    nn::TransformerEncoderLayer layer(nn::TransformerEncoderLayerOptions(8, 2).dim_feedforward(16).dropout(0.0)
+                                          .activation(a));
+    return layer(x);
+  };
+  CHECK(equal(run(nn::kGELU), run("gelu")));
+  CHECK(equal(run(nn::kReLU), run("relu")));
+  CHECK_FALSE(equal(run(nn::kGELU), run(nn::kReLU)));
+  // A function: the feed-forward block is linear2(act(linear1(x))), here with SiLU.
+  manual_seed(3);
+  nn::TransformerEncoderLayer layer(nn::TransformerEncoderLayerOptions(8, 2).dim_feedforward(16).dropout(0.0)
+                                        .activation([](const Tensor& t) { return silu(t); }));
+  CHECK(layer->options.activation().name == "custom");
+  CHECK_FALSE(allclose(layer(x), run(nn::kGELU), 1e-3, 1e-3));
+  CHECK(allclose(layer(x), run([](const Tensor& t) { return t * t.sigmoid(); }), 1e-5, 1e-6));
+  nn::TransformerDecoderLayer dec(nn::TransformerDecoderLayerOptions(8, 2).dim_feedforward(16).activation(nn::kGELU));
+  CHECK(dec->options.activation().name == "gelu");
+  CHECK_THROWS_WITH(nn::TransformerEncoderLayer(nn::TransformerEncoderLayerOptions(8, 2).activation(nn::init::kTanh)),
+                    Catch::Contains("kReLU or kGELU"));
+  CHECK_THROWS_WITH(nn::init::calculate_gain(nn::kGELU), Catch::Contains("GELU"));
+}
+
 TEST_CASE("TransformerDecoderLayer equals its definition, batch_first and causal self-attention", "[nn][attention]") {
   const int64_t T = 5, S = 7, N = 2, E = 8;
   const Tensor tgt = randn_f64({T, N, E}, 1), mem = randn_f64({S, N, E}, 2);

@@ -403,7 +403,8 @@ TEST_CASE("optimizer options are validated", "[optim]") {
   CHECK_THROWS_WITH(opt.master(ones({2})), Catch::Contains("not a parameter"));
   CHECK_THROWS_WITH(opt.add_param_group(ParamGroup({leaf(ones({1}))}, std::make_unique<SGDOptions>(SGDOptions(-2)))),
                     Catch::Contains("invalid learning rate"));
-  p.set_grad(ones({3}));
+  CHECK_THROWS_WITH(p.set_grad(ones({3})), Catch::Contains("shape"));
+  p.mutable_grad() = ones({3});  // past set_grad's check, the step's own still holds
   CHECK_THROWS_WITH(opt.step(), Catch::Contains("does not match"));
 }
 

@@ -18,7 +18,7 @@ namespace mpx::cli {
 
 /// The largest --threads (OpenMP's pool; a checkpoint's recorded count is held to it too) and
 /// --workers (loader threads) the commands accept: beyond them the OS refuses the threads.
-inline constexpr int64_t kMaxThreads = 4096;
+inline constexpr int64_t kMaxThreads = kMaxNumThreads;
 inline constexpr int64_t kMaxWorkers = 1024;
 
 /// An Adam beta flag (--beta1, --beta2): a number in [0, 1), else a UsageError.

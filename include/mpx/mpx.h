@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "core/indexing.h"
 #include "core/random.h"
 #include "core/threads.h"
 #include "core/allocator.h"

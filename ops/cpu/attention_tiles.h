@@ -339,9 +339,11 @@ template <typename A, typename T>
 void finish_rows(T* orow, int64_t os, A* lrow, const A* acc, int64_t ldacc, const A* m, const A* l, int64_t bq,
                  int64_t Ev) {
   for (int64_t i = 0; i < bq; ++i) {
-    const A inv = l[i] > A(0) ? A(1) / l[i] : A(0);
+    // l is 0 only for a fully masked row; a NaN score (a NaN in q or k) makes it NaN, which must reach the output.
+    const bool seen = !(l[i] == A(0));
+    const A inv = seen ? A(1) / l[i] : A(0);
     for (int64_t c = 0; c < Ev; ++c) orow[i * os + c] = static_cast<T>(acc[i * ldacc + c] * inv);
-    lrow[i] = l[i] > A(0) ? m[i] + std::log(l[i]) : kNegInf<A>;
+    lrow[i] = seen ? m[i] + std::log(l[i]) : kNegInf<A>;
   }
 }
 

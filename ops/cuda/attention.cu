@@ -92,12 +92,12 @@ __global__ void sdpa_forward_kernel(SdpaGeom g, T* __restrict__ out, acc_t<T>* _
   }
   if (!active) return;
   const int64_t row = (b * g.H + h) * g.L + i;
-  // A row with every key masked (l = 0) gives 0 and lse -inf, as the CPU kernel.
-  const A inv = l > A(0) ? A(1) / l : A(0);
+  // A row with every key masked (l = 0) gives 0 and lse -inf, as the CPU kernel; a NaN l (a NaN score) stays NaN.
+  const A inv = l == A(0) ? A(0) : A(1) / l;
 #pragma unroll kUnroll<D>
   for (int c = 0; c < D; ++c)
     if (c < g.Ev) out[row * g.Ev + c] = from_acc<T>(acc[c] * inv);
-  lse[row] = l > A(0) ? m + log(l) : neg_inf<A>();
+  lse[row] = l == A(0) ? neg_inf<A>() : m + log(l);
 }
 
 // dq of each query row, and rowdot[i] = dO_i . O_i for the dk/dv pass.

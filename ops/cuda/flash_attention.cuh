@@ -179,11 +179,11 @@ __device__ void forward_body(const Args<T>& a, unsigned char* smem) {
   __syncwarp();
   if (i >= g.L) return;
   const int64_t row = (b * g.H + h) * g.L + i;
-  // A row with every key masked (l = 0) gives 0 and lse -inf, as the CPU kernel.
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  // A row with every key masked (l = 0) gives 0 and lse -inf, as the CPU kernel; a NaN l (a NaN score) stays NaN.
+  const float inv = l == 0.0f ? 0.0f : 1.0f / l;
   for (int c = half * (D / 2); c < (half + 1) * (D / 2) && c < g.Ev; ++c)
     a.out[row * g.Ev + c] = from_acc<T>(os[r * kLdF<D> + c] * inv);
-  if (half == 0) a.lse_out[row] = l > 0.0f ? (m + log2f(l)) * kLn2 : -INFINITY;
+  if (half == 0) a.lse_out[row] = l == 0.0f ? -INFINITY : (m + log2f(l)) * kLn2;
 }
 
 /// dq of query rows [64 * blockIdx.y, +64) of head blockIdx.x, and rowdot = dO . O of those rows.
