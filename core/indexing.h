@@ -37,7 +37,9 @@ class TensorIndex {
   template <std::integral I>
     requires(!std::same_as<I, bool>)
   TensorIndex(I i) : kind_(Kind::Integer), integer_(static_cast<int64_t>(i)) {}  // NOLINT
-  TensorIndex(bool b) : kind_(Kind::Boolean), boolean_(b) {}                     // NOLINT
+  // A template, so that a double or a pointer does not convert to bool here (LibTorch refuses them too).
+  template <std::same_as<bool> B>
+  TensorIndex(B b) : kind_(Kind::Boolean), boolean_(b) {}                        // NOLINT
   TensorIndex(Slice s) : kind_(Kind::Slice), slice_(s) {}                        // NOLINT
   TensorIndex(Tensor t) : kind_(Kind::Tensor), tensor_(std::move(t)) {}          // NOLINT
 

@@ -57,7 +57,8 @@ std::function<Tensor(const Tensor&)> named_activation(const std::string& name) {
 }
 }  // namespace
 
-TransformerActivation::TransformerActivation(const char* n) : TransformerActivation(std::string(n)) {}
+TransformerActivation::TransformerActivation(const char* n)
+    : TransformerActivation(std::string(n != nullptr ? n : "(null)")) {}
 TransformerActivation::TransformerActivation(const std::string& n) : name(n), fn(named_activation(n)) {}
 TransformerActivation::TransformerActivation(init::Nonlinearity n) {
   MPX_CHECK(n == init::kReLU || n == init::kGELU, "Transformer layer: the activation must be kReLU or kGELU, or a "

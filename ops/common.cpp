@@ -167,7 +167,7 @@ Tensor arange_impl(double start, double end, double step, bool integral, const T
   // 2^53: beyond it consecutive values are no longer distinct doubles (and no memory holds the tensor anyway).
   MPX_CHECK(count < 9007199254740992.0, op_name(OpId::arange), ": ", start, " -> ", end, " with step ", step,
             " has ", count, " elements, too many for one tensor");
-  const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(count));
+  const int64_t n = count > 0.0 ? static_cast<int64_t>(count) : 0;
   Tensor t = empty({n}, TensorOptions(kFloat64));
   double* v = t.data_ptr<double>();
   for (int64_t i = 0; i < n; ++i) v[i] = start + step * static_cast<double>(i);

@@ -2,7 +2,9 @@
 // (index tensors, boolean masks) with PyTorch's advanced-indexing shapes.
 #include "core/indexing.h"
 
+#include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "autograd/grad_mode.h"
 #include "ops/elementwise.h"
@@ -49,14 +51,17 @@ Tensor apply_basic(const Tensor& self, const std::vector<TensorIndex>& indices, 
   MPX_CHECK(used <= self.dim(), "index: too many indices for ", ops::describe(self), ": ", used, " dims indexed");
   Tensor v = self;
   int64_t d = 0;
+  // true/false (and 0-dim masks) add an axis of size 1 or 0; next to index tensors that axis is one more of them
+  // (index [0] or none), which broadcasts with the rest, as in PyTorch.
+  std::vector<std::pair<int64_t, bool>> flags;
+  const auto flag_axis = [&](bool keep) {
+    v = v.unsqueeze(d);
+    flags.emplace_back(d++, keep);
+  };
   for (const auto& i : indices) {
     switch (i.kind()) {
       case Kind::None: v = v.unsqueeze(d++); break;
-      case Kind::Boolean:  // a new axis of size 1 (true) or 0 (false), as Python's x[True]
-        v = v.unsqueeze(d);
-        if (!i.boolean()) v = v.slice(d, 0, 0);
-        ++d;
-        break;
+      case Kind::Boolean: flag_axis(i.boolean()); break;
       case Kind::Ellipsis: d += self.dim() - used; break;
       case Kind::Integer: v = v.select(d, i.integer()); break;
       case Kind::Slice: {
@@ -66,19 +71,24 @@ Tensor apply_basic(const Tensor& self, const std::vector<TensorIndex>& indices, 
         break;
       }
       case Kind::Tensor: {
-        const Tensor& t = i.tensor();
-        MPX_CHECK(t.device() == self.device(), "index: index tensor ", ops::describe(t), " is on another device than ",
-                  ops::describe(self));
+        // Indices on the CPU serve a tensor anywhere (PyTorch's rule); not the other way round.
+        MPX_CHECK(i.tensor().device() == self.device() || i.tensor().device().is_cpu(), "index: index tensor ",
+                  ops::describe(i.tensor()), " is on another device than ", ops::describe(self));
+        const Tensor t = i.tensor().to(self.device());
+        if (t.dim() == 0 && t.dtype() != kBool && t.dtype() != kUInt8) {  // a 0-dim integer: an integer index
+          MPX_CHECK(t.dtype() == kInt64 || t.dtype() == kInt32, "index: an index tensor must hold integers (i64, i32) "
+                    "or be a boolean mask, got ", ops::describe(t));
+          v = v.select(d, t.item<int64_t>());
+          break;
+        }
         if (t.dtype() == kBool || t.dtype() == kUInt8) {
           const int64_t k = t.dim();
           for (int64_t j = 0; j < k; ++j)
             MPX_CHECK(t.size(j) == v.size(d + j), "index: mask ", ops::describe(t), " does not match the shape ",
                       shape_str(IntList(v.sizes().begin() + d, v.sizes().begin() + d + k)), " of the dims it indexes (",
                       d, " to ", d + k - 1, " of ", ops::describe(v), ")");
-          if (k == 0) {  // a 0-dim mask: a new axis kept (true) or emptied (false)
-            v = v.unsqueeze(d);
-            if (!t.item<bool>()) v = v.slice(d, 0, 0);
-            ++d;
+          if (k == 0) {
+            flag_axis(t.to(kBool).item<bool>());
             break;
           }
           const Tensor nz = t.to(kBool).nonzero();  // [n, k]
@@ -93,6 +103,14 @@ Tensor apply_basic(const Tensor& self, const std::vector<TensorIndex>& indices, 
       }
     }
   }
+  if (adv.empty()) {  // a view: a false axis is an empty slice
+    for (const auto& [dim, keep] : flags)
+      if (!keep) v = v.slice(dim, 0, 0);
+    return v;
+  }
+  const TensorOptions i64 = TensorOptions(kInt64).device(self.device());
+  for (const auto& [dim, keep] : flags) adv.push_back({dim, keep ? zeros({1}, i64) : empty({0}, i64)});
+  std::stable_sort(adv.begin(), adv.end(), [](const Advanced& a, const Advanced& b) { return a.dim < b.dim; });
   return v;
 }
 
@@ -173,17 +191,20 @@ Tensor positions(const Tensor& x, const std::vector<indexing::TensorIndex>& indi
 
 Tensor& Tensor::index_put_(const std::vector<indexing::TensorIndex>& indices, const Tensor& value) {
   MPX_CHECK(value.defined(), "index_put_: the value is undefined");
+  // Leading size-1 dims of the value are dropped first, as PyTorch does (x[0] = row of shape [1, n]).
+  Tensor v = value;
+  while (v.dim() > 0 && v.size(0) == 1) v = v.squeeze(0);
   bool advanced = false;
   for (const auto& i : indices) advanced |= i.kind() == Kind::Tensor;
   if (!advanced) {  // a view: written in place
-    Tensor v = index(indices);
-    v.copy_(value.dim() == 0 || value.sizes() == v.sizes() ? value : value.expand(v.sizes()));
+    Tensor view = index(indices);
+    view.copy_(v.dim() == 0 || v.sizes() == view.sizes() ? v : v.expand(view.sizes()));
     return *this;
   }
   const Tensor pos = positions(*this, indices);
-  MPX_CHECK(broadcast_shapes(pos.sizes(), value.sizes(), "index_put_") == pos.sizes(), "index_put_: value ",
+  MPX_CHECK(broadcast_shapes(pos.sizes(), v.sizes(), "index_put_") == pos.sizes(), "index_put_: value ",
             ops::describe(value), " does not broadcast to the indexed shape ", shape_str(pos.sizes()));
-  const Tensor src = value.to(dtype()).expand(pos.sizes()).reshape({-1});
+  const Tensor src = v.to(device(), dtype()).expand(pos.sizes()).reshape({-1});
   return copy_(scatter(reshape({-1}), 0, pos.reshape({-1}), src).view(sizes()));
 }
 

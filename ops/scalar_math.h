@@ -54,6 +54,18 @@ MPX_HD inline double cos(double x) { return ::cos(x); }
 #ifdef __CUDA_ARCH__
 MPX_HD inline float erf(float x) { return ::erff(x); }
 #else
+// e^x for x in [-87, 0] (erf's tail): one 2^n factor, no overflow or subnormal results to keep, and exp's polynomial
+// in Estrin's form. The erf loop is latency-bound (a vector's chain of dependent FMAs, longer than the out-of-order
+// window hides); the shorter chain took GELU's forward from 4.1 to 3.1 ms per 1.6 M elements on a Zen 3 core, with
+// the same largest error against f64's erf (1.8e-7 relative).
+inline float exp_nonpositive(float x) {
+  const float xc = x < -87.0f ? -87.0f : x;
+  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f, r2 = r * r, r4 = r2 * r2;
+  const float p = (5.0000001201e-1f + r * 1.6666665459e-1f) + r2 * (4.1665795894e-2f + r * 8.3334519073e-3f) +
+                  r4 * (1.3981999507e-3f + r * 1.9875691500e-4f);
+  return (p * r2 + (r + 1.0f)) * exp2i_f32(static_cast<int32_t>(n));
+}
 // Branch-free like exp and tanh above, so the exact GELU and its backward vectorize (libm's erff was 17 ns an
 // element in a Transformer's GELU backward). |x| < 1: x P(x^2); beyond, 1 - e^{Q(|x| - 1)} with Q fitted to
 // log erfc on [1, 4] (erfc(4) is below half an ulp of 1). Within 3 ulp of libm over the whole range.
@@ -76,7 +88,7 @@ inline float erf(float x) {
   q = q * t - 8.431064146e-01f;
   q = q * t - 2.638967445e+00f;
   q = q * t - 1.849605513e+00f;
-  const float big = 1.0f - exp(q);
+  const float big = 1.0f - exp_nonpositive(q);  // q <= -1.85 wherever big is used (|x| >= 1)
   const float r = a < 1.0f ? x * p : (x < 0.0f ? -big : big);
   return x != x ? x : r;
 }

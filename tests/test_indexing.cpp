@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include <mpx/mpx.h>
@@ -73,6 +74,26 @@ TEST_CASE("index with index tensors and masks follows PyTorch's advanced indexin
   CHECK(values(x.index({0, rows, 0})) == std::vector<float>{4, 8});
   CHECK(x.index({gt(x, 100.0)}).numel() == 0);
   CHECK(x.index({i64({1}).to(kInt32)}).sizes() == IntList{1, 3, 4});
+}
+
+TEST_CASE("index treats 0-dim integer tensors as integers and bools as index tensors beside others",
+          "[index][indexing]") {
+  static_assert(!std::is_constructible_v<TensorIndex, double>, "a double must not become a bool index");
+  const Tensor x = arange(24.0).view({2, 3, 4});
+  // x[t0, :, [0, 2]] with t0 = 1: the integer selects first, so the index tensor's dim is alone -> [3, 2].
+  const Tensor a = x.index({scalar_tensor(1, kInt64), Slice(), i64({0, 2})});
+  CHECK(a.sizes() == IntList{3, 2});
+  CHECK(values(a.select(0, 1)) == std::vector<float>{16, 18});
+  CHECK(x.index({scalar_tensor(1, kInt64)}).sizes() == IntList{3, 4});
+  // x[True, [0, 1]]: the new axis indexes with [0], broadcast with [0, 1] -> [2, 3, 4].
+  CHECK(equal(x.index({true, i64({0, 1})}), x));
+  CHECK_THROWS_WITH(x.index({false, i64({0, 1})}), Catch::Contains("cannot be broadcast"));
+  CHECK(x.index({tensor(std::vector<bool>{true}).reshape({}), 1}).sizes() == IntList{1, 3, 4});
+  // A value with leading size-1 dims drops them (x[0] = row of shape [1, 4]).
+  Tensor y = zeros({2, 4});
+  y.index_put_({0}, ones({1, 4}));
+  y.index_put_({i64({1})}, full({1, 1, 4}, 2.0));
+  CHECK(values(y) == std::vector<float>{1, 1, 1, 1, 2, 2, 2, 2});
 }
 
 TEST_CASE("index is differentiable, repeated indices accumulate", "[index][indexing][autograd]") {
