@@ -88,6 +88,7 @@ std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& t) {
 Tensor uniform_(Tensor t, double low, double high) {
   check_defined(t, "uniform_");
   MPX_CHECK(low <= high, "nn::init::uniform_: low (", low, ") must not exceed high (", high, ")");
+  if (t.numel() == 0) return t;  // a no-op, as kaiming_*'s (xavier's bound on [0, 0] is infinite)
   NoGradGuard ng;
   t.uniform_(low, high);
   return t;
@@ -95,6 +96,7 @@ Tensor uniform_(Tensor t, double low, double high) {
 Tensor normal_(Tensor t, double mean, double std) {
   check_defined(t, "normal_");
   MPX_CHECK(std >= 0.0, "nn::init::normal_: std must be non-negative, got ", std);
+  if (t.numel() == 0) return t;
   NoGradGuard ng;
   t.normal_(mean, std);
   return t;

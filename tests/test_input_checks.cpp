@@ -112,6 +112,9 @@ TEST_CASE("Random fills check their dtype and range", "[random][checks]") {
   CHECK(f.min().item<float>() >= 2.0f);
   CHECK(f.max().item<float>() < 3.0f);
   CHECK(randint(0, 5, {3}).dtype() == kInt64);
+  // nn::init on a zero-element tensor is a no-op (xavier's bound there is infinite).
+  CHECK(nn::init::xavier_uniform_(empty({0, 0})).numel() == 0);
+  CHECK(nn::init::xavier_normal_(empty({0, 0})).numel() == 0);
 }
 
 TEST_CASE("arange and linspace refuse ranges no tensor can hold", "[core][checks]") {
