@@ -163,6 +163,8 @@ Tensor arange_impl(double start, double end, double step, bool integral, const T
   MPX_CHECK(step != 0.0, op_name(OpId::arange), ": step must be non-zero");
   MPX_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step), op_name(OpId::arange),
             ": unsupported range ", start, " -> ", end, " with step ", step, "; start, end and step must be finite");
+  MPX_CHECK(end == start || (end > start) == (step > 0.0), op_name(OpId::arange), ": the range ", start, " -> ", end,
+            " runs against the step ", step, "; give a step of the range's sign (PyTorch refuses this too)");
   const double count = std::ceil((end - start) / step);
   // 2^53: beyond it consecutive values are no longer distinct doubles (and no memory holds the tensor anyway).
   MPX_CHECK(count < 9007199254740992.0, op_name(OpId::arange), ": ", start, " -> ", end, " with step ", step,

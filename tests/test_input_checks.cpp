@@ -124,6 +124,11 @@ TEST_CASE("arange and linspace refuse ranges no tensor can hold", "[core][checks
   CHECK_THROWS_WITH(arange(0.0, 1e19, 1.0), Catch::Contains("too many"));
   CHECK_THROWS_WITH(linspace(0, 1, int64_t{1} << 62), Catch::Contains("bytes"));
   CHECK(arange(0.0, 5.0, 2.0).sizes() == IntList{3});
+  CHECK_THROWS_WITH(arange(5.0, 0.0), Catch::Contains("runs against the step"));
+  CHECK_THROWS_WITH(arange(-1), Catch::Contains("runs against the step"));
+  CHECK(arange(5.0, 0.0, -1.0).sizes() == IntList{5});
+  CHECK(arange(0).numel() == 0);
+  CHECK(arange(3.0, 3.0, -1.0).numel() == 0);
   CHECK(linspace(0, 1, 5)[4].item<float>() == 1.0f);
 }
 
