@@ -258,6 +258,11 @@ Tensor Optimizer::step(const LossClosure& closure) {
   } clear_master_grads{*this};
   for (auto& [id, hook] : hooks_)
     if (!hook(*this)) return loss;
+  // A learning rate set after construction (a scheduler, set_lr) bypassed the options' checks; a non-finite one
+  // would turn every parameter to NaN.
+  for (size_t g = 0; g < param_groups_.size(); ++g)
+    MPX_CHECK(std::isfinite(param_groups_[g].lr()), "optimizer step: param group ", g, " has learning rate ",
+              param_groups_[g].lr(), "; set a finite one (a scheduler or set_lr gave it)");
   NoGradGuard ng;
   begin_step();
   uint32_t first_id = 0;

@@ -156,6 +156,15 @@ TEST_CASE("Losses, gradients and scalers refuse what would otherwise pass silent
   optim::SGD opt(lin->parameters(), optim::SGDOptions(0.1));
   amp::GradScaler scaler;
   CHECK_THROWS_WITH(scaler.step(opt), Catch::Contains("no parameter of this optimizer has a gradient"));
+  // A learning rate set after construction is checked at the step: NaN would make every weight NaN.
+  lin(ones({1, 2})).sum().backward();
+  opt.param_groups()[0].set_lr(std::nan(""));
+  const Tensor before = lin->weight.detach().clone();
+  CHECK_THROWS_WITH(opt.step(), Catch::Contains("learning rate"));
+  CHECK(equal(lin->weight.detach(), before));
+  opt.param_groups()[0].set_lr(0.1);
+  opt.step();
+  CHECK_FALSE(equal(lin->weight.detach(), before));
   CHECK_THROWS_WITH(interpolate(ones({1, 1, 2, 2}), {}, std::vector<double>{1e30, 1e30}),
                     Catch::Contains("more than any tensor holds"));
 }
