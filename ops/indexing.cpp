@@ -147,12 +147,12 @@ Gather gather_plan(Tensor v, std::vector<Advanced> adv) {
   g.after = IntList(v.sizes().begin() + g.at + k, v.sizes().end());
   g.flat = k == 1 ? v : v.flatten(g.at, g.at + k - 1);
   NoGradGuard ng;  // the indices carry no gradient
-  Tensor linear = zeros(shape, TensorOptions(kInt64).device(v.device()));
+  const TensorOptions i64 = TensorOptions(kInt64).device(v.device());
+  Tensor linear = zeros(shape, i64);
   int64_t stride = 1;
   for (int64_t j = k - 1; j >= 0; --j) {
     const int64_t n = v.size(g.at + j);
     Tensor idx = adv[static_cast<size_t>(j)].index;
-    const TensorOptions i64 = TensorOptions(kInt64).device(v.device());
     idx = where(lt(idx, 0.0), idx + scalar_tensor(static_cast<double>(n), i64), idx);
     if (idx.numel() > 0) {
       const int64_t lo = idx.min().item<int64_t>(), hi = idx.max().item<int64_t>();
@@ -180,6 +180,10 @@ Tensor Tensor::index(const std::vector<indexing::TensorIndex>& indices) const {
 }
 
 namespace {
+bool has_index_tensor(const std::vector<indexing::TensorIndex>& indices) {
+  return std::any_of(indices.begin(), indices.end(), [](const TensorIndex& i) { return i.kind() == Kind::Tensor; });
+}
+
 // Where x[indices] lies in x, as positions into x.reshape(-1): the same index list applied to those positions.
 Tensor positions(const Tensor& x, const std::vector<indexing::TensorIndex>& indices) {
   NoGradGuard ng;
@@ -194,9 +198,7 @@ Tensor& Tensor::index_put_(const std::vector<indexing::TensorIndex>& indices, co
   // Leading size-1 dims of the value are dropped first, as PyTorch does (x[0] = row of shape [1, n]).
   Tensor v = value;
   while (v.dim() > 0 && v.size(0) == 1) v = v.squeeze(0);
-  bool advanced = false;
-  for (const auto& i : indices) advanced |= i.kind() == Kind::Tensor;
-  if (!advanced) {  // a view: written in place
+  if (!has_index_tensor(indices)) {  // a view: written in place
     Tensor view = index(indices);
     view.copy_(v.dim() == 0 || v.sizes() == view.sizes() ? v : v.expand(view.sizes()));
     return *this;
@@ -209,14 +211,11 @@ Tensor& Tensor::index_put_(const std::vector<indexing::TensorIndex>& indices, co
 }
 
 Tensor& Tensor::index_put_(const std::vector<indexing::TensorIndex>& indices, double value) {
-  bool advanced = false;
-  for (const auto& i : indices) advanced |= i.kind() == Kind::Tensor;
-  if (!advanced) {
+  if (!has_index_tensor(indices)) {
     index(indices).fill_(value);
     return *this;
   }
-  const Tensor pos = positions(*this, indices);
-  return copy_(scatter(reshape({-1}), 0, pos.reshape({-1}), value).view(sizes()));
+  return index_put_(indices, scalar_tensor(value, options()));
 }
 
 }  // namespace mpx

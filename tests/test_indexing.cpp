@@ -8,6 +8,8 @@
 
 #include <mpx/mpx.h>
 
+#include "gradcheck.h"
+
 using namespace mpx;
 using namespace mpx::indexing;
 
@@ -104,6 +106,24 @@ TEST_CASE("index is differentiable, repeated indices accumulate", "[index][index
   Tensor v = arange(6.0).view({2, 3}).requires_grad_();
   (v.index({gt(v, 2.0)}) * 2.0).sum().backward();
   CHECK(values(v.grad()) == std::vector<float>{0, 0, 0, 2, 2, 2});
+}
+
+TEST_CASE("index and index_put_ pass f64 gradchecks through every index kind", "[index][indexing][autograd]") {
+  const Tensor x = randn({3, 4, 5}, TensorOptions(kFloat64).requires_grad(true));
+  const Tensor rows = i64({2, 0, 2}), cols = i64({4, 1, 1});
+  const Tensor mask = gt(randn({3, 4}, kFloat64), 0.0);
+  CHECK(testing::gradcheck([&](const tensor_list& in) { return in[0].index({Slice(1, None), None, "...", 3}); },
+                           {x}) == "");
+  CHECK(testing::gradcheck([&](const tensor_list& in) { return in[0].index({rows, Slice(), cols}); }, {x}) == "");
+  CHECK(testing::gradcheck([&](const tensor_list& in) { return in[0].index({mask}); }, {x}) == "");
+  const Tensor val = randn({3, 4}, TensorOptions(kFloat64).requires_grad(true));
+  CHECK(testing::gradcheck(
+            [&](const tensor_list& in) {
+              Tensor y = in[0] * 1.0;  // a non-leaf to write into
+              y.index_put_({rows.slice(0, 0, 2), Slice(), cols.slice(0, 0, 2)}, in[1].select(0, 0));
+              return y;
+            },
+            {x, val}) == "");
 }
 
 TEST_CASE("index_put_ writes scalars and broadcast tensors through every index kind", "[index][indexing]") {
