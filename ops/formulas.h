@@ -197,7 +197,10 @@ template <> struct Formula<OpId::gelu> {
   static constexpr const char* kNode = "GeluBackward";
   // p0: 0 for the exact erf form (PyTorch's approximate="none"), 1 for the tanh form.
   template <typename A> MPX_HD static A fwd(A x, double p0, double) {
-    if (p0 == 0.0) return static_cast<A>(0.5) * x * (A(1) + erf(x * static_cast<A>(0.70710678118654752440)));
+    if (p0 == 0.0) {
+      A gauss;
+      return x * normal_cdf(x, &gauss);
+    }
     // 0.5 (1 + tanh(u)) = 1 / (1 + e^-2u): one exp and one division instead of tanh's series,
     // exp and selects. Very negative x: e^-2u = inf and x / inf = -0, as 0.5 x (1 + tanh u).
     const A inner = static_cast<A>(0.79788456080286535588) * (x + static_cast<A>(0.044715) * x * x * x);
@@ -205,9 +208,11 @@ template <> struct Formula<OpId::gelu> {
   }
   // gelu'(x), in the compute type: Phi(x) + x phi(x), or PyTorch's GeluBackward for the tanh form.
   template <typename A> MPX_HD static A derivative(A x, double p0) {
-    if (p0 == 0.0)
-      return (erf(x * static_cast<A>(0.7071067811865476)) + A(1)) * static_cast<A>(0.5) +
-             x * (exp(x * x * static_cast<A>(-0.5)) * static_cast<A>(0.3989422804014327));
+    if (p0 == 0.0) {
+      A gauss;
+      const A cdf = normal_cdf(x, &gauss);
+      return cdf + x * (gauss * static_cast<A>(0.3989422804014327));
+    }
     // With s = 0.5 (1 + tanh u) = 1 / (1 + e^-2u) (as the forward): 0.5 (1 - tanh^2 u) = 2 s (1 - s).
     const A x2 = x * x;
     const A u = (x + x2 * x * static_cast<A>(0.044715)) * static_cast<A>(0.7978845608028654);

@@ -65,6 +65,36 @@ TEST_CASE("gelu matches PyTorch in both forms, with gradients", "[ops][activatio
   CHECK_THROWS_WITH(gelu(zeros({2}), "fast"), Catch::Contains("approximate"));
 }
 
+TEST_CASE("gelu's exact form in f32 over its whole range: f64's values, a negative tail that keeps its digits, PyTorch's at infinities",
+          "[ops][activation]") {
+  // Every 1e-5 from -13 (where e^{-x^2/2} leaves f32) to 12, against f64 on the same f32 inputs.
+  const Tensor x = linspace(-13.0, 12.0, 2500001, TensorOptions(kFloat32));
+  const Tensor y = gelu(x), dy = gelu_backward(ones_like(x), x, 0.0);
+  const float *px = x.data_ptr<float>(), *py = y.data_ptr<float>(), *pd = dy.data_ptr<float>();
+  double value_err = 0.0, tail_rel = 0.0, grad_err = 0.0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double v = px[i], cdf = 0.5 * std::erfc(-v / std::sqrt(2.0)), want = v * cdf;
+    value_err = std::max(value_err, std::abs(py[i] - want));
+    if (v < -4.0) tail_rel = std::max(tail_rel, std::abs(py[i] - want) / std::abs(want));
+    grad_err = std::max(grad_err, std::abs(pd[i] - (cdf + v * std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI))));
+  }
+  // PyTorch 2.15's CPU GELU is within 3.8e-7 here; 0.5 x (1 + erf(x / sqrt 2)) in f32 loses every digit
+  // below about -5.5, where 1 + erf cancels (torch gives 0 at -6, -5.9e-9 in f64).
+  CHECK(value_err < 4.5e-7);
+  CHECK(tail_rel < 1e-2);
+  CHECK(grad_err < 3e-7);
+  // PyTorch: gelu(-inf) = nan, gelu(inf) = inf, and both derivatives nan; 0 far below zero.
+  const Tensor s = tensor(std::vector<double>{-INFINITY, INFINITY, NAN, -20.0}, {}, TensorOptions(kFloat64)).to(kFloat32);
+  const Tensor gs = gelu(s), ds = gelu_backward(ones_like(s), s, 0.0);
+  CHECK(std::isnan(gs.data_ptr<float>()[0]));
+  CHECK(gs.data_ptr<float>()[1] == INFINITY);
+  CHECK(std::isnan(gs.data_ptr<float>()[2]));
+  CHECK(gs.data_ptr<float>()[3] == 0.0f);
+  CHECK(std::isnan(ds.data_ptr<float>()[0]));
+  CHECK(std::isnan(ds.data_ptr<float>()[1]));
+  CHECK(ds.data_ptr<float>()[3] == 0.0f);
+}
+
 TEST_CASE("silu matches PyTorch, with gradients", "[ops][activation]") {
   check_values([](const Tensor& x) { return silu(x); }, silu_ref);
   check_grads([](const Tensor& x) { return silu(x); });

@@ -24,8 +24,8 @@ struct Unary {
       if constexpr (requires(A x) { F::keep(x); })
         elementwise<T, T>(out, [](T x) { return keep_or_zero(F::keep(static_cast<A>(x)), x); }, in);
       else if constexpr (std::is_same_v<F, formulas::Formula<OpId::gelu>>) {
-        // gelu's form is p0: a compile-time p0 folds the choice out of the loop, so the tanh form
-        // vectorizes (libm's erff in the other form would otherwise keep the whole loop scalar).
+        // gelu's form is p0: a compile-time p0 folds the choice out of the loop, so each form's loop
+        // computes only its own formula.
         const auto run_form = [&](auto form) {
           elementwise<T, T>(out, [](T x) {
             return from_acc<T>(F::template fwd<A>(static_cast<A>(x), static_cast<double>(decltype(form)::value), 0.0));
@@ -50,7 +50,7 @@ struct Binary {
         elementwise<T, T, T>(out, [alpha](T x, T y) {
           return keep_or_zero(F::keep(static_cast<A>(x), static_cast<A>(y), alpha), x); }, a, b);
       else if constexpr (std::is_same_v<F, formulas::Formula<OpId::gelu_backward>>) {
-        // As gelu's forward: a compile-time form keeps libm's erff out of the tanh form's loop.
+        // As gelu's forward: a compile-time form, one formula per loop.
         const auto run_form = [&](auto form) {
           elementwise<T, T, T>(out, [](T x, T y) {
             return from_acc<T>(F::template fwd<A>(static_cast<A>(x), static_cast<A>(y),
