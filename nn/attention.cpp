@@ -249,8 +249,8 @@ TransformerEncoderLayerImpl::TransformerEncoderLayerImpl(const TransformerEncode
   linear1 = register_module("linear1", Linear(LinearOptions(o.d_model(), o.dim_feedforward()).bias(o.bias())));
   dropout = register_module("dropout", Dropout(o.dropout()));
   linear2 = register_module("linear2", Linear(LinearOptions(o.dim_feedforward(), o.d_model()).bias(o.bias())));
-  norm1 = register_module("norm1", LayerNorm(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())));
-  norm2 = register_module("norm2", LayerNorm(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())));
+  norm1 = register_module("norm1", LayerNorm(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps()).bias(o.bias())));
+  norm2 = register_module("norm2", LayerNorm(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps()).bias(o.bias())));
   dropout1 = register_module("dropout1", Dropout(o.dropout()));
   dropout2 = register_module("dropout2", Dropout(o.dropout()));
 }
@@ -289,9 +289,9 @@ TransformerDecoderLayerImpl::TransformerDecoderLayerImpl(const TransformerDecode
   linear1 = register_module("linear1", Linear(LinearOptions(o.d_model(), o.dim_feedforward()).bias(o.bias())));
   dropout = register_module("dropout", Dropout(o.dropout()));
   linear2 = register_module("linear2", Linear(LinearOptions(o.dim_feedforward(), o.d_model()).bias(o.bias())));
-  norm1 = register_module("norm1", LayerNorm(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())));
-  norm2 = register_module("norm2", LayerNorm(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())));
-  norm3 = register_module("norm3", LayerNorm(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())));
+  norm1 = register_module("norm1", LayerNorm(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps()).bias(o.bias())));
+  norm2 = register_module("norm2", LayerNorm(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps()).bias(o.bias())));
+  norm3 = register_module("norm3", LayerNorm(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps()).bias(o.bias())));
   dropout1 = register_module("dropout1", Dropout(o.dropout()));
   dropout2 = register_module("dropout2", Dropout(o.dropout()));
   dropout3 = register_module("dropout3", Dropout(o.dropout()));
@@ -389,7 +389,7 @@ TransformerImpl::TransformerImpl(const TransformerOptions& o) : options(o) {
                                             .batch_first(o.batch_first())
                                             .norm_first(o.norm_first())
                                             .bias(o.bias());
-  auto final_norm = [&] { return LayerNorm(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())); };
+  auto final_norm = [&] { return LayerNorm(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps()).bias(o.bias())); };
   encoder = register_module(
       "encoder", TransformerEncoder(TransformerEncoderOptions(layer, o.num_encoder_layers()).norm(final_norm())));
   decoder = register_module(

@@ -246,21 +246,23 @@ LayerNormImpl::LayerNormImpl(const LayerNormOptions& o) : options(o) {
   MPX_CHECK(!o.normalized_shape().empty(), "LayerNorm: normalized_shape must not be empty");
   if (o.elementwise_affine()) {
     weight = register_parameter("weight", empty(o.normalized_shape()));
-    bias = register_parameter("bias", empty(o.normalized_shape()));
+    if (o.bias()) bias = register_parameter("bias", empty(o.normalized_shape()));
   }
   reset_parameters();
 }
 void LayerNormImpl::reset_parameters() {
   if (!options.elementwise_affine()) return;
   init::ones_(weight);
-  init::zeros_(bias);
+  if (bias.defined()) init::zeros_(bias);
 }
 Tensor LayerNormImpl::forward(const Tensor& x) {
   return F::layer_norm(x, F::LayerNormFuncOptions(options.normalized_shape()).weight(weight).bias(bias).eps(options.eps()));
 }
 void LayerNormImpl::pretty_print(std::ostream& os) const {
   os << "LayerNorm(" << shape_str(options.normalized_shape()) << ", eps=" << options.eps()
-     << ", elementwise_affine=" << bool_str(options.elementwise_affine()) << ")";
+     << ", elementwise_affine=" << bool_str(options.elementwise_affine());
+  if (options.elementwise_affine() && !options.bias()) os << ", bias=False";
+  os << ")";
 }
 
 RMSNormImpl::RMSNormImpl(const RMSNormOptions& o) : options(o) {

@@ -144,6 +144,8 @@ struct LayerNormOptions {
   MPX_ARG(IntList, normalized_shape);
   MPX_ARG(double, eps) = 1e-5;
   MPX_ARG(bool, elementwise_affine) = true;
+  /// With elementwise_affine, whether there is a learned bias (PyTorch's LayerNorm(bias=False)).
+  MPX_ARG(bool, bias) = true;
 };
 
 struct GroupNormOptions {

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -11,6 +13,8 @@
 #include "core/serialize.h"
 #include "core/random.h"
 #include "nn/attention.h"
+#include "nn/functional.h"
+#include "nn/modules.h"
 #include "ops/activation.h"
 #include "ops/elementwise.h"
 #include "ops/index.h"
@@ -21,6 +25,7 @@
 #include "test_util.h"
 
 using namespace mpx;
+namespace F = mpx::nn::functional;
 using testing::rel_err;
 
 namespace {
@@ -383,4 +388,39 @@ TEST_CASE("nn::Transformer: xavier-uniform matrices, PyTorch's layout of names, 
   // Unbatched [S, E] / [T, E] inputs, as PyTorch takes them.
   model->eval();
   CHECK(model(randn({5, 8}), randn({4, 8})).sizes() == IntList{4, 8});
+}
+
+TEST_CASE("LayerNorm(bias=false) and the Transformer layers' bias(false) have PyTorch's parameters",
+          "[nn][attention]") {
+  const auto key_set = [](const nn::Module& m) {
+    const std::vector<std::string> k = keys(m);
+    return std::set<std::string>(k.begin(), k.end());
+  };
+  nn::LayerNorm ln(nn::LayerNormOptions({6}).bias(false));
+  CHECK(key_set(*ln) == std::set<std::string>{"weight"});
+  const Tensor x = randn({3, 6});
+  {
+    NoGradGuard g;
+    ln->weight.uniform_(0.5, 1.5);
+  }
+  const Tensor y = ln(x);
+  CHECK(allclose(y, F::layer_norm(x, F::LayerNormFuncOptions({6}).weight(ln->weight).bias(zeros({6}))), 1e-6, 1e-6));
+  y.sum().backward();
+  CHECK(ln->weight.grad().defined());
+  std::ostringstream printed;
+  ln->pretty_print(printed);
+  CHECK(printed.str().find("bias=False") != std::string::npos);
+  // torch.nn.TransformerEncoderLayer(8, 2, bias=False).state_dict().keys(), and the decoder's.
+  nn::TransformerEncoderLayer enc(nn::TransformerEncoderLayerOptions(8, 2).dim_feedforward(16).bias(false));
+  CHECK(key_set(*enc) == std::set<std::string>{"self_attn.in_proj_weight", "self_attn.out_proj.weight", "linear1.weight",
+                                            "linear2.weight", "norm1.weight", "norm2.weight"});
+  nn::TransformerDecoderLayer dec(nn::TransformerDecoderLayerOptions(8, 2).dim_feedforward(16).bias(false));
+  CHECK(key_set(*dec) == std::set<std::string>{"self_attn.in_proj_weight", "self_attn.out_proj.weight",
+                                            "multihead_attn.in_proj_weight", "multihead_attn.out_proj.weight",
+                                            "linear1.weight", "linear2.weight", "norm1.weight", "norm2.weight",
+                                            "norm3.weight"});
+  nn::Transformer tr(nn::TransformerOptions().d_model(8).nhead(2).num_encoder_layers(1).num_decoder_layers(1)
+                         .dim_feedforward(16).bias(false));
+  for (const auto& k : key_set(*tr)) CHECK(k.find("bias") == std::string::npos);
+  CHECK(key_set(*tr).count("encoder.norm.weight") == 1);
 }
