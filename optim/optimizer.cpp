@@ -83,10 +83,31 @@ Tensor make_master(const Tensor& param) {
   m.set_requires_grad(true);
   return m;
 }
+Tensor master_in_line(const ParamState& st, const Tensor& param) {
+  if (!st.master.defined() || st.model_version == param.version() || cuda::is_capturing()) return st.master;
+  NoGradGuard ng;
+  const Tensor moved = st.master.to(param.dtype()).ne(param);
+  if (!moved.any().item<bool>()) return st.master;
+  return where(moved, param.to(kFloat32), st.master.detach());
+}
 }  // namespace detail
 
 using detail::copy_like;
 using detail::make_master;
+using detail::master_in_line;
+
+namespace {
+// Writes master_in_line into the master and notes the parameter's version it now agrees with.
+void bring_in_line(ParamState& st, const Tensor& param) {
+  if (!st.master.defined() || st.model_version == param.version() || cuda::is_capturing()) return;
+  const Tensor m = master_in_line(st, param);
+  if (m.impl() != st.master.impl()) {
+    NoGradGuard ng;
+    st.master.copy_(m);
+  }
+  st.model_version = param.version();
+}
+}  // namespace
 
 // ---- Optimizer ----
 Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, std::unique_ptr<OptimizerOptions> defaults)
@@ -143,7 +164,10 @@ const Tensor& Optimizer::find_param(const Tensor& param) const {
 ParamState& Optimizer::state_for(const Tensor& p) {
   ParamState& st = state_[p.impl()];
   const bool wants = master_weights_ && is_reduced_float(p.dtype());
-  if (wants && !st.master.defined()) st.master = make_master(p);
+  if (wants && !st.master.defined()) {
+    st.master = make_master(p);
+    st.model_version = p.version();
+  }
   if (!wants && st.master.defined()) st.master = Tensor();
   return st;
 }
@@ -159,7 +183,9 @@ bool Optimizer::has_state(const Tensor& param) const { return state_.count(param
 const Tensor& Optimizer::master(const Tensor& param) {
   const Tensor& p = find_param(param);
   if (!is_reduced_float(p.dtype()) || !master_weights_) return p;
-  return state_for(p).master;
+  ParamState& st = state_for(p);
+  bring_in_line(st, p);
+  return st.master;
 }
 
 void Optimizer::set_master(const Tensor& param, const Tensor& value) {
@@ -387,6 +413,7 @@ void Optimizer::step_group(ParamGroup& group, uint32_t first_id) {
     Tensor grad = step_gradient(p);
     if (!grad.defined()) continue;
     ParamState& st = state_for(p);
+    bring_in_line(st, p);
     StepItem item = plan_item(p, st);
     if (!same_layout(grad, item.work)) grad = copy_like(grad, item.work, grad.dtype());
     bool fresh = false;
@@ -414,7 +441,8 @@ void Optimizer::step_group(ParamGroup& group, uint32_t first_id) {
     b.ts.seed = rounding_seed_;
     apply(opts, b.ts, b.device, b.dtype);
     for (auto& item : b.items) {
-      const Tensor& master = state_for(item.param).master;
+      ParamState& st = state_for(item.param);
+      const Tensor& master = st.master;
       if (item.copy_work) {
         Tensor target = master.defined() ? master : item.param;
         target.copy_(item.work);
@@ -422,6 +450,7 @@ void Optimizer::step_group(ParamGroup& group, uint32_t first_id) {
       if (item.copy_model) item.param.copy_(item.model);
       else item.param.bump_version();
       if (master.defined()) master.bump_version();
+      st.model_version = item.param.version();
     }
   }
 }

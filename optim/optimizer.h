@@ -75,8 +75,13 @@ struct ParamState {
   int64_t step = 0;
   /// FP32 master copy of a f16/bf16 parameter (undefined for f32/f64 parameters, and for every
   /// parameter while master weights are off). The step updates it and writes the rounded value
-  /// into the parameter.
+  /// into the parameter. A master counts only where it rounds to the parameter's value: where the
+  /// parameter was written since (loaded into the model, initialized in place, broadcast), the
+  /// parameter's value replaces it before the next step or state_dict.
   Tensor master;
+  /// The parameter's storage version when the master was last in line with it (the step's own
+  /// write); any other version has the master checked against the parameter.
+  uint64_t model_version = ~uint64_t{0};
   /// The count of steps taken where the step kernels run (f64 0-dim on the parameter's device):
   /// used for CUDA parameters and for steps that amp may skip on a flag, which advance it (or
   /// not) without the host; CUDA graph replays advance it too. Undefined otherwise.

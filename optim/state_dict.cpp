@@ -6,7 +6,9 @@
 #include <optional>
 #include <set>
 
+#include "autograd/grad_mode.h"
 #include "core/serialize.h"
+#include "ops/elementwise.h"
 #include "ops/op_utils.h"
 #include "optim/optimizer.h"
 #include "optim/optimizer_internal.h"
@@ -15,6 +17,7 @@ namespace mpx::optim {
 
 using detail::copy_like;
 using detail::make_master;
+using detail::master_in_line;
 
 namespace {
 std::string fmt_double(double v) {
@@ -42,7 +45,7 @@ OptimizerState Optimizer::state_dict() const {
         s.scalars[sp + "step"] = static_cast<double>(step_count(p));
         for (const auto& [n, b] : st.buffers)
           if (b.defined()) s.tensors[sp + n] = b.detach();
-        if (st.master.defined()) s.tensors[sp + "master"] = st.master.detach();
+        if (st.master.defined()) s.tensors[sp + "master"] = master_in_line(st, p).detach();
       }
       ++idx;
     }
@@ -61,7 +64,7 @@ OptimizerState Optimizer::state_dict() const {
 void Optimizer::load_state_dict(const OptimizerState& s) {
   const std::string who = name_ + "::load_state_dict: ";
   MPX_CHECK(s.optimizer.empty() || s.optimizer == name(), who, "the state was saved by ", s.optimizer,
-            "; load it into a ", s.optimizer, " optimizer");
+            "; load it into an optimizer of that kind");
   // Count groups and check that every key is one we understand.
   size_t groups = 0;
   while (s.tensors.count("param_groups." + std::to_string(groups) + ".params")) ++groups;
@@ -107,6 +110,7 @@ void Optimizer::load_state_dict(const OptimizerState& s) {
   }
 
   // Per-parameter state, matched to our parameters by the saved group index lists.
+  std::vector<std::pair<Tensor, Tensor>> refine;  // (an f32 parameter, its saved master)
   for (size_t g = 0; g < groups; ++g) {
     const std::string key = "param_groups." + std::to_string(g) + ".params";
     const Tensor& ids_t = s.tensors.at(key);
@@ -141,6 +145,9 @@ void Optimizer::load_state_dict(const OptimizerState& s) {
         if (bname == "master") {
           // Without master weights the parameter is its own master: a saved one is not needed.
           if (is_reduced_float(p.dtype()) && master_weights_) ns.master = copy_like(t, p, kFloat32);
+          // An f32 parameter (an O2 run resumed at O0, or the state loaded before amp::initialize casts the model)
+          // takes the master's digits wherever the master rounds to its value in f16 or bf16.
+          else if (!is_reduced_float(p.dtype())) refine.emplace_back(p, t);
         } else {
           MPX_CHECK(std::find(allowed.begin(), allowed.end(), bname) != allowed.end(), who, "unexpected state entry '",
                     it->first, "' for ", name(), " with these options");
@@ -184,6 +191,12 @@ void Optimizer::load_state_dict(const OptimizerState& s) {
   }
   state_ = std::move(new_state);
   if (seed) rounding_seed_ = *seed;
+  NoGradGuard ng;
+  for (const auto& [p, saved] : refine) {
+    const Tensor m = saved.to(p.device()).to(p.dtype());
+    Tensor dst = p;
+    dst.copy_(where(m.to(kFloat16).to(p.dtype()).eq(p), m, where(m.to(kBFloat16).to(p.dtype()).eq(p), m, p)));
+  }
 }
 
 }  // namespace mpx::optim
