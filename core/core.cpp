@@ -151,6 +151,18 @@ Generator& default_generator() {
 }
 }  // namespace random
 void manual_seed(uint64_t seed) { random::default_generator().seed(seed); }
+Tensor get_rng_state() {
+  const random::Generator& g = random::default_generator();
+  return tensor<int64_t>({static_cast<int64_t>(g.current_seed()), static_cast<int64_t>(g.offset())});
+}
+void set_rng_state(const Tensor& state) {
+  MPX_CHECK(state.defined() && state.dtype() == kInt64 && state.dim() == 1 && state.numel() == 2,
+            "set_rng_state: the state is two i64 values (seed, offset) as get_rng_state returns, got ",
+            state.defined() ? dtype_name(state.dtype()) + std::string(" ") + shape_str(state.sizes()) : "an undefined tensor");
+  const Tensor s = state.cpu().contiguous();
+  random::default_generator().set_state(static_cast<uint64_t>(s.data_ptr<int64_t>()[0]),
+                                        static_cast<uint64_t>(s.data_ptr<int64_t>()[1]));
+}
 
 // ---- shapes ----
 int64_t numel_of(const IntList& shape) {
@@ -231,12 +243,13 @@ MemoryFormat Tensor::suggest_memory_format() const {
   return MemoryFormat::Contiguous;
 }
 
-Tensor empty_strided(const IntList& shape, const IntList& strides, const TensorOptions& o) {
-  for (auto s : shape) MPX_CHECK(s >= 0, "empty: negative size in shape ", shape_str(shape));
-  MPX_CHECK(strides.size() == shape.size(), "empty_strided: ", strides.size(), " strides for the ", shape.size(),
+namespace {
+// The bytes a tensor of this shape and these strides spans, its shape and strides checked (`who` names the call).
+size_t storage_bytes(const IntList& shape, const IntList& strides, DType dtype, const char* who) {
+  for (auto s : shape) MPX_CHECK(s >= 0, who, ": negative size in shape ", shape_str(shape));
+  MPX_CHECK(strides.size() == shape.size(), who, ": ", strides.size(), " strides for the ", shape.size(),
             " dims of ", shape_str(shape));
-  for (auto s : strides)
-    MPX_CHECK(s >= 0, "empty_strided: strides must be non-negative, got ", shape_str(strides));
+  for (auto s : strides) MPX_CHECK(s >= 0, who, ": strides must be non-negative, got ", shape_str(strides));
   // The storage spans 1 + sum((size - 1) * stride) elements; every step is checked, so a shape or stride near 2^63
   // is refused rather than wrapped into a small buffer that the tensor's elements would run past.
   int64_t span = numel_of(shape) == 0 ? 0 : 1, nbytes = 0;
@@ -246,19 +259,13 @@ Tensor empty_strided(const IntList& shape, const IntList& strides, const TensorO
     overflow |= __builtin_mul_overflow(shape[i] - 1, strides[i], &reach);
     overflow |= __builtin_add_overflow(span, reach, &span);
   }
-  overflow |= __builtin_mul_overflow(span, static_cast<int64_t>(mpx::element_size(o.dtype_)), &nbytes);
-  MPX_CHECK(!overflow, "empty: shape ", shape_str(shape), " with strides ", shape_str(strides),
+  overflow |= __builtin_mul_overflow(span, static_cast<int64_t>(mpx::element_size(dtype)), &nbytes);
+  MPX_CHECK(!overflow, who, ": shape ", shape_str(shape), " with strides ", shape_str(strides),
             " needs more than 2^63 bytes; no tensor can hold it");
-  auto st = std::make_shared<StorageImpl>();
-  st->nbytes = static_cast<size_t>(nbytes);
-  st->device = o.device_;
-  if (o.pinned_memory_) {
-    MPX_CHECK(o.device_.is_cpu(), "empty: pinned_memory is for CPU tensors (page-locked host memory), but the "
-              "options ask for ", o.device_.str(), "; drop pinned_memory or the device");
-    st->data = cuda::allocate_pinned(std::max<size_t>(1, st->nbytes));
-  } else {
-    st->data = allocator_for(o.device_.type).allocate(st->nbytes, o.device_);
-  }
+  return static_cast<size_t>(nbytes);
+}
+
+Tensor over_storage(std::shared_ptr<StorageImpl> st, const IntList& shape, const IntList& strides, const TensorOptions& o) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::move(st);
   impl->sizes = shape;
@@ -267,6 +274,43 @@ Tensor empty_strided(const IntList& shape, const IntList& strides, const TensorO
   Tensor t(std::move(impl));
   if (o.requires_grad_) t.set_requires_grad(true);
   return t;
+}
+}  // namespace
+
+Tensor empty_strided(const IntList& shape, const IntList& strides, const TensorOptions& o) {
+  auto st = std::make_shared<StorageImpl>();
+  st->nbytes = storage_bytes(shape, strides, o.dtype_, "empty_strided");
+  st->device = o.device_;
+  if (o.pinned_memory_) {
+    MPX_CHECK(o.device_.is_cpu(), "empty: pinned_memory is for CPU tensors (page-locked host memory), but the "
+              "options ask for ", o.device_.str(), "; drop pinned_memory or the device");
+    st->data = cuda::allocate_pinned(std::max<size_t>(1, st->nbytes));
+  } else {
+    st->data = allocator_for(o.device_.type).allocate(st->nbytes, o.device_);
+  }
+  return over_storage(std::move(st), shape, strides, o);
+}
+
+Tensor from_blob(void* data, const IntList& shape, const IntList& strides, std::function<void(void*)> deleter,
+                 const TensorOptions& o) {
+  auto st = std::make_shared<StorageImpl>();
+  st->nbytes = storage_bytes(shape, strides, o.dtype_, "from_blob");
+  MPX_CHECK(data || st->nbytes == 0, "from_blob: the data pointer is null for a ", shape_str(shape), " tensor");
+  MPX_CHECK(!o.pinned_memory_, "from_blob: pinned_memory describes memory mpx allocates; the caller's memory is "
+            "used as it is (drop the option)");
+  st->device = o.device_;
+  if (deleter) st->data = std::shared_ptr<void>(data, std::move(deleter));
+  else st->data = std::shared_ptr<void>(data, [](void*) {});
+  return over_storage(std::move(st), shape, strides, o);
+}
+Tensor from_blob(void* data, const IntList& shape, const IntList& strides, const TensorOptions& o) {
+  return from_blob(data, shape, strides, nullptr, o);
+}
+Tensor from_blob(void* data, const IntList& shape, std::function<void(void*)> deleter, const TensorOptions& o) {
+  return from_blob(data, shape, contiguous_strides(shape, MemoryFormat::Contiguous), std::move(deleter), o);
+}
+Tensor from_blob(void* data, const IntList& shape, const TensorOptions& o) {
+  return from_blob(data, shape, contiguous_strides(shape, MemoryFormat::Contiguous), nullptr, o);
 }
 Tensor empty(const IntList& shape, const TensorOptions& o) {
   MemoryFormat fmt = o.memory_format_ == MemoryFormat::Preserve ? MemoryFormat::Contiguous : o.memory_format_;

@@ -8,6 +8,9 @@ namespace mpx {
 
 enum class DeviceType : uint8_t { kCPU = 0, kCUDA = 1 };
 inline constexpr int kNumDeviceTypes = 2;
+/// LibTorch's spellings: `x.to(kCUDA)`, `Device device(kCPU)`.
+inline constexpr DeviceType kCPU = DeviceType::kCPU;
+inline constexpr DeviceType kCUDA = DeviceType::kCUDA;
 
 /// A device: type plus index (the index is 0 for the CPU).
 struct Device {

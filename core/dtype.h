@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <ostream>
 #include <string>
 
 namespace mpx {
@@ -45,6 +46,8 @@ constexpr bool is_reduced_float(DType t) { return t == DType::kFloat16 || t == D
 
 /// Short name used in error messages ("f32", "bf16", ...).
 const char* dtype_name(DType t);
+/// Prints dtype_name (`std::cout << t.dtype()`).
+inline std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
 /// Parses "f32"/"float32"/"float", "f16"/"half", "bf16", ...; throws mpx::Error otherwise.
 DType dtype_from_name(const std::string& name);
 

@@ -18,6 +18,14 @@ namespace mpx {
 /// Seeds the default generator (CPU and, when built, CUDA draws).
 void manual_seed(uint64_t seed);
 
+class Tensor;
+/// The default generator's state, its seed and offset as a 2-element i64 CPU tensor: saved beside
+/// a checkpoint and given back to set_rng_state, the draws that follow (dropout masks, shuffles,
+/// initializations) repeat exactly (torch.get_rng_state / set_rng_state).
+Tensor get_rng_state();
+/// Restores a state get_rng_state returned; anything else is refused.
+void set_rng_state(const Tensor& state);
+
 namespace random {
 
 /// 64-bit mix of (key, counter, stream); a stateless hash in the spirit of Philox. The constant

@@ -288,6 +288,11 @@ class Tensor {
   template <DimIndex I> Tensor logsumexp(I dim, bool keepdim = false) const {
     return logsumexp(IntList{static_cast<int64_t>(dim)}, keepdim);
   }
+  /// Indexing (ops/index.h).
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+  Tensor gather(int64_t dim, const Tensor& index) const;
+  Tensor masked_fill(const Tensor& mask, double value) const;
+  Tensor masked_fill(const Tensor& mask, const Tensor& value) const;
   /// Masks (ops/logical.h).
   Tensor any() const;
   Tensor any(int64_t dim, bool keepdim = false) const;
@@ -370,6 +375,14 @@ std::string shape_str(const IntList& s);
 // ---- factories ----
 Tensor empty(const IntList& shape, const TensorOptions& opts = {});
 Tensor empty_strided(const IntList& shape, const IntList& strides, const TensorOptions& opts = {});
+/// A tensor over memory the caller owns, without a copy (LibTorch's from_blob): on opts' device (a CUDA
+/// pointer for a CUDA tensor), in opts' dtype, row-major unless strides are given. `data` must outlive the
+/// tensor and its views, or pass a `deleter`, called with `data` when the last of them goes.
+Tensor from_blob(void* data, const IntList& shape, const TensorOptions& opts = {});
+Tensor from_blob(void* data, const IntList& shape, const IntList& strides, const TensorOptions& opts = {});
+Tensor from_blob(void* data, const IntList& shape, std::function<void(void*)> deleter, const TensorOptions& opts = {});
+Tensor from_blob(void* data, const IntList& shape, const IntList& strides, std::function<void(void*)> deleter,
+                 const TensorOptions& opts = {});
 Tensor zeros(const IntList& shape, const TensorOptions& opts = {});
 Tensor ones(const IntList& shape, const TensorOptions& opts = {});
 Tensor full(const IntList& shape, double value, const TensorOptions& opts = {});

@@ -426,4 +426,9 @@ Tensor where(const Tensor& cond, double a, const Tensor& b0) {
   return masked_fill_impl(b, cond, index_detail::representable("where", a, b.dtype(), true), Tensor());
 }
 
+Tensor Tensor::index_select(int64_t dim, const Tensor& index) const { return mpx::index_select(*this, dim, index); }
+Tensor Tensor::gather(int64_t dim, const Tensor& index) const { return mpx::gather(*this, dim, index); }
+Tensor Tensor::masked_fill(const Tensor& mask, double value) const { return mpx::masked_fill(*this, mask, value); }
+Tensor Tensor::masked_fill(const Tensor& mask, const Tensor& value) const { return mpx::masked_fill(*this, mask, value); }
+
 }  // namespace mpx

@@ -176,7 +176,7 @@ Tensor Tensor::index(const std::vector<indexing::TensorIndex>& indices) const {
   IntList shape = g.before;
   shape.insert(shape.end(), g.linear.sizes().begin(), g.linear.sizes().end());
   shape.insert(shape.end(), g.after.begin(), g.after.end());
-  return index_select(g.flat, g.at, g.linear.reshape({-1})).reshape(shape);
+  return mpx::index_select(g.flat, g.at, g.linear.reshape({-1})).reshape(shape);
 }
 
 namespace {

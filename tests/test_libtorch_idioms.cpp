@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <sstream>
 #include <vector>
 
 #include <mpx/mpx.h>
@@ -147,4 +148,45 @@ TEST_CASE("a DataLoader built from a temporary dataset owns it", "[api][data]") 
   for (auto& batch : loader)
     for (int64_t i = 0; i < batch.data.size(0); ++i) seen.push_back(batch.data[i][0].item<float>());
   CHECK(seen == std::vector<float>{0, 1, 4, 9, 16});
+}
+
+TEST_CASE("from_blob wraps the caller's memory without a copy, kCPU/kCUDA, index methods, printing a dtype",
+          "[api][factory]") {
+  std::vector<float> buf = {1, 2, 3, 4, 5, 6};
+  Tensor t = from_blob(buf.data(), {2, 3});
+  CHECK(t.dtype() == kFloat32);
+  CHECK(t.data_ptr<float>() == buf.data());
+  buf[4] = 50;  // writes through both ways
+  CHECK(t.index({1, 1}).item<float>() == 50);
+  t.mul_(2);
+  CHECK(buf[0] == 2);
+  // Strides (a column of a row-major [2, 3] buffer) and the dtype from the options.
+  std::vector<int64_t> ids = {7, 8, 9, 10, 11, 12};
+  const Tensor col = from_blob(ids.data(), {2}, {3}, TensorOptions(kInt64));
+  CHECK(testing::same_values(col, tensor<int64_t>({7, 10})));
+  // A deleter runs when the last view goes.
+  int freed = 0;
+  {
+    Tensor owned = from_blob(buf.data(), {6}, [&](void* p) { freed += p == buf.data(); });
+    const Tensor view = owned.narrow(0, 1, 2);
+    owned = Tensor();
+    CHECK(freed == 0);
+  }
+  CHECK(freed == 1);
+  CHECK_THROWS_WITH(from_blob(nullptr, {2}), Catch::Contains("null"));
+  CHECK_THROWS_WITH(from_blob(buf.data(), {2}, {1, 1}), Catch::Contains("strides for the 1 dims"));
+  CHECK(from_blob(nullptr, {0}).numel() == 0);
+
+  CHECK(Device(kCPU) == Device::cpu());
+  CHECK(t.to(kCPU).device() == Device::cpu());
+  CHECK(Device(kCUDA, 1) == Device::cuda(1));
+  const Tensor idx = tensor<int64_t>({2, 0});
+  CHECK(testing::same_values(t.index_select(1, idx), index_select(t, 1, idx)));
+  CHECK(testing::same_values(t.gather(1, tensor<int64_t>({0, 2, 1, 1}, {2, 2})), tensor<float>({2, 6, 100, 100}, {2, 2})));
+  const Tensor mask = t > 6.0;
+  CHECK(testing::same_values(t.masked_fill(mask, 0.0), masked_fill(t, mask, 0.0)));
+  CHECK(testing::same_values(t.masked_fill(mask, scalar_tensor(-1.0)), masked_fill(t, mask, scalar_tensor(-1.0))));
+  std::ostringstream os;
+  os << t.dtype() << " " << kBFloat16;
+  CHECK(os.str() == std::string(dtype_name(kFloat32)) + " " + dtype_name(kBFloat16));
 }
