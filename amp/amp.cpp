@@ -514,6 +514,12 @@ void load_state_dict(const std::map<std::string, double>& st) {
   MPX_CHECK(g.initialized, "amp::load_state_dict: call amp::initialize first (with the same num_losses as the saved run)");
   size_t n = 0;
   while (st.count("loss_scaler" + std::to_string(n) + ".loss_scale")) ++n;
+  // A GradScaler's state ("scale", "_growth_tracker", ...) is the likeliest thing passed here by mistake.
+  MPX_CHECK(n > 0 || st.empty() || !st.count("scale"), "amp::load_state_dict: this is a GradScaler's state (\"scale\", "
+            "\"_growth_tracker\"); load it with GradScaler::load_state_dict. amp's own state has keys "
+            "\"loss_scaler<i>.loss_scale\" and \"loss_scaler<i>.unskipped\" (amp::state_dict)");
+  MPX_CHECK(n > 0 || st.empty(), "amp::load_state_dict: no \"loss_scaler0.loss_scale\" key among the state's ", st.size(),
+            " (first: \"", st.begin()->first, "\"); pass what amp::state_dict returned");
   MPX_CHECK(n == g.scalers.size(), "amp::load_state_dict: the state has ", n, " loss scaler(s) but amp was initialized "
             "with num_losses(", g.scalers.size(), "); initialize with the num_losses of the saved run");
   for (size_t i = 0; i < n; ++i) {
@@ -522,6 +528,9 @@ void load_state_dict(const std::map<std::string, double>& st) {
     MPX_CHECK(it != st.end(), "amp::load_state_dict: missing key \"", k, ".unskipped\"");
     const double s = st.at(k + ".loss_scale");
     MPX_CHECK(std::isfinite(s) && s > 0, "amp::load_state_dict: ", k, ".loss_scale must be positive, got ", s);
+    MPX_CHECK(!g.scalers[i].dynamic || s <= g.scalers[i].max_scale, "amp::load_state_dict: ", k, ".loss_scale ", s,
+              " is above max_loss_scale (", g.scalers[i].max_scale, "); raise amp::Options::max_loss_scale to resume "
+              "with it");
     const double u = it->second;
     MPX_CHECK(std::isfinite(u) && u >= 0 && u <= 9007199254740992.0 && u == std::floor(u), "amp::load_state_dict: ", k,
               ".unskipped must be a non-negative integer, got ", u);

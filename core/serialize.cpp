@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <random>
 #include <unordered_set>
@@ -411,9 +412,26 @@ TensorDict load_tensors(const std::string& path, Metadata* metadata) {
   return out;
 }
 
-void save_tensors(const TensorDict& tensors, const std::string& path, const Metadata& metadata) {
-  MPX_CHECK(!path.empty(), "save_tensors: the path is empty");
-  Layout L = plan(tensors, metadata, "save_tensors", path);
+namespace {
+// The file a path names once symbolic links are followed: saving through a link replaces its target, as writing
+// to it in place would, and leaves the link a link.
+std::string link_target(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path p = path;
+  std::error_code ec;
+  for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {
+    const fs::path t = fs::read_symlink(p, ec);
+    if (ec) break;
+    p = t.is_absolute() ? t : p.parent_path() / t;
+  }
+  return p.string();
+}
+}  // namespace
+
+void save_tensors(const TensorDict& tensors, const std::string& user_path, const Metadata& metadata) {
+  MPX_CHECK(!user_path.empty(), "save_tensors: the path is empty");
+  Layout L = plan(tensors, metadata, "save_tensors", user_path);
+  const std::string path = link_target(user_path);
 
   // Temp file next to the target so the final rename stays within one file system.
   std::random_device rd;

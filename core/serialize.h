@@ -109,12 +109,9 @@ void save(const M& module, const std::string& path) {
   save_tensors(detail::module_state_dict(module), path, Metadata{{"format", "pt"}});
 }
 
-/// Loads a safetensors file into a module with load_state_dict(tensors, strict): with `strict`,
-/// missing and unexpected names are errors (the module reports them).
+namespace detail {
 template <class M>
-  requires detail::HasTensorStateDict<std::remove_cvref_t<M>>
-void load(M&& module, const std::string& path, bool strict = true) {
-  TensorDict tensors = load_tensors(path);
+void load_state_into(M& module, const TensorDict& tensors, bool strict) {
   if constexpr (requires { module.load_state_dict(tensors, strict); }) {
     module.load_state_dict(tensors, strict);
   } else if constexpr (requires { module->load_state_dict(tensors, strict); }) {
@@ -125,6 +122,20 @@ void load(M&& module, const std::string& path, bool strict = true) {
     static_assert(requires { module->load_state_dict(tensors); },
                   "mpx::load(module, path): the module needs load_state_dict(std::map<std::string, Tensor>[, bool])");
     module->load_state_dict(tensors);
+  }
+}
+}  // namespace detail
+
+/// Loads a safetensors file into a module with load_state_dict(tensors, strict): with `strict`,
+/// missing and unexpected names are errors (the module reports them, this names the file).
+template <class M>
+  requires detail::HasTensorStateDict<std::remove_cvref_t<M>>
+void load(M&& module, const std::string& path, bool strict = true) {
+  const TensorDict tensors = load_tensors(path);
+  try {
+    detail::load_state_into(module, tensors, strict);
+  } catch (const Error& e) {
+    MPX_ERROR("load(module, '", path, "'): ", e.what());
   }
 }
 

@@ -257,6 +257,13 @@ StateDict Module::state_dict() const {
   return out;
 }
 
+namespace {
+bool same_view(const Tensor& a, const Tensor& b) {
+  return a.impl()->storage == b.impl()->storage && a.storage_offset() == b.storage_offset() && a.sizes() == b.sizes() &&
+         a.strides() == b.strides();
+}
+}  // namespace
+
 LoadStateDictResult Module::load_state_dict(const StateDict& dict, bool strict) {
   StateDict own = state_dict();
   LoadStateDictResult result;
@@ -276,6 +283,14 @@ LoadStateDictResult Module::load_state_dict(const StateDict& dict, bool strict) 
   }
   for (const auto& [k, t] : dict)
     if (!own.contains(k)) result.unexpected_keys.push_back(k);
+  // A tied tensor (an output head sharing the embedding's weight) is filled through any of its names, so a
+  // file that names it once is complete, as safetensors' save_model writes one (PyTorch's state_dict lists both).
+  std::erase_if(result.missing_keys, [&](const std::string& k) {
+    const Tensor& t = *own.find(k);
+    for (const auto& [k2, t2] : own)
+      if (k2 != k && dict.find(k2) && same_view(t, t2)) return true;
+    return false;
+  });
 
   const bool key_errors = strict && (!result.missing_keys.empty() || !result.unexpected_keys.empty());
   if (key_errors || !mismatches.empty()) {

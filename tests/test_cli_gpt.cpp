@@ -142,6 +142,10 @@ TEST_CASE("mpx gpt: a run stopped by --prof and resumed ends bit for bit where a
   INFO(stop.out);
   REQUIRE(stop.rc == 0);
   CHECK(has(stop.out, "Profiling ended at iteration 5"));
+  // The checkpoint keeps --deterministic, so `--resume` alone runs on the stopped run's thread count.
+  mpx::Metadata meta;
+  (void)mpx::load_tensors((parts / "checkpoint.safetensors").string(), &meta);
+  CHECK(!meta["flag.--deterministic"].empty());
   resume_matches(whole, parts);
 
   const std::string gen = "gpt --resume " + q(whole / "checkpoint.safetensors") + " --sample 40 --top-k 5 --generate 'The '";

@@ -31,9 +31,10 @@ const std::vector<std::string> kRunFlags = {
     "--arch", "--text", "--tokens", "--val-tokens", "--val-fraction", "--context", "--batch-size", "--grad-accum",
     "--steps", "--lr", "--min-lr", "--warmup", "--weight-decay", "--beta1", "--beta2", "--eps", "--clip-grad",
     "--dropout", "--opt-level", "--dtype", "--keep-batchnorm-fp32", "--loss-scale", "--master-weights",
-    "--stochastic-rounding", "--low-precision-state", "--seed", "--eval-interval", "--eval-iters", "--pretrained"};
+    "--stochastic-rounding", "--low-precision-state", "--seed", "--eval-interval", "--eval-iters", "--pretrained",
+    "--deterministic"};
 // Run flags a resumed run may change without a warning (they do not change the steps trained so far).
-const std::vector<std::string> kFreeFlags = {"--steps", "--eval-interval", "--eval-iters"};
+const std::vector<std::string> kFreeFlags = {"--steps", "--eval-interval", "--eval-iters", "--deterministic"};
 
 Args make_args() {
   Args a("mpx gpt", "mpx gpt [flags]");
