@@ -2,10 +2,13 @@
 #include "models/gpt_hf.h"
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <utility>
 #include <vector>
 
+#include "core/json.h"
 #include "ops/elementwise.h"
 
 namespace mpx::models {
@@ -116,6 +119,34 @@ GPTConfig hf_gpt2_config(const TensorDict& hf, int64_t n_head) {
   }
   MPX_CHECK(c.n_embd % c.n_head == 0, "Hugging Face GPT-2 weights: n_head = ", c.n_head, " does not divide the width ",
             c.n_embd, "; pass the n_head of the checkpoint's config.json");
+  return c;
+}
+
+GPTConfig hf_gpt2_config(const TensorDict& hf, const std::string& config_json) {
+  std::ifstream in(config_json, std::ios::binary);
+  MPX_CHECK(in, "hf_gpt2_config: cannot read '", config_json, "'; pass the config.json saved with the weights");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  json::Value cfg;
+  try {
+    cfg = json::parse(text.data(), text.size());
+  } catch (const json::ParseError& e) {
+    MPX_ERROR("hf_gpt2_config: '", config_json, "' is not JSON (byte ", e.pos, ": ", e.what, ")");
+  }
+  auto field = [&](const char* name) -> int64_t {
+    const json::Value* v = cfg.find(name);
+    uint64_t n = 0;
+    MPX_CHECK(v && json::as_u63(*v, &n) && n > 0, "hf_gpt2_config: '", config_json, "' has no positive integer \"",
+              name, "\"; is it a GPT-2 config.json?");
+    return static_cast<int64_t>(n);
+  };
+  GPTConfig c = hf_gpt2_config(hf, field("n_head"));
+  for (const auto& [name, have] : {std::pair<const char*, int64_t>{"n_embd", c.n_embd}, {"n_layer", c.n_layer},
+                                   {"n_positions", c.n_ctx}, {"vocab_size", c.vocab_size}})
+    if (cfg.find(name)) {
+      const int64_t want = field(name);
+      MPX_CHECK(want == have, "hf_gpt2_config: '", config_json, "' says ", name, " = ", want, " but the weights have ",
+                have, "; the config.json belongs to another model");
+    }
   return c;
 }
 

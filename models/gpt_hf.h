@@ -12,6 +12,10 @@ namespace mpx::models {
 /// the count of the preset (GPTConfig::presets) with that width and depth, or width / 64).
 /// Throws naming the first missing tensor, and when 0 heads cannot be inferred.
 GPTConfig hf_gpt2_config(const TensorDict& hf, int64_t n_head = 0);
+/// As above with the heads from the model's config.json (transformers' `n_head`), and its
+/// `n_embd`, `n_layer`, `n_positions` and `vocab_size` checked against the tensors: the way to
+/// read a checkpoint whose head width is not GPT-2's 64, which the weights alone cannot tell.
+GPTConfig hf_gpt2_config(const TensorDict& hf, const std::string& config_json);
 
 /// Copies a Hugging Face GPT-2 state dict into `model`, strictly: names such as
 /// `h.0.attn.c_attn.weight` with or without the `transformer.` prefix, Conv1D weights

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -135,6 +136,19 @@ TEST_CASE("gpt_hf: hf_gpt2_state has transformers' layout", "[gpt_hf]") {
   TensorDict no_wpe = hf;
   no_wpe.erase("transformer.wpe.weight");
   CHECK_THROWS_WITH(models::hf_gpt2_config(no_wpe, 4), Catch::Contains("wpe.weight"));
+
+  // Or from the config.json saved with the weights, whose shapes it must agree with.
+  TempFile cfg("mpx_gpt_hf_config");
+  auto write = [&](const std::string& text) { std::ofstream(cfg.path) << text; };
+  write(R"({"n_head": 4, "n_embd": 32, "n_layer": 2, "n_positions": 16, "vocab_size": 50, "model_type": "gpt2"})");
+  CHECK(models::hf_gpt2_config(hf, cfg.str()).n_head == 4);
+  write(R"({"n_head": 4, "n_embd": 64})");
+  CHECK_THROWS_WITH(models::hf_gpt2_config(hf, cfg.str()), Catch::Contains("n_embd = 64 but the weights have 32"));
+  write(R"({"n_embd": 32})");
+  CHECK_THROWS_WITH(models::hf_gpt2_config(hf, cfg.str()), Catch::Contains("no positive integer \"n_head\""));
+  write("{not json");
+  CHECK_THROWS_WITH(models::hf_gpt2_config(hf, cfg.str()), Catch::Contains("is not JSON"));
+  CHECK_THROWS_WITH(models::hf_gpt2_config(hf, cfg.str() + ".missing"), Catch::Contains("cannot read"));
 
   // The heads of a preset's shape come from the preset (gpt-tiny: 4 heads of width 32).
   models::GPT tiny(GPTConfig::preset("gpt-tiny", 64));
