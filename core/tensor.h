@@ -96,6 +96,29 @@ struct TensorImpl {
   uint64_t view_rebases = 0;
 };
 
+/// A number read from a tensor by item() without a type (LibTorch's Scalar): exact as i64 for integer
+/// and bool tensors, a double otherwise; converts as to<T>(), toDouble() and the like, or implicitly
+/// to double.
+class Scalar {
+ public:
+  explicit Scalar(double v) : d_(v), i_(0), integral_(false) {}
+  explicit Scalar(int64_t v) : d_(static_cast<double>(v)), i_(v), integral_(true) {}
+  template <typename T> T to() const { return integral_ ? static_cast<T>(i_) : static_cast<T>(d_); }
+  double toDouble() const { return to<double>(); }
+  float toFloat() const { return to<float>(); }
+  int64_t toLong() const { return to<int64_t>(); }
+  int toInt() const { return to<int>(); }
+  bool toBool() const { return integral_ ? i_ != 0 : d_ != 0.0; }
+  bool isIntegral() const { return integral_; }
+  bool isFloatingPoint() const { return !integral_; }
+  operator double() const { return toDouble(); }  // NOLINT: `x.item() * 2.0`, as LibTorch's Scalar converts
+
+ private:
+  double d_;
+  int64_t i_;
+  bool integral_;
+};
+
 /// An n-d array handle with value semantics of a shared_ptr: copies alias the same data.
 class Tensor {
  public:
@@ -142,6 +165,8 @@ class Tensor {
     if constexpr (DimIndex<T>) return static_cast<T>(item_int64());
     else return static_cast<T>(item_double());
   }
+  /// The single element as a Scalar (LibTorch's untyped item()): `x.item().toFloat()`, `to<T>()`.
+  Scalar item() const;
   double item_double() const;
   /// The single element as i64: exact for integer and bool tensors, truncated toward zero for floating ones.
   int64_t item_int64() const;

@@ -1,6 +1,7 @@
 // nn layers and losses: XxxImpl modules with PyTorch's default initialization, and their
 // MPX_MODULE holders (Linear, Conv2d, BatchNorm2d, ReLU, ..., CrossEntropyLoss).
 #pragma once
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -438,6 +439,24 @@ class IdentityImpl : public Module {
   std::string name() const override { return "Identity"; }
 };
 MPX_MODULE(Identity);
+
+/// A function as a module, to put it in a Sequential (LibTorch's nn::Functional): any callable from
+/// Tensor to Tensor (`Functional([](const Tensor& x) { return x.relu(); })`), or a function and the
+/// arguments that follow the input (`Functional(mpx::leaky_relu, 0.2)`). It has no parameters.
+class FunctionalImpl : public Module {
+ public:
+  using Function = std::function<Tensor(const Tensor&)>;
+  explicit FunctionalImpl(Function fn) : fn_(std::move(fn)) {}
+  template <typename Fn, typename Arg, typename... Args>
+  FunctionalImpl(Fn fn, Arg arg, Args... args)
+      : fn_([fn, arg, args...](const Tensor& x) { return fn(x, arg, args...); }) {}
+  Tensor forward(const Tensor& x) { return fn_(x); }
+  std::string name() const override { return "Functional"; }
+
+ private:
+  Function fn_;
+};
+MPX_MODULE(Functional);
 
 // ---------------------------------------------------------------- losses (forward(input, target))
 

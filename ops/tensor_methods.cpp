@@ -67,6 +67,9 @@ Tensor Tensor::contiguous(MemoryFormat fmt) const {
 }
 Tensor Tensor::clone(MemoryFormat fmt) const { return copy_to(*this, dtype(), device(), fmt); }
 
+Scalar Tensor::item() const {
+  return is_floating_point() ? Scalar(item_double()) : Scalar(item_int64());
+}
 double Tensor::item_double() const {
   MPX_CHECK(defined() && numel() == 1, "item(): expected a tensor with one element, got ", ops::describe(*this));
   Tensor c = device().is_cpu() ? *this : to(Device::cpu());

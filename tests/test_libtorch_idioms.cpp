@@ -190,3 +190,21 @@ TEST_CASE("from_blob wraps the caller's memory without a copy, kCPU/kCUDA, index
   os << t.dtype() << " " << kBFloat16;
   CHECK(os.str() == std::string(dtype_name(kFloat32)) + " " + dtype_name(kBFloat16));
 }
+
+TEST_CASE("item() without a type gives a Scalar, and Functional puts a function in a Sequential", "[api][nn]") {
+  const Tensor f = full({}, 2.5), i = tensor<int64_t>({9007199254740993});
+  CHECK(f.item().toFloat() == 2.5f);
+  CHECK(f.item() * 2.0 == 5.0);
+  CHECK(f.item().isFloatingPoint());
+  CHECK(i.item().isIntegral());
+  CHECK(i.item().toLong() == int64_t{9007199254740993});  // exact beyond 2^53
+  CHECK(full({}, 1.0, TensorOptions(kBool)).item().toBool());
+  CHECK_THROWS_WITH(zeros({2}).item(), Catch::Contains("one element"));
+
+  nn::Sequential net(nn::Linear(3, 4), nn::Functional([](const Tensor& x) { return x.relu(); }),
+                     nn::Functional(mpx::leaky_relu, 0.2), nn::Linear(4, 2));
+  CHECK(net->parameters().size() == 4);
+  const Tensor x = randn({5, 3});
+  const Tensor h = leaky_relu((*net)[0]->as<nn::LinearImpl>()->forward(x).relu(), 0.2);
+  CHECK(testing::same_values(net->forward(x), (*net)[3]->as<nn::LinearImpl>()->forward(h)));
+}
