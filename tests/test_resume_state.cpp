@@ -20,8 +20,9 @@ namespace {
 struct TempDir {
   std::string path;
   TempDir() {
-    char t[] = "/tmp/mpx_resume_XXXXXX";
-    path = ::mkdtemp(t);
+    std::string t = (std::filesystem::temp_directory_path() / "mpx_resume_XXXXXX").string();
+    REQUIRE(::mkdtemp(t.data()) != nullptr);
+    path = t;
   }
   ~TempDir() { std::filesystem::remove_all(path); }
   std::string operator/(const std::string& f) const { return path + "/" + f; }
