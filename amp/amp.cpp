@@ -13,6 +13,7 @@
 #include "amp/grad_scaler.h"
 #include "autograd/grad_mode.h"
 #include "core/cuda.h"
+#include "core/json.h"
 #include "ops/amp.h"
 #include "ops/elementwise.h"
 #include "ops/op_utils.h"
@@ -528,9 +529,9 @@ void load_state_dict(const std::map<std::string, double>& st) {
     MPX_CHECK(it != st.end(), "amp::load_state_dict: missing key \"", k, ".unskipped\"");
     const double s = st.at(k + ".loss_scale");
     MPX_CHECK(std::isfinite(s) && s > 0, "amp::load_state_dict: ", k, ".loss_scale must be positive, got ", s);
-    MPX_CHECK(!g.scalers[i].dynamic || s <= g.scalers[i].max_scale, "amp::load_state_dict: ", k, ".loss_scale ", s,
-              " is above max_loss_scale (", g.scalers[i].max_scale, "); raise amp::Options::max_loss_scale to resume "
-              "with it");
+    MPX_CHECK(!g.scalers[i].dynamic || s <= g.scalers[i].max_scale, "amp::load_state_dict: ", k, ".loss_scale ",
+              json::number(s), " is above max_loss_scale (", json::number(g.scalers[i].max_scale),
+              "); raise amp::Options::max_loss_scale to resume with it");
     const double u = it->second;
     MPX_CHECK(std::isfinite(u) && u >= 0 && u <= 9007199254740992.0 && u == std::floor(u), "amp::load_state_dict: ", k,
               ".unskipped must be a non-negative integer, got ", u);
