@@ -99,13 +99,12 @@ using detail::master_in_line;
 namespace {
 // Writes master_in_line into the master and notes the parameter's version it now agrees with.
 void bring_in_line(ParamState& st, const Tensor& param) {
-  if (!st.master.defined() || st.model_version == param.version() || cuda::is_capturing()) return;
-  const Tensor m = master_in_line(st, param);
+  const Tensor m = master_in_line(st, param);  // the master itself when it already agrees
   if (m.impl() != st.master.impl()) {
     NoGradGuard ng;
     st.master.copy_(m);
   }
-  st.model_version = param.version();
+  if (st.master.defined() && !cuda::is_capturing()) st.model_version = param.version();
 }
 }  // namespace
 
