@@ -76,7 +76,7 @@ class EpochRun {
     Batch out;
     out.pinned = pin_;
     if (collate_fn_ || !ds_.get_batch(idx, seeds, out)) {
-      std::vector<Example> ex;
+      std::vector<Example<>> ex;
       ex.reserve(idx.size());
       for (size_t k = 0; k < idx.size(); ++k) ex.push_back(ds_.get_seeded(idx[k], seeds[k]));
       out = collate_fn_ ? collate_fn_(ex, pin_) : collate(ex, pin_);

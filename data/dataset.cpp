@@ -42,7 +42,7 @@ Tensor stack_contiguous(const std::vector<const Tensor*>& parts, bool flatten_sc
 }
 }  // namespace
 
-Batch collate(const std::vector<Example>& examples, bool pinned) {
+Batch collate(const std::vector<Example<>>& examples, bool pinned) {
   MPX_CHECK(!examples.empty(), "collate: no examples");
   std::vector<const Tensor*> d, t;
   for (auto& e : examples) {
@@ -89,7 +89,7 @@ Tensor pad_along_first(const std::vector<const Tensor*>& parts, double value, bo
 }  // namespace
 
 CollateFn pad_collate(double padding_value, double target_padding_value, bool batch_first) {
-  return [=](const std::vector<Example>& examples, bool pinned) {
+  return [=](const std::vector<Example<>>& examples, bool pinned) {
     MPX_CHECK(!examples.empty(), "pad_collate: no examples");
     std::vector<const Tensor*> d, t;
     std::vector<int64_t> lengths;

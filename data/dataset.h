@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -10,9 +11,16 @@
 namespace mpx::data {
 
 /// One sample: `data` (any shape, e.g. f32 [C,H,W]) and `target` (usually a 0-dim i64 class).
+/// A template, as LibTorch's, so `Example<>` (Tensor data and target) is the usual spelling; the
+/// loader batches `Example<>`.
+template <typename Data = Tensor, typename Target = Tensor>
 struct Example {
-  Tensor data;
-  Tensor target;
+  using DataType = Data;
+  using TargetType = Target;
+  Example() = default;
+  Example(Data d, Target t) : data(std::move(d)), target(std::move(t)) {}
+  Data data;
+  Target target;
 };
 
 /// A batch: `data` [B, ...] and `target` [B] (or [B, ...] for non-scalar targets).
@@ -39,11 +47,11 @@ class Dataset {
   /// Number of examples.
   virtual int64_t size() const = 0;
   /// The example at `index` in [0, size()), with the dataset's default randomness.
-  virtual Example get(int64_t index) const = 0;
+  virtual Example<> get(int64_t index) const = 0;
   /// The example at `index`, with random transforms driven by `sample_seed` (the loader
   /// derives it from its seed, the epoch and the index so runs reproduce). Datasets without
   /// randomness need not override it.
-  virtual Example get_seeded(int64_t index, uint64_t sample_seed) const { return get(index); }
+  virtual Example<> get_seeded(int64_t index, uint64_t sample_seed) const { return get(index); }
   /// Loads the examples `indices` (with their `sample_seeds`) straight into one batch, for data
   /// sets whose examples have a fixed shape: no per-example tensors, no copy into the batch.
   /// Returns false (the default) for the loader to call get_seeded and collate instead; the
@@ -66,10 +74,10 @@ uint64_t sample_seed(uint64_t loader_seed, int64_t epoch, int64_t index);
 /// Stacks examples into a batch (data [B, ...], targets [B] when each target has one element).
 /// All examples must share data shape and dtype; the error names the first mismatch.
 /// `pinned`: into page-locked memory (needs a CUDA device; see Batch::pinned).
-Batch collate(const std::vector<Example>& examples, bool pinned = false);
+Batch collate(const std::vector<Example<>>& examples, bool pinned = false);
 
 /// A batch from its examples (DataLoaderOptions::collate_fn); `pinned` as collate's.
-using CollateFn = std::function<Batch(const std::vector<Example>& examples, bool pinned)>;
+using CollateFn = std::function<Batch(const std::vector<Example<>>& examples, bool pinned)>;
 
 /// A collate for sequences of different lengths (token ids, audio frames: data [T_i, ...] with the
 /// same trailing dims and dtype): data padded with `padding_value` to [B, T_max, ...] (batch_first)

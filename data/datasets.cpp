@@ -84,9 +84,9 @@ MNIST::MNIST(const std::string& root, bool train, transforms::Transform transfor
               "5 - five", "6 - six", "7 - seven", "8 - eight", "9 - nine"};
 }
 
-Example MNIST::get(int64_t index) const { return get_seeded(index, sample_seed(0, 0, index)); }
+Example<> MNIST::get(int64_t index) const { return get_seeded(index, sample_seed(0, 0, index)); }
 
-Example MNIST::get_seeded(int64_t index, uint64_t seed) const {
+Example<> MNIST::get_seeded(int64_t index, uint64_t seed) const {
   check_index("MNIST", index, size());
   const int64_t h = images_.size(1), w = images_.size(2);
   const uint8_t* p = images_.data_ptr<uint8_t>() + index * h * w;
@@ -155,9 +155,9 @@ CIFAR10::CIFAR10(const std::string& root, bool train, transforms::Transform tran
   }
 }
 
-Example CIFAR10::get(int64_t index) const { return get_seeded(index, sample_seed(0, 0, index)); }
+Example<> CIFAR10::get(int64_t index) const { return get_seeded(index, sample_seed(0, 0, index)); }
 
-Example CIFAR10::get_seeded(int64_t index, uint64_t seed) const {
+Example<> CIFAR10::get_seeded(int64_t index, uint64_t seed) const {
   check_index("CIFAR10", index, size());
   const uint8_t* p = images_.data_ptr<uint8_t>() + index * 3072;
   const Tensor y = label(targets_.data_ptr<int64_t>()[index]);
@@ -360,7 +360,7 @@ std::vector<std::pair<std::string, std::string>> ImageFolder::unreadable() const
   return unreadable_;
 }
 
-Example ImageFolder::get(int64_t index) const { return get_seeded(index, sample_seed(0, 0, index)); }
+Example<> ImageFolder::get(int64_t index) const { return get_seeded(index, sample_seed(0, 0, index)); }
 
 int64_t ImageFolder::load_pipeline(const ImagePipeline& p, int64_t index, uint64_t seed, void* out) const {
   check_index("ImageFolder", index, size());
@@ -433,7 +433,7 @@ bool ImageFolder::get_batch_gpu(const std::vector<int64_t>& indices, const std::
   return true;
 }
 
-Example ImageFolder::get_seeded(int64_t index, uint64_t seed) const {
+Example<> ImageFolder::get_seeded(int64_t index, uint64_t seed) const {
   check_index("ImageFolder", index, size());
   if (options_.pipeline_) {
     Tensor x = empty(options_.pipeline_->output_shape(), options_.pipeline_->dtype());
@@ -466,7 +466,7 @@ Synthetic::Synthetic(IntList shape, int64_t num_classes, int64_t n, uint64_t see
   for (int64_t s : shape_) MPX_CHECK(s > 0, "Synthetic: shape ", shape_str(shape_), " has a non-positive size");
 }
 
-Example Synthetic::get(int64_t index) const {
+Example<> Synthetic::get(int64_t index) const {
   check_index("Synthetic", index, n_);
   const uint64_t key = random::hash(seed_, static_cast<uint64_t>(index), 0x5e7);
   Tensor x = empty(shape_, kFloat32);

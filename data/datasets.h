@@ -24,8 +24,8 @@ class MNIST : public Dataset {
  public:
   MNIST(const std::string& root, bool train = true, transforms::Transform transform = {});
   int64_t size() const override { return images_.size(0); }
-  Example get(int64_t index) const override;
-  Example get_seeded(int64_t index, uint64_t sample_seed) const override;
+  Example<> get(int64_t index) const override;
+  Example<> get_seeded(int64_t index, uint64_t sample_seed) const override;
   std::string transform_path() const override;
   /// u8 [N,28,28] and i64 [N].
   const Tensor& images() const { return images_; }
@@ -52,8 +52,8 @@ class CIFAR10 : public Dataset {
  public:
   CIFAR10(const std::string& root, bool train = true, transforms::Transform transform = {});
   int64_t size() const override { return images_.size(0); }
-  Example get(int64_t index) const override;
-  Example get_seeded(int64_t index, uint64_t sample_seed) const override;
+  Example<> get(int64_t index) const override;
+  Example<> get_seeded(int64_t index, uint64_t sample_seed) const override;
   std::string transform_path() const override;
   /// u8 [N,3,32,32] and i64 [N].
   const Tensor& images() const { return images_; }
@@ -109,8 +109,8 @@ class ImageFolder : public Dataset {
   explicit ImageFolder(const std::string& root, transforms::Transform transform = {}, ImageFolderOptions options = {});
   ImageFolder(const std::string& root, ImageFolderOptions options) : ImageFolder(root, {}, std::move(options)) {}
   int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
-  Example get(int64_t index) const override;
-  Example get_seeded(int64_t index, uint64_t sample_seed) const override;
+  Example<> get(int64_t index) const override;
+  Example<> get_seeded(int64_t index, uint64_t sample_seed) const override;
   /// With a pipeline, each image is transformed straight into its slot of the batch (on the
   /// device with ImageFolderOptions::gpu_decode). Safe to call from several loader threads.
   bool get_batch(const std::vector<int64_t>& indices, const std::vector<uint64_t>& sample_seeds,
@@ -176,7 +176,7 @@ class Synthetic : public Dataset {
  public:
   Synthetic(IntList shape, int64_t num_classes, int64_t n, uint64_t seed = 0);
   int64_t size() const override { return n_; }
-  Example get(int64_t index) const override;
+  Example<> get(int64_t index) const override;
 
  private:
   IntList shape_;

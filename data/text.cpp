@@ -357,9 +357,9 @@ TokenWindows::TokenWindows(std::shared_ptr<const TokenStream> tokens, int64_t co
 
 int64_t TokenWindows::size() const { return (tokens_->size() - context_ - 1) / stride_ + 1; }
 
-Example TokenWindows::get(int64_t index) const {
+Example<> TokenWindows::get(int64_t index) const {
   MPX_CHECK(index >= 0 && index < size(), "TokenWindows: index ", index, " is out of range for ", size(), " windows");
-  Example e{empty({context_}, kInt64), empty({context_}, kInt64)};
+  Example<> e{empty({context_}, kInt64), empty({context_}, kInt64)};
   tokens_->read(index * stride_, context_, e.data.data_ptr<int64_t>());
   tokens_->read(index * stride_ + 1, context_, e.target.data_ptr<int64_t>());
   return e;

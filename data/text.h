@@ -72,7 +72,7 @@ class TokenWindows : public Dataset {
   /// (N - context - 1) / stride + 1 for a stream of N tokens: every window whose shifted target
   /// fits; the tokens past the last one are left out.
   int64_t size() const override;
-  Example get(int64_t index) const override;
+  Example<> get(int64_t index) const override;
   bool get_batch(const std::vector<int64_t>& indices, const std::vector<uint64_t>& sample_seeds,
                  Batch& out) const override;
   int64_t context() const { return context_; }

@@ -16,7 +16,7 @@ class U8Images : public Dataset {
  public:
   explicit U8Images(int64_t n) : n_(n) {}
   int64_t size() const override { return n_; }
-  Example get(int64_t i) const override {
+  Example<> get(int64_t i) const override {
     std::vector<uint8_t> v(192);
     for (size_t k = 0; k < v.size(); ++k) v[k] = static_cast<uint8_t>((static_cast<size_t>(i) * 131 + k * 7) % 256);
     return {tensor(v, {3, 8, 8}), tensor(std::vector<int64_t>{i % 10}, {})};

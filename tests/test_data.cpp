@@ -16,6 +16,7 @@
 #include "data/data.h"
 #include "tests/paths.h"
 #include "tests/skip.h"
+#include "tests/test_files.h"
 
 #if __has_include(<stb/stb_image_write.h>)
 #define STB_IMAGE_WRITE_IMPLEMENTATION
@@ -27,6 +28,8 @@ using namespace mpx;
 using namespace mpx::data;
 namespace fs = std::filesystem;
 namespace T = mpx::data::transforms;
+using mpx::testing::TempDir;
+using mpx::testing::write_bytes;
 
 namespace {
 /// data = {index, seed-derived value}, target = index; optional jitter and a failing index.
@@ -34,8 +37,8 @@ class ProbeDataset : public Dataset {
  public:
   explicit ProbeDataset(int64_t n, int64_t fail_at = -1, bool jitter = false) : n_(n), fail_at_(fail_at), jitter_(jitter) {}
   int64_t size() const override { return n_; }
-  Example get(int64_t i) const override { return get_seeded(i, 0); }
-  Example get_seeded(int64_t i, uint64_t seed) const override {
+  Example<> get(int64_t i) const override { return get_seeded(i, 0); }
+  Example<> get_seeded(int64_t i, uint64_t seed) const override {
     if (jitter_) std::this_thread::sleep_for(std::chrono::microseconds((i * 7919) % 300));
     if (i == fail_at_) throw Error("ProbeDataset: sample " + std::to_string(i) + " is broken");
     calls++;
@@ -65,24 +68,6 @@ std::vector<int64_t> targets_of(DataLoader& loader) {
     for (int64_t i = 0; i < b.target.numel(); ++i) out.push_back(b.target.data_ptr<int64_t>()[i]);
   }
   return out;
-}
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("mpx_test_data_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-void write_bytes(const fs::path& p, const std::vector<uint8_t>& b) {
-  std::ofstream f(p, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
 }
 
 /// A 24-bit uncompressed BMP of `rgb` (row-major, h rows of w RGB triples).
@@ -192,7 +177,7 @@ TEST_CASE("pin_memory asks get_batch for pinned batches only where a GPU can use
   CHECK(ds.asked_pinned == (cuda_is_available() ? 3 : 0));
   CHECK(ds.batches == 6);
   // collate honours the request too, and says what it did.
-  std::vector<Example> ex{ds.get(0), ds.get(1)};
+  std::vector<Example<>> ex{ds.get(0), ds.get(1)};
   CHECK_FALSE(collate(ex).pinned);
 }
 
@@ -201,7 +186,7 @@ TEST_CASE("pinned_memory is for CPU tensors and needs a CUDA device", "[data][lo
                     Catch::Contains("pinned_memory is for CPU tensors"));
   if (!cuda_is_available()) {
     CHECK_THROWS_WITH(empty({2}, TensorOptions().pinned_memory()), Catch::Contains("pinned memory"));
-    CHECK_THROWS_WITH(collate({Example{ones({2}), ones({})}}, true), Catch::Contains("pinned memory"));
+    CHECK_THROWS_WITH(collate({Example<>{ones({2}), ones({})}}, true), Catch::Contains("pinned memory"));
   }
 }
 

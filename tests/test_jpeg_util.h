@@ -12,6 +12,8 @@
 
 #include <unistd.h>
 
+#include "tests/test_files.h"
+
 #define STB_IMAGE_WRITE_IMPLEMENTATION
 #include <stb/stb_image_write.h>
 
@@ -24,19 +26,7 @@
 
 namespace mpx_test {
 
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    path = std::filesystem::temp_directory_path() /
-           ("mpx_test_jpeg_" + std::to_string(::getpid()) + "_" +
-            std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
+using mpx::testing::TempDir;
 
 /// u8 RGB [h][w][3]: low-frequency colour fields, a few hard-edged shapes and fine grain, so
 /// JPEG coding, chroma subsampling and resampling all have something to get wrong.

@@ -136,7 +136,7 @@ struct Squares : data::Dataset {
   int64_t n;
   explicit Squares(int64_t n) : n(n) {}
   int64_t size() const override { return n; }
-  data::Example get(int64_t i) const override {
+  data::Example<> get(int64_t i) const override {
     return {full({1}, static_cast<double>(i * i)), full({}, static_cast<double>(i), kInt64)};
   }
 };

@@ -18,7 +18,7 @@ class U8Images : public Dataset {
  public:
   explicit U8Images(int64_t n, int64_t fail_at = -1) : n_(n), fail_at_(fail_at) {}
   int64_t size() const override { return n_; }
-  Example get(int64_t i) const override {
+  Example<> get(int64_t i) const override {
     if (i == fail_at_) throw Error("U8Images: sample " + std::to_string(i) + " is broken");
     std::vector<uint8_t> v(24);
     for (size_t k = 0; k < v.size(); ++k) v[k] = static_cast<uint8_t>((static_cast<size_t>(i) * 31 + k * 17) % 256);

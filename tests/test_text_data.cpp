@@ -11,32 +11,17 @@
 #include <set>
 
 #include "data/data.h"
+#include "tests/test_files.h"
 
 using namespace mpx;
 using namespace mpx::data;
 using Catch::Contains;
 namespace fs = std::filesystem;
+using mpx::testing::TempDir;
+using mpx::testing::write_bytes;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("mpx_test_text_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
-
-void write_bytes(const std::string& p, const std::vector<uint8_t>& b) {
-  std::ofstream f(p, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-}
 
 void put_le32(std::vector<uint8_t>& b, size_t at, int32_t v) {
   const auto u = static_cast<uint32_t>(v);
@@ -262,7 +247,7 @@ TEST_CASE("TokenWindows: contents and size", "[text]") {
   CHECK(w.stride() == 4);
   CHECK(w.size() == 4);  // (20 - 4 - 1) / 4 + 1
   for (int64_t i = 0; i < w.size(); ++i) {
-    const Example e = w.get(i);
+    const Example<> e = w.get(i);
     REQUIRE(e.data.sizes() == IntList{4});
     REQUIRE(e.target.sizes() == IntList{4});
     CHECK(e.data.dtype() == kInt64);
@@ -334,7 +319,7 @@ TEST_CASE("TokenWindows: get_batch equals get, and the loader batches through it
   for (auto& batch : loader) {
     REQUIRE(batch.data.size(1) == 8);
     for (size_t k = 0; k < batch.indices.size(); ++k) {
-      const Example e = w->get(batch.indices[k]);
+      const Example<> e = w->get(batch.indices[k]);
       const auto row = values(batch.data);
       const auto trow = values(batch.target);
       CHECK(std::vector<int64_t>(row.begin() + static_cast<long>(k) * 8, row.begin() + static_cast<long>(k + 1) * 8) ==
@@ -387,7 +372,7 @@ class Ragged : public Dataset {
  public:
   explicit Ragged(bool per_token) : per_token_(per_token) {}
   int64_t size() const override { return 11; }
-  Example get(int64_t i) const override {
+  Example<> get(int64_t i) const override {
     const int64_t n = i % 5 + 1;
     const Tensor ids = full({n}, static_cast<double>(i), TensorOptions(kInt64));
     return {ids, per_token_ ? full({n}, static_cast<double>(i), TensorOptions(kInt64))
@@ -435,7 +420,7 @@ TEST_CASE("DataLoader with pad_collate batches sequences of different lengths, o
   CHECK(first.data[2][2].item<int64_t>() == 2);
   DataLoader plain(ds, DataLoaderOptions(3));
   CHECK_THROWS_WITH(plain.begin(), Contains("collate_fn(data::pad_collate())"));
-  std::vector<Example> bad = {{zeros({2, 3}), Tensor()}, {zeros({4, 2}), Tensor()}};
+  std::vector<Example<>> bad = {{zeros({2, 3}), Tensor()}, {zeros({4, 2}), Tensor()}};
   CHECK_THROWS_WITH(pad_collate()(bad, false), Contains("only the first (length) dim may differ"));
   bad = {{zeros({}), Tensor()}};
   CHECK_THROWS_WITH(pad_collate()(bad, false), Contains("needs a length dim first"));

@@ -15,6 +15,7 @@
 using namespace mpx;
 using namespace mpx::data;
 using mpx_test::TempDir;
+using mpx::testing::write_idx;
 namespace T = mpx::data::transforms;
 
 namespace {
@@ -52,17 +53,6 @@ double max_diff(const Tensor& a, const Tensor& b) {
   return max(abs(a.to(kFloat64) - b.to(kFloat64))).item<double>();
 }
 
-void write_idx(const std::filesystem::path& p, const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data) {
-  std::ofstream f(p, std::ios::binary);
-  const unsigned char magic[4] = {0, 0, 0x08, static_cast<unsigned char>(dims.size())};
-  f.write(reinterpret_cast<const char*>(magic), 4);
-  for (uint32_t d : dims) {
-    const unsigned char be[4] = {static_cast<unsigned char>(d >> 24), static_cast<unsigned char>(d >> 16),
-                                 static_cast<unsigned char>(d >> 8), static_cast<unsigned char>(d)};
-    f.write(reinterpret_cast<const char*>(be), 4);
-  }
-  f.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
-}
 }  // namespace
 
 TEST_CASE("compose: torchvision's ImageNet recipes given to ImageFolder are the fused pipeline's tensors",

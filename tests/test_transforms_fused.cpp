@@ -334,7 +334,7 @@ TEST_CASE("fused: ImageFolder with a pipeline batches, reproduces and reports lo
       // Written straight into the batch (Dataset::get_batch): the same as each sample alone.
       for (int64_t k = 0; k < b.data.size(0); ++k) {
         const int64_t i = b.indices[static_cast<size_t>(k)];
-        const Example e = ds.get_seeded(i, sample_seed(5, 0, i));
+        const Example<> e = ds.get_seeded(i, sample_seed(5, 0, i));
         CHECK(equal(b.data.select(0, k), e.data));
         CHECK(b.target.data_ptr<int64_t>()[k] == e.target.item<int64_t>());
       }

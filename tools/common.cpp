@@ -148,8 +148,8 @@ class Subset : public data::Dataset {
  public:
   Subset(std::shared_ptr<const data::Dataset> base, int64_t n) : base_(std::move(base)), n_(n) {}
   int64_t size() const override { return n_; }
-  data::Example get(int64_t i) const override { return base_->get(i); }
-  data::Example get_seeded(int64_t i, uint64_t s) const override { return base_->get_seeded(i, s); }
+  data::Example<> get(int64_t i) const override { return base_->get(i); }
+  data::Example<> get_seeded(int64_t i, uint64_t s) const override { return base_->get_seeded(i, s); }
   // The base's batch loading (ImageFolder's in-place and GPU paths): the indices are the base's.
   bool get_batch(const std::vector<int64_t>& idx, const std::vector<uint64_t>& seeds, data::Batch& out) const override {
     return base_->get_batch(idx, seeds, out);

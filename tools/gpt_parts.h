@@ -45,7 +45,7 @@ class MicroBatches {
     std::vector<int64_t> idx(order_.begin() + k * batch_, order_.begin() + (k + 1) * batch_);
     data::Batch b;
     if (!windows_.get_batch(idx, std::vector<uint64_t>(idx.size(), 0), b)) {
-      std::vector<data::Example> ex;
+      std::vector<data::Example<>> ex;
       for (int64_t i : idx) ex.push_back(windows_.get(i));
       b = data::collate(ex);
     }
