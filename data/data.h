@@ -8,6 +8,7 @@
 #include "data/idx.h"
 #include "data/image_pipeline.h"
 #include "data/jpeg.h"
+#include "data/map_dataset.h"
 #include "data/prefetcher.h"
 #include "data/sampler.h"
 #include "data/text.h"

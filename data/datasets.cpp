@@ -64,6 +64,11 @@ Tensor to_hwc(const uint8_t* p, int64_t c, int64_t h, int64_t w) {
     for (int64_t i = 0; i < h * w; ++i) d[i * c + ch] = p[ch * h * w + i];
   return t;
 }
+/// `first` (ToTensor where absent: what the u8 data sets give without a transform), then `after`.
+transforms::Transform then(const transforms::Transform& first, transforms::Transform after) {
+  return transforms::Compose({first.defined() ? first : transforms::ToTensor(), std::move(after)});
+}
+
 /// transform_path() of a data set whose transform gets decoded u8 images (`what`).
 std::string path_of(const transforms::Transform& t, const std::string& what) {
   if (!t.defined()) return "composed: ToTensor on the " + what + " (no transform given)";
@@ -74,7 +79,8 @@ std::string path_of(const transforms::Transform& t, const std::string& what) {
 }  // namespace
 
 // ---------------------------------------------------------------- MNIST
-MNIST::MNIST(const std::string& root, bool train, transforms::Transform transform) : transform_(std::move(transform)) {
+MNIST::MNIST(const std::string& root, bool train, transforms::Transform transform)
+    : train_(train), transform_(std::move(transform)) {
   auto split = read_mnist(root, train);
   images_ = split.images;
   targets_ = split.labels;
@@ -96,6 +102,12 @@ Example<> MNIST::get_seeded(int64_t index, uint64_t seed) const {
 }
 
 std::string MNIST::transform_path() const { return path_of(transform_, "u8 images"); }
+
+MNIST MNIST::followed_by(transforms::Transform after) const {
+  MNIST d = *this;
+  d.transform_ = then(transform_, std::move(after));
+  return d;
+}
 
 FashionMNIST::FashionMNIST(const std::string& root, bool train, transforms::Transform transform)
     : MNIST(root, train, std::move(transform)) {
@@ -163,6 +175,12 @@ Example<> CIFAR10::get_seeded(int64_t index, uint64_t seed) const {
   const Tensor y = label(targets_.data_ptr<int64_t>()[index]);
   if (!transform_.defined()) return {to_unit_float(p, {3, 32, 32}), y};
   return {transform_(to_hwc(p, 3, 32, 32), seed), y};
+}
+
+CIFAR10 CIFAR10::followed_by(transforms::Transform after) const {
+  CIFAR10 d = *this;
+  d.transform_ = then(transform_, std::move(after));
+  return d;
 }
 
 // ---------------------------------------------------------------- images

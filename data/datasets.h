@@ -13,6 +13,7 @@
 #include "data/gpu_decode.h"
 #include "data/idx.h"
 #include "data/image_pipeline.h"
+#include "data/map_dataset.h"
 #include "data/transforms.h"
 
 namespace mpx::data {
@@ -20,9 +21,14 @@ namespace mpx::data {
 /// MNIST-format data (`{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]` in `root`).
 /// Without a transform an image is f32 [1,28,28] in [0,1]; a transform receives the u8
 /// [28,28,1] image. Targets are 0-dim i64.
-class MNIST : public Dataset {
+class MNIST : public Dataset, public datasets::Mappable<MNIST> {
  public:
+  /// LibTorch's names of the two splits.
+  enum class Mode { kTrain, kTest };
   MNIST(const std::string& root, bool train = true, transforms::Transform transform = {});
+  /// LibTorch's spelling: `MNIST(root, MNIST::Mode::kTest)`.
+  MNIST(const std::string& root, Mode mode, transforms::Transform transform = {})
+      : MNIST(root, mode == Mode::kTrain, std::move(transform)) {}
   int64_t size() const override { return images_.size(0); }
   Example<> get(int64_t index) const override;
   Example<> get_seeded(int64_t index, uint64_t sample_seed) const override;
@@ -31,8 +37,15 @@ class MNIST : public Dataset {
   const Tensor& images() const { return images_; }
   const Tensor& targets() const { return targets_; }
   const std::vector<std::string>& classes() const { return classes_; }
+  /// The training split (not the test split).
+  bool is_train() const noexcept { return train_; }
+  /// This data set with `after` run on each example's data after its own transform (ToTensor
+  /// where it has none), as one Compose that runs fused where it can: make_data_loader folds
+  /// LibTorch's `.map(Normalize<>(...))` chains into it.
+  MNIST followed_by(transforms::Transform after) const;
 
  protected:
+  bool train_;
   Tensor images_, targets_;
   transforms::Transform transform_;
   std::vector<std::string> classes_;
@@ -43,12 +56,14 @@ class FashionMNIST : public MNIST {
  public:
   explicit FashionMNIST(const std::string& root = kFashionMnistDir, bool train = true,
                         transforms::Transform transform = {});
+  FashionMNIST(const std::string& root, Mode mode, transforms::Transform transform = {})
+      : FashionMNIST(root, mode == Mode::kTrain, std::move(transform)) {}
 };
 
 /// CIFAR-10, binary version: `root` (or root/cifar-10-batches-bin) holds data_batch_1..5.bin
 /// (train) or test_batch.bin, 3073-byte records (label, 1024 R, 1024 G, 1024 B). Without a
 /// transform an image is f32 [3,32,32] in [0,1]; a transform receives u8 [32,32,3].
-class CIFAR10 : public Dataset {
+class CIFAR10 : public Dataset, public datasets::Mappable<CIFAR10> {
  public:
   CIFAR10(const std::string& root, bool train = true, transforms::Transform transform = {});
   int64_t size() const override { return images_.size(0); }
@@ -59,6 +74,8 @@ class CIFAR10 : public Dataset {
   const Tensor& images() const { return images_; }
   const Tensor& targets() const { return targets_; }
   static const std::vector<std::string>& classes();
+  /// As MNIST's.
+  CIFAR10 followed_by(transforms::Transform after) const;
 
  private:
   Tensor images_, targets_;
@@ -183,5 +200,14 @@ class Synthetic : public Dataset {
   int64_t num_classes_, n_;
   uint64_t seed_;
 };
+
+/// LibTorch's namespace for the built-in data sets (`data::datasets::MNIST`) beside its Dataset<Self>.
+namespace datasets {
+using data::CIFAR10;
+using data::FashionMNIST;
+using data::ImageFolder;
+using data::MNIST;
+using data::Synthetic;
+}  // namespace datasets
 
 }  // namespace mpx::data

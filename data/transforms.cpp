@@ -11,6 +11,7 @@
 #include "core/random.h"
 #include "data/image_pipeline.h"
 #include "data/resample.h"
+#include "ops/elementwise.h"
 
 namespace mpx::data::transforms {
 
@@ -241,11 +242,26 @@ TransformSpec normalize_spec(std::vector<double> mean, std::vector<double> std) 
 }
 }  // namespace
 
-Normalize::Normalize(std::vector<double> mean, std::vector<double> std)
+namespace {
+/// Normalize on other than one [C,H,W] image, as LibTorch's Normalize<> (a batch after Stack<>, a
+/// flat vector): (x - mean) / std with mean and std as [C, 1, 1], so C is dim -3 (one value: any shape).
+Tensor normalize_any(const Tensor& x, const std::vector<double>& mean, const std::vector<double>& std) {
+  const auto c = static_cast<int64_t>(mean.size());
+  MPX_CHECK(c == 1 || (x.dim() >= 3 && x.size(-3) == c), "Normalize: ", c, " means for a tensor of shape ",
+            shape_str(x.sizes()), "; the channels are dim -3 ([..., C, H, W])");
+  const IntList shape = c == 1 ? IntList{} : IntList{c, 1, 1};
+  const Tensor m = tensor(mean, shape).to(x.dtype()), s = tensor(std, shape).to(x.dtype());
+  return (x - m) / s;
+}
+}  // namespace
+
+detail::NormalizeTransform::NormalizeTransform(std::vector<double> mean, std::vector<double> std)
     : Transform(
           [mean, std](const Tensor& img, Rng&) {
-            MPX_CHECK(img.is_floating_point() && img.dim() == 3, "Normalize: expected a floating [C,H,W] image, got ",
-                      dtype_name(img.dtype()), shape_str(img.sizes()), "; apply ToTensor first");
+            MPX_CHECK(img.is_floating_point() && img.dim() >= 1,
+                      "Normalize: expected a floating [C,H,W] image (or [..., C, H, W]), got ", dtype_name(img.dtype()),
+                      shape_str(img.sizes()), "; apply ToTensor first");
+            if (img.dim() != 3) return normalize_any(img, mean, std);
             const Image im = image(img, "Normalize");
             MPX_CHECK(mean.size() == 1 || static_cast<int64_t>(mean.size()) == im.c, "Normalize: ", mean.size(),
                       " means for an image with ", im.c, " channels");

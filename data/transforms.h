@@ -111,9 +111,18 @@ struct ToTensor : Transform {
 struct PILToTensor : Transform {
   PILToTensor();
 };
+namespace detail {
+struct NormalizeTransform : Transform {
+  NormalizeTransform(std::vector<double> mean, std::vector<double> std);
+};
+}  // namespace detail
 /// (x - mean[c]) / std[c] per channel of a floating [C,H,W] image; one value means all channels.
-struct Normalize : Transform {
-  Normalize(std::vector<double> mean, std::vector<double> std);
+/// A template as LibTorch's: `Normalize<>(0.1307, 0.3081)`; torchvision's `Normalize({...}, {...})`
+/// deduces the same type.
+template <typename Target = Tensor>
+struct Normalize : detail::NormalizeTransform {
+  Normalize(std::vector<double> mean, std::vector<double> std) : NormalizeTransform(std::move(mean), std::move(std)) {}
+  Normalize(double mean, double std) : NormalizeTransform({mean}, {std}) {}
 };
 /// Bilinear resize with half-pixel centres. One size: the shorter side becomes `size` and the
 /// longer keeps the aspect ratio (truncated, as torchvision). `antialias` (torchvision's default):
