@@ -64,6 +64,48 @@ Tensor to_hwc(const uint8_t* p, int64_t c, int64_t h, int64_t w) {
     for (int64_t i = 0; i < h * w; ++i) d[i * c + ch] = p[ch * h * w + i];
   return t;
 }
+/// get_batch of the u8 image data sets (`images` [N, H, W] or planar [N, C, H, W]): each image
+/// straight into its slot of one batch, as ToTensor or through the transform's fused pass, with
+/// what get_seeded and collate give; false (that path) for a transform with no fused pass.
+bool images_into_batch(const Tensor& images, int64_t c, const Tensor& targets, const transforms::Transform& t,
+                       const char* what, const std::vector<int64_t>& indices, const std::vector<uint64_t>& seeds,
+                       Batch& out) {
+  const ImagePipeline* p = t.defined() ? t.spec().fused.get() : nullptr;
+  if (indices.empty() || (t.defined() && (!p || !p->accepts_channels(c)))) return false;
+  MPX_CHECK(seeds.size() == indices.size(), what, "::get_batch: ", indices.size(), " indices but ", seeds.size(),
+            " seeds");
+  const int64_t n = static_cast<int64_t>(indices.size()), h = images.size(-2), w = images.size(-1), px = c * h * w;
+  IntList shape = p ? p->output_shape(h, w, c) : IntList{c, h, w};
+  const DType dt = p ? p->dtype() : kFloat32;
+  shape.insert(shape.begin(), n);
+  out.data = empty(shape, TensorOptions(dt).pinned_memory(out.pinned));
+  out.target = empty({n}, TensorOptions(kInt64).pinned_memory(out.pinned));
+  auto* d = static_cast<uint8_t*>(out.data.raw_data());
+  const size_t each = static_cast<size_t>(out.data.numel() / n) * element_size(dt);
+  const uint8_t* src = images.data_ptr<uint8_t>();
+  const int64_t* labels = targets.data_ptr<int64_t>();
+  int64_t* tgt = out.target.data_ptr<int64_t>();
+  std::vector<uint8_t> hwc(c > 1 && p ? static_cast<size_t>(px) : 0);
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t i = indices[static_cast<size_t>(k)];
+    check_index(what, i, images.size(0));
+    const uint8_t* img = src + i * px;
+    tgt[k] = labels[i];
+    if (!p) {
+      auto* o = reinterpret_cast<float*>(d + static_cast<size_t>(k) * each);
+      for (int64_t j = 0; j < px; ++j) o[j] = static_cast<float>(img[j]) * (1.0f / 255.0f);  // as to_unit_float
+      continue;
+    }
+    if (c > 1) {  // planar -> interleaved, as to_hwc
+      for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t j = 0; j < h * w; ++j) hwc[static_cast<size_t>(j * c + ch)] = img[ch * h * w + j];
+      img = hwc.data();
+    }
+    p->apply_into(img, h, w, c, seeds[static_cast<size_t>(k)], d + static_cast<size_t>(k) * each);
+  }
+  return true;
+}
+
 /// `first` (ToTensor where absent: what the u8 data sets give without a transform), then `after`.
 transforms::Transform then(const transforms::Transform& first, transforms::Transform after) {
   return transforms::Compose({first.defined() ? first : transforms::ToTensor(), std::move(after)});
@@ -99,6 +141,10 @@ Example<> MNIST::get_seeded(int64_t index, uint64_t seed) const {
   const Tensor y = label(targets_.data_ptr<int64_t>()[index]);
   if (!transform_.defined()) return {to_unit_float(p, {1, h, w}), y};
   return {transform_(to_hwc(p, 1, h, w), seed), y};
+}
+
+bool MNIST::get_batch(const std::vector<int64_t>& indices, const std::vector<uint64_t>& seeds, Batch& out) const {
+  return images_into_batch(images_, 1, targets_, transform_, "MNIST", indices, seeds, out);
 }
 
 std::string MNIST::transform_path() const { return path_of(transform_, "u8 images"); }
@@ -181,6 +227,10 @@ CIFAR10 CIFAR10::followed_by(transforms::Transform after) const {
   CIFAR10 d = *this;
   d.transform_ = then(transform_, std::move(after));
   return d;
+}
+
+bool CIFAR10::get_batch(const std::vector<int64_t>& indices, const std::vector<uint64_t>& seeds, Batch& out) const {
+  return images_into_batch(images_, 3, targets_, transform_, "CIFAR10", indices, seeds, out);
 }
 
 // ---------------------------------------------------------------- images

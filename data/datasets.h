@@ -32,6 +32,9 @@ class MNIST : public Dataset, public datasets::Mappable<MNIST> {
   int64_t size() const override { return images_.size(0); }
   Example<> get(int64_t index) const override;
   Example<> get_seeded(int64_t index, uint64_t sample_seed) const override;
+  /// Without a transform, or with one that runs as a fused pass: straight into the batch.
+  bool get_batch(const std::vector<int64_t>& indices, const std::vector<uint64_t>& sample_seeds,
+                 Batch& out) const override;
   std::string transform_path() const override;
   /// u8 [N,28,28] and i64 [N].
   const Tensor& images() const { return images_; }
@@ -69,6 +72,9 @@ class CIFAR10 : public Dataset, public datasets::Mappable<CIFAR10> {
   int64_t size() const override { return images_.size(0); }
   Example<> get(int64_t index) const override;
   Example<> get_seeded(int64_t index, uint64_t sample_seed) const override;
+  /// As MNIST's.
+  bool get_batch(const std::vector<int64_t>& indices, const std::vector<uint64_t>& sample_seeds,
+                 Batch& out) const override;
   std::string transform_path() const override;
   /// u8 [N,3,32,32] and i64 [N].
   const Tensor& images() const { return images_; }

@@ -114,10 +114,10 @@ IntList ImagePipeline::output_shape(int64_t height, int64_t width, int64_t chann
 }
 
 bool ImagePipeline::accepts(const Tensor& image) const {
-  if (image.dtype() != kUInt8 || image.dim() != 3) return false;
-  const int64_t c = image.size(2);
-  return c == 3 || (c == 1 && (!normalize_ || mean_.size() == 1));
+  return image.dtype() == kUInt8 && image.dim() == 3 && accepts_channels(image.size(2));
 }
+
+bool ImagePipeline::accepts_channels(int64_t c) const { return c == 3 || (c == 1 && (!normalize_ || mean_.size() == 1)); }
 
 ImagePipeline::Plan ImagePipeline::plan(int64_t height, int64_t width, uint64_t seed) const {
   transforms::Rng rng(seed);
@@ -267,15 +267,24 @@ Tensor ImagePipeline::load(const std::string& path, uint64_t seed) const {
 
 void ImagePipeline::apply_into(const Tensor& image, const Plan& p, void* out) const {
   const Tensor c = image.cpu().contiguous();
-  const int64_t ch = c.size(2);
+  apply_plan(c.data_ptr<uint8_t>(), c.size(0), c.size(1), c.size(2), p, out);
+}
+
+void ImagePipeline::apply_into(const uint8_t* hwc, int64_t height, int64_t width, int64_t ch, uint64_t seed,
+                               void* out) const {
+  MPX_CHECK(accepts_channels(ch), "ImagePipeline: ", ch, "-channel images are not taken by ", describe());
+  apply_plan(hwc, height, width, ch, plan(height, width, seed), out);
+}
+
+void ImagePipeline::apply_plan(const uint8_t* hwc, int64_t height, int64_t width, int64_t ch, const Plan& p,
+                               void* out) const {
   if (copies(p)) {
-    copy_window_u8(c.data_ptr<uint8_t>(), c.size(1) * ch, static_cast<int>(ch), 0, 0, p.height, p.width, p.keep_top,
-                   p.keep_left, p.out_h, p.out_w, output(p.flip, ch), out, scratch().rows);
+    copy_window_u8(hwc, width * ch, static_cast<int>(ch), 0, 0, p.height, p.width, p.keep_top, p.keep_left, p.out_h,
+                   p.out_w, output(p.flip, ch), out, scratch().rows);
     return;
   }
-  const auto w = weights(p, 8, c.size(0), c.size(1));
-  resample_u8(c.data_ptr<uint8_t>(), c.size(1) * ch, static_cast<int>(ch), 0, 0, w.first, w.second,
-              output(p.flip, ch), out, scratch().rows);
+  const auto w = weights(p, 8, height, width);
+  resample_u8(hwc, width * ch, static_cast<int>(ch), 0, 0, w.first, w.second, output(p.flip, ch), out, scratch().rows);
 }
 
 Tensor ImagePipeline::apply(const Tensor& image, uint64_t seed) const {

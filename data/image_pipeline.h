@@ -60,6 +60,8 @@ class ImagePipeline {
   IntList output_shape(int64_t height, int64_t width, int64_t channels = 3) const;
   /// Whether apply() takes `image`: u8 [H,W,3], or [H,W,1] when Normalize has one mean or none.
   bool accepts(const Tensor& image) const;
+  /// Whether apply() takes u8 images of `channels` channels.
+  bool accepts_channels(int64_t channels) const;
   /// The steps it runs, torchvision's names: "RandomResizedCrop(224) + RandomHorizontalFlip(0.5) + ...".
   std::string describe() const;
 
@@ -98,12 +100,17 @@ class ImagePipeline {
   Tensor apply(const Tensor& image, uint64_t seed) const;
   /// Same, drawing from `rng` (what a fused Compose does).
   Tensor apply(const Tensor& image, transforms::Rng& rng) const;
+  /// apply() on raw pixels, with no tensor in between (a data set's get_batch): the u8 image of
+  /// `height` x `width` x `channels` at `hwc` (rows contiguous; a `channels` accepts_channels takes)
+  /// into output_shape(height, width, channels) elements of dtype() at `out`.
+  void apply_into(const uint8_t* hwc, int64_t height, int64_t width, int64_t channels, uint64_t seed, void* out) const;
   /// This pipeline as a Transform over u8 [H,W,3] images (for ImageFolder's transform argument).
   transforms::Transform transform() const;
 
  private:
   ImagePipeline() = default;
   void apply_into(const Tensor& image, const Plan& p, void* out) const;
+  void apply_plan(const uint8_t* hwc, int64_t height, int64_t width, int64_t channels, const Plan& p, void* out) const;
 
   // The crop: RandomResizedCrop to size_h_ x size_w_; a Resize (shorter side resize_, or
   // resize_h_ x resize_w_, or none) then a CenterCrop (crop_h_ x crop_w_, or none); or a

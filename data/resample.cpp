@@ -117,6 +117,12 @@ void store_row(const float* row, int ch, int64_t y, int64_t h, int64_t w, const 
       for (int c = 0; c < ch; ++c) d[x * ch + c] = cvt(row[x * ch + c] * o.mul[c] + o.add[c]);
     return;
   }
+  if (ch == 1) {  // grey (MNIST): a unit stride the compiler vectorizes
+    T* d = out + y * w;
+    const float m = o.mul[0], a = o.add[0];
+    for (int64_t x = 0; x < w; ++x) d[x] = cvt(row[x] * m + a);
+    return;
+  }
   for (int c = 0; c < ch; ++c) {
     T* d = out + (c * h + y) * w;
     for (int64_t x = 0; x < w; ++x) d[x] = cvt(row[x * ch + c] * o.mul[c] + o.add[c]);
@@ -208,13 +214,22 @@ void copy_window_u8(const uint8_t* src, int64_t src_stride, int ch, int64_t src_
   float* row = scratch.data();
   // The columns of the window inside the image; the rest stay 0 in every row.
   const int64_t x0 = std::clamp<int64_t>(-left, 0, out_w), x1 = std::clamp<int64_t>(width - left, x0, out_w);
+  // Every row writes the same span of `row` (mirrored when flipping), so what lies outside it stays 0.
+  const int64_t n = (x1 - x0) * ch;
+  float* span = row + (o.flip ? out_w - x1 : x0) * ch;
   for (int64_t y = 0; y < out_h; ++y) {
     const int64_t iy = top + y;
-    const bool inside = iy >= 0 && iy < height;
-    const uint8_t* line = inside ? src + (iy - src_y0) * src_stride + (left - src_x0) * ch : nullptr;
-    for (int64_t x = x0; x < x1; ++x) {
-      const int64_t xo = o.flip ? out_w - 1 - x : x;
-      for (int c = 0; c < ch; ++c) row[xo * ch + c] = inside ? static_cast<float>(line[x * ch + c]) : 0.f;
+    if (iy < 0 || iy >= height) {
+      std::fill(span, span + n, 0.f);
+    } else {
+      const uint8_t* line = src + (iy - src_y0) * src_stride + (left - src_x0) * ch;
+      if (!o.flip) {
+        const uint8_t* s = line + x0 * ch;
+        for (int64_t k = 0; k < n; ++k) span[k] = static_cast<float>(s[k]);
+      } else {
+        for (int64_t x = x0; x < x1; ++x)
+          for (int c = 0; c < ch; ++c) row[(out_w - 1 - x) * ch + c] = static_cast<float>(line[x * ch + c]);
+      }
     }
     store(row, ch, y, out_h, out_w, o, out);
   }

@@ -315,6 +315,49 @@ TEST_CASE("CIFAR10 reads binary batches and rejects truncated files", "[data][ci
   CHECK_THROWS_WITH(CIFAR10((tmp.path / "nowhere").string(), true), Catch::Contains("data_batch_1.bin"));
 }
 
+TEST_CASE("MNIST and CIFAR10 fill a batch straight from their images, as get_seeded and collate would",
+          "[data][mnist][cifar]") {
+  TempDir tmp;
+  std::vector<uint8_t> px(7 * 6 * 5), labels;
+  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>(i * 37 % 256);
+  for (uint8_t i = 0; i < 7; ++i) labels.push_back(static_cast<uint8_t>(9 - i));
+  mpx::testing::write_idx(tmp.path / "train-images-idx3-ubyte", {7, 6, 5}, px);
+  mpx::testing::write_idx(tmp.path / "train-labels-idx1-ubyte", {7}, labels);
+  std::vector<uint8_t> records;
+  for (int r = 0; r < 6; ++r) {
+    records.push_back(static_cast<uint8_t>(r));
+    for (int i = 0; i < 3072; ++i) records.push_back(static_cast<uint8_t>(i * 13 + r * 7));
+  }
+  write_bytes(tmp.path / "test_batch.bin", records);
+  const std::vector<int64_t> idx{4, 0, 4, 2};
+  const std::vector<uint64_t> seeds{11, 12, 13, 14};
+  auto same = [&](const Dataset& ds, bool direct) {
+    Batch b;
+    REQUIRE(ds.get_batch(idx, seeds, b) == direct);
+    if (!direct) return;
+    std::vector<Example<>> ex;
+    for (size_t k = 0; k < idx.size(); ++k) ex.push_back(ds.get_seeded(idx[k], seeds[k]));
+    const Batch want = collate(ex);
+    CHECK(b.data.dtype() == want.data.dtype());
+    CHECK(equal(b.data, want.data));
+    CHECK(equal(b.target, want.target));
+  };
+  const std::string root = tmp.path.string();
+  same(MNIST(root), true);
+  same(MNIST(root, true, T::Compose({T::RandomCrop(5, 2), T::RandomHorizontalFlip(), T::ToTensor(),
+                                     T::Normalize({0.3}, {0.2})})),
+       true);
+  same(MNIST(root, true, T::Compose({T::RandomCrop(5, 2), T::ToTensor()}, /*fuse=*/false)), false);
+  same(CIFAR10(root, false), true);
+  same(CIFAR10(root, false, T::Compose({T::RandomCrop(32, 4), T::RandomHorizontalFlip(), T::ToTensor(),
+                                        T::Normalize({0.5, 0.4, 0.3}, {0.2, 0.25, 0.3})})),
+       true);
+  same(CIFAR10(root, false, T::Compose({T::Resize(20), T::PILToTensor()})), true);
+  // A bad index is the data set's error, as from get.
+  Batch b;
+  CHECK_THROWS_WITH(MNIST(root).get_batch({7}, {0}, b), Catch::Contains("MNIST") && Catch::Contains("7"));
+}
+
 TEST_CASE("ImageFolder sorts classes, decodes images and reports corrupt files", "[data][imagefolder]") {
   TempDir tmp;
   fs::create_directories(tmp.path / "zebra");
