@@ -1,12 +1,11 @@
 // LibTorch's MNIST input pipeline written once, timed against mpx and against LibTorch itself: the
-// bench target builds it on mpx; bench/run_mnist_chain.sh also builds it with -DMPX_PEER_LIBTORCH on
+// bench target builds it on mpx (<mpx/torch.h>); bench/run_mnist_chain.sh also builds it with -DMPX_PEER_LIBTORCH on
 // the LibTorch that ships in PyTorch's wheel. `--path native` (mpx only) is mpx's own spelling of
 // the same pipeline, a transform given to the dataset, for the natural-code-against-named-path check.
 #ifdef MPX_PEER_LIBTORCH
 #include <torch/torch.h>
 #else
-#include <mpx/mpx.h>
-namespace torch = mpx;
+#include <mpx/torch.h>
 #endif
 
 #include <algorithm>

@@ -10,7 +10,7 @@ foreach(rel ${MPX_HEADERS_REL})
   file(READ "${MPX_SRC}/${rel}" text)
   string(REGEX REPLACE "#include \"(core|autograd|ops|nn|optim|amp|distributed|data|models)/" "#include \"mpx/\\1/"
          text "${text}")
-  # include/mpx/mpx.h, the umbrella header, goes to the top of include/mpx/.
+  # include/mpx/mpx.h (the umbrella header) and torch.h go to the top of include/mpx/.
   string(REGEX REPLACE "^include/mpx/" "" out_rel "${rel}")
   get_filename_component(dir "${out_rel}" DIRECTORY)
   file(WRITE "${MPX_STAGE}/${out_rel}" "${text}")

@@ -55,11 +55,9 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const ConvTranspo
 Tensor max_pool2d(const Tensor& x, const MaxPool2dFuncOptions& o) {
   return mpx::max_pool2d(x, o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.ceil_mode());
 }
-Tensor max_pool2d(const Tensor& x, int64_t kernel_size) { return max_pool2d(x, MaxPool2dFuncOptions(kernel_size)); }
 Tensor avg_pool2d(const Tensor& x, const AvgPool2dFuncOptions& o) {
   return mpx::avg_pool2d(x, o.kernel_size(), o.stride(), o.padding(), o.ceil_mode(), o.count_include_pad());
 }
-Tensor avg_pool2d(const Tensor& x, int64_t kernel_size) { return avg_pool2d(x, AvgPool2dFuncOptions(kernel_size)); }
 Tensor adaptive_avg_pool2d(const Tensor& x, const AdaptiveAvgPool2dFuncOptions& o) {
   return mpx::adaptive_avg_pool2d(x, o.output_size());
 }

@@ -9,6 +9,7 @@
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/index.h"
+#include "ops/pooling.h"
 #include "ops/shape.h"
 #include "nn/rnn_options.h"
 
@@ -72,10 +73,10 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const ConvTranspo
 
 // ---- pooling ----
 Tensor max_pool2d(const Tensor& x, const MaxPool2dFuncOptions& options);
-/// Square kernel, stride = kernel: `F::max_pool2d(x, 2)`.
-Tensor max_pool2d(const Tensor& x, int64_t kernel_size);
 Tensor avg_pool2d(const Tensor& x, const AvgPool2dFuncOptions& options);
-Tensor avg_pool2d(const Tensor& x, int64_t kernel_size);
+/// `F::max_pool2d(x, 2)` (square kernel, stride = kernel) and the explicit forms: mpx's own.
+using mpx::avg_pool2d;
+using mpx::max_pool2d;
 Tensor adaptive_avg_pool2d(const Tensor& x, const AdaptiveAvgPool2dFuncOptions& options);
 
 // ---- normalization ----

@@ -22,6 +22,11 @@ void report_target_checks(bool wait = false);
 /// Negative log-likelihood of log-probabilities [N, C] (or [N, C, ...]) with i64 targets.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction = Reduction::Mean,
                 int64_t ignore_index = -100, const Tensor& weight = {});
+/// ATen's argument order, `torch::nll_loss(out, target, /*weight=*/{}, torch::Reduction::Sum)`.
+inline Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight,
+                       Reduction reduction = Reduction::Mean, int64_t ignore_index = -100) {
+  return nll_loss(log_probs, target, reduction, ignore_index, weight);
+}
 /// Numerically stable sigmoid + binary cross-entropy; pos_weight optional.
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
                                         Reduction reduction = Reduction::Mean, const Tensor& weight = {},

@@ -1,5 +1,6 @@
 // LibTorch's data API as its examples write it: MNIST(root).map(Normalize<>).map(Stack<>), make_data_loader,
-// own datasets derived from Dataset<Self>, and the errors where mpx's loader differs.
+// own datasets derived from Dataset<Self>, the errors where mpx's loader differs, and a training program in
+// LibTorch's spellings through <mpx/torch.h>.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -10,7 +11,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include <mpx/mpx.h>
+#include <mpx/torch.h>
 
 #include "tests/test_files.h"
 #include "tests/test_util.h"
@@ -32,6 +33,78 @@ void write_mnist(const TempDir& dir, uint32_t n) {
     write_idx(dir.path / (std::string(split) + "-images-idx3-ubyte"), {n, 6, 5}, px);
     write_idx(dir.path / (std::string(split) + "-labels-idx1-ubyte"), {n}, labels);
   }
+}
+
+// A learnable 28x28 MNIST-format folder: image i of class i % 10 is a bright 6x6 square placed by its class.
+void write_squares(const TempDir& dir, uint32_t n) {
+  for (const char* split : {"train", "t10k"}) {
+    std::vector<uint8_t> px(static_cast<size_t>(n) * 784), labels;
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint32_t c = i % 10, top = 2 + (c / 5) * 12, left = 2 + (c % 5) * 5;
+      for (uint32_t y = top; y < top + 6; ++y)
+        for (uint32_t x = left; x < left + 6; ++x) px[i * 784 + y * 28 + x] = static_cast<uint8_t>(200 + (i * 13) % 56);
+      labels.push_back(static_cast<uint8_t>(c));
+    }
+    write_idx(dir.path / (std::string(split) + "-images-idx3-ubyte"), {n, 28, 28}, px);
+    write_idx(dir.path / (std::string(split) + "-labels-idx1-ubyte"), {n}, labels);
+  }
+}
+
+// A small classifier written as LibTorch users write one (a Module subclass used by value, holders built in
+// the initializer list, the free functions torch::max_pool2d(x, 2), torch::dropout, torch::log_softmax).
+struct SquaresNet : torch::nn::Module {
+  SquaresNet()
+      : conv(torch::nn::Conv2dOptions(1, 8, /*kernel_size=*/3).padding(1)), drop(torch::nn::Dropout2dOptions(0.1)),
+        hidden(8 * 7 * 7, 32), out(32, 10) {
+    register_module("conv", conv);
+    register_module("drop", drop);
+    register_module("hidden", hidden);
+    register_module("out", out);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::max_pool2d(torch::relu(drop->forward(conv->forward(x))), 4);
+    x = torch::relu(hidden->forward(x.view({x.size(0), -1})));
+    x = torch::dropout(x, /*p=*/0.2, /*train=*/is_training());
+    return torch::log_softmax(out->forward(x), /*dim=*/1);
+  }
+  torch::nn::Conv2d conv;
+  torch::nn::Dropout2d drop;
+  torch::nn::Linear hidden, out;
+};
+
+// One epoch; the mean of its batch losses.
+template <typename Loader>
+double fit_epoch(SquaresNet& net, torch::Device device, Loader& loader, torch::optim::Optimizer& opt) {
+  net.train();
+  double total = 0;
+  int64_t steps = 0;
+  for (auto& batch : loader) {
+    opt.zero_grad();
+    torch::Tensor loss = torch::nll_loss(net.forward(batch.data.to(device)), batch.target.to(device));
+    AT_ASSERT(std::isfinite(loss.item<double>()));
+    loss.backward();
+    opt.step();
+    total += loss.item<double>();
+    ++steps;
+  }
+  return total / static_cast<double>(steps);
+}
+
+// Accuracy over the loader, with the summed loss checked finite.
+template <typename Loader>
+double accuracy(SquaresNet& net, torch::Device device, Loader& loader) {
+  torch::NoGradGuard no_grad;
+  net.eval();
+  double summed = 0;
+  int64_t right = 0, seen = 0;
+  for (const auto& batch : loader) {
+    const torch::Tensor logp = net.forward(batch.data.to(device)), y = batch.target.to(device);
+    summed += torch::nll_loss(logp, y, /*weight=*/{}, torch::Reduction::Sum).item<double>();
+    right += logp.argmax(1).eq(y).sum().item<int64_t>();
+    seen += y.size(0);
+  }
+  CHECK(std::isfinite(summed));
+  return static_cast<double>(right) / static_cast<double>(seen);
 }
 
 std::vector<int64_t> targets_of(mpx::data::DataLoader& loader) {
@@ -77,8 +150,7 @@ TEST_CASE("LibTorch's MNIST example: MNIST(root).map(Normalize<>).map(Stack<>) t
           "[api][data]") {
   TempDir dir;
   write_mnist(dir, 40);
-  const std::string kDataRoot = dir.path.string();
-  namespace torch = mpx;  // the example below is LibTorch's, with this one line added
+  const std::string kDataRoot = dir.path.string();  // these lines are LibTorch's examples' own, via <mpx/torch.h>
 
   auto train_dataset = torch::data::datasets::MNIST(kDataRoot)
                            .map(torch::data::transforms::Normalize<>(0.1307, 0.3081))
@@ -253,4 +325,33 @@ TEST_CASE("Normalize<> takes what LibTorch's does: a batch [..., C, H, W], any s
   CHECK_THROWS_WITH(T::Normalize<>({1, 2}, {1, 1})(batch, uint64_t{0}),
                     Catch::Contains("2 means") && Catch::Contains("[2, 3, 2, 2]"));
   CHECK_THROWS_WITH(T::Normalize<>(0.5, 0.5)(mpx::zeros({3}, mpx::kInt64), uint64_t{0}), Catch::Contains("floating"));
+}
+
+TEST_CASE("a program written in LibTorch's spellings compiles through <mpx/torch.h> and learns", "[api][data][train]") {
+  TempDir dir;
+  write_squares(dir, 1024);
+  const std::string root = dir.path.string();
+  torch::manual_seed(1);
+  torch::Device device(torch::cuda::is_available() ? torch::kCUDA : torch::kCPU);
+  SquaresNet net;
+  net.to(device);
+  auto train_set = torch::data::datasets::MNIST(root)
+                       .map(torch::data::transforms::Normalize<>(0.5, 0.25))
+                       .map(torch::data::transforms::Stack<>());
+  const size_t n = train_set.size().value();
+  auto train_loader = torch::data::make_data_loader(std::move(train_set), 64);
+  auto test_loader = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(
+      torch::data::datasets::MNIST(root, torch::data::datasets::MNIST::Mode::kTest)
+          .map(torch::data::transforms::Normalize<>(0.5, 0.25))
+          .map(torch::data::transforms::Stack<>()),
+      torch::data::DataLoaderOptions().batch_size(500));
+  torch::optim::SGD opt(net.parameters(), torch::optim::SGDOptions(0.02).momentum(0.5));
+  std::vector<double> losses;
+  for (int epoch = 0; epoch < 6; ++epoch) losses.push_back(fit_epoch(net, device, *train_loader, opt));
+  INFO("epoch losses " << losses.front() << " ... " << losses.back());
+  CHECK(losses.back() < 0.5 * losses.front());
+  CHECK(accuracy(net, device, *test_loader) > 0.5);
+  // TORCH_CHECK names the condition and the message.
+  CHECK_THROWS_WITH([&] { TORCH_CHECK(n == 3, "got ", n); }(),
+                    Catch::Contains("n == 3") && Catch::Contains("got 1024"));
 }
