@@ -8,12 +8,11 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <stdexcept>
-#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "data/dataloader.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
@@ -205,18 +204,14 @@ class ChainDataset final : public data::Dataset {
  public:
   explicit ChainDataset(D chain) : chain_(std::move(chain)) {
     const std::optional<size_t> n = size_of(chain_);
-    if (!n)
-      throw std::invalid_argument(
-          "make_data_loader: the dataset's size() is unknown (nullopt); mpx's loader needs a dataset that knows "
-          "its size");
+    MPX_CHECK(n.has_value(), "make_data_loader: the dataset's size() is unknown (nullopt); mpx's loader needs a "
+              "dataset that knows its size");
     size_ = static_cast<int64_t>(*n);
   }
   int64_t size() const override { return size_; }
   Example<> get(int64_t index) const override { return get_seeded(index, sample_seed(0, 0, index)); }
   Example<> get_seeded(int64_t index, uint64_t seed) const override {
-    if (index < 0 || index >= size_)
-      throw std::out_of_range("dataset index " + std::to_string(index) + " out of range [0, " + std::to_string(size_) +
-                              ")");
+    MPX_CHECK(index >= 0 && index < size_, "dataset index ", index, " out of range [0, ", size_, ")");
     Lease l = lease();
     return fetch(before_stack(*l.chain), index, seed);
   }
@@ -314,10 +309,8 @@ std::unique_ptr<DataLoader> loader_over(D dataset, DataLoaderOptions options) {
                   "make_data_loader: end the dataset's chain with .map(transforms::Stack<>()); mpx's loader gives "
                   "stacked batches, not vectors of examples");
     if constexpr (maps_after_stack<D>())
-      if (options.collate_fn_)
-        throw std::invalid_argument(
-            "make_data_loader: a collate_fn and transforms mapped after Stack<> cannot be combined; map them "
-            "before Stack<> or do their work in the collate_fn");
+      MPX_CHECK(!options.collate_fn_, "make_data_loader: a collate_fn and transforms mapped after Stack<> cannot be "
+                "combined; map them before Stack<> or do their work in the collate_fn");
     return std::make_unique<DataLoader>(std::shared_ptr<const data::Dataset>(std::make_shared<const ChainDataset<D>>(
                                             std::move(dataset))),
                                         std::move(options));

@@ -117,6 +117,7 @@ struct NormalizeTransform : Transform {
 };
 }  // namespace detail
 /// (x - mean[c]) / std[c] per channel of a floating [C,H,W] image; one value means all channels.
+/// As LibTorch's, also a batch [..., C, H, W] and, with one value, a floating tensor of any shape.
 /// A template as LibTorch's: `Normalize<>(0.1307, 0.3081)`; torchvision's `Normalize({...}, {...})`
 /// deduces the same type.
 template <typename Target = Tensor>
