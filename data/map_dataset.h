@@ -71,7 +71,7 @@ class Mappable {
 };
 
 /// LibTorch's Dataset<Self>: derive `struct Mine : Dataset<Mine>` and override `get(size_t)` and
-/// `size()`; pass it (or a `.map(...)` chain ending in `Stack<>`) to make_data_loader. As in
+/// `size()`; pass it (or a `.map(...)` chain with a `Stack<>` in it) to make_data_loader. As in
 /// LibTorch, each loading thread works on its own copy of the dataset (a dataset that cannot be
 /// copied is called by one thread at a time), so `get` may keep state.
 template <typename Self, typename SingleExample = Example<>>
@@ -197,7 +197,7 @@ void apply_after_stack(const D& d, Batch& b, uint64_t seed) {
   }
 }
 
-/// The loader's view of a chain ending in Stack<> (and maps after it): examples through the
+/// The loader's view of a chain with a Stack<> (and maps after it): examples through the
 /// chain, on a copy of it per loading thread where its source is a LibTorch-style dataset.
 template <typename D>
 class ChainDataset final : public data::Dataset {
@@ -363,7 +363,7 @@ using data::SequentialSampler;
 }  // namespace samplers
 
 /// LibTorch's make_data_loader: a loader that owns `dataset` (one of mpx's, or a LibTorch-style
-/// chain ending in `.map(transforms::Stack<>())`). `SamplerType` picks the order as LibTorch's
+/// chain with a `.map(transforms::Stack<>())`). `SamplerType` picks the order as LibTorch's
 /// does: RandomSampler (the default) shuffles every epoch, SequentialSampler does not.
 /// Iterate as `for (auto& batch : *loader)`; a batch has `data` and `target`.
 template <typename SamplerType = samplers::RandomSampler, typename D>
