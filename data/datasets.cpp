@@ -48,20 +48,25 @@ Tensor label(int64_t v) {
   *t.data_ptr<int64_t>() = v;
   return t;
 }
+/// `n` u8 values -> f32 / 255 at `d` (what the u8 data sets give without a transform).
+void unit_float_into(const uint8_t* p, int64_t n, float* d) {
+  for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(p[i]) * (1.0f / 255.0f);
+}
+/// u8 planar [C,H,W] -> u8 [H,W,C] at `d`, the layout transforms take.
+void hwc_into(const uint8_t* p, int64_t c, int64_t h, int64_t w, uint8_t* d) {
+  for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t i = 0; i < h * w; ++i) d[i * c + ch] = p[ch * h * w + i];
+}
 /// u8 planar [C,H,W] (one image) -> f32 [C,H,W] / 255.
 Tensor to_unit_float(const uint8_t* p, const IntList& chw) {
   Tensor t = empty(chw, kFloat32);
-  float* d = t.data_ptr<float>();
-  const int64_t n = numel_of(chw);
-  for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(p[i]) * (1.0f / 255.0f);
+  unit_float_into(p, numel_of(chw), t.data_ptr<float>());
   return t;
 }
-/// u8 planar [C,H,W] -> u8 [H,W,C], the layout transforms take.
+/// u8 planar [C,H,W] -> u8 [H,W,C].
 Tensor to_hwc(const uint8_t* p, int64_t c, int64_t h, int64_t w) {
   Tensor t = empty({h, w, c}, kUInt8);
-  uint8_t* d = t.data_ptr<uint8_t>();
-  for (int64_t ch = 0; ch < c; ++ch)
-    for (int64_t i = 0; i < h * w; ++i) d[i * c + ch] = p[ch * h * w + i];
+  hwc_into(p, c, h, w, t.data_ptr<uint8_t>());
   return t;
 }
 /// get_batch of the u8 image data sets (`images` [N, H, W] or planar [N, C, H, W]): each image
@@ -92,13 +97,11 @@ bool images_into_batch(const Tensor& images, int64_t c, const Tensor& targets, c
     const uint8_t* img = src + i * px;
     tgt[k] = labels[i];
     if (!p) {
-      auto* o = reinterpret_cast<float*>(d + static_cast<size_t>(k) * each);
-      for (int64_t j = 0; j < px; ++j) o[j] = static_cast<float>(img[j]) * (1.0f / 255.0f);  // as to_unit_float
+      unit_float_into(img, px, reinterpret_cast<float*>(d + static_cast<size_t>(k) * each));
       continue;
     }
-    if (c > 1) {  // planar -> interleaved, as to_hwc
-      for (int64_t ch = 0; ch < c; ++ch)
-        for (int64_t j = 0; j < h * w; ++j) hwc[static_cast<size_t>(j * c + ch)] = img[ch * h * w + j];
+    if (c > 1) {
+      hwc_into(img, c, h, w, hwc.data());
       img = hwc.data();
     }
     p->apply_into(img, h, w, c, seeds[static_cast<size_t>(k)], d + static_cast<size_t>(k) * each);
