@@ -181,6 +181,7 @@ std::string shape_str(const IntList& s) {
   for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
   return r + "]";
 }
+std::ostream& operator<<(std::ostream& os, const IntList& s) { return os << shape_str(s); }
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* what) {
   const int64_t n = std::max<int64_t>(ndim, 1);
   MPX_CHECK(dim >= -n && dim < n, what, " ", dim, " is out of range for a tensor with ", ndim,

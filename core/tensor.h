@@ -8,6 +8,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -19,8 +20,15 @@
 
 namespace mpx {
 
-/// Shapes, strides and dimension lists.
-using IntList = std::vector<int64_t>;
+/// Shapes, strides and dimension lists: a std::vector<int64_t> that also reads as LibTorch's IntArrayRef
+/// (`x.sizes().vec()`, `std::cout << x.sizes()` printing [2, 3]).
+struct IntList : std::vector<int64_t> {
+  using std::vector<int64_t>::vector;
+  IntList() = default;
+  IntList(const std::vector<int64_t>& v) : std::vector<int64_t>(v) {}             // NOLINT
+  IntList(std::vector<int64_t>&& v) : std::vector<int64_t>(std::move(v)) {}       // NOLINT
+  std::vector<int64_t> vec() const { return *this; }
+};
 
 namespace indexing {
 class TensorIndex;  // core/indexing.h
@@ -34,9 +42,13 @@ concept DimIndex = std::integral<I> && !std::same_as<I, bool>;
 
 /// How a 4-d tensor's elements are laid out. ChannelsLast is NHWC with logical NCHW sizes.
 enum class MemoryFormat : uint8_t { Contiguous, ChannelsLast, Preserve };
+/// LibTorch's layout option; mpx tensors are all strided (dense), so it is the only value.
+enum class TensorLayout : uint8_t { Strided };
+inline constexpr TensorLayout kStrided = TensorLayout::Strided;
 
 class Tensor;
 using tensor_list = std::vector<Tensor>;
+template <typename T, size_t N> class TensorAccessor;
 
 namespace autograd {
 struct Node;
@@ -68,10 +80,13 @@ struct TensorOptions {
   TensorOptions() = default;
   TensorOptions(DType t) : dtype_(t), has_dtype_(true) {}  // NOLINT: lets `zeros({2}, kFloat16)` read naturally
   TensorOptions(Device d) : device_(d) {}                  // NOLINT
+  TensorOptions(DeviceType t) : device_(Device(t)) {}      // NOLINT: `empty(n, kCPU)`
   TensorOptions& dtype(DType t) { dtype_ = t; has_dtype_ = true; return *this; }
   /// The dtype set, or `fallback` when none was.
   DType dtype_or(DType fallback) const { return has_dtype_ ? dtype_ : fallback; }
   TensorOptions& device(Device d) { device_ = d; return *this; }
+  TensorOptions& device(DeviceType t, int index) { device_ = Device(t, index); return *this; }
+  TensorOptions& layout(TensorLayout) { return *this; }
   TensorOptions& requires_grad(bool r = true) { requires_grad_ = r; return *this; }
   TensorOptions& memory_format(MemoryFormat m) { memory_format_ = m; return *this; }
   /// Page-locked host memory (CPU tensors; needs a CUDA device), as LibTorch's
@@ -79,6 +94,14 @@ struct TensorOptions {
   /// kept by size and reused, so a loader filling same-sized batches pins pages only once.
   TensorOptions& pinned_memory(bool p = true) { pinned_memory_ = p; return *this; }
 };
+
+/// LibTorch's option factories, each starting a TensorOptions: `zeros({2}, dtype(kInt32).device(kCUDA))`,
+/// `randn(3, requires_grad())`.
+inline TensorOptions dtype(DType t) { return TensorOptions().dtype(t); }
+inline TensorOptions device(Device d) { return TensorOptions().device(d); }
+inline TensorOptions requires_grad(bool r = true) { return TensorOptions().requires_grad(r); }
+inline TensorOptions memory_format(MemoryFormat m) { return TensorOptions().memory_format(m); }
+inline TensorOptions layout(TensorLayout l) { return TensorOptions().layout(l); }
 
 /// The shared state behind a Tensor handle. Views share `storage`.
 struct TensorImpl {
@@ -124,6 +147,14 @@ class Tensor {
  public:
   Tensor() = default;
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+  Tensor(const Tensor&) = default;
+  Tensor(Tensor&&) noexcept = default;
+  /// Assigning to a named tensor rebinds the handle; assigning to a temporary writes through it, as in LibTorch:
+  /// `x[0] = y`, `x.select(1, 2) = 0.5` and `p.grad().data() = g` copy into the elements the temporary views.
+  Tensor& operator=(const Tensor&) & = default;
+  Tensor& operator=(Tensor&&) & noexcept = default;
+  Tensor& operator=(const Tensor& src) && { return copy_(src); }
+  Tensor& operator=(double value) && { return fill_(value); }
 
   bool defined() const { return impl_ != nullptr; }
   TensorImpl* impl() const { return impl_.get(); }
@@ -137,6 +168,9 @@ class Tensor {
   int64_t size(int64_t dim) const;
   int64_t stride(int64_t dim) const;
   int64_t dim() const { return static_cast<int64_t>(self("dim").sizes.size()); }
+  int64_t ndimension() const { return dim(); }
+  bool is_same_size(const Tensor& o) const { return sizes() == o.sizes(); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
   int64_t numel() const;
   DType dtype() const { return self("dtype").dtype; }
   DType scalar_type() const { return self("scalar_type").dtype; }
@@ -174,6 +208,7 @@ class Tensor {
   // ---- conversions ----
   Tensor to(DType t, bool copy = false) const;
   Tensor to(Device d, bool non_blocking = false) const;
+  Tensor to(DeviceType t, bool non_blocking = false) const { return to(Device(t), non_blocking); }
   Tensor to(MemoryFormat fmt) const;
   Tensor to(Device d, DType t) const;
   Tensor to(const TensorOptions& o) const;
@@ -185,6 +220,9 @@ class Tensor {
   Tensor bfloat16() const { return to(kBFloat16); }
   Tensor to_float() const { return to(kFloat32); }
   Tensor to_double() const { return to(kFloat64); }
+  /// In o's dtype and on its device (LibTorch's type_as).
+  Tensor type_as(const Tensor& o) const { return to(o.device(), o.dtype()); }
+  Tensor toType(DType t) const { return to(t); }
 
   // ---- autograd ----
   bool requires_grad() const;
@@ -199,6 +237,8 @@ class Tensor {
   void backward(const Tensor& gradient = {}, bool retain_graph = false, bool create_graph = false) const;
   /// A tensor sharing this one's data that is cut from the graph.
   Tensor detach() const;
+  /// LibTorch's `x.data()`: detach(), the same elements with no history, for writes autograd must not see.
+  Tensor data() const { return detach(); }
   bool is_leaf() const;
   std::shared_ptr<autograd::Node> grad_fn() const;
   /// Keeps the gradient of a non-leaf after backward (it is in grad() afterwards).
@@ -305,6 +345,25 @@ class Tensor {
   template <DimIndex I> Tensor var(I dim, bool unbiased = true, bool keepdim = false) const {
     return var(IntList{static_cast<int64_t>(dim)}, unbiased, keepdim);
   }
+  /// Over all elements. (A template for `unbiased`, so a braced `x.var({1})` still means dims.)
+  Tensor var() const { return var(true); }
+  template <std::same_as<bool> B> Tensor var(B unbiased) const { return var_all(unbiased); }
+  Tensor std(const IntList& dims, bool unbiased = true, bool keepdim = false) const;
+  template <DimIndex I> Tensor std(I dim, bool unbiased = true, bool keepdim = false) const {
+    return std(IntList{static_cast<int64_t>(dim)}, unbiased, keepdim);
+  }
+  Tensor std() const { return std(true); }
+  template <std::same_as<bool> B> Tensor std(B unbiased) const { return std_all(unbiased); }
+  /// The p-norm of all elements (LibTorch's x.norm()), or over dims (torch.linalg.vector_norm's rule).
+  Tensor norm(double p = 2) const;
+  Tensor norm(double p, const IntList& dims, bool keepdim = false) const;
+  template <DimIndex I> Tensor norm(double p, I dim, bool keepdim = false) const {
+    return norm(p, IntList{static_cast<int64_t>(dim)}, keepdim);
+  }
+  /// (values, indices) of the k largest (smallest) along dim, and of a sort (ops/index.h).
+  std::tuple<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) const;
+  std::tuple<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false) const;
+  Tensor argsort(int64_t dim = -1, bool descending = false) const;
   Tensor cumsum(int64_t dim) const;
   Tensor cumprod(int64_t dim) const;
   Tensor prod() const;
@@ -366,10 +425,28 @@ class Tensor {
   Tensor& lerp_(const Tensor& end, double weight);
   /// Shape ops as methods (ops/shape.h).
   Tensor roll(const IntList& shifts, const IntList& dims = {}) const;
+  /// Pieces of `size` along dim (the last smaller), and `chunks` near-equal pieces (ops/shape.h).
+  std::vector<Tensor> split(int64_t size, int64_t dim = 0) const;
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
   std::vector<Tensor> unbind(int64_t dim = 0) const;
   Tensor repeat_interleave(int64_t repeats, std::optional<int64_t> dim = std::nullopt) const;
   Tensor pow(double exponent) const;
+  /// The binary ops as methods (ops/elementwise.h), LibTorch's `x.add(y, alpha)`, `x.mul(2)`, ...
+  Tensor add(const Tensor& o, double alpha = 1.0) const;
+  Tensor add(double o) const;
+  Tensor sub(const Tensor& o, double alpha = 1.0) const;
+  Tensor sub(double o) const;
+  Tensor mul(const Tensor& o) const;
+  Tensor mul(double o) const;
+  Tensor div(const Tensor& o) const;
+  Tensor div(double o) const;
+  Tensor pow(const Tensor& exponent) const;
+  Tensor maximum(const Tensor& o) const;
+  Tensor minimum(const Tensor& o) const;
+  Tensor bmm(const Tensor& o) const;
   Tensor clamp(double lo, double hi) const;
+  Tensor clamp_min(double lo) const;
+  Tensor clamp_max(double hi) const;
   Tensor softmax(int64_t dim) const;
   Tensor log_softmax(int64_t dim) const;
   Tensor eq(const Tensor& o) const;
@@ -378,10 +455,20 @@ class Tensor {
   Tensor le(const Tensor& o) const;
   Tensor gt(const Tensor& o) const;
   Tensor ge(const Tensor& o) const;
+  Tensor eq(double v) const;
+  Tensor ne(double v) const;
+  Tensor lt(double v) const;
+  Tensor le(double v) const;
+  Tensor gt(double v) const;
+  Tensor ge(double v) const;
   /// True when every element is finite (no inf/NaN).
   bool all_finite() const;
   /// Readable dump (shape, dtype, device and up to a few values).
   std::string str() const;
+  /// Element access by index, `acc[i][j]` (core/accessor.h): a CPU tensor of N dims holding T. It reads this
+  /// tensor's sizes and strides in place, so a temporary has none (as LibTorch's).
+  template <typename T, size_t N> TensorAccessor<T, N> accessor() const&;
+  template <typename T, size_t N> TensorAccessor<T, N> accessor() && = delete;
 
  private:
   // The impl behind a metadata call; an undefined tensor (default-constructed, or a gradient never computed) is a
@@ -391,68 +478,15 @@ class Tensor {
     return *impl_;
   }
   [[noreturn]] static void undefined_error(const char* call);
+  Tensor var_all(bool unbiased) const;
+  Tensor std_all(bool unbiased) const;
   std::shared_ptr<TensorImpl> impl_;
 };
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 std::string shape_str(const IntList& s);
-
-// ---- factories ----
-Tensor empty(const IntList& shape, const TensorOptions& opts = {});
-Tensor empty_strided(const IntList& shape, const IntList& strides, const TensorOptions& opts = {});
-/// A tensor over memory the caller owns, without a copy (LibTorch's from_blob): on opts' device (a CUDA
-/// pointer for a CUDA tensor), in opts' dtype, row-major unless strides are given. `data` must outlive the
-/// tensor and its views, or pass a `deleter`, called with `data` when the last of them goes.
-Tensor from_blob(void* data, const IntList& shape, const TensorOptions& opts = {});
-Tensor from_blob(void* data, const IntList& shape, const IntList& strides, const TensorOptions& opts = {});
-Tensor from_blob(void* data, const IntList& shape, std::function<void(void*)> deleter, const TensorOptions& opts = {});
-Tensor from_blob(void* data, const IntList& shape, const IntList& strides, std::function<void(void*)> deleter,
-                 const TensorOptions& opts = {});
-Tensor zeros(const IntList& shape, const TensorOptions& opts = {});
-Tensor ones(const IntList& shape, const TensorOptions& opts = {});
-Tensor full(const IntList& shape, double value, const TensorOptions& opts = {});
-/// Uniform in [0, 1).
-Tensor rand(const IntList& shape, const TensorOptions& opts = {});
-/// Standard normal.
-Tensor randn(const IntList& shape, const TensorOptions& opts = {});
-/// Integers uniform in [low, high); i64 unless opts set a dtype.
-Tensor randint(int64_t low, int64_t high, const IntList& shape, const TensorOptions& opts = {});
-/// start, start + step, ... below end. Unless opts set a dtype, i64 when start, end and step are all integers
-/// (C++ integer types) and f32 when any is floating, as LibTorch infers it: `arange(0, 1, 0.1)` is ten f32 values.
-Tensor arange_impl(double start, double end, double step, bool integral, const TensorOptions& opts);
-template <typename E>
-  requires std::is_arithmetic_v<E>
-Tensor arange(E end, const TensorOptions& opts = {}) {
-  return arange_impl(0.0, static_cast<double>(end), 1.0, std::is_integral_v<E>, opts);
-}
-template <typename S, typename E, typename P = int64_t>
-  requires std::is_arithmetic_v<S> && std::is_arithmetic_v<E> && std::is_arithmetic_v<P>
-Tensor arange(S start, E end, P step = 1, const TensorOptions& opts = {}) {
-  return arange_impl(static_cast<double>(start), static_cast<double>(end), static_cast<double>(step),
-                     std::is_integral_v<S> && std::is_integral_v<E> && std::is_integral_v<P>, opts);
-}
-/// `steps` values from start to end inclusive, evenly spaced (PyTorch's linspace: the first half counted from
-/// start, the second from end, so both ends are exact); f32 unless opts say otherwise.
-Tensor linspace(double start, double end, int64_t steps, const TensorOptions& opts = {});
-/// base ** linspace(start, end, steps).
-Tensor logspace(double start, double end, int64_t steps, double base = 10.0, const TensorOptions& opts = {});
-/// The n x m identity (m = n when not given).
-Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, const TensorOptions& opts = {});
-/// A random permutation of 0 .. n - 1 (i64 unless opts say otherwise), drawn from the default generator.
-Tensor randperm(int64_t n, const TensorOptions& opts = {});
-/// A 0-dim tensor holding one value.
-Tensor scalar_tensor(double value, const TensorOptions& opts = {});
-/// Copies `values` into a new tensor of the given shape (1-d when shape is empty), in T's dtype unless opts set one.
-template <typename T>
-Tensor tensor(const std::vector<T>& values, const IntList& shape = {}, TensorOptions opts = {});
-/// Factories shaped like t, on its device, in its dtype unless given, and in its layout when it
-/// is channels-last (PyTorch's preserve_format; other tensors give row-major results).
-Tensor zeros_like(const Tensor& t, std::optional<DType> dtype = std::nullopt);
-Tensor ones_like(const Tensor& t, std::optional<DType> dtype = std::nullopt);
-Tensor empty_like(const Tensor& t, std::optional<DType> dtype = std::nullopt);
-Tensor full_like(const Tensor& t, double value, std::optional<DType> dtype = std::nullopt);
-Tensor rand_like(const Tensor& t);
-Tensor randn_like(const Tensor& t);
+/// Prints as shape_str: [2, 3].
+std::ostream& operator<<(std::ostream& os, const IntList& s);
 
 /// Contiguous strides for a shape in the given format.
 IntList contiguous_strides(const IntList& shape, MemoryFormat fmt = MemoryFormat::Contiguous);
@@ -463,3 +497,6 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char* what = "dim");
 IntList broadcast_shapes(const IntList& a, const IntList& b, const char* op = "broadcast");
 
 }  // namespace mpx
+
+#include "core/accessor.h"
+#include "core/factories.h"

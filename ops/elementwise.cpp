@@ -359,12 +359,31 @@ Tensor Tensor::sigmoid() const { return mpx::sigmoid(*this); }
 Tensor Tensor::tanh() const { return mpx::tanh(*this); }
 Tensor Tensor::pow(double e) const { return mpx::pow(*this, e); }
 Tensor Tensor::clamp(double lo, double hi) const { return mpx::clamp(*this, lo, hi); }
+Tensor Tensor::clamp_min(double lo) const { return mpx::clamp_min(*this, lo); }
+Tensor Tensor::clamp_max(double hi) const { return mpx::clamp_max(*this, hi); }
 Tensor Tensor::eq(const Tensor& o) const { return mpx::eq(*this, o); }
 Tensor Tensor::ne(const Tensor& o) const { return mpx::ne(*this, o); }
 Tensor Tensor::lt(const Tensor& o) const { return mpx::lt(*this, o); }
 Tensor Tensor::le(const Tensor& o) const { return mpx::le(*this, o); }
 Tensor Tensor::gt(const Tensor& o) const { return mpx::gt(*this, o); }
 Tensor Tensor::ge(const Tensor& o) const { return mpx::ge(*this, o); }
+Tensor Tensor::eq(double v) const { return mpx::eq(*this, v); }
+Tensor Tensor::ne(double v) const { return mpx::ne(*this, v); }
+Tensor Tensor::lt(double v) const { return mpx::lt(*this, v); }
+Tensor Tensor::le(double v) const { return mpx::le(*this, v); }
+Tensor Tensor::gt(double v) const { return mpx::gt(*this, v); }
+Tensor Tensor::ge(double v) const { return mpx::ge(*this, v); }
+Tensor Tensor::add(const Tensor& o, double alpha) const { return mpx::add(*this, o, alpha); }
+Tensor Tensor::add(double o) const { return mpx::add(*this, o); }
+Tensor Tensor::sub(const Tensor& o, double alpha) const { return mpx::sub(*this, o, alpha); }
+Tensor Tensor::sub(double o) const { return mpx::sub(*this, o); }
+Tensor Tensor::mul(const Tensor& o) const { return mpx::mul(*this, o); }
+Tensor Tensor::mul(double o) const { return mpx::mul(*this, o); }
+Tensor Tensor::div(const Tensor& o) const { return mpx::div(*this, o); }
+Tensor Tensor::div(double o) const { return mpx::div(*this, o); }
+Tensor Tensor::pow(const Tensor& e) const { return mpx::pow(*this, e); }
+Tensor Tensor::maximum(const Tensor& o) const { return mpx::maximum(*this, o); }
+Tensor Tensor::minimum(const Tensor& o) const { return mpx::minimum(*this, o); }
 #define MPX_UNARY_METHOD(op) \
   Tensor Tensor::op() const { return mpx::op(*this); }
 MPX_TENSOR_UNARY_METHODS(MPX_UNARY_METHOD)

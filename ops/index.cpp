@@ -427,6 +427,11 @@ Tensor where(const Tensor& cond, double a, const Tensor& b0) {
 }
 
 Tensor Tensor::index_select(int64_t dim, const Tensor& index) const { return mpx::index_select(*this, dim, index); }
+std::tuple<Tensor, Tensor> Tensor::topk(int64_t k, int64_t dim, bool largest, bool sorted) const {
+  return mpx::topk(*this, k, dim, largest, sorted);
+}
+std::tuple<Tensor, Tensor> Tensor::sort(int64_t dim, bool descending) const { return mpx::sort(*this, dim, descending); }
+Tensor Tensor::argsort(int64_t dim, bool descending) const { return mpx::argsort(*this, dim, descending); }
 Tensor Tensor::gather(int64_t dim, const Tensor& index) const { return mpx::gather(*this, dim, index); }
 Tensor Tensor::masked_fill(const Tensor& mask, double value) const { return mpx::masked_fill(*this, mask, value); }
 Tensor Tensor::masked_fill(const Tensor& mask, const Tensor& value) const { return mpx::masked_fill(*this, mask, value); }

@@ -219,23 +219,23 @@ bool affine_into(Tensor& self, double scale, double shift) {
 
 Tensor& Tensor::add_(const Tensor& o, double alpha) {
   if (binary_into(*this, OpId::add, o, alpha)) return *this;
-  return arith_inplace(*this, "add_", {o}, false, [&](const Tensor& s) { return add(s, o, alpha); });
+  return arith_inplace(*this, "add_", {o}, false, [&](const Tensor& s) { return mpx::add(s, o, alpha); });
 }
 Tensor& Tensor::add_(double v) {
   if (affine_into(*this, 1.0, v)) return *this;
-  return arith_inplace(*this, "add_", {}, false, [&](const Tensor& s) { return add(s, v); });
+  return arith_inplace(*this, "add_", {}, false, [&](const Tensor& s) { return mpx::add(s, v); });
 }
 Tensor& Tensor::mul_(const Tensor& o) {
   if (binary_into(*this, OpId::mul, o, 1.0)) return *this;
-  return arith_inplace(*this, "mul_", {o}, true, [&](const Tensor& s) { return mul(s, o); });
+  return arith_inplace(*this, "mul_", {o}, true, [&](const Tensor& s) { return mpx::mul(s, o); });
 }
 Tensor& Tensor::mul_(double v) {
   if (affine_into(*this, v, -0.0)) return *this;  // + (-0) keeps x * v's sign of zero
-  return arith_inplace(*this, "mul_", {}, true, [&](const Tensor& s) { return mul(s, v); });
+  return arith_inplace(*this, "mul_", {}, true, [&](const Tensor& s) { return mpx::mul(s, v); });
 }
 Tensor& Tensor::div_(const Tensor& o) {
   if (binary_into(*this, OpId::div, o, 1.0)) return *this;
-  return arith_inplace(*this, "div_", {o}, true, [&](const Tensor& s) { return div(s, o); });
+  return arith_inplace(*this, "div_", {o}, true, [&](const Tensor& s) { return mpx::div(s, o); });
 }
 Tensor& Tensor::clamp_(double lo, double hi) {
   return apply_inplace(*this, "clamp_", {}, true, [&](const Tensor& s) { return mpx::clamp(s, lo, hi); });

@@ -292,5 +292,6 @@ Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, const std:
 
 Tensor Tensor::matmul(const Tensor& o) const { return mpx::matmul(*this, o); }
 Tensor Tensor::mm(const Tensor& o) const { return mpx::mm(*this, o); }
+Tensor Tensor::bmm(const Tensor& o) const { return mpx::bmm(*this, o); }
 
 }  // namespace mpx

@@ -273,6 +273,11 @@ std::pair<Tensor, Tensor> Tensor::min(int64_t dim, bool keepdim) const { return 
 Tensor Tensor::argmax(int64_t dim, bool keepdim) const { return mpx::argmax(*this, dim, keepdim); }
 Tensor Tensor::argmin(int64_t dim, bool keepdim) const { return mpx::argmin(*this, dim, keepdim); }
 Tensor Tensor::var(const IntList& dims, bool unbiased, bool keepdim) const { return mpx::var(*this, dims, unbiased, keepdim); }
+Tensor Tensor::var_all(bool unbiased) const { return mpx::var(*this, {}, unbiased); }
+Tensor Tensor::std(const IntList& dims, bool unbiased, bool keepdim) const { return mpx::std(*this, dims, unbiased, keepdim); }
+Tensor Tensor::std_all(bool unbiased) const { return mpx::std(*this, {}, unbiased); }
+Tensor Tensor::norm(double p) const { return p == 2.0 ? mpx::norm(*this) : vector_norm(*this, p, {}); }
+Tensor Tensor::norm(double p, const IntList& dims, bool keepdim) const { return vector_norm(*this, p, dims, keepdim); }
 Tensor Tensor::cumsum(int64_t dim) const { return mpx::cumsum(*this, dim); }
 Tensor Tensor::cumprod(int64_t dim) const { return mpx::cumprod(*this, dim); }
 Tensor Tensor::prod() const { return mpx::prod(*this); }

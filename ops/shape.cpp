@@ -531,6 +531,8 @@ Tensor Tensor::flip(const IntList& dims) const { return mpx::flip(*this, dims); 
 Tensor Tensor::repeat(const IntList& repeats) const { return mpx::repeat(*this, repeats); }
 Tensor Tensor::roll(const IntList& shifts, const IntList& dims) const { return mpx::roll(*this, shifts, dims); }
 tensor_list Tensor::unbind(int64_t dim) const { return mpx::unbind(*this, dim); }
+tensor_list Tensor::split(int64_t size, int64_t dim) const { return mpx::split(*this, size, dim); }
+tensor_list Tensor::chunk(int64_t chunks, int64_t dim) const { return mpx::chunk(*this, chunks, dim); }
 Tensor Tensor::repeat_interleave(int64_t repeats, std::optional<int64_t> dim) const {
   return mpx::repeat_interleave(*this, repeats, dim);
 }
