@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "core/arg.h"
+#include "core/expanding_array.h"
 #include "core/tensor.h"
 #include "ops/loss.h"
 
@@ -27,20 +28,7 @@ inline const char* pad_mode_name(PadMode m) {
 }
 
 /// A 2-element size: accepts one integer (used for both) or a pair `{h, w}`.
-struct ExpandingArray2 {
-  std::array<int64_t, 2> v{0, 0};
-  ExpandingArray2() = default;
-  ExpandingArray2(int64_t x) : v{x, x} {}  // NOLINT: `.stride(2)` reads naturally
-  ExpandingArray2(std::array<int64_t, 2> p) : v(p) {}  // NOLINT
-  ExpandingArray2(std::initializer_list<int64_t> l) {
-    MPX_CHECK(l.size() == 2 || l.size() == 1, "expected 1 or 2 values for a 2-d size, got ", l.size());
-    v = {*l.begin(), *(l.end() - 1)};
-  }
-  operator std::array<int64_t, 2>() const { return v; }  // NOLINT
-  int64_t operator[](size_t i) const { return v[i]; }
-  int64_t& operator[](size_t i) { return v[i]; }
-  bool operator==(const ExpandingArray2& o) const = default;
-};
+using ExpandingArray2 = ExpandingArray<2>;
 
 /// LibTorch-style reduction constants: `.reduction(mpx::nn::kSum)`.
 inline constexpr Reduction kNone = Reduction::None;

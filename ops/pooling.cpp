@@ -148,7 +148,8 @@ Tensor adaptive_impl(const Tensor& x, const IntList& out_shape) {
 
 }  // namespace
 
-Tensor max_pool2d(const Tensor& x0, Pair kernel, Pair stride, Pair padding, Pair dilation, bool ceil_mode) {
+Tensor max_pool2d(const Tensor& x0, ExpandingArray<2> kernel, ExpandingArray<2> stride, ExpandingArray<2> padding,
+                  ExpandingArray<2> dilation, bool ceil_mode) {
   MPX_CHECK(x0.defined(), "max_pool2d: input is undefined");
   if (x0.dim() == 3) return max_pool2d(x0.unsqueeze(0), kernel, stride, padding, dilation, ceil_mode).squeeze(0);
   Tensor x = ops::autocast(OpId::max_pool2d, {x0})[0];
@@ -179,7 +180,8 @@ Tensor max_pool2d(const Tensor& x0, Pair kernel, Pair stride, Pair padding, Pair
   return y;
 }
 
-Tensor avg_pool2d(const Tensor& x0, Pair kernel, Pair stride, Pair padding, bool ceil_mode, bool count_include_pad) {
+Tensor avg_pool2d(const Tensor& x0, ExpandingArray<2> kernel, ExpandingArray<2> stride, ExpandingArray<2> padding,
+                  bool ceil_mode, bool count_include_pad) {
   MPX_CHECK(x0.defined(), "avg_pool2d: input is undefined");
   if (x0.dim() == 3)
     return avg_pool2d(x0.unsqueeze(0), kernel, stride, padding, ceil_mode, count_include_pad).squeeze(0);

@@ -1,27 +1,17 @@
 // Pooling ops: max_pool2d, avg_pool2d, adaptive_avg_pool2d, adaptive_max_pool2d.
 #pragma once
+#include "core/expanding_array.h"
 #include "ops/conv.h"
 
 namespace mpx {
 
-/// Max pooling over [N, C, H, W]; stride defaults to the kernel size when {0, 0}.
-Tensor max_pool2d(const Tensor& x, Pair kernel, Pair stride = {0, 0}, Pair padding = {0, 0}, Pair dilation = {1, 1},
-                  bool ceil_mode = false);
+/// Max pooling over [N, C, H, W]; stride defaults to the kernel size when 0. Each size is one integer for both dims
+/// or `{h, w}` (one function, not overloads, so `nn::Functional(max_pool2d, 3, 2)` binds it as LibTorch's does).
+Tensor max_pool2d(const Tensor& x, ExpandingArray<2> kernel, ExpandingArray<2> stride = 0, ExpandingArray<2> padding = 0,
+                  ExpandingArray<2> dilation = 1, bool ceil_mode = false);
 /// Average pooling; count_include_pad counts zero padding in the divisor (PyTorch's default).
-Tensor avg_pool2d(const Tensor& x, Pair kernel, Pair stride = {0, 0}, Pair padding = {0, 0}, bool ceil_mode = false,
-                  bool count_include_pad = true);
-/// LibTorch's `max_pool2d(x, 2)`: one size for both dims; stride 0 means the kernel size.
-inline Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t padding = 0, int64_t dilation = 1,
-                         bool ceil_mode = false) {
-  return max_pool2d(x, Pair{kernel, kernel}, Pair{stride, stride}, Pair{padding, padding}, Pair{dilation, dilation},
-                    ceil_mode);
-}
-/// LibTorch's `avg_pool2d(x, 2)`, as max_pool2d's.
-inline Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t padding = 0,
-                         bool ceil_mode = false, bool count_include_pad = true) {
-  return avg_pool2d(x, Pair{kernel, kernel}, Pair{stride, stride}, Pair{padding, padding}, ceil_mode,
-                    count_include_pad);
-}
+Tensor avg_pool2d(const Tensor& x, ExpandingArray<2> kernel, ExpandingArray<2> stride = 0, ExpandingArray<2> padding = 0,
+                  bool ceil_mode = false, bool count_include_pad = true);
 /// Average pooling to a fixed output size (PyTorch's bin boundaries).
 Tensor adaptive_avg_pool2d(const Tensor& x, Pair output_size);
 /// Max pooling to a fixed output size over PyTorch's bins (the first maximum of a bin, or its first NaN, takes the

@@ -7,6 +7,18 @@
 
 namespace mpx {
 
+/// LibTorch's free-function spellings of the view methods (`torch::flatten(x, 1)`, `torch::reshape(x, shape)`);
+/// reshape is one function so nn::Functional(reshape, shape) can bind it.
+inline Tensor reshape(const Tensor& x, const IntList& shape) { return x.reshape(shape); }
+inline Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1) { return x.flatten(start_dim, end_dim); }
+inline Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) { return x.transpose(d0, d1); }
+inline Tensor permute(const Tensor& x, const IntList& dims) { return x.permute(dims); }
+inline Tensor squeeze(const Tensor& x) { return x.squeeze(); }
+inline Tensor squeeze(const Tensor& x, int64_t dim) { return x.squeeze(dim); }
+inline Tensor unsqueeze(const Tensor& x, int64_t dim) { return x.unsqueeze(dim); }
+inline Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) { return x.narrow(dim, start, length); }
+inline Tensor select(const Tensor& x, int64_t dim, int64_t index) { return x.select(dim, index); }
+
 /// Concatenates along `dim`; shapes must agree elsewhere. Differentiable.
 Tensor cat(const tensor_list& tensors, int64_t dim = 0);
 /// Stacks along a new dimension `dim`. Differentiable.
