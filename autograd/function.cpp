@@ -1,6 +1,11 @@
 // Custom Function plumbing: saving tensors and wiring a CppNode into the graph.
 #include "autograd/function.h"
 
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <memory>
+
 namespace mpx::autograd {
 
 tensor_list Context::get_saved_variables() const {
@@ -13,6 +18,32 @@ tensor_list Context::get_saved_variables() const {
 }
 
 namespace detail {
+std::string demangled(const char* mangled) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
+  return status == 0 && name ? std::string(name.get()) : std::string(mangled);
+}
+
+tensor_list CppNodeBase::input_grads(tensor_list r) const {
+  const size_t n_in = next_edges.size(), n_args = arg_is_tensor.size();
+  if (r.size() != n_in && r.size() >= n_args) {
+    tensor_list picked;
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (i < n_args && arg_is_tensor[i]) {
+        picked.push_back(std::move(r[i]));
+        continue;
+      }
+      MPX_CHECK(!r[i].defined(), name_, "::backward returned a defined gradient at position ", i,
+                ", which is not a tensor argument of forward; return an undefined Tensor() there");
+    }
+    r = std::move(picked);
+  }
+  MPX_CHECK(r.size() == n_in, name_, "::backward returned ", r.size(), " gradients but forward took ", n_in,
+            " tensor inputs (", n_args, " arguments); return one (possibly undefined) Tensor per tensor input, or one "
+            "per argument as LibTorch does");
+  return r;
+}
+
 void wire(CppNodeBase& node, const tensor_list& inputs, tensor_list& outputs, const std::shared_ptr<Node>& self) {
   // Outputs aliasing an input get a fresh handle so the input keeps its own history.
   for (auto& o : outputs)

@@ -3,6 +3,7 @@
 #include <map>
 #include <string>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <variant>
 
@@ -68,19 +69,35 @@ namespace detail {
 struct CppNodeBase : Node {
   Context ctx;
   std::string name_;
+  // One entry per forward argument (per element of a tensor_list argument): whether it is a tensor input.
+  std::vector<bool> arg_is_tensor;
   std::string name() const override { return name_; }
+  // backward's gradients, one per tensor input: as returned, or picked from LibTorch's one-per-argument list
+  // (undefined for the non-tensor arguments and for trailing defaulted ones).
+  tensor_list input_grads(tensor_list r) const;
   void release_variables() override {
     for (auto& s : ctx.saved_) s.reset();
     ctx.released_ = true;
   }
 };
+// LibTorch's functions take the context as `AutogradContext* ctx`; mpx's as `Context& ctx`. Both work.
+template <typename T, typename... Args>
+decltype(auto) call_forward(Context& ctx, Args&&... args) {
+  if constexpr (requires { T::forward(&ctx, std::forward<Args>(args)...); }) return T::forward(&ctx, std::forward<Args>(args)...);
+  else return T::forward(ctx, std::forward<Args>(args)...);
+}
+template <typename T>
+tensor_list call_backward(Context& ctx, tensor_list& grads) {
+  if constexpr (requires { T::backward(&ctx, grads); }) return T::backward(&ctx, grads);
+  else return T::backward(ctx, grads);
+}
+// The class's name, for grad_fn()->name() (LibTorch's too).
+std::string demangled(const char* mangled);
+
 template <typename T>
 struct CppNode : CppNodeBase {
   tensor_list apply(tensor_list&& grads) override {
-    tensor_list r = T::backward(ctx, grads);
-    MPX_CHECK(r.size() == next_edges.size(), name_, "::backward returned ", r.size(), " gradients but forward took ",
-              next_edges.size(), " tensor inputs; return one (possibly undefined) Tensor per tensor input");
-    return r;
+    return input_grads(call_backward<T>(ctx, grads));
   }
 };
 
@@ -103,6 +120,9 @@ template <size_t K, typename A>
 decltype(auto) cast_arg(A&& a, const tensor_list&) {
   return std::forward<A>(a);
 }
+inline void mark_arg(std::vector<bool>& out, const Tensor&) { out.push_back(true); }
+inline void mark_arg(std::vector<bool>& out, const tensor_list& ts) { out.insert(out.end(), ts.size(), true); }
+template <typename A> void mark_arg(std::vector<bool>& out, const A&) { out.push_back(false); }
 inline void collect_tensor(tensor_list& out, const Tensor& t) { out.push_back(t); }
 template <typename A>
   requires(!std::is_same_v<std::decay_t<A>, Tensor>)
@@ -114,6 +134,7 @@ void wire(CppNodeBase& node, const tensor_list& inputs, tensor_list& outputs, co
 /// CRTP base for custom ops. T provides
 ///   static Tensor (or tensor_list) forward(Context&, args...);
 ///   static tensor_list backward(Context&, tensor_list grad_outputs);
+/// or LibTorch's spelling of the same, `forward(AutogradContext* ctx, ...)` and `backward(AutogradContext* ctx, ...)`.
 /// and may set `static constexpr CastPolicy autocast_policy` (lower / fp32 / promote / none /
 /// banned): its Tensor arguments go through the built-in ops' autocast stage (ops::autocast).
 template <typename T>
@@ -136,14 +157,15 @@ struct Function {
     tensor_list inputs;
     (detail::collect(inputs, args), ...);
     auto node = std::make_shared<detail::CppNode<T>>();
-    node->name_ = "CustomFunction";
+    node->name_ = detail::demangled(typeid(T).name());
+    (detail::mark_arg(node->arg_is_tensor, args), ...);
     const bool record = any_requires_grad(inputs);
     for (const Tensor& t : inputs) node->ctx.needs_input_grad_.push_back(record && t.defined() && t.requires_grad());
-    using R = decltype(T::forward(node->ctx, std::forward<Args>(args)...));
+    using R = std::decay_t<decltype(detail::call_forward<T>(node->ctx, std::forward<Args>(args)...))>;
     R out;
     {
       NoGradGuard ng;
-      out = T::forward(node->ctx, std::forward<Args>(args)...);
+      out = detail::call_forward<T>(node->ctx, std::forward<Args>(args)...);
     }
     tensor_list outs;
     if constexpr (std::is_same_v<std::decay_t<R>, Tensor>) outs = {out};
@@ -157,5 +179,6 @@ struct Function {
 /// LibTorch's names of the custom op's context and tensor lists.
 using AutogradContext = Context;
 using variable_list = tensor_list;
+using mpx::tensor_list;
 
 }  // namespace mpx::autograd
