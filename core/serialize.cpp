@@ -510,5 +510,28 @@ Tensor load_tensor(const std::string& path) {
 }
 void load(Tensor& tensor, const std::string& path) { tensor = load_tensor(path); }
 void load(TensorDict& tensors, const std::string& path) { tensors = load_tensors(path); }
+void save(const std::vector<Tensor>& tensors, const std::string& path) {
+  TensorDict d;
+  for (size_t i = 0; i < tensors.size(); ++i) d.emplace(std::to_string(i), tensors[i]);
+  save_tensors(d, path);
+}
+void load(std::vector<Tensor>& tensors, const std::string& path) {
+  TensorDict d = load_tensors(path);
+  std::vector<Tensor> out(d.size());
+  for (auto& [name, t] : d) {
+    size_t i = out.size();
+    try {
+      size_t used = 0;
+      i = std::stoul(name, &used);
+      if (used != name.size()) i = out.size();
+    } catch (const std::exception&) {
+    }
+    MPX_CHECK(i < out.size() && !out[i].defined(), "load: ", path, " holds a tensor named \"", name,
+              "\"; a list saved by save(std::vector<Tensor>, path) names its ", out.size(), " tensors 0 to ",
+              out.size() - 1, ". Load named tensors into a TensorDict instead");
+    out[i] = std::move(t);
+  }
+  tensors = std::move(out);
+}
 
 }  // namespace mpx

@@ -52,6 +52,10 @@ Tensor load_tensor(const std::string& path);
 void load(Tensor& tensor, const std::string& path);
 /// `tensors = load_tensors(path)`.
 void load(TensorDict& tensors, const std::string& path);
+/// A list of tensors, saved under the names "0", "1", ... (LibTorch's torch::save(std::vector<Tensor>, path)).
+void save(const std::vector<Tensor>& tensors, const std::string& path);
+/// The list `save(std::vector<Tensor>, path)` wrote; a file whose names are not 0 .. n-1 is an error.
+void load(std::vector<Tensor>& tensors, const std::string& path);
 
 namespace detail {
 /// Test hook: makes the next save fail with an I/O error after `bytes` bytes reached the temp

@@ -23,10 +23,9 @@ struct Example {
   Target target;
 };
 
-/// A batch: `data` [B, ...] and `target` [B] (or [B, ...] for non-scalar targets).
-struct Batch {
-  Tensor data;
-  Tensor target;
+/// A batch: `data` [B, ...] and `target` [B] (or [B, ...] for non-scalar targets). An Example<> of
+/// batched tensors, so LibTorch's `for (const Example<>& batch : *loader)` reads it.
+struct Batch : Example<> {
   /// The dataset indices of the samples, in batch order.
   std::vector<int64_t> indices;
   /// i64 [B]: each example's length along its first dim, where the collate padded them (pad_collate);

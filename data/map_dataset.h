@@ -360,6 +360,21 @@ using data::DistributedSampler;
 using data::RandomSampler;
 using data::Sampler;
 using data::SequentialSampler;
+
+/// LibTorch's distributed samplers, in its argument order: this rank's share of `size` examples, shuffled
+/// each epoch (Random) or in order (Sequential). With allow_duplicates the last share is padded by wrapping
+/// around so every rank gets ceil(size / num_replicas); without, the tail is dropped.
+struct DistributedRandomSampler : DistributedSampler {
+  explicit DistributedRandomSampler(size_t size, size_t num_replicas = 1, size_t rank = 0, bool allow_duplicates = true)
+      : DistributedSampler(static_cast<int64_t>(size), static_cast<int64_t>(rank), static_cast<int64_t>(num_replicas),
+                           /*shuffle=*/true, /*seed=*/0, /*drop_last=*/!allow_duplicates) {}
+};
+struct DistributedSequentialSampler : DistributedSampler {
+  explicit DistributedSequentialSampler(size_t size, size_t num_replicas = 1, size_t rank = 0,
+                                        bool allow_duplicates = true)
+      : DistributedSampler(static_cast<int64_t>(size), static_cast<int64_t>(rank), static_cast<int64_t>(num_replicas),
+                           /*shuffle=*/false, /*seed=*/0, /*drop_last=*/!allow_duplicates) {}
+};
 }  // namespace samplers
 
 /// LibTorch's make_data_loader: a loader that owns `dataset` (one of mpx's, or a LibTorch-style

@@ -70,6 +70,14 @@ using AvgPool1dFuncOptions = AvgPool1dOptions;
 using AdaptiveAvgPool1dFuncOptions = AdaptiveAvgPool1dOptions;
 
 namespace functional {
+using nn::AdaptiveAvgPool1dFuncOptions;
+using nn::AdaptiveMaxPool1dFuncOptions;
+using nn::AdaptiveMaxPool2dFuncOptions;
+using nn::AvgPool1dFuncOptions;
+using nn::MaxPool1dFuncOptions;
+using nn::PixelShuffleFuncOptions;
+using nn::PixelUnshuffleFuncOptions;
+using InterpolateFuncOptions = nn::InterpolateFuncOptions;
 inline Tensor interpolate(const Tensor& x, const InterpolateFuncOptions& o = {}) {
   return mpx::interpolate(x, o.size().value_or(IntList{}), o.scale_factor().value_or(std::vector<double>{}), o.mode(),
                           o.align_corners());
