@@ -1,13 +1,12 @@
 // nn::Module: registration, enumeration, modes, in-place to(), state_dict and hooks.
 #include "nn/module.h"
 
-#include <cxxabi.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <sstream>
 
+#include "autograd/function.h"
 #include "autograd/grad_mode.h"
 #include "ops/op_utils.h"
 
@@ -38,14 +37,6 @@ void check_name(const std::string& name, const char* what) {
             "' must not contain a dot (dots separate nesting levels in dotted names)");
 }
 
-std::string demangle(const char* mangled) {
-  int status = 0;
-  char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
-  std::string r = (status == 0 && d) ? d : mangled;
-  std::free(d);
-  return r;
-}
-
 std::string join_keys(const std::vector<std::string>& keys) {
   std::string r;
   for (size_t i = 0; i < keys.size(); ++i) r += (i ? ", \"" : "\"") + keys[i] + "\"";
@@ -59,7 +50,7 @@ Module::Module(std::string name) : name_(std::move(name)) {}
 
 std::string Module::name() const {
   if (name_) return *name_;
-  std::string n = demangle(typeid(*this).name());
+  std::string n = autograd::detail::demangled(typeid(*this).name());
   // Strip namespaces (outside template arguments) and LibTorch's "Impl" suffix.
   const size_t lt = n.find('<');
   const size_t colon = n.rfind("::", lt == std::string::npos ? std::string::npos : lt);

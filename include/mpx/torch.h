@@ -4,7 +4,6 @@
 
 #include <cassert>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include <mpx/mpx.h>
@@ -28,9 +27,7 @@ using std::optional;
 /// LibTorch's c10::str: its arguments streamed into one string (`torch::str("sample-", n, ".pt")`).
 template <typename... Args>
 std::string str(const Args&... args) {
-  std::ostringstream os;
-  (os << ... << args);
-  return os.str();
+  return detail::str_cat(args...);
 }
 
 /// LibTorch's torch::InferenceMode: no graph is recorded in its scope (mpx has no separate inference tensors).
