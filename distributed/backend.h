@@ -65,6 +65,8 @@ struct MpiTransport {
   virtual void submit(RawOp op, std::shared_ptr<Work::State> state) = 0;
   virtual void set_timeout(double seconds) = 0;
   virtual void finalize() = 0;
+  /// Ends every rank of the job now (MPI_Abort with `code`); does not return.
+  [[noreturn]] virtual void abort(int code) = 0;
 };
 /// Why MPI cannot be used ("" when it can): not built, or the module did not load.
 std::string mpi_problem();
@@ -75,6 +77,8 @@ void mpi_submit(RawOp op, std::shared_ptr<Work::State> state);
 void mpi_set_timeout(double seconds);
 /// Stops the worker and finalizes MPI; aborts the job instead when a collective timed out or failed.
 void mpi_finalize();
+/// Ends the whole job with `code`: MPI_Abort when MPI is running, else this process's exit.
+[[noreturn]] void mpi_abort(int code);
 bool mpi_compiled();
 std::string mpi_version();
 

@@ -1,5 +1,6 @@
 // The process group's side of MPI: the launcher check, and the MPI module (libmpx_mpi) loaded when a launcher started this process.
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 
@@ -63,6 +64,11 @@ void mpi_set_timeout(double seconds) {
 }
 void mpi_finalize() {
   if (MpiTransport* m = loaded()) m->finalize();
+}
+void mpi_abort(int code) {
+  std::fflush(nullptr);  // what the ranks printed before the end is the user's only clue
+  if (MpiTransport* m = loaded()) m->abort(code);
+  std::_Exit(code);
 }
 
 }  // namespace mpx::distributed::detail

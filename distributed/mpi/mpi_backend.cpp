@@ -254,6 +254,7 @@ struct Mpi final : MpiTransport {
   void submit(RawOp op, std::shared_ptr<Work::State> state) override;
   void set_timeout(double seconds) override;
   void finalize() override;
+  [[noreturn]] void abort(int code) override;
 };
 
 std::string Mpi::version() {
@@ -324,6 +325,13 @@ void Mpi::finalize() {
   }
   MPI_Comm_free(&g_comm);
   if (g_we_initialized) MPI_Finalize();
+}
+
+void Mpi::abort(int code) {
+  // Straight from the caller's thread, even while the worker is inside a collective: MPI_Abort
+  // is the one call meant for a job that can no longer make progress.
+  MPI_Abort(g_worker ? g_comm : MPI_COMM_WORLD, code);
+  std::_Exit(code);  // MPI_Abort returned (it should not): end this rank at least
 }
 
 }  // namespace

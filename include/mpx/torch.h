@@ -2,7 +2,14 @@
 // defines neither.
 #pragma once
 
+#include <algorithm>
 #include <cassert>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <unordered_map>
+#include <vector>
 #include <optional>
 #include <string>
 
@@ -22,8 +29,26 @@ namespace torch = mpx;
 namespace mpx {
 /// LibTorch's name for a list of sizes, and its c10::optional (std::optional).
 using IntArrayRef = IntList;
+/// LibTorch's names for a dtype (`torch::Dtype`, `at::ScalarType`).
+using Dtype = DType;
+using ScalarType = DType;
+/// LibTorch's short dtype constants (`torch::kF32`, `torch::kByte`).
+inline constexpr DType kF16 = kFloat16;
+inline constexpr DType kF32 = kFloat32;
+inline constexpr DType kF64 = kFloat64;
+inline constexpr DType kI32 = kInt32;
+inline constexpr DType kI64 = kInt64;
+inline constexpr DType kU8 = kUInt8;
+inline constexpr DType kByte = kUInt8;
 using std::nullopt;
 using std::optional;
+/// c10::intrusive_ptr and make_intrusive, which LibTorch's c10d returns and builds: std::shared_ptr here.
+template <typename T>
+using intrusive_ptr = std::shared_ptr<T>;
+template <typename T, typename... Args>
+std::shared_ptr<T> make_intrusive(Args&&... args) {
+  return std::make_shared<T>(std::forward<Args>(args)...);
+}
 /// LibTorch's c10::str: its arguments streamed into one string (`torch::str("sample-", n, ".pt")`).
 template <typename... Args>
 std::string str(const Args&... args) {
@@ -60,6 +85,28 @@ inline constexpr const char* kNearest = "nearest";
 inline constexpr const char* kNearestExact = "nearest-exact";
 inline constexpr const char* kBilinear = "bilinear";
 inline constexpr const char* kTrilinear = "trilinear";
+
+/// ATen's constant_pad_nd(x, pad, value): F::pad in constant mode.
+inline Tensor constant_pad_nd(const Tensor& x, const IntArrayRef& pad, double value = 0.0) {
+  return mpx::pad(x, pad, "constant", value);
+}
+/// LibTorch's out= forms (`torch::add_out(out, a, b)`): the result written into `out`, which must already have the
+/// result's shape (mpx does not resize a tensor in place).
+#define MPX_TORCH_OUT_FORM(op)                                                                              \
+  inline Tensor& op##_out(Tensor& out, const Tensor& a, const Tensor& b) {                                 \
+    Tensor r = mpx::op(a, b);                                                                               \
+    MPX_CHECK(out.defined() && out.sizes() == r.sizes(), #op "_out: out is ",                               \
+              out.defined() ? shape_str(out.sizes()) : std::string("undefined"), " but the result is ",    \
+              shape_str(r.sizes()), "; pass an out of the result's shape (mpx does not resize it)");         \
+    out.copy_(r);                                                                                           \
+    return out;                                                                                             \
+  }
+MPX_TORCH_OUT_FORM(add)
+MPX_TORCH_OUT_FORM(sub)
+MPX_TORCH_OUT_FORM(mul)
+MPX_TORCH_OUT_FORM(div)
+MPX_TORCH_OUT_FORM(matmul)
+#undef MPX_TORCH_OUT_FORM
 
 namespace autograd {
 using mpx::AutoGradMode;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 
+#include <mpx/c10d.h>
 #include <mpx/mpx.h>
 
 namespace dist = mpx::distributed;
@@ -19,12 +20,23 @@ void stall_or_die(const char* mode) {
 }  // namespace
 
 // Modes: silent, dead (raw all-reduces); silent_ddp (rank 1 stops before backward, so rank 0
-// waits inside DDP's bucket all-reduce, in the middle of its backward).
+// waits inside DDP's bucket all-reduce, in the middle of its backward); c10d_abort (rank 1 calls
+// LibTorch's ProcessGroup::abort() while rank 0 waits in an allreduce: the whole job must end).
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "silent";
   dist::init();
   try {
-    if (std::strstr(mode, "ddp")) {
+    if (std::strstr(mode, "c10d_abort")) {
+      auto pg = c10d::ProcessGroupMPI::createProcessGroupMPI();
+      std::vector<mpx::Tensor> t = {mpx::ones({1024})};
+      for (int step = 0; step < 5; ++step) {
+        if (pg->getRank() == 1 && step == 2) {
+          std::printf("fault test: rank 1 calls abort\n");
+          pg->abort();
+        }
+        pg->allreduce(t)->wait();
+      }
+    } else if (std::strstr(mode, "ddp")) {
       mpx::nn::Sequential net(mpx::nn::Linear(8, 8), mpx::nn::ReLU(), mpx::nn::Linear(8, 2));
       mpx::nn::DistributedDataParallel ddp(net);
       for (int step = 0; step < 5; ++step) {
