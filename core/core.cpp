@@ -15,6 +15,12 @@
 
 namespace mpx {
 
+IntList IntList::slice(size_t n, size_t m) const {
+  MPX_CHECK(n <= size() && m <= size() - n, "IntList::slice(", n, ", ", m, "): out of range for a list of ", size(),
+            " elements");
+  return IntList(begin() + static_cast<std::ptrdiff_t>(n), begin() + static_cast<std::ptrdiff_t>(n + m));
+}
+
 // ---- dtype ----
 const char* dtype_name(DType t) {
   switch (t) {

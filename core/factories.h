@@ -37,6 +37,15 @@ inline Tensor randint(int64_t high, const IntList& shape, const TensorOptions& o
 }
 /// The factories above for a 1-d tensor of n elements, n a plain integer as LibTorch allows (`zeros(n, device)`);
 /// a braced list still means a shape.
+template <DimIndex I> Tensor randint(int64_t high, I n, const TensorOptions& opts = {}) {
+  return randint(0, high, IntList{static_cast<int64_t>(n)}, opts);
+}
+template <DimIndex I> Tensor randint(int64_t low, int64_t high, I n, const TensorOptions& opts = {}) {
+  return randint(low, high, IntList{static_cast<int64_t>(n)}, opts);
+}
+template <DimIndex I> Tensor from_blob(void* data, I n, const TensorOptions& opts = {}) {
+  return from_blob(data, IntList{static_cast<int64_t>(n)}, opts);
+}
 template <DimIndex I> Tensor empty(I n, const TensorOptions& opts = {}) { return empty(IntList{static_cast<int64_t>(n)}, opts); }
 template <DimIndex I> Tensor zeros(I n, const TensorOptions& opts = {}) { return zeros(IntList{static_cast<int64_t>(n)}, opts); }
 template <DimIndex I> Tensor ones(I n, const TensorOptions& opts = {}) { return ones(IntList{static_cast<int64_t>(n)}, opts); }
@@ -58,6 +67,11 @@ template <typename S, typename E, typename P = int64_t>
 Tensor arange(S start, E end, P step = 1, const TensorOptions& opts = {}) {
   return arange_impl(static_cast<double>(start), static_cast<double>(end), static_cast<double>(step),
                      std::is_integral_v<S> && std::is_integral_v<E> && std::is_integral_v<P>, opts);
+}
+template <typename S, typename E>
+  requires std::is_arithmetic_v<S> && std::is_arithmetic_v<E>
+Tensor arange(S start, E end, const TensorOptions& opts) {
+  return arange(start, end, int64_t{1}, opts);
 }
 /// `steps` values from start to end inclusive, evenly spaced (PyTorch's linspace: the first half counted from
 /// start, the second from end, so both ends are exact); f32 unless opts say otherwise.
@@ -117,13 +131,13 @@ Tensor tensor(T value, TensorOptions opts = {}) {
   if (rg) t.requires_grad_(true);
   return t;
 }
-/// Factories shaped like t, on its device, in its dtype unless given, and in its layout when it
-/// is channels-last (PyTorch's preserve_format; other tensors give row-major results).
-Tensor zeros_like(const Tensor& t, std::optional<DType> dtype = std::nullopt);
-Tensor ones_like(const Tensor& t, std::optional<DType> dtype = std::nullopt);
-Tensor empty_like(const Tensor& t, std::optional<DType> dtype = std::nullopt);
-Tensor full_like(const Tensor& t, double value, std::optional<DType> dtype = std::nullopt);
-Tensor rand_like(const Tensor& t);
-Tensor randn_like(const Tensor& t);
+/// Factories shaped like t, in its dtype and on its device unless `opts` sets them (`zeros_like(x, kInt64)`),
+/// and in its layout when it is channels-last (PyTorch's preserve_format; other tensors give row-major results).
+Tensor zeros_like(const Tensor& t, const TensorOptions& opts = {});
+Tensor ones_like(const Tensor& t, const TensorOptions& opts = {});
+Tensor empty_like(const Tensor& t, const TensorOptions& opts = {});
+Tensor full_like(const Tensor& t, double value, const TensorOptions& opts = {});
+Tensor rand_like(const Tensor& t, const TensorOptions& opts = {});
+Tensor randn_like(const Tensor& t, const TensorOptions& opts = {});
 
 }  // namespace mpx

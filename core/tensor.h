@@ -28,6 +28,9 @@ struct IntList : std::vector<int64_t> {
   IntList(const std::vector<int64_t>& v) : std::vector<int64_t>(v) {}             // NOLINT
   IntList(std::vector<int64_t>&& v) : std::vector<int64_t>(std::move(v)) {}       // NOLINT
   std::vector<int64_t> vec() const { return *this; }
+  /// LibTorch's IntArrayRef::slice: the elements from `n` on, or `m` of them from `n`.
+  IntList slice(size_t n) const { return slice(n, n <= size() ? size() - n : 0); }
+  IntList slice(size_t n, size_t m) const;
 };
 
 namespace indexing {
@@ -74,18 +77,21 @@ struct TensorOptions {
   DType dtype_ = kFloat32;
   bool has_dtype_ = false;
   Device device_ = Device::cpu();
+  bool has_device_ = false;
   bool requires_grad_ = false;
   MemoryFormat memory_format_ = MemoryFormat::Contiguous;
   bool pinned_memory_ = false;
   TensorOptions() = default;
   TensorOptions(DType t) : dtype_(t), has_dtype_(true) {}  // NOLINT: lets `zeros({2}, kFloat16)` read naturally
-  TensorOptions(Device d) : device_(d) {}                  // NOLINT
-  TensorOptions(DeviceType t) : device_(Device(t)) {}      // NOLINT: `empty(n, kCPU)`
+  TensorOptions(Device d) : device_(d), has_device_(true) {}            // NOLINT
+  TensorOptions(DeviceType t) : device_(Device(t)), has_device_(true) {}  // NOLINT: `empty(n, kCPU)`
   TensorOptions& dtype(DType t) { dtype_ = t; has_dtype_ = true; return *this; }
   /// The dtype set, or `fallback` when none was.
   DType dtype_or(DType fallback) const { return has_dtype_ ? dtype_ : fallback; }
-  TensorOptions& device(Device d) { device_ = d; return *this; }
-  TensorOptions& device(DeviceType t, int index) { device_ = Device(t, index); return *this; }
+  TensorOptions& device(Device d) { device_ = d; has_device_ = true; return *this; }
+  TensorOptions& device(DeviceType t, int index) { return device(Device(t, index)); }
+  /// The device set, or `fallback` when none was.
+  Device device_or(Device fallback) const { return has_device_ ? device_ : fallback; }
   TensorOptions& layout(TensorLayout) { return *this; }
   TensorOptions& requires_grad(bool r = true) { requires_grad_ = r; return *this; }
   TensorOptions& memory_format(MemoryFormat m) { memory_format_ = m; return *this; }
@@ -124,8 +130,13 @@ struct TensorImpl {
 /// to double.
 class Scalar {
  public:
-  explicit Scalar(double v) : d_(v), i_(0), integral_(false) {}
-  explicit Scalar(int64_t v) : d_(static_cast<double>(v)), i_(v), integral_(true) {}
+  /// From any number, as LibTorch's (`torch::Scalar pad = 0`): integers (and bool) stay exact.
+  template <typename T>
+    requires std::is_floating_point_v<T>
+  Scalar(T v) : d_(static_cast<double>(v)), i_(0), integral_(false) {}  // NOLINT
+  template <typename T>
+    requires std::is_integral_v<T>
+  Scalar(T v) : d_(static_cast<double>(v)), i_(static_cast<int64_t>(v)), integral_(true) {}  // NOLINT
   template <typename T> T to() const { return integral_ ? static_cast<T>(i_) : static_cast<T>(d_); }
   double toDouble() const { return to<double>(); }
   float toFloat() const { return to<float>(); }
@@ -186,6 +197,8 @@ class Tensor {
   MemoryFormat suggest_memory_format() const;
   /// Raw pointer to the first element (storage base + offset).
   void* raw_data() const;
+  /// LibTorch's untyped data_ptr(): raw_data().
+  void* data_ptr() const { return raw_data(); }
   /// Typed pointer; throws if T does not match dtype().
   template <typename T> T* data_ptr() const {
     MPX_CHECK(defined(), "data_ptr(): tensor is undefined");
@@ -216,6 +229,11 @@ class Tensor {
   Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
   Tensor contiguous(MemoryFormat fmt = MemoryFormat::Contiguous) const;
   Tensor clone(MemoryFormat fmt = MemoryFormat::Preserve) const;
+  /// New tensors in this one's dtype and on its device unless `opts` sets them (LibTorch's new_zeros, ...).
+  Tensor new_zeros(const IntList& shape, const TensorOptions& opts = {}) const;
+  Tensor new_ones(const IntList& shape, const TensorOptions& opts = {}) const;
+  Tensor new_empty(const IntList& shape, const TensorOptions& opts = {}) const;
+  Tensor new_full(const IntList& shape, double value, const TensorOptions& opts = {}) const;
   Tensor half() const { return to(kFloat16); }
   Tensor bfloat16() const { return to(kBFloat16); }
   Tensor to_float() const { return to(kFloat32); }
@@ -237,6 +255,9 @@ class Tensor {
   void backward(const Tensor& gradient = {}, bool retain_graph = false, bool create_graph = false) const;
   /// A tensor sharing this one's data that is cut from the graph.
   Tensor detach() const;
+  /// Cuts this tensor itself from the graph (LibTorch's detach_): no history, requires_grad() false.
+  /// Refused on a view with history (use detach()).
+  Tensor& detach_();
   /// LibTorch's `x.data()`: detach(), the same elements with no history, for writes autograd must not see.
   Tensor data() const { return detach(); }
   bool is_leaf() const;
@@ -285,6 +306,13 @@ class Tensor {
   Tensor squeeze() const;
   Tensor squeeze(int64_t dim) const;
   Tensor unsqueeze(int64_t dim) const;
+  /// The shape ops in place (LibTorch's unsqueeze_, ...): this tensor's own sizes and strides change,
+  /// as seen by every handle to it; while autograd records, its history becomes the view op's.
+  Tensor& squeeze_();
+  Tensor& squeeze_(int64_t dim);
+  Tensor& unsqueeze_(int64_t dim);
+  Tensor& transpose_(int64_t d0, int64_t d1);
+  Tensor& t_() { return transpose_(0, 1); }
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
   /// Python-style slice [start, end) with step along dim (negative bounds count from the end).
   Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
@@ -319,8 +347,27 @@ class Tensor {
   Tensor& mul_(double value);
   Tensor& div_(const Tensor& other);
   Tensor& div_(double value) { return mul_(1.0 / value); }
+  Tensor& sub_(double value) { return add_(-value); }
   Tensor& clamp_(double lo, double hi);
+  Tensor& clamp_min_(double lo);
+  Tensor& clamp_max_(double hi);
+  Tensor& pow_(double exponent);
+  Tensor& pow_(const Tensor& exponent);
+  Tensor& masked_fill_(const Tensor& mask, double value);
+  Tensor& masked_fill_(const Tensor& mask, const Tensor& value);
   Tensor& relu_();
+  /// Elementwise math in place (LibTorch's x.exp_(), ...).
+#define MPX_TENSOR_INPLACE_UNARY(X)                                                                                  \
+  X(abs) X(neg) X(exp) X(log) X(sqrt) X(rsqrt) X(sigmoid) X(tanh) X(sign) X(reciprocal) X(sin) X(cos) X(floor)    \
+  X(ceil) X(round) X(trunc) X(log1p) X(expm1) X(square) X(erf)
+#define MPX_DECLARE_INPLACE_UNARY(op) Tensor& op##_();
+  MPX_TENSOR_INPLACE_UNARY(MPX_DECLARE_INPLACE_UNARY)
+#undef MPX_DECLARE_INPLACE_UNARY
+  /// Comparisons in place: 1 where true, 0 where false, in this tensor's dtype (LibTorch's x.eq_(y)).
+#define MPX_TENSOR_INPLACE_COMPARE(X) X(eq) X(ne) X(lt) X(le) X(gt) X(ge)
+#define MPX_DECLARE_INPLACE_COMPARE(op) Tensor& op##_(const Tensor& other); Tensor& op##_(double other);
+  MPX_TENSOR_INPLACE_COMPARE(MPX_DECLARE_INPLACE_COMPARE)
+#undef MPX_DECLARE_INPLACE_COMPARE
   Tensor& normal_(double mean = 0.0, double std = 1.0);
   Tensor& uniform_(double from = 0.0, double to = 1.0);
 
@@ -336,6 +383,9 @@ class Tensor {
   std::pair<Tensor, Tensor> max(int64_t dim, bool keepdim = false) const;
   Tensor min() const;
   std::pair<Tensor, Tensor> min(int64_t dim, bool keepdim = false) const;
+  /// Elementwise max/min with another tensor (LibTorch's x.max(y): maximum, minimum).
+  Tensor max(const Tensor& other) const { return maximum(other); }
+  Tensor min(const Tensor& other) const { return minimum(other); }
   Tensor argmax(int64_t dim, bool keepdim = false) const;
   Tensor argmin(int64_t dim, bool keepdim = false) const;
   /// The index of the largest (smallest) element in the flattened tensor, 0-dim i64 (LibTorch's argmax()).
@@ -377,6 +427,8 @@ class Tensor {
   Tensor gather(int64_t dim, const Tensor& index) const;
   Tensor masked_fill(const Tensor& mask, double value) const;
   Tensor masked_fill(const Tensor& mask, const Tensor& value) const;
+  /// `n` draws per row of this tensor's non-negative weights (ops/index.h multinomial).
+  Tensor multinomial(int64_t n, bool replacement = false) const;
   /// Masks (ops/logical.h).
   Tensor any() const;
   Tensor any(int64_t dim, bool keepdim = false) const;

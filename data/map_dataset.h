@@ -47,6 +47,21 @@ struct TensorLambda : Transform {
       : Transform([fn = std::move(fn)](const Tensor& x, Rng&) { return fn(x); }, "TensorLambda") {}
 };
 
+/// LibTorch's TensorTransform: derive from it and override `Tensor operator()(Tensor input)`; mapped
+/// on a dataset it runs on each example's data. Its randomness, if any, is the global generator's
+/// (torch::rand, ...), as in LibTorch; mpx's own transforms (RandomCrop, ...) draw per-sample streams
+/// and are reproducible under any number of workers.
+template <typename Target = Tensor>
+struct TensorTransform {
+  using E = Example<Tensor, Target>;
+  virtual ~TensorTransform() = default;
+  virtual Tensor operator()(Tensor input) = 0;
+  E apply(E example) {
+    example.data = (*this)(std::move(example.data));
+    return example;
+  }
+};
+
 }  // namespace transforms
 
 namespace datasets {
@@ -147,12 +162,17 @@ Example<> apply(const T& t, Example<> e, uint64_t seed) {
   if constexpr (std::derived_from<T, transforms::Transform>) {
     e.data = t(e.data, seed);
     return e;
+  } else if constexpr (std::derived_from<T, transforms::TensorTransform<Tensor>>) {
+    // LibTorch's operator() is not const; the chain holds the transform as a value it only reads.
+    e.data = const_cast<T&>(t)(std::move(e.data));
+    return e;
   } else if constexpr (std::is_invocable_r_v<Example<>, const T&, Example<>>) {
     return t(std::move(e));
   } else {
     static_assert(always_false<T>,
-                  "map(): a transform is a transforms::Transform (Normalize<>, TensorLambda<>, ...), a callable "
-                  "Example<> -> Example<> (Lambda<Example<>>), or transforms::Stack<>");
+                  "map(): a transform is a transforms::Transform (Normalize<>, TensorLambda<>, ...), a "
+                  "TensorTransform<> subclass, a callable Example<> -> Example<> (Lambda<Example<>>), or "
+                  "transforms::Stack<>");
   }
 }
 
@@ -338,11 +358,38 @@ class MapDataset : public Mappable<MapDataset<Source, AppliedTransform>> {
     const auto i = static_cast<int64_t>(index);
     return detail::fetch(*this, i, sample_seed(0, 0, i));
   }
+  /// The examples at `indices` through the chain (LibTorch's get_batch): stacked into one Example<>
+  /// where the chain has a Stack<> (with the maps after it applied), else a vector of examples.
+  auto get_batch(const std::vector<size_t>& indices) {
+    if constexpr (detail::has_stack<MapDataset>()) {
+      auto& source = detail::before_stack(*this);
+      std::vector<Example<>> ex;
+      ex.reserve(indices.size());
+      for (size_t i : indices) ex.push_back(fetch_checked(source, i));
+      Batch b = collate(ex);
+      detail::apply_after_stack(*this, b, indices.empty() ? 0 : sample_seed(0, 0, static_cast<int64_t>(indices[0])));
+      return Example<>(std::move(b.data), std::move(b.target));
+    } else {
+      std::vector<Example<>> ex;
+      ex.reserve(indices.size());
+      for (size_t i : indices) ex.push_back(fetch_checked(*this, i));
+      return ex;
+    }
+  }
+  /// get_batch of one index (LibTorch's `dataset.get_batch(0)`).
+  auto get_batch(size_t index) { return get_batch(std::vector<size_t>{index}); }
   const Source& dataset() const { return dataset_; }
   Source& dataset() { return dataset_; }
   const AppliedTransform& transform() const { return transform_; }
 
  private:
+  template <typename D>
+  static Example<> fetch_checked(D& d, size_t index) {
+    const std::optional<size_t> n = detail::size_of(d);
+    MPX_CHECK(!n || index < *n, "get_batch: index ", index, " is out of range for a dataset of ", *n, " examples");
+    const auto i = static_cast<int64_t>(index);
+    return detail::fetch(d, i, sample_seed(0, 0, i));
+  }
   Source dataset_;
   AppliedTransform transform_;
 };

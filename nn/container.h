@@ -35,8 +35,11 @@ class AnyModule {
     requires requires { typename std::decay_t<H>::ContainedType; }
   AnyModule(H&& holder) : AnyModule(holder.ptr()) {}  // NOLINT
 
-  /// Runs the module's forward with its hooks.
+  /// Runs the module's forward with its hooks. LibTorch's spellings `m.forward<>(x)` and
+  /// `m.forward<Tensor>(x)` name the return type, which is always a Tensor here.
+  template <typename Return = Tensor>
   Tensor forward(const Tensor& x) const {
+    static_assert(std::is_same_v<Return, Tensor>, "AnyModule::forward<R>: mpx's AnyModule returns a Tensor");
     MPX_CHECK(forward_ != nullptr, "AnyModule: calling an empty AnyModule");
     return forward_(x);
   }

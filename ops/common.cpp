@@ -213,18 +213,29 @@ Tensor randperm(int64_t n, const TensorOptions& o) {
   return argsort(rand({n}, TensorOptions(kFloat64)), 0, false, true).to(o.device_, o.dtype_or(kInt64));
 }
 namespace {
+// t's dtype and device where `o` sets none (LibTorch merges a tensor's options so).
+TensorOptions merged(const Tensor& t, const TensorOptions& o) {
+  TensorOptions r = o;
+  return r.dtype(o.dtype_or(t.dtype())).device(o.device_or(t.device()));
+}
 // PyTorch's preserve_format: the *_like of a channels-last tensor is channels-last (so a
 // gradient made with ones_like(y) needs no layout copy on its way back), of others row-major.
-TensorOptions like(const Tensor& t, std::optional<DType> d = std::nullopt) {
-  return t.options().dtype(d.value_or(t.dtype())).memory_format(t.suggest_memory_format());
+TensorOptions like(const Tensor& t, const TensorOptions& o) {
+  return merged(t, o).memory_format(t.suggest_memory_format());
 }
 }  // namespace
-Tensor zeros_like(const Tensor& t, std::optional<DType> d) { return zeros(t.sizes(), like(t, d)); }
-Tensor ones_like(const Tensor& t, std::optional<DType> d) { return ones(t.sizes(), like(t, d)); }
-Tensor empty_like(const Tensor& t, std::optional<DType> d) { return empty(t.sizes(), like(t, d)); }
-Tensor full_like(const Tensor& t, double v, std::optional<DType> d) { return full(t.sizes(), v, like(t, d)); }
-Tensor rand_like(const Tensor& t) { return rand(t.sizes(), like(t)); }
-Tensor randn_like(const Tensor& t) { return randn(t.sizes(), like(t)); }
+Tensor zeros_like(const Tensor& t, const TensorOptions& o) { return zeros(t.sizes(), like(t, o)); }
+Tensor ones_like(const Tensor& t, const TensorOptions& o) { return ones(t.sizes(), like(t, o)); }
+Tensor empty_like(const Tensor& t, const TensorOptions& o) { return empty(t.sizes(), like(t, o)); }
+Tensor full_like(const Tensor& t, double v, const TensorOptions& o) { return full(t.sizes(), v, like(t, o)); }
+Tensor rand_like(const Tensor& t, const TensorOptions& o) { return rand(t.sizes(), like(t, o)); }
+Tensor randn_like(const Tensor& t, const TensorOptions& o) { return randn(t.sizes(), like(t, o)); }
+Tensor Tensor::new_zeros(const IntList& shape, const TensorOptions& o) const { return zeros(shape, merged(*this, o)); }
+Tensor Tensor::new_ones(const IntList& shape, const TensorOptions& o) const { return ones(shape, merged(*this, o)); }
+Tensor Tensor::new_empty(const IntList& shape, const TensorOptions& o) const { return empty(shape, merged(*this, o)); }
+Tensor Tensor::new_full(const IntList& shape, double v, const TensorOptions& o) const {
+  return full(shape, v, merged(*this, o));
+}
 
 template <typename T>
 Tensor tensor(const std::vector<T>& values, const IntList& shape, TensorOptions o) {

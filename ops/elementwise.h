@@ -136,6 +136,9 @@ inline Tensor& operator-=(Tensor& a, const Tensor& b) { return a.sub_(b); }
 inline Tensor& operator*=(Tensor& a, const Tensor& b) { return a.mul_(b); }
 inline Tensor& operator*=(Tensor& a, double b) { return a.mul_(b); }
 inline Tensor& operator+=(Tensor& a, double b) { return a.add_(b); }
+inline Tensor& operator-=(Tensor& a, double b) { return a.sub_(b); }
+inline Tensor& operator/=(Tensor& a, const Tensor& b) { return a.div_(b); }
+inline Tensor& operator/=(Tensor& a, double b) { return a.div_(b); }
 
 }  // namespace mpx
 

@@ -198,5 +198,6 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement) {
   dispatch::kernel<OpId::multinomial>(probs.device(), probs.dtype())(out, p, num_samples, replacement, seed, offset);
   return probs.dim() == 1 ? out.reshape({num_samples}) : out;
 }
+Tensor Tensor::multinomial(int64_t n, bool replacement) const { return mpx::multinomial(*this, n, replacement); }
 
 }  // namespace mpx

@@ -4,6 +4,7 @@
 #include "autograd/engine.h"
 #include "core/random.h"
 #include "ops/elementwise.h"
+#include "ops/index.h"
 #include "ops/op_utils.h"
 #include "ops/shape.h"
 
@@ -246,6 +247,78 @@ Tensor& Tensor::lerp_(const Tensor& end, double w) {
 Tensor& Tensor::relu_() {
   return apply_inplace(*this, "relu_", {}, true, [&](const Tensor& s) { return mpx::relu(s); });
 }
+Tensor& Tensor::clamp_min_(double lo) {
+  return apply_inplace(*this, "clamp_min_", {}, true, [&](const Tensor& s) { return mpx::clamp_min(s, lo); });
+}
+Tensor& Tensor::clamp_max_(double hi) {
+  return apply_inplace(*this, "clamp_max_", {}, true, [&](const Tensor& s) { return mpx::clamp_max(s, hi); });
+}
+Tensor& Tensor::pow_(double e) {
+  return arith_inplace(*this, "pow_", {}, true, [&](const Tensor& s) { return mpx::pow(s, e); });
+}
+Tensor& Tensor::pow_(const Tensor& e) {
+  return arith_inplace(*this, "pow_", {e}, true, [&](const Tensor& s) { return mpx::pow(s, e); });
+}
+Tensor& Tensor::masked_fill_(const Tensor& mask, double v) {
+  return apply_inplace(*this, "masked_fill_", {}, false, [&](const Tensor& s) { return mpx::masked_fill(s, mask, v); });
+}
+Tensor& Tensor::masked_fill_(const Tensor& mask, const Tensor& v) {
+  return apply_inplace(*this, "masked_fill_", {v}, false,
+                       [&](const Tensor& s) { return mpx::masked_fill(s, mask, v); });
+}
+// The unary math ops in place: floating results into an integer tensor are refused as for mul_.
+#define MPX_DEFINE_INPLACE_UNARY(op)                                                                   \
+  Tensor& Tensor::op##_() {                                                                          \
+    return arith_inplace(*this, #op "_", {}, true, [](const Tensor& s) { return mpx::op(s); });     \
+  }
+MPX_TENSOR_INPLACE_UNARY(MPX_DEFINE_INPLACE_UNARY)
+#undef MPX_DEFINE_INPLACE_UNARY
+// Comparisons in place: the boolean result written as 1/0 in self's dtype (not differentiable).
+#define MPX_DEFINE_INPLACE_COMPARE(op)                                                                            \
+  Tensor& Tensor::op##_(const Tensor& o) {                                                                      \
+    return apply_inplace(*this, #op "_", {o}, false, [&](const Tensor& s) { return mpx::op(s, o).to(dtype()); }); \
+  }                                                                                                             \
+  Tensor& Tensor::op##_(double o) {                                                                             \
+    return apply_inplace(*this, #op "_", {}, false, [&](const Tensor& s) { return mpx::op(s, o).to(dtype()); }); \
+  }
+MPX_TENSOR_INPLACE_COMPARE(MPX_DEFINE_INPLACE_COMPARE)
+#undef MPX_DEFINE_INPLACE_COMPARE
+namespace {
+// The in-place shape ops: self takes the view's sizes and strides, which every handle to it sees;
+// while autograd records, self's history becomes the view's node, as PyTorch rebases it.
+Tensor& restride(Tensor& self, const Tensor& v, const char* op) {
+  if (v.is_same(self)) return self;
+  const bool rec = recording(self);
+  if (rec) check_recordable(self, op);
+  TensorImpl* impl = self.impl();
+  impl->sizes = v.sizes();
+  impl->strides = v.strides();
+  impl->offset = v.storage_offset();
+  if (rec) set_history(self, v.grad_fn(), autograd::meta(v).output_nr);
+  return self;
+}
+}  // namespace
+Tensor& Tensor::squeeze_() { return restride(*this, squeeze(), "squeeze_"); }
+Tensor& Tensor::squeeze_(int64_t d) { return restride(*this, squeeze(d), "squeeze_"); }
+Tensor& Tensor::unsqueeze_(int64_t d) { return restride(*this, unsqueeze(d), "unsqueeze_"); }
+Tensor& Tensor::transpose_(int64_t d0, int64_t d1) { return restride(*this, transpose(d0, d1), "transpose_"); }
+
+Tensor& Tensor::detach_() {
+  MPX_CHECK(defined(), "detach_: the tensor is undefined");
+  autograd::AutogradMeta* m = autograd::meta_if(*this);
+  if (!m) return *this;
+  MPX_CHECK(!(impl()->view == TensorImpl::View::view && m->grad_fn), "detach_: ", ops::describe(*this),
+            " is a view of a tensor with a gradient history, which would keep it; use detach(), which returns a "
+            "new tensor");
+  if (m->retains_grad && m->grad_fn)
+    std::erase_if(m->grad_fn->retained_grads, [&](const auto& r) { return r.second.lock().get() == impl(); });
+  m->retains_grad = false;
+  m->grad_fn.reset();
+  m->output_nr = 0;
+  m->requires_grad = false;
+  return *this;
+}
+
 namespace {
 // Draws straight into a contiguous floating tensor (the kernels take the affine parameters),
 // skipping three full-size temporaries: nn::init of a 100M-weight layer is ~4x faster. Same

@@ -19,6 +19,9 @@ Tensor min(const Tensor& x);
 /// (values, i64 indices) along dim; the gradient goes to the returned index.
 std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);
 std::pair<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false);
+/// Elementwise max/min of two tensors (LibTorch's torch::max(a, b): maximum, minimum).
+inline Tensor max(const Tensor& a, const Tensor& b) { return a.maximum(b); }
+inline Tensor min(const Tensor& a, const Tensor& b) { return a.minimum(b); }
 Tensor amax(const Tensor& x, const IntList& dims, bool keepdim = false);
 Tensor amin(const Tensor& x, const IntList& dims, bool keepdim = false);
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
