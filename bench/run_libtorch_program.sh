@@ -3,8 +3,9 @@
 # <mpx/torch.h>, in its .cpp files and in its own headers): against mpx and against the LibTorch inside PyTorch's
 # wheel. Then runs the two in alternation in the current folder (where the program looks for its data), printing
 # each run's wall time and peak RSS.
-# Usage: [PYTHON=python-with-torch] [OMP_NUM_THREADS=n] bench/run_libtorch_program.sh [-b build-dir] [-r rounds]
-#          [-I include-dir]... SOURCE.cpp [MORE.cpp...] [program arguments...]
+# Usage: [PYTHON=python-with-torch] [OMP_NUM_THREADS=n] [TAIL_LINES=n] bench/run_libtorch_program.sh
+#          [-b build-dir] [-r rounds] [-I include-dir]... SOURCE.cpp [MORE.cpp...] [program arguments...]
+# TAIL_LINES: how many of each run's last output lines to print (2).
 # -I: the program's own header folders (copied with their includes rewritten for the mpx build). The build folder
 # is mpx's (default: the checkout's `build`), already built. Leading arguments naming existing .cpp files are
 # the program's sources; the rest go to the program.
@@ -67,7 +68,7 @@ for r in $(seq "$rounds"); do
   for lib in mpx libtorch; do
     /usr/bin/time -f "$name round $r $lib: %e s wall, %M KiB peak RSS" -o "$tmp/time" "$tmp/$name-$lib" "$@" \
       > "$tmp/out-$lib-$r" 2>&1 || { cat "$tmp/out-$lib-$r" >&2; echo "run_libtorch_program: $lib run failed" >&2; exit 1; }
-    tail -n 2 "$tmp/out-$lib-$r" | sed "s/^/  [$lib] /"
+    tail -n "${TAIL_LINES:-2}" "$tmp/out-$lib-$r" | sed "s/^/  [$lib] /"
     cat "$tmp/time"
   done
 done

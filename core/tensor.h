@@ -219,12 +219,22 @@ class Tensor {
   int64_t item_int64() const;
 
   // ---- conversions ----
-  Tensor to(DType t, bool copy = false) const;
-  Tensor to(Device d, bool non_blocking = false) const;
-  Tensor to(DeviceType t, bool non_blocking = false) const { return to(Device(t), non_blocking); }
+  /// LibTorch's to() overloads and argument order: `copy` forces a new tensor even when nothing changes;
+  /// `memory_format` defaults to preserving the layout; `non_blocking` makes host/device copies asynchronous
+  /// where the memory allows it (pinned host memory).
+  Tensor to(DType t, bool non_blocking = false, bool copy = false,
+            std::optional<MemoryFormat> memory_format = std::nullopt) const;
+  Tensor to(Device d, DType t, bool non_blocking = false, bool copy = false,
+            std::optional<MemoryFormat> memory_format = std::nullopt) const;
+  Tensor to(Device d, bool non_blocking = false, bool copy = false) const { return to(d, dtype(), non_blocking, copy); }
+  Tensor to(DeviceType t, bool non_blocking = false, bool copy = false) const { return to(Device(t), non_blocking, copy); }
+  /// The dtype and device the options set (the others kept).
+  Tensor to(const TensorOptions& o, bool non_blocking = false, bool copy = false) const;
+  /// In other's dtype and on its device.
+  Tensor to(const Tensor& other, bool non_blocking = false, bool copy = false) const {
+    return to(other.device(), other.dtype(), non_blocking, copy);
+  }
   Tensor to(MemoryFormat fmt) const;
-  Tensor to(Device d, DType t) const;
-  Tensor to(const TensorOptions& o) const;
   Tensor cpu() const { return to(Device::cpu()); }
   Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
   Tensor contiguous(MemoryFormat fmt = MemoryFormat::Contiguous) const;

@@ -70,7 +70,7 @@ void check_tensor(const char* op, const Tensor& t) {
 // else a copy (in f32 when `to_f32`). CUDA tensors go through the host when NCCL is absent.
 Tensor staged(const Tensor& t, bool to_f32) {
   const bool host = t.device().is_cpu() || !detail::nccl_compiled();
-  if (t.device().is_cpu()) return to_f32 ? t.to(kFloat32, /*copy=*/true) : t.contiguous();
+  if (t.device().is_cpu()) return to_f32 ? t.to(kFloat32, /*non_blocking=*/false, /*copy=*/true) : t.contiguous();
   if (!host) return t.contiguous();
   return t.to(Device::cpu(), to_f32 ? kFloat32 : t.dtype()).contiguous();
 }

@@ -47,19 +47,17 @@ Tensor copy_to(const Tensor& src, DType dt, Device dev, MemoryFormat fmt, bool n
 }
 }  // namespace
 
-Tensor Tensor::to(DType t, bool copy) const {
-  if (t == dtype() && !copy) return *this;
-  return copy_to(*this, t, device(), MemoryFormat::Preserve);
+Tensor Tensor::to(DType t, bool non_blocking, bool copy, std::optional<MemoryFormat> fmt) const {
+  return to(device(), t, non_blocking, copy, fmt);
 }
-Tensor Tensor::to(Device d, bool non_blocking) const {
-  if (d == device()) return *this;
-  return copy_to(*this, dtype(), d, MemoryFormat::Preserve, non_blocking);
+Tensor Tensor::to(Device d, DType t, bool non_blocking, bool copy, std::optional<MemoryFormat> fmt) const {
+  const MemoryFormat f = fmt.value_or(MemoryFormat::Preserve);
+  if (!copy && d == device() && t == dtype() && (f == MemoryFormat::Preserve || is_contiguous(f))) return *this;
+  return copy_to(*this, t, d, f, non_blocking);
 }
-Tensor Tensor::to(Device d, DType t) const {
-  if (d == device() && t == dtype()) return *this;
-  return copy_to(*this, t, d, MemoryFormat::Preserve);
+Tensor Tensor::to(const TensorOptions& o, bool non_blocking, bool copy) const {
+  return to(o.device_or(device()), o.dtype_or(dtype()), non_blocking, copy);
 }
-Tensor Tensor::to(const TensorOptions& o) const { return to(o.device_, o.dtype_or(dtype())); }
 Tensor Tensor::to(MemoryFormat fmt) const { return contiguous(fmt); }
 Tensor Tensor::contiguous(MemoryFormat fmt) const {
   if (is_contiguous(fmt)) return *this;

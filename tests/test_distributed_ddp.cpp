@@ -72,7 +72,7 @@ std::vector<Tensor> train(const Recipe& rc, bool data_parallel, int steps = 3) {
     opt->step();
   }
   std::vector<Tensor> params;
-  for (const auto& p : net->parameters()) params.push_back(p.detach().to(kFloat32, true));
+  for (const auto& p : net->parameters()) params.push_back(p.detach().to(kFloat32, /*non_blocking=*/false, /*copy=*/true));
   amp::reset();
   return params;
 }

@@ -195,3 +195,23 @@ TEST_CASE("libtorch methods: TensorTransform subclasses, get_batch and AnyModule
   for (auto m : *seq) x = m.forward<>(x);  // LibTorch's spelling of the return type
   REQUIRE(torch::equal(x, seq->forward(torch::ones({1, 2}))));
 }
+
+TEST_CASE("libtorch methods: to() with LibTorch's overloads and argument order", "[libtorch]") {
+  auto x = torch::arange(6, torch::kFloat32).reshape({1, 1, 2, 3});
+  REQUIRE(x.to(torch::kFloat32).is_same(x));                  // nothing to change: the same tensor
+  REQUIRE(x.to(torch::kFloat32, /*non_blocking=*/true).is_same(x));
+  auto c = x.to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);
+  REQUIRE_FALSE(c.is_same(x));
+  REQUIRE(torch::equal(c, x));
+  // image_io's call in LibTorch's tutorials: device, dtype, non_blocking, copy, memory format.
+  auto u = x.mul(10).to(torch::kCPU, torch::kUInt8, false, false, torch::MemoryFormat::Contiguous);
+  REQUIRE(u.dtype() == torch::kUInt8);
+  REQUIRE(u[0][0][1][2].item<int64_t>() == 50);
+  auto cl = x.to(torch::kCPU, torch::kFloat32, false, false, torch::MemoryFormat::ChannelsLast);
+  REQUIRE(cl.is_contiguous(torch::MemoryFormat::ChannelsLast));
+  REQUIRE(torch::equal(cl, x));
+  auto d = torch::ones({2}, torch::kFloat64);
+  REQUIRE(x.to(d).dtype() == torch::kFloat64);
+  REQUIRE(x.to(torch::dtype(torch::kF16)).dtype() == torch::kFloat16);  // options without a device keep x's
+  REQUIRE(x.to(torch::dtype(torch::kF16)).device() == x.device());
+}

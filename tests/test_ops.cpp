@@ -264,7 +264,7 @@ TEST_CASE("view, shape and cast op gradients", "[ops][gradcheck][shape]") {
       {"unflatten", [](const tensor_list& i) { return i[0].unflatten(2, {2, 2}); }},
       {"contiguous", [](const tensor_list& i) { return i[0].transpose(0, 1).contiguous(); }},
       {"clone", [](const tensor_list& i) { return i[0].clone(); }},
-      {"cast_copy", [](const tensor_list& i) { return i[0].to(kFloat64, true); }},
+      {"cast_copy", [](const tensor_list& i) { return i[0].to(kFloat64, /*non_blocking=*/false, /*copy=*/true); }},
       {"chained_views", [](const tensor_list& i) { return i[0].permute({1, 0, 2}).reshape({3, 8}).t().narrow(0, 2, 4); }},
       {"split", [](const tensor_list& i) { return split(i[0], 3, 2)[1]; }},
       {"chunk", [](const tensor_list& i) { return chunk(i[0], 2, 1)[0]; }},
