@@ -361,19 +361,18 @@ class MapDataset : public Mappable<MapDataset<Source, AppliedTransform>> {
   /// The examples at `indices` through the chain (LibTorch's get_batch): stacked into one Example<>
   /// where the chain has a Stack<> (with the maps after it applied), else a vector of examples.
   auto get_batch(const std::vector<size_t>& indices) {
-    if constexpr (detail::has_stack<MapDataset>()) {
-      auto& source = detail::before_stack(*this);
+    auto examples = [&](auto& chain) {
       std::vector<Example<>> ex;
       ex.reserve(indices.size());
-      for (size_t i : indices) ex.push_back(fetch_checked(source, i));
-      Batch b = collate(ex);
+      for (size_t i : indices) ex.push_back(fetch_checked(chain, i));
+      return ex;
+    };
+    if constexpr (detail::has_stack<MapDataset>()) {
+      Batch b = collate(examples(detail::before_stack(*this)));
       detail::apply_after_stack(*this, b, indices.empty() ? 0 : sample_seed(0, 0, static_cast<int64_t>(indices[0])));
       return Example<>(std::move(b.data), std::move(b.target));
     } else {
-      std::vector<Example<>> ex;
-      ex.reserve(indices.size());
-      for (size_t i : indices) ex.push_back(fetch_checked(*this, i));
-      return ex;
+      return examples(*this);
     }
   }
   /// get_batch of one index (LibTorch's `dataset.get_batch(0)`).

@@ -88,7 +88,8 @@ class ProcessGroup {
   virtual ~ProcessGroup() = default;
   int getRank() const;
   int getSize() const;
-  virtual const std::string getBackendName() const;
+  /// "mpi", as LibTorch names this group's backend (CUDA tensors still go over NCCL).
+  const std::string getBackendName() const;
 
   /// Reduces each tensor over all ranks, in place.
   std::shared_ptr<Work> allreduce(std::vector<Tensor>& tensors, const AllreduceOptions& opts = AllreduceOptions());
@@ -115,7 +116,6 @@ class ProcessGroupMPI : public ProcessGroup {
   /// `ranks` empty (or every rank in order): the whole world. mpx has no subgroups: any other list
   /// is an error.
   static std::shared_ptr<ProcessGroupMPI> createProcessGroupMPI(std::vector<int> ranks = {});
-  const std::string getBackendName() const override { return "mpi"; }
 };
 
 }  // namespace mpx::c10d
